@@ -1,0 +1,14 @@
+# TIDE_SANITIZE: "address;undefined" (ASan + UBSan + LeakSanitizer) or "thread" (TSan).
+# Applied to every target of this build so that tests and library agree.
+if(TIDE_SANITIZE)
+  string(REPLACE ";" "," _tide_san "${TIDE_SANITIZE}")
+  if("thread" IN_LIST TIDE_SANITIZE AND "address" IN_LIST TIDE_SANITIZE)
+    message(FATAL_ERROR "TIDE_SANITIZE: thread and address cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=${_tide_san} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_tide_san})
+  if("undefined" IN_LIST TIDE_SANITIZE)
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+  message(STATUS "tide: sanitizers ${_tide_san}")
+endif()

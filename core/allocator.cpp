@@ -1,0 +1,154 @@
+#include "core/allocator.h"
+
+#include <bit>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+#include "core/failure.h"
+
+namespace tide {
+
+namespace {
+constexpr size_t kMinBlock = 64;
+constexpr size_t kAlign = 64;
+
+// Four classes per power of two: 64, 80, 96, 112, 128, 160, ... (waste < 25 %).
+int size_class(size_t bytes) {
+  if (bytes <= kMinBlock) return 0;
+  int p = std::bit_width(bytes - 1) - 1;  // 2^p < bytes <= 2^(p+1)
+  size_t base = size_t(1) << p, step = base / 4;
+  int q = int((bytes - base + step - 1) / step);  // 1..4
+  return (p - 6) * 4 + q;
+}
+size_t class_bytes(int c) {
+  if (c == 0) return kMinBlock;
+  int p = (c - 1) / 4 + 6, q = (c - 1) % 4 + 1;
+  size_t base = size_t(1) << p;
+  return base + q * (base / 4);
+}
+}  // namespace
+
+size_t Allocator::round_size(size_t bytes) { return class_bytes(size_class(bytes)); }
+
+void Storage::poison(Failure* f) {
+  Failure* expected = nullptr;
+  f->retain();
+  if (!failure_.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) f->release();
+}
+
+void Storage::release() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) Allocator::get(device_).free_block(this);
+}
+
+void Storage::reset_for_reuse() {
+  if (Failure* f = failure_.exchange(nullptr, std::memory_order_acq_rel)) f->release();
+  hazard = HazardState{};
+  refs_.store(1, std::memory_order_relaxed);
+}
+
+Allocator& Allocator::get(Device d) {
+  TIDE_CHECK(d.is_cpu(), "alloc", "no allocator for device ", d.str(),
+             " in this build (CUDA memory is not implemented yet)");
+  static Allocator* cpu = new Allocator(Device::cpu());  // never destroyed: storages may be
+  return *cpu;                                           // released during static destruction
+}
+
+Allocator::~Allocator() { empty_cache(); }
+
+Storage* Allocator::try_take(size_t bytes, bool* fits) {
+  int c = size_class(bytes);
+  size_t cap = class_bytes(c);
+  size_t limit = limit_.load(std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  size_t active = active_.load(std::memory_order_relaxed);
+  if (limit && active + cap > limit) {
+    *fits = false;
+    return nullptr;
+  }
+  *fits = true;
+  Storage* s = nullptr;
+  if (!cache_[c].empty()) {
+    s = cache_[c].back();
+    cache_[c].pop_back();
+    cached_.fetch_sub(cap, std::memory_order_relaxed);
+    s->reset_for_reuse();
+  } else {
+    void* p = std::aligned_alloc(kAlign, cap);
+    if (!p) throw std::bad_alloc();
+    s = new Storage(p, cap, device_, c);
+    num_system_allocs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  size_t now = active_.fetch_add(cap, std::memory_order_relaxed) + cap;
+  size_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  num_allocs_.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+StorageRef Allocator::allocate(size_t bytes, const char* op) {
+  bool fits = true;
+  if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
+  // Over the limit: let queued work finish and release what it holds, then retry.
+  auto t0 = std::chrono::steady_clock::now();
+  stalls_.fetch_add(1, std::memory_order_relaxed);
+  for (;;) {
+    bool progress = reclaim_ && reclaim_();
+    if (Storage* s = try_take(bytes, &fits)) {
+      stall_ns_.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - t0)
+                                       .count()),
+                          std::memory_order_relaxed);
+      return StorageRef::adopt(s);
+    }
+    if (!progress) break;
+  }
+  stall_ns_.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count()),
+                      std::memory_order_relaxed);
+  throw Error(op, detail::concat("out of memory: requested ", bytes, " bytes (block ",
+                                 round_size(bytes), "), limit ", limit_.load(), " bytes, ",
+                                 active_.load(), " bytes in use with no queued work left"));
+}
+
+void Allocator::free_block(Storage* s) {
+  size_t cap = s->capacity_;
+  std::lock_guard lock(mu_);
+  active_.fetch_sub(cap, std::memory_order_relaxed);
+  cache_[s->size_class_].push_back(s);
+  cached_.fetch_add(cap, std::memory_order_relaxed);
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard lock(mu_);
+  for (auto& list : cache_) {
+    for (Storage* s : list) {
+      cached_.fetch_sub(s->capacity_, std::memory_order_relaxed);
+      if (Failure* f = s->failure_.exchange(nullptr)) f->release();
+      std::free(s->data_);
+      delete s;
+    }
+    list.clear();
+  }
+}
+
+void Allocator::reset_peak() { peak_.store(active_.load(), std::memory_order_relaxed); }
+
+AllocatorStats Allocator::stats() const {
+  AllocatorStats st;
+  st.active_bytes = active_.load(std::memory_order_relaxed);
+  st.peak_bytes = peak_.load(std::memory_order_relaxed);
+  st.cached_bytes = cached_.load(std::memory_order_relaxed);
+  st.reserved_bytes = st.active_bytes + st.cached_bytes;
+  st.num_allocs = num_allocs_.load(std::memory_order_relaxed);
+  st.num_system_allocs = num_system_allocs_.load(std::memory_order_relaxed);
+  st.limit_bytes = limit_.load(std::memory_order_relaxed);
+  st.pressure_stalls = stalls_.load(std::memory_order_relaxed);
+  st.pressure_stall_ns = stall_ns_.load(std::memory_order_relaxed);
+  return st;
+}
+
+}  // namespace tide

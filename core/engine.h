@@ -1,0 +1,249 @@
+// The engine: streams, events, hazard tracking, backpressure and synchronous mode
+// (DESIGN §3).
+//
+// A Stream is an in-order queue served by one worker thread. Ops are *submitted* by the
+// frontend (the calling thread) and return at once; the worker executes them in order.
+// Every submitted task names the storages it reads and writes: the engine makes it wait
+// for conflicting work on other streams (read-after-write, write-after-read,
+// write-after-write) and keeps those storages alive until it has run.
+//
+// Hot path: submit() takes one uncontended frontend lock (never taken by workers), writes
+// a fixed-size record into a segmented single-consumer queue and allocates nothing in
+// steady state. Completed records are reclaimed (their storages released) by frontend
+// threads on their next submit or sync, so the allocator is never touched by a worker.
+// Waiting, on either side, spins briefly before it blocks.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <initializer_list>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <source_location>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "core/device.h"
+#include "core/storage.h"
+
+namespace tide {
+
+using Site = std::source_location;
+class Engine;
+class StreamImpl;
+
+// A point in a stream: complete once every op queued on the stream before record() ran.
+class Event {
+ public:
+  Event() = default;
+  // True once the marked work has executed. Does not wait.
+  bool query() const;
+  // Blocks the calling thread until the marked work has executed (spins, then sleeps).
+  // Does not rethrow failures: events carry order, tensors carry errors.
+  void synchronize() const;
+  bool valid() const { return pos_.stream != nullptr; }
+
+ private:
+  friend class Stream;
+  StreamPos pos_;
+};
+
+// A handle to an in-order queue with its own worker thread. Cheap to copy.
+class Stream {
+ public:
+  // A new stream on device d (CPU: a new worker thread, started on first use).
+  // Throws "[stream]" for devices this build cannot run.
+  static Stream create(Device d = Device::cpu());
+  // The device's default stream.
+  static Stream default_stream(Device d = Device::cpu());
+  // The calling thread's current stream on d: the innermost StreamGuard's, else default.
+  static Stream current(Device d = Device::cpu());
+
+  // An event after everything queued on this stream so far. Does not wait.
+  Event record() const;
+  // Makes later work on this stream wait for e, without blocking the host. Does not wait.
+  void wait(const Event& e) const;
+  // Blocks until everything queued on this stream so far has executed. Does not rethrow.
+  void synchronize() const;
+
+  int id() const;
+  Device device() const;
+  uint64_t queued() const;    // ops ever submitted to this stream
+  uint64_t executed() const;  // ops the worker has finished (run, skipped or cancelled)
+  StreamImpl* impl() const { return impl_; }
+  friend bool operator==(const Stream& a, const Stream& b) { return a.impl_ == b.impl_; }
+
+ private:
+  explicit Stream(StreamImpl* s) : impl_(s) {}
+  StreamImpl* impl_;  // streams live as long as the engine
+};
+
+// Makes `s` the current stream of the calling thread for its device, for this scope.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  StreamImpl* prev_;
+};
+
+// Makes every op submitted by the calling thread in this scope run synchronously, in the
+// calling thread, before the call returns (after earlier conflicting work has finished).
+class SynchronousGuard {
+ public:
+  explicit SynchronousGuard(bool on = true);
+  ~SynchronousGuard();
+  SynchronousGuard(const SynchronousGuard&) = delete;
+  SynchronousGuard& operator=(const SynchronousGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
+struct EngineStats {
+  uint64_t queued = 0;         // tasks ever submitted (all streams)
+  uint64_t executed = 0;       // tasks the workers have finished
+  uint64_t queue_depth = 0;    // queued - executed, now
+  size_t inflight_bytes = 0;   // bytes of storages referenced by queued, not yet reclaimed
+                               // tasks (also counted in the allocator's active bytes)
+  uint64_t backpressure_stalls = 0;     // submits that blocked on a bound
+  uint64_t backpressure_stall_ns = 0;   // total time they blocked
+  uint64_t failures = 0;       // tasks that failed or were skipped because an input failed
+};
+
+enum class ShutdownMode { drain, cancel };
+
+class Engine {
+ public:
+  // The process-wide engine. Reads TIDE_ENGINE (sync|async) on first use.
+  static Engine& get();
+
+  // Backpressure bounds (0 = none, the default). A submit that would pass one blocks until
+  // the workers catch up. A single task bigger than the byte bound runs alone.
+  void set_max_inflight_ops(uint64_t n);
+  void set_max_inflight_bytes(size_t n);
+  uint64_t max_inflight_ops() const;
+  size_t max_inflight_bytes() const;
+  // Process-wide synchronous mode (the TIDE_ENGINE=sync setting).
+  void set_synchronous(bool on);
+  bool synchronous() const;
+
+  // Blocks until every stream has executed all queued work, then rethrows the earliest
+  // failure no sync has reported yet (and marks all pending failures reported).
+  void wait_all();
+  // Blocks until every stream has executed all queued work. Does not rethrow.
+  void synchronize();
+  // Stops the workers: drain runs queued work first; cancel skips what has not started
+  // (its outputs fail with "cancelled"). Never waits on anything but running tasks. The
+  // engine restarts on the next submit.
+  void shutdown(ShutdownMode mode = ShutdownMode::drain);
+
+  EngineStats stats() const;
+  // Releases the storages of every task that has executed. Never blocks on workers.
+  void reclaim();
+
+  // ---- for op implementations -------------------------------------------------------
+  struct Task;
+  struct State;
+  static constexpr int kMaxStorages = 8;
+  static constexpr size_t kInlinePayload = 96;
+
+  // Queues fn on the current stream of the storages' device. `reads` and `writes` list
+  // the storages fn touches (a storage written in place appears in both). fn() runs once
+  // on the worker; if it throws, the writes are poisoned with the message, named by `op`
+  // and `site`. If any read is already poisoned, fn is skipped and the writes inherit it.
+  template <class F>
+  void submit(const char* op, std::initializer_list<Storage*> reads,
+              std::initializer_list<Storage*> writes, F&& fn, Site site);
+
+  // Blocks until the last write to s has executed. Does not rethrow.
+  void wait_for_write(Storage* s);
+  // True when the last write to s has executed. Does not wait.
+  bool write_done(Storage* s);
+  // wait_for_write, then rethrows s's failure, if any.
+  void wait_to_read(Storage* s);
+
+  ~Engine();
+
+ private:
+  friend class Stream;
+  friend class StreamImpl;
+  Engine();
+  Task& begin_task(const char* op, std::span<Storage* const> reads,
+                   std::span<Storage* const> writes, Site site, bool* inline_run);
+  void end_task(Task& t);
+  void run_inline(Task& t);
+  State* s_;
+};
+
+// Engine::get().wait_all().
+inline void wait_all() { Engine::get().wait_all(); }
+
+// ------------------------------------------------------------------------------------
+// Task record and the inline submit path.
+
+struct Engine::Task {
+  void (*invoke)(Task&) = nullptr;   // runs the payload
+  void (*destroy)(Task&) = nullptr;  // destroys the payload
+  const char* op = nullptr;
+  Site site;
+  Storage* storages[kMaxStorages];   // reads then writes; each holds one reference
+  uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
+  bool is_barrier = false;           // waits only (Stream::wait)
+  static constexpr int kMaxWaits = 4;
+  StreamPos waits[kMaxWaits];        // positions on other streams to wait for first
+  uint64_t seq = 0;
+  int64_t enqueue_ns = 0;            // profiler only
+  alignas(16) unsigned char payload[kInlinePayload];
+
+  template <class F>
+  void set(F&& fn) {
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= kInlinePayload && alignof(Fn) <= 16) {
+      new (payload) Fn(std::forward<F>(fn));
+      invoke = [](Task& t) { (*std::launder(reinterpret_cast<Fn*>(t.payload)))(); };
+      destroy = [](Task& t) { std::launder(reinterpret_cast<Fn*>(t.payload))->~Fn(); };
+    } else {  // rare: big closures live on the heap
+      Fn* p = new Fn(std::forward<F>(fn));
+      std::memcpy(payload, &p, sizeof(p));
+      invoke = [](Task& t) {
+        Fn* q;
+        std::memcpy(&q, t.payload, sizeof(q));
+        (*q)();
+      };
+      destroy = [](Task& t) {
+        Fn* q;
+        std::memcpy(&q, t.payload, sizeof(q));
+        delete q;
+      };
+    }
+  }
+};
+
+template <class F>
+void Engine::submit(const char* op, std::initializer_list<Storage*> reads,
+                    std::initializer_list<Storage*> writes, F&& fn, Site site) {
+  bool inline_run = false;
+  Task& t = begin_task(op, std::span<Storage* const>(reads.begin(), reads.size()),
+                       std::span<Storage* const>(writes.begin(), writes.size()), site,
+                       &inline_run);
+  try {
+    t.set(std::forward<F>(fn));
+  } catch (...) {  // only a heap fallback can throw: queue a no-op so ordering holds
+    t.invoke = t.destroy = [](Task&) {};
+    if (inline_run) run_inline(t); else end_task(t);
+    throw;
+  }
+  if (inline_run)
+    run_inline(t);
+  else
+    end_task(t);
+}
+
+}  // namespace tide

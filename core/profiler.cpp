@@ -1,0 +1,155 @@
+#include "core/profiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <mutex>
+
+#include "core/engine.h"
+#include "core/error.h"
+
+namespace tide::profiler {
+
+namespace {
+struct Buffers {
+  std::atomic<bool> enabled{false};
+  std::atomic<int64_t> t0{0};
+  std::mutex mu;                             // guards `inline_ops`, `counters`, `streams` growth
+  std::deque<std::vector<OpRecord>> streams; // one per stream id; written by its worker only
+  std::vector<OpRecord> inline_ops;          // synchronous-mode ops
+  std::vector<CounterSample> counters;
+};
+Buffers& buf() {
+  static Buffers* b = new Buffers;  // never destroyed: workers may record during exit
+  return *b;
+}
+int64_t raw_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+namespace detail {
+int64_t now_ns() { return raw_now() - buf().t0.load(std::memory_order_relaxed); }
+void record_op(const OpRecord& r) {
+  Buffers& b = buf();
+  if (r.stream < 0) {
+    std::lock_guard lock(b.mu);
+    b.inline_ops.push_back(r);
+  } else {
+    b.streams[size_t(r.stream)].push_back(r);
+  }
+}
+void record_counters(const CounterSample& s) {
+  Buffers& b = buf();
+  std::lock_guard lock(b.mu);
+  b.counters.push_back(s);
+}
+void register_stream(int id) {
+  Buffers& b = buf();
+  std::lock_guard lock(b.mu);
+  while (int(b.streams.size()) <= id) b.streams.emplace_back();
+}
+}  // namespace detail
+
+void start() {
+  Buffers& b = buf();
+  Engine::get().synchronize();
+  std::lock_guard lock(b.mu);
+  for (auto& s : b.streams) s.clear();
+  b.inline_ops.clear();
+  b.counters.clear();
+  b.t0.store(raw_now());
+  b.enabled.store(true);
+}
+
+void stop() { buf().enabled.store(false); }
+bool enabled() { return buf().enabled.load(std::memory_order_relaxed); }
+
+std::vector<OpRecord> ops() {
+  Engine::get().synchronize();
+  Buffers& b = buf();
+  std::lock_guard lock(b.mu);
+  std::vector<OpRecord> all = b.inline_ops;
+  for (auto& s : b.streams) all.insert(all.end(), s.begin(), s.end());
+  std::sort(all.begin(), all.end(),
+            [](const OpRecord& x, const OpRecord& y) { return x.enqueue_ns < y.enqueue_ns; });
+  return all;
+}
+
+std::vector<CounterSample> counters() {
+  Engine::get().synchronize();
+  Buffers& b = buf();
+  std::lock_guard lock(b.mu);
+  return b.counters;
+}
+
+void write_chrome_trace(const std::string& path) {
+  std::vector<OpRecord> all = ops();
+  std::vector<CounterSample> cs = counters();
+  std::ofstream f(path);
+  TIDE_CHECK(f.good(), "profiler", "cannot open '", path, "' for writing");
+  // Chrome trace-event format, times in microseconds. pid 1 = the process; tid 0 is the
+  // frontend (enqueue instants), tid 1+k is stream k, tid 999 the synchronous-mode ops.
+  auto us = [](int64_t ns) { return double(ns) / 1000.0; };
+  char line[512];
+  f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  f << R"J({"name":"process_name","ph":"M","pid":1,"args":{"name":"tide"}})J";
+  f << ",\n" << R"J({"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"frontend (enqueue)"}})J";
+  int max_stream = -1;
+  for (const OpRecord& r : all) max_stream = std::max(max_stream, r.stream);
+  for (int s = 0; s <= max_stream; ++s) {
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                  "\"args\":{\"name\":\"stream %d (worker)\"}}",
+                  s + 1, s);
+    f << line;
+  }
+  for (const OpRecord& r : all) {
+    int tid = r.stream < 0 ? 999 : r.stream + 1;
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"%s\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,"
+                  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"queued_us\":%.3f,\"wait_us\":%.3f}}",
+                  r.op, tid, us(r.start_ns), us(r.end_ns - r.start_ns), us(r.enqueue_ns),
+                  us(r.start_ns - r.enqueue_ns));
+    f << line;
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"enqueue %s\",\"cat\":\"enqueue\",\"ph\":\"i\",\"s\":\"t\","
+                  "\"pid\":1,\"tid\":0,\"ts\":%.3f}",
+                  r.op, us(r.enqueue_ns));
+    f << line;
+  }
+  for (const CounterSample& c : cs) {
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"queue depth\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
+                  "\"args\":{\"ops\":%llu}}"
+                  ",\n{\"name\":\"memory\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
+                  "\"args\":{\"queued_work_MB\":%.3f,\"allocator_active_MB\":%.3f}}",
+                  us(c.t_ns), (unsigned long long)c.queue_depth, us(c.t_ns),
+                  double(c.inflight_bytes) / 1e6, double(c.active_bytes) / 1e6);
+    f << line;
+  }
+  f << "\n]}\n";
+  f.close();
+  TIDE_CHECK(!f.fail(), "profiler", "error while writing '", path, "'");
+}
+
+Session::Session(std::string path) : path_(std::move(path)) {
+  if (!path_.empty()) start();
+}
+Session::~Session() {
+  if (path_.empty()) return;
+  stop();
+  try {
+    write_chrome_trace(path_);
+    std::fprintf(stderr, "trace written to %s\n", path_.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+}
+
+}  // namespace tide::profiler

@@ -1,0 +1,62 @@
+// The profiler: per op, when it was queued (frontend), when it started and ended (worker)
+// and on which stream; counter tracks sampled at every submit (queue depth, bytes held by
+// queued work, allocator active bytes). Writes Chrome trace-event JSON that opens in
+// Perfetto or chrome://tracing. Off by default; when off it costs one relaxed load per op.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tide::profiler {
+
+struct OpRecord {
+  const char* op;
+  int stream;         // stream id; -1 for ops run synchronously in the calling thread
+  int64_t enqueue_ns; // times since start(), steady clock
+  int64_t start_ns;
+  int64_t end_ns;
+};
+struct CounterSample {
+  int64_t t_ns;
+  uint64_t queue_depth;
+  uint64_t inflight_bytes;
+  uint64_t active_bytes;
+};
+
+// Clears earlier records and starts recording. Does not wait.
+void start();
+// Stops recording. Does not wait; records of ops still queued are completed when they run.
+void stop();
+bool enabled();
+// Waits for all queued work (without rethrowing failures), then returns the op records
+// sorted by enqueue time.
+std::vector<OpRecord> ops();
+std::vector<CounterSample> counters();
+// Waits like ops(), then writes the Chrome trace. Throws tide::Error("[profiler]") when
+// the file cannot be written.
+void write_chrome_trace(const std::string& path);
+
+// RAII: start() now, stop() and write_chrome_trace(path) at scope exit (errors reported
+// on stderr, since a destructor must not throw). An empty path records nothing.
+class Session {
+ public:
+  explicit Session(std::string path);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  std::string path_;
+};
+
+namespace detail {
+int64_t now_ns();
+// Appends to the buffer of `stream` (single writer: that stream's worker) or, for
+// stream -1, to a locked buffer.
+void record_op(const OpRecord& r);
+void record_counters(const CounterSample& s);  // caller holds the engine lock
+void register_stream(int id);                  // caller holds the engine lock
+}  // namespace detail
+
+}  // namespace tide::profiler

@@ -1,0 +1,95 @@
+// Storage: one block of device memory plus what the engine knows about it (who wrote it
+// last, who reads it, whether a queued op failed while writing it). Reference counted by
+// tensors and by queued tasks; when the count drops to zero the block returns to the
+// caching allocator that made it. Storages are created only by the Allocator.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "core/device.h"
+
+namespace tide {
+
+class Failure;
+class StreamImpl;
+
+// Where an op was queued on a stream: the stream and the op's sequence number there.
+// A position is complete when the stream has executed that many ops.
+struct StreamPos {
+  StreamImpl* stream = nullptr;
+  uint64_t seq = 0;  // 1-based: the op is complete once stream->completed() >= seq
+};
+
+// Engine bookkeeping per storage. Touched only by frontend threads under the engine lock.
+struct HazardState {
+  static constexpr int kInlineReaders = 4;
+  StreamPos last_write;
+  StreamPos readers[kInlineReaders];  // reads since last_write, one entry per stream
+  int num_readers = 0;
+  uint32_t queued_refs = 0;  // queued tasks referring to this storage
+};
+
+class Storage {
+ public:
+  void* data() const { return data_; }
+  size_t bytes() const { return capacity_; }
+  Device device() const { return device_; }
+
+  // The failure of the op that wrote this storage, or nullptr. Set once by a worker.
+  Failure* failure() const { return failure_.load(std::memory_order_acquire); }
+  // Records f as this storage's failure unless it already has one; takes a reference.
+  void poison(Failure* f);
+
+  void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release();  // may return the block to the allocator
+  int use_count() const { return refs_.load(std::memory_order_acquire); }
+
+  HazardState hazard;  // engine only
+
+ private:
+  friend class Allocator;
+  Storage(void* data, size_t capacity, Device d, int size_class)
+      : data_(data), capacity_(capacity), device_(d), size_class_(size_class) {}
+  void reset_for_reuse();
+
+  void* data_;
+  size_t capacity_;
+  Device device_;
+  int size_class_;
+  std::atomic<int> refs_{1};
+  std::atomic<Failure*> failure_{nullptr};
+};
+
+// An owning reference to a Storage (intrusive count, so copying it is one atomic add).
+class StorageRef {
+ public:
+  StorageRef() = default;
+  // Adopts one reference already held by the caller.
+  static StorageRef adopt(Storage* s) {
+    StorageRef r;
+    r.p_ = s;
+    return r;
+  }
+  StorageRef(const StorageRef& o) : p_(o.p_) {
+    if (p_) p_->retain();
+  }
+  StorageRef(StorageRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  StorageRef& operator=(StorageRef o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~StorageRef() {
+    if (p_) p_->release();
+  }
+  Storage* get() const { return p_; }
+  Storage* operator->() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  Storage* p_ = nullptr;
+};
+
+}  // namespace tide

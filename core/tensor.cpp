@@ -1,0 +1,107 @@
+#include "core/tensor.h"
+
+#include <iomanip>
+#include <ostream>
+
+#include "core/allocator.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/failure.h"
+
+namespace tide {
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char* op) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = Allocator::get(device).allocate(size_t(shape.numel()) * size_of(dtype), op);
+  return Tensor(std::move(impl));
+}
+
+TensorImpl& Tensor::impl() const {
+  TIDE_CHECK(impl_ != nullptr, "tensor", "use of an undefined tensor");
+  return *impl_;
+}
+
+bool Tensor::is_sole_owner() const {
+  return impl_ && impl_.use_count() == 1 && impl_->storage.get()->use_count() == 1;
+}
+
+Tensor Tensor::detach() const {
+  auto d = std::make_shared<TensorImpl>();
+  d->shape = shape();
+  d->dtype = dtype();
+  d->device = device();
+  d->storage = impl().storage;
+  d->offset = offset();
+  return Tensor(std::move(d));
+}
+
+void Tensor::wait_to_read() const { Engine::get().wait_to_read(storage()); }
+
+bool Tensor::is_ready() const { return Engine::get().write_done(storage()); }
+
+template <class T>
+T Tensor::item() const {
+  TIDE_CHECK(numel() == 1, "item", "needs a tensor with one element, got shape ", shape().str());
+  wait_to_read();
+  return dispatch_dtype(dtype(), [&](auto z) { return T(*data<decltype(z)>()); });
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  wait_to_read();
+  std::vector<T> out(static_cast<size_t>(numel()));
+  dispatch_dtype(dtype(), [&](auto z) {
+    const auto* p = data<decltype(z)>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = T(p[i]);
+  });
+  return out;
+}
+
+#define TIDE_INSTANTIATE(T)                  \
+  template T Tensor::item<T>() const;        \
+  template std::vector<T> Tensor::to_vector<T>() const;
+TIDE_INSTANTIATE(float)
+TIDE_INSTANTIATE(double)
+TIDE_INSTANTIATE(int32_t)
+TIDE_INSTANTIATE(int64_t)
+#undef TIDE_INSTANTIATE
+
+namespace {
+template <class T>
+void print_rec(std::ostream& os, const T* p, const Shape& s, int d, int64_t stride_prod) {
+  int64_t n = s[d];
+  int64_t inner = stride_prod / (n ? n : 1);
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (n > 6 && i == 3) {
+      os << "..., ";
+      i = n - 3;
+    }
+    if (d + 1 == s.ndim()) {
+      if constexpr (std::is_floating_point_v<T>) os << std::setprecision(6) << p[i];
+      else os << p[i];
+    } else {
+      print_rec(os, p + i * inner, s, d + 1, inner);
+    }
+    if (i + 1 < n) os << ", ";
+  }
+  os << "]";
+}
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  t.wait_to_read();
+  os << "Tensor(";
+  dispatch_dtype(t.dtype(), [&](auto z) {
+    using T = decltype(z);
+    if (t.ndim() == 0) os << +*t.data<T>();
+    else print_rec(os, t.data<T>(), t.shape(), 0, t.numel());
+  });
+  return os << ", shape=" << t.shape() << ", dtype=" << t.dtype() << ")";
+}
+
+}  // namespace tide

@@ -1,0 +1,139 @@
+// Tensor: a cheap value handle over a shared TensorImpl (shape, dtype, device, storage,
+// element offset, autograd state). The storage is shared separately, so views (reshape,
+// slices along dim 0) share memory. Contiguous row-major always.
+//
+// Nothing in this class waits for the backend except the sync points, marked "Waits".
+// Every op is queued and returns a tensor whose storage is already allocated.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <source_location>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace tide {
+
+namespace autograd {
+struct Node;
+}
+
+struct TensorImpl {
+  Shape shape;
+  DType dtype = DType::float32;
+  Device device;
+  StorageRef storage;
+  int64_t offset = 0;  // in elements
+
+  // Autograd. grad_fn: the op that produced this tensor (null for leaves).
+  bool requires_grad = false;
+  std::shared_ptr<autograd::Node> grad_fn;
+  std::shared_ptr<TensorImpl> grad;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined; most calls on it throw
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A new tensor with uninitialised contents; allocates at the call (may wait on memory
+  // pressure, see Allocator). For op implementations and host fills.
+  static Tensor empty(const Shape& shape, DType dtype = DType::float32,
+                      Device device = Device::cpu(), const char* op = "empty");
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  int ndim() const { return impl().shape.ndim(); }
+  int64_t numel() const { return impl().shape.numel(); }
+  int64_t size(int dim) const { return impl().shape.dim(dim); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().device; }
+  size_t nbytes() const { return size_t(numel()) * size_of(dtype()); }
+
+  // ---- raw access (op implementations) -----------------------------------------------
+  Storage* storage() const { return impl().storage.get(); }
+  int64_t offset() const { return impl().offset; }
+  // Pointer to the first element. Does not wait: only kernels and code that waited use it.
+  template <class T>
+  T* data() const {
+    return static_cast<T*>(storage()->data()) + offset();
+  }
+  TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // Identity of the impl (two handles to the same tensor share it).
+  uintptr_t id() const { return reinterpret_cast<uintptr_t>(impl_.get()); }
+  // True when this handle is the only reference to its impl and storage.
+  bool is_sole_owner() const;
+
+  // ---- views (share storage; differentiable) -----------------------------------------
+  // Same elements, new shape; one extent may be -1. Throws "[reshape]" on a count mismatch.
+  Tensor reshape(std::vector<int64_t> shape) const;
+  // Rows [begin, end) along dim 0. Throws "[slice]" when out of range.
+  Tensor slice(int64_t begin, int64_t end) const;
+  // Row i along dim 0, one rank lower. Throws "[select]" when out of range.
+  Tensor operator[](int64_t i) const;
+  // A handle sharing storage with no autograd history.
+  Tensor detach() const;
+
+  // ---- sync points -------------------------------------------------------------------
+  // Waits for the last write to this tensor, then rethrows the failure of the op that
+  // produced it, if any (with the op and the place it was queued).
+  void wait_to_read() const;
+  // True when the last write has executed. Does not wait.
+  bool is_ready() const;
+  // Waits. The single element, converted to T. Throws "[item]" unless numel() == 1.
+  template <class T = float>
+  T item() const;
+  // Waits. All elements in row-major order, converted to T.
+  template <class T = float>
+  std::vector<T> to_vector() const;
+
+  // ---- autograd (defined in ops/autograd.cpp) ----------------------------------------
+  bool requires_grad() const { return impl().requires_grad; }
+  // Marks a leaf as requiring grad. Throws "[requires_grad]" for non-floating dtypes.
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  // The accumulated gradient (undefined until a backward reached this tensor).
+  Tensor grad() const;
+  // Drops the accumulated gradient.
+  void zero_grad();
+  // Queues the gradient ops of the graph behind this scalar (or of `grad` for
+  // non-scalars) in reverse topological order, accumulating into the leaves' grad().
+  // Does not wait. Throws "[backward]" if this tensor does not require grad, or if the
+  // graph was freed by an earlier backward (unless that one passed retain_graph).
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+
+  // ---- in-place (defined in ops/elementwise.cpp); queued writes with hazard tracking --
+  // this += alpha * other (other broadcast to this shape).
+  Tensor& add_(const Tensor& other, double alpha = 1.0,
+               std::source_location site = std::source_location::current());
+  // this -= alpha * other.
+  Tensor& sub_(const Tensor& other, double alpha = 1.0,
+               std::source_location site = std::source_location::current());
+  // this *= other.
+  Tensor& mul_(const Tensor& other, std::source_location site = std::source_location::current());
+  Tensor& mul_(double s, std::source_location site = std::source_location::current());
+  // Overwrites this with src's values (broadcast). Queued.
+  Tensor& copy_(const Tensor& src, std::source_location site = std::source_location::current());
+
+  // Assigning to a temporary (a + b = c) does not compile.
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & noexcept = default;
+  Tensor& operator=(const Tensor&) && = delete;
+  Tensor& operator=(Tensor&&) && = delete;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Waits. Prints shape, dtype and values (at most 6 per dim, with "...").
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace tide

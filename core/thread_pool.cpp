@@ -1,0 +1,140 @@
+#include "core/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/engine_impl.h"
+#include "core/error.h"
+
+namespace tide {
+
+namespace {
+
+// One mailbox per helper: the caller writes the job, bumps `go`; the helper runs it and
+// sets `done` to the same generation.
+struct alignas(64) Mailbox {
+  std::atomic<uint64_t> go{0};
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> sleeping{false};
+  std::atomic<bool> stop{false};
+  RangeFn* fn = nullptr;
+  int64_t begin = 0, end = 0;
+  std::exception_ptr error;
+};
+
+void helper_loop(Mailbox* m) {
+  uint64_t seen = 0;
+  for (;;) {
+    auto ready = [&] { return m->go.load(std::memory_order_acquire) != seen; };
+    int64_t spins = 0;
+    while (!ready() && spins < 200000) {  // ~20-50 us
+      cpu_relax();
+      ++spins;
+    }
+    if (!ready()) {
+      m->sleeping.store(true, std::memory_order_seq_cst);
+      while (m->go.load(std::memory_order_seq_cst) == seen) m->go.wait(seen, std::memory_order_seq_cst);
+      m->sleeping.store(false, std::memory_order_relaxed);
+    }
+    seen = m->go.load(std::memory_order_acquire);
+    if (m->stop.load(std::memory_order_acquire)) return;
+    try {
+      if (m->begin < m->end) (*m->fn)(m->begin, m->end);
+    } catch (...) {
+      m->error = std::current_exception();
+    }
+    m->done.store(seen, std::memory_order_release);
+  }
+}
+
+class Pool {
+ public:
+  Pool() {
+    int n = int(std::thread::hardware_concurrency());
+    if (const char* e = std::getenv("TIDE_NUM_THREADS")) n = std::atoi(e);
+    resize(n < 1 ? 1 : n);
+  }
+
+  void run(int64_t n, int64_t grain, RangeFn fn) {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    int helpers = int(boxes_.size());
+    if (!lock.owns_lock() || helpers == 0) {
+      fn(0, n);
+      return;
+    }
+    int64_t parts = std::min<int64_t>(helpers + 1, (n + grain - 1) / grain);
+    int64_t chunk = (n + parts - 1) / parts;
+    ++gen_;
+    for (int64_t p = 1; p < parts; ++p) {
+      Mailbox& m = *boxes_[size_t(p - 1)];
+      m.fn = &fn;
+      m.begin = std::min(n, p * chunk);
+      m.end = std::min(n, (p + 1) * chunk);
+      m.error = nullptr;
+      m.go.store(gen_, std::memory_order_seq_cst);
+      if (m.sleeping.load(std::memory_order_seq_cst)) m.go.notify_one();
+    }
+    std::exception_ptr err;
+    try {
+      fn(0, std::min(n, chunk));
+    } catch (...) {
+      err = std::current_exception();
+    }
+    for (int64_t p = 1; p < parts; ++p) {
+      Mailbox& m = *boxes_[size_t(p - 1)];
+      while (m.done.load(std::memory_order_acquire) != gen_) cpu_relax();
+      if (m.error && !err) err = m.error;
+    }
+    if (err) std::rethrow_exception(err);
+  }
+
+  int size() {
+    std::lock_guard lock(mu_);
+    return int(boxes_.size()) + 1;
+  }
+
+  void resize(int n) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < boxes_.size(); ++i) {
+      boxes_[i]->stop.store(true, std::memory_order_seq_cst);
+      boxes_[i]->go.store(++gen_ + 1000000000ull, std::memory_order_seq_cst);
+      boxes_[i]->go.notify_one();
+      threads_[i].join();
+    }
+    boxes_.clear();
+    threads_.clear();
+    gen_ = 0;
+    for (int i = 1; i < n; ++i) {
+      boxes_.push_back(std::make_unique<Mailbox>());
+      threads_.emplace_back(helper_loop, boxes_.back().get());
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t gen_ = 0;
+  std::vector<std::unique_ptr<Mailbox>> boxes_;
+  std::vector<std::thread> threads_;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: workers may run kernels during exit
+  return *p;
+}
+
+}  // namespace
+
+void parallel_for_ref(int64_t n, int64_t grain, RangeFn fn) { pool().run(n, grain, fn); }
+int num_threads() { return pool().size(); }
+void set_num_threads(int n) {
+  TIDE_CHECK(n >= 1, "set_num_threads", "need at least 1 thread, got ", n);
+  pool().resize(n);
+}
+
+}  // namespace tide

@@ -1,0 +1,138 @@
+#include "ops/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "ops/creation.h"
+#include "ops/elementwise.h"
+
+namespace tide::autograd {
+
+namespace {
+thread_local bool tl_grad_enabled = true;
+}
+
+bool grad_enabled() { return tl_grad_enabled; }
+NoGrad::NoGrad() : prev_(tl_grad_enabled) { tl_grad_enabled = false; }
+NoGrad::~NoGrad() { tl_grad_enabled = prev_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!tl_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs,
+                 BackwardFn fn) {
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  for (const Tensor* t : inputs) {
+    Edge e;
+    if (t->defined() && t->requires_grad()) {
+      if (t->impl().grad_fn) e.fn = t->impl().grad_fn;
+      else e.leaf = t->impl_ptr();
+    }
+    node->next.push_back(std::move(e));
+  }
+  node->backward = std::move(fn);
+  out.impl().requires_grad = true;
+  out.impl().grad_fn = std::move(node);
+}
+
+namespace {
+void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  if (!leaf->grad) {
+    leaf->grad = clone(g).impl_ptr();
+  } else {
+    Tensor acc(leaf->grad);
+    acc.add_(g);
+  }
+}
+}  // namespace
+
+}  // namespace tide::autograd
+
+namespace tide {
+
+using autograd::Node;
+
+Tensor& Tensor::requires_grad_(bool on) {
+  TIDE_CHECK(!on || is_floating(dtype()), "requires_grad",
+             "only floating tensors can require grad, got ", dtype());
+  TIDE_CHECK(is_leaf(), "requires_grad", "can only be set on leaves (tensors no op produced)");
+  impl().requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+
+void Tensor::zero_grad() { impl().grad.reset(); }
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  TIDE_CHECK(requires_grad(), "backward",
+             "the tensor does not require grad (no input of the ops behind it did)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    TIDE_CHECK(numel() == 1, "backward",
+               "needs a gradient argument for a non-scalar output of shape ", shape().str());
+    seed = ones(shape(), dtype());
+  } else {
+    TIDE_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward",
+               "gradient of shape ", seed.shape().str(), " ", seed.dtype(),
+               " for an output of shape ", shape().str(), " ", dtype());
+  }
+  autograd::NoGrad no_grad;
+  if (is_leaf()) {
+    autograd::accumulate(impl_ptr(), seed);
+    return;
+  }
+  // Reverse topological order by an iterative depth-first search.
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack{{impl().grad_fn.get(), 0}};
+  seen.insert(impl().grad_fn.get());
+  while (!stack.empty()) {
+    auto& [n, i] = stack.back();
+    if (i < n->next.size()) {
+      Node* c = n->next[i++].fn.get();
+      if (c && seen.insert(c).second) stack.push_back({c, 0});
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  for (Node* n : order)
+    TIDE_CHECK(!n->freed, "backward",
+               "the graph through '", n->op,
+               "' was freed by an earlier backward(); pass retain_graph=true to that call "
+               "to backpropagate through it twice");
+  std::unordered_map<Node*, Tensor> grads;
+  grads[order.back()] = seed;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = *it;
+    auto g = grads.find(n);
+    if (g == grads.end()) continue;
+    Tensor gout = g->second;
+    grads.erase(g);
+    std::vector<Tensor> gin = n->backward(gout);
+    TIDE_ASSERT(gin.size() == n->next.size(), n->op, " returned ", gin.size(), " gradients");
+    for (size_t i = 0; i < gin.size(); ++i) {
+      const autograd::Edge& e = n->next[i];
+      if (!gin[i].defined()) continue;
+      if (e.fn) {
+        auto [slot, fresh] = grads.try_emplace(e.fn.get(), gin[i]);
+        if (!fresh) slot->second = slot->second + gin[i];
+      } else if (e.leaf) {
+        autograd::accumulate(e.leaf, gin[i]);
+      }
+    }
+    if (!retain_graph) {
+      n->backward = nullptr;
+      n->freed = true;
+    }
+  }
+}
+
+}  // namespace tide

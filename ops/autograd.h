@@ -1,0 +1,63 @@
+// Reverse-mode autograd. An op whose inputs require grad attaches a Node to its output:
+// the node keeps what the gradient needs and a function from the output's gradient to the
+// inputs' gradients, written with ordinary (queued) ops. backward() walks the nodes in
+// reverse topological order and queues those ops; nothing here waits.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tide::autograd {
+
+struct Edge {
+  std::shared_ptr<Node> fn;           // the input's producing node, or
+  std::shared_ptr<TensorImpl> leaf;   // a leaf that accumulates into .grad
+};
+
+// Gradients for each input, in order; an undefined Tensor means "no gradient".
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
+
+struct Node {
+  const char* op;
+  std::vector<Edge> next;  // one per input (empty Edge for inputs that need no grad)
+  BackwardFn backward;     // released after backward() unless retain_graph
+  bool freed = false;
+};
+
+// Is recording on for this thread? (NoGrad turns it off.)
+bool grad_enabled();
+
+// Turns recording off for this thread within its scope.
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True when recording is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+// Attaches a node to `out` when needs_grad(inputs): `fn` maps out's gradient to one
+// gradient per input. Saved tensors that alias `out` must be captured detached.
+void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs,
+                 BackwardFn fn);
+// The same, but builds the std::function only when a node is needed (hot path).
+template <class F>
+void record(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs, F&& fn) {
+  if (needs_grad(inputs)) record_node(op, out, inputs, BackwardFn(std::forward<F>(fn)));
+}
+
+}  // namespace tide::autograd
+
+namespace tide {
+using autograd::NoGrad;
+}

@@ -1,0 +1,338 @@
+// Elementwise ops: front-ends (checks, broadcast, output allocation, autograd) over the
+// CPU loops of elementwise_cpu.h and the functors of functors.h.
+#include "ops/elementwise.h"
+
+#include "ops/autograd.h"
+#include "ops/creation.h"
+#include "ops/elementwise_cpu.h"
+#include "ops/functors.h"
+#include "ops/op_util.h"
+#include "ops/reduce.h"
+
+namespace tide {
+
+using namespace detail;
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
+
+bool is_mask_op(OpId id) { return id == OpId::eq || id == OpId::gt || id == OpId::lt; }
+
+// Queues out = f(a, b), a and b broadcast to out's shape; out's dtype may differ (masks).
+template <class F>
+void queue_binary(const char* op, F f, const Tensor& a, const Tensor& b, const Tensor& out,
+                  Site site) {
+  dispatch_dtype(a.dtype(), [&](auto za) {
+    using T = decltype(za);
+    auto go = [&](auto zo) {
+      using O = decltype(zo);
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      O* po = out.data<O>();
+      int64_t n = out.numel(), na = a.numel(), nb = b.numel();
+      if ((na == n || na == 1) && (nb == n || nb == 1)) {
+        int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
+        launch(op, {a.storage(), b.storage()}, {out.storage()},
+               [=] { binary_flat(pa, sa, pb, sb, po, n, f); }, site);
+      } else {
+        BroadcastGeometry g = make_geometry(a.shape(), b.shape(), out.shape());
+        launch(op, {a.storage(), b.storage()}, {out.storage()},
+               [=] { binary_broadcast(pa, pb, po, g, f); }, site);
+      }
+    };
+    if (out.dtype() == a.dtype()) go(T{});
+    else go(float{});
+  });
+}
+
+// Queues out = f(a, s) (or f(s, a) when scalar_first) for a contiguous a.
+template <class F>
+void queue_scalar(const char* op, F f, const Tensor& a, double s, bool scalar_first,
+                  const Tensor& out, Site site) {
+  dispatch_dtype(a.dtype(), [&](auto za) {
+    using T = decltype(za);
+    auto go = [&](auto zo) {
+      using O = decltype(zo);
+      const T* pa = a.data<T>();
+      O* po = out.data<O>();
+      int64_t n = out.numel();
+      T sv = T(s);
+      if (scalar_first)
+        launch(op, {a.storage()}, {out.storage()},
+               [=] { binary_flat(&sv, 0, pa, 1, po, n, f); }, site);
+      else
+        launch(op, {a.storage()}, {out.storage()},
+               [=] { binary_flat(pa, 1, &sv, 0, po, n, f); }, site);
+    };
+    if (out.dtype() == a.dtype()) go(T{});
+    else go(float{});
+  });
+}
+
+template <class F>
+void queue_unary(const char* op, F f, const Tensor& a, const Tensor& out, Site site) {
+  dispatch_dtype(a.dtype(), [&](auto za) {
+    using T = decltype(za);
+    const T* pa = a.data<T>();
+    T* po = out.data<T>();
+    int64_t n = out.numel();
+    launch(op, {a.storage()}, {out.storage()}, [=] { unary_flat(pa, po, n, f); }, site);
+  });
+}
+
+template <class F>
+Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
+  const char* op = op_name(id);
+  check_same(a, b, op);
+  if (id == OpId::div) check_floating(a, op);
+  Shape s = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor y = Tensor::empty(s, is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
+  queue_binary(op, f, a, b, y, site);
+  return y;
+}
+
+template <class F>
+Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Site site) {
+  const char* op = op_name(id);
+  check_defined(a, op);
+  check_cpu(a, op);
+  if (id == OpId::div) check_floating(a, op);
+  Tensor y = Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(),
+                           a.device(), op);
+  queue_scalar(op, f, a, s, scalar_first, y, site);
+  return y;
+}
+
+template <class F>
+Tensor unary_op(OpId id, F f, const Tensor& a, Site site, bool floating_only) {
+  const char* op = op_name(id);
+  check_defined(a, op);
+  check_cpu(a, op);
+  if (floating_only) check_floating(a, op);
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), op);
+  queue_unary(op, f, a, y, site);
+  return y;
+}
+
+// 1 where a >= b (the side maximum takes on ties), else 0.
+Tensor ge_mask(const Tensor& a, const Tensor& b) { return rsub(1.0, lt(a, b)); }
+
+}  // namespace
+
+// ---- binary ----------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, Site site) {
+  Tensor y = binary_op(OpId::add, fn::Add{}, a, b, site);
+  autograd::record("add", y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return Grads{sum_to(g, sa), sum_to(g, sb)};
+  });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, Site site) {
+  Tensor y = binary_op(OpId::sub, fn::Sub{}, a, b, site);
+  autograd::record("sub", y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b, Site site) {
+  Tensor y = binary_op(OpId::mul, fn::Mul{}, a, b, site);
+  autograd::record("mul", y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+    return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
+  });
+  return y;
+}
+
+Tensor div(const Tensor& a, const Tensor& b, Site site) {
+  Tensor y = binary_op(OpId::div, fn::Div{}, a, b, site);
+  autograd::record("div", y, {&a, &b},
+                   [sa = a.shape(), b = b.detach(), y = y.detach()](const Tensor& g) {
+                     Tensor ga = g / b;
+                     return Grads{sum_to(ga, sa), sum_to(neg(ga * y), b.shape())};
+                   });
+  return y;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
+  Tensor y = binary_op(OpId::maximum, fn::Maximum{}, a, b, site);
+  autograd::record("maximum", y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+    Tensor m = ge_mask(a, b);
+    return Grads{sum_to(g * m, a.shape()), sum_to(g * rsub(1.0, m), b.shape())};
+  });
+  return y;
+}
+
+Tensor eq(const Tensor& a, const Tensor& b, Site site) {
+  return binary_op(OpId::eq, fn::Eq{}, a, b, site);
+}
+Tensor gt(const Tensor& a, const Tensor& b, Site site) {
+  return binary_op(OpId::gt, fn::Gt{}, a, b, site);
+}
+Tensor lt(const Tensor& a, const Tensor& b, Site site) {
+  return binary_op(OpId::lt, fn::Lt{}, a, b, site);
+}
+
+// ---- tensor-scalar ---------------------------------------------------------------------
+
+Tensor add(const Tensor& a, double s, Site site) {
+  Tensor y = scalar_op(OpId::add, fn::Add{}, a, s, false, site);
+  autograd::record("add", y, {&a}, [](const Tensor& g) { return Grads{g}; });
+  return y;
+}
+Tensor sub(const Tensor& a, double s, Site site) {
+  Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, false, site);
+  autograd::record("sub", y, {&a}, [](const Tensor& g) { return Grads{g}; });
+  return y;
+}
+Tensor rsub(double s, const Tensor& a, Site site) {
+  Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, true, site);
+  autograd::record("sub", y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
+  return y;
+}
+Tensor mul(const Tensor& a, double s, Site site) {
+  Tensor y = scalar_op(OpId::mul, fn::Mul{}, a, s, false, site);
+  autograd::record("mul", y, {&a}, [s](const Tensor& g) { return Grads{mul(g, s)}; });
+  return y;
+}
+Tensor div(const Tensor& a, double s, Site site) {
+  Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, false, site);
+  autograd::record("div", y, {&a}, [s](const Tensor& g) { return Grads{div(g, s)}; });
+  return y;
+}
+Tensor rdiv(double s, const Tensor& a, Site site) {
+  Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, true, site);
+  autograd::record("div", y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
+    return Grads{neg(g * y / a)};
+  });
+  return y;
+}
+Tensor maximum(const Tensor& a, double s, Site site) {
+  Tensor y = scalar_op(OpId::maximum, fn::Maximum{}, a, s, false, site);
+  autograd::record("maximum", y, {&a}, [a = a.detach(), s](const Tensor& g) {
+    return Grads{g * rsub(1.0, lt(a, s))};
+  });
+  return y;
+}
+Tensor eq(const Tensor& a, double s, Site site) {
+  return scalar_op(OpId::eq, fn::Eq{}, a, s, false, site);
+}
+Tensor gt(const Tensor& a, double s, Site site) {
+  return scalar_op(OpId::gt, fn::Gt{}, a, s, false, site);
+}
+Tensor lt(const Tensor& a, double s, Site site) {
+  return scalar_op(OpId::lt, fn::Lt{}, a, s, false, site);
+}
+
+// ---- unary -----------------------------------------------------------------------------
+
+Tensor neg(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site, false);
+  autograd::record("neg", y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
+  return y;
+}
+Tensor exp(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site, true);
+  autograd::record("exp", y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
+  return y;
+}
+Tensor log(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::log, fn::Log{}, a, site, true);
+  autograd::record("log", y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
+  return y;
+}
+Tensor sqrt(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site, true);
+  autograd::record("sqrt", y, {&a},
+                   [y = y.detach()](const Tensor& g) { return Grads{g * 0.5 / y}; });
+  return y;
+}
+Tensor abs(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site, false);
+  autograd::record("abs", y, {&a}, [a = a.detach()](const Tensor& g) {
+    return Grads{g * (gt(a, 0.0) - lt(a, 0.0))};
+  });
+  return y;
+}
+Tensor relu(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site, false);
+  autograd::record("relu", y, {&a},
+                   [a = a.detach()](const Tensor& g) { return Grads{g * gt(a, 0.0)}; });
+  return y;
+}
+Tensor sigmoid(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site, true);
+  autograd::record("sigmoid", y, {&a}, [y = y.detach()](const Tensor& g) {
+    return Grads{g * y * rsub(1.0, y)};
+  });
+  return y;
+}
+Tensor tanh(const Tensor& a, Site site) {
+  Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site, true);
+  autograd::record("tanh", y, {&a}, [y = y.detach()](const Tensor& g) {
+    return Grads{g * rsub(1.0, y * y)};
+  });
+  return y;
+}
+Tensor pow(const Tensor& a, double p, Site site) {
+  Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site, true);
+  autograd::record("pow", y, {&a}, [a = a.detach(), p](const Tensor& g) {
+    return Grads{g * (pow(a, p - 1.0) * p)};
+  });
+  return y;
+}
+
+// ---- in place ----------------------------------------------------------------------------
+
+namespace {
+void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
+  const char* op = op_name(id);
+  check_defined(self, op);
+  check_cpu(self, op);
+  TIDE_CHECK(!(self.requires_grad() && autograd::grad_enabled()), op,
+             "cannot update a tensor that requires grad in place while recording; use "
+             "NoGrad (as optimizers do)");
+  if (!other) return;
+  check_same(self, *other, op);
+  Shape s = broadcast_shapes(self.shape(), other->shape(), op);
+  TIDE_CHECK(s == self.shape(), op, "cannot broadcast ", describe(*other), " into ",
+             describe(self));
+}
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
+  check_in_place(*this, &other, OpId::add_);
+  if (alpha == 1.0) queue_binary("add_", fn::Add{}, *this, other, *this, site);
+  else queue_binary("add_", fn::AddScaled{alpha}, *this, other, *this, site);
+  return *this;
+}
+
+Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
+  check_in_place(*this, &other, OpId::sub_);
+  if (alpha == 1.0) queue_binary("sub_", fn::Sub{}, *this, other, *this, site);
+  else queue_binary("sub_", fn::AddScaled{-alpha}, *this, other, *this, site);
+  return *this;
+}
+
+Tensor& Tensor::mul_(const Tensor& other, Site site) {
+  check_in_place(*this, &other, OpId::mul_);
+  queue_binary("mul_", fn::Mul{}, *this, other, *this, site);
+  return *this;
+}
+
+Tensor& Tensor::mul_(double s, Site site) {
+  check_in_place(*this, nullptr, OpId::mul_);
+  queue_scalar("mul_", fn::Mul{}, *this, s, false, *this, site);
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src, Site site) {
+  check_in_place(*this, &src, OpId::copy_);
+  queue_binary("copy_", fn::Second{}, *this, src, *this, site);
+  return *this;
+}
+
+}  // namespace tide

@@ -1,0 +1,65 @@
+// Elementwise ops with NumPy broadcasting, tensor-scalar forms and operators. Operands
+// must share dtype and device ("[op] dtypes differ" otherwise). Arithmetic, maximum, abs,
+// neg and comparisons accept every dtype; exp, log, sqrt, pow, sigmoid, tanh, div need a
+// floating dtype. Comparisons give masks of 0/1 in the input's dtype (float32 for
+// integer inputs). All queued; none waits.
+#pragma once
+
+#include "core/engine.h"
+#include "core/tensor.h"
+
+namespace tide {
+
+// Binds a call site to the first operand of an operator, so errors raised while the op
+// runs name the user's line (a default argument cannot follow an operator's operands).
+struct At {
+  const Tensor& t;
+  Site site;
+  At(const Tensor& t, Site site = Site::current()) : t(t), site(site) {}  // NOLINT
+};
+
+Tensor add(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor sub(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor mul(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor div(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor eq(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor gt(const Tensor& a, const Tensor& b, Site site = Site::current());
+Tensor lt(const Tensor& a, const Tensor& b, Site site = Site::current());
+
+Tensor add(const Tensor& a, double s, Site site = Site::current());
+Tensor sub(const Tensor& a, double s, Site site = Site::current());
+Tensor rsub(double s, const Tensor& a, Site site = Site::current());  // s - a
+Tensor mul(const Tensor& a, double s, Site site = Site::current());
+Tensor div(const Tensor& a, double s, Site site = Site::current());
+Tensor rdiv(double s, const Tensor& a, Site site = Site::current());  // s / a
+Tensor maximum(const Tensor& a, double s, Site site = Site::current());
+Tensor eq(const Tensor& a, double s, Site site = Site::current());
+Tensor gt(const Tensor& a, double s, Site site = Site::current());
+Tensor lt(const Tensor& a, double s, Site site = Site::current());
+Tensor pow(const Tensor& a, double exponent, Site site = Site::current());
+
+Tensor neg(const Tensor& a, Site site = Site::current());
+Tensor exp(const Tensor& a, Site site = Site::current());
+Tensor log(const Tensor& a, Site site = Site::current());
+Tensor sqrt(const Tensor& a, Site site = Site::current());
+Tensor abs(const Tensor& a, Site site = Site::current());
+Tensor relu(const Tensor& a, Site site = Site::current());
+Tensor sigmoid(const Tensor& a, Site site = Site::current());
+Tensor tanh(const Tensor& a, Site site = Site::current());
+
+inline Tensor operator+(At a, const Tensor& b) { return add(a.t, b, a.site); }
+inline Tensor operator-(At a, const Tensor& b) { return sub(a.t, b, a.site); }
+inline Tensor operator*(At a, const Tensor& b) { return mul(a.t, b, a.site); }
+inline Tensor operator/(At a, const Tensor& b) { return div(a.t, b, a.site); }
+inline Tensor operator+(At a, double s) { return add(a.t, s, a.site); }
+inline Tensor operator-(At a, double s) { return sub(a.t, s, a.site); }
+inline Tensor operator*(At a, double s) { return mul(a.t, s, a.site); }
+inline Tensor operator/(At a, double s) { return div(a.t, s, a.site); }
+inline Tensor operator+(double s, At a) { return add(a.t, s, a.site); }
+inline Tensor operator-(double s, At a) { return rsub(s, a.t, a.site); }
+inline Tensor operator*(double s, At a) { return mul(a.t, s, a.site); }
+inline Tensor operator/(double s, At a) { return rdiv(s, a.t, a.site); }
+inline Tensor operator-(At a) { return neg(a.t, a.site); }
+
+}  // namespace tide

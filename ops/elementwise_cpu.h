@@ -1,0 +1,96 @@
+// CPU loops for elementwise ops: contiguous fast paths the compiler vectorises, a general
+// broadcasting walk, and the split over the intra-op thread pool. Not a public header.
+#pragma once
+
+#include <cstdint>
+
+#include "core/shape.h"
+#include "core/thread_pool.h"
+#include "ops/op_util.h"
+
+namespace tide::detail {
+
+// Operand strides (in elements, 0 where broadcast) against the output shape.
+struct BroadcastGeometry {
+  int ndim = 0;
+  int64_t out[kMaxDims]{};
+  int64_t sa[kMaxDims]{};
+  int64_t sb[kMaxDims]{};
+};
+
+inline void operand_strides(const Shape& in, const Shape& out, int64_t* s) {
+  int pad = out.ndim() - in.ndim();
+  int64_t acc = 1;
+  for (int i = out.ndim() - 1; i >= 0; --i) {
+    int j = i - pad;
+    int64_t d = j >= 0 ? in[j] : 1;
+    s[i] = d == 1 ? 0 : acc;
+    acc *= d;
+  }
+}
+
+inline BroadcastGeometry make_geometry(const Shape& a, const Shape& b, const Shape& out) {
+  BroadcastGeometry g;
+  g.ndim = out.ndim();
+  for (int i = 0; i < g.ndim; ++i) g.out[i] = out[i];
+  operand_strides(a, out, g.sa);
+  operand_strides(b, out, g.sb);
+  return g;
+}
+
+// o[i] = f(a[i*sa], b[i*sb]) for i < n, with sa, sb in {0, 1} specialised for vectorising.
+template <class O, class T, class F>
+inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n, F f) {
+  if (sa == 1 && sb == 1)
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(a[i], b[i]));
+  else if (sa == 1 && sb == 0) {
+    T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(a[i], bv));
+  } else if (sa == 0 && sb == 1) {
+    T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(av, b[i]));
+  } else {
+    O v = O(f(*a, *b));
+    for (int64_t i = 0; i < n; ++i) o[i] = v;
+  }
+}
+
+// The general broadcasting walk, rows of the last dim split across threads.
+template <class O, class T, class F>
+void binary_broadcast(const T* a, const T* b, O* o, const BroadcastGeometry& g, F f) {
+  int last = g.ndim - 1;
+  int64_t len = g.out[last];
+  int64_t rows = 1;
+  for (int i = 0; i < last; ++i) rows *= g.out[i];
+  if (len == 0 || rows == 0) return;
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / len);
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t oa = 0, ob = 0, rem = r;
+      for (int i = last - 1; i >= 0; --i) {
+        int64_t idx = rem % g.out[i];
+        rem /= g.out[i];
+        oa += idx * g.sa[i];
+        ob += idx * g.sb[i];
+      }
+      binary_row(a + oa, g.sa[last], b + ob, g.sb[last], o + r * len, len, f);
+    }
+  });
+}
+
+// Contiguous: a and b each either n elements or one.
+template <class O, class T, class F>
+void binary_flat(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n, F f) {
+  parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    binary_row(a + lo * sa, sa, b + lo * sb, sb, o + lo, hi - lo, f);
+  });
+}
+
+template <class O, class T, class F>
+void unary_flat(const T* a, O* o, int64_t n, F f) {
+  parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) o[i] = O(f(a[i]));
+  });
+}
+
+}  // namespace tide::detail

@@ -1,0 +1,69 @@
+#include "ops/op_traits.h"
+
+#include <array>
+
+namespace tide {
+
+namespace {
+using K = OpKind;
+constexpr bool E = true, N = false;
+// id, name, kind, elementwise, in_place, differentiable
+constexpr std::array kTable{
+    OpTraits{OpId::zeros, "zeros", K::creation, N, N, N},
+    OpTraits{OpId::ones, "ones", K::creation, N, N, N},
+    OpTraits{OpId::full, "full", K::creation, N, N, N},
+    OpTraits{OpId::arange, "arange", K::creation, N, N, N},
+    OpTraits{OpId::randn, "randn", K::creation, N, N, N},
+    OpTraits{OpId::rand, "rand", K::creation, N, N, N},
+    OpTraits{OpId::from_data, "from_data", K::creation, N, N, N},
+    OpTraits{OpId::clone, "clone", K::creation, E, N, E},
+    OpTraits{OpId::add, "add", K::elementwise, E, N, E},
+    OpTraits{OpId::sub, "sub", K::elementwise, E, N, E},
+    OpTraits{OpId::mul, "mul", K::elementwise, E, N, E},
+    OpTraits{OpId::div, "div", K::elementwise, E, N, E},
+    OpTraits{OpId::maximum, "maximum", K::elementwise, E, N, E},
+    OpTraits{OpId::eq, "eq", K::elementwise, E, N, N},
+    OpTraits{OpId::gt, "gt", K::elementwise, E, N, N},
+    OpTraits{OpId::lt, "lt", K::elementwise, E, N, N},
+    OpTraits{OpId::neg, "neg", K::elementwise, E, N, E},
+    OpTraits{OpId::exp, "exp", K::elementwise, E, N, E},
+    OpTraits{OpId::log, "log", K::elementwise, E, N, E},
+    OpTraits{OpId::sqrt, "sqrt", K::elementwise, E, N, E},
+    OpTraits{OpId::abs, "abs", K::elementwise, E, N, E},
+    OpTraits{OpId::pow, "pow", K::elementwise, E, N, E},
+    OpTraits{OpId::relu, "relu", K::elementwise, E, N, E},
+    OpTraits{OpId::sigmoid, "sigmoid", K::elementwise, E, N, E},
+    OpTraits{OpId::tanh, "tanh", K::elementwise, E, N, E},
+    OpTraits{OpId::cast, "cast", K::elementwise, E, N, E},
+    OpTraits{OpId::add_, "add_", K::elementwise, E, E, N},
+    OpTraits{OpId::sub_, "sub_", K::elementwise, E, E, N},
+    OpTraits{OpId::mul_, "mul_", K::elementwise, E, E, N},
+    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N},
+    OpTraits{OpId::sum, "sum", K::reduction, N, N, E},
+    OpTraits{OpId::mean, "mean", K::reduction, N, N, E},
+    OpTraits{OpId::max, "max", K::reduction, N, N, E},
+    OpTraits{OpId::argmax, "argmax", K::reduction, N, N, N},
+    OpTraits{OpId::matmul, "matmul", K::linalg, N, N, E},
+    OpTraits{OpId::transpose, "transpose", K::linalg, N, N, E},
+    OpTraits{OpId::softmax, "softmax", K::linalg, N, N, E},
+    OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
+    OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
+    OpTraits{OpId::slice, "slice", K::view, N, N, E},
+    OpTraits{OpId::select, "select", K::view, N, N, E},
+    OpTraits{OpId::fail, "fail", K::debug, N, N, N},
+    OpTraits{OpId::gate, "gate", K::debug, N, N, N},
+};
+static_assert(kTable.size() == size_t(OpId::count_), "one row per OpId");
+constexpr bool ordered() {
+  for (size_t i = 0; i < kTable.size(); ++i)
+    if (size_t(kTable[i].id) != i) return false;
+  return true;
+}
+static_assert(ordered(), "rows in OpId order");
+}  // namespace
+
+const OpTraits& op_traits(OpId op) { return kTable[size_t(op)]; }
+const char* op_name(OpId op) { return kTable[size_t(op)].name.data(); }
+std::span<const OpTraits> all_ops() { return kTable; }
+
+}  // namespace tide

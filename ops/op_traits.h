@@ -1,0 +1,49 @@
+// The op table: one row per op with its traits (STYLE 5). Errors, the profiler and the
+// tests read names and traits from here; a test walks the table to check that every op has
+// a reference test and, when differentiable, a gradient check.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace tide {
+
+enum class OpId : uint16_t {
+  // creation
+  zeros, ones, full, arange, randn, rand, from_data, clone,
+  // elementwise, binary
+  add, sub, mul, div, maximum, eq, gt, lt,
+  // elementwise, unary
+  neg, exp, log, sqrt, abs, pow, relu, sigmoid, tanh, cast,
+  // in place (optimizers)
+  add_, sub_, mul_, copy_,
+  // reductions
+  sum, mean, max, argmax,
+  // linear algebra and rows
+  matmul, transpose, softmax, log_softmax,
+  // views (no kernel)
+  reshape, slice, select,
+  // test and demo helpers (ops/debug.h)
+  fail, gate,
+  count_  // keep last
+};
+
+enum class OpKind : uint8_t { creation, elementwise, reduction, linalg, view, debug };
+
+struct OpTraits {
+  OpId id;
+  std::string_view name;
+  OpKind kind;
+  bool elementwise;     // one output element from the same-index input elements (fusable)
+  bool in_place;        // writes one of its inputs
+  bool differentiable;  // has a gradient (needs a finite-difference test)
+};
+
+// Traits of op; the table is checked against the enum at compile time.
+const OpTraits& op_traits(OpId op);
+// The name of op, for errors and the profiler ("add", "matmul", ...). A C string literal.
+const char* op_name(OpId op);
+std::span<const OpTraits> all_ops();
+
+}  // namespace tide

@@ -1,0 +1,46 @@
+// Helpers shared by the op families: argument checks (which throw "[op] ..." before anything
+// is queued) and the queueing shorthand. Not a public header.
+#pragma once
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "ops/op_traits.h"
+
+namespace tide::detail {
+
+// Elementwise loops below this many elements run inline on the worker.
+inline constexpr int64_t kParallelGrain = 32768;
+
+inline std::string describe(const Tensor& t) {
+  return t.shape().str() + " " + std::string(name(t.dtype()));
+}
+
+inline void check_defined(const Tensor& t, const char* op) {
+  TIDE_CHECK(t.defined(), op, "got an undefined tensor");
+}
+inline void check_cpu(const Tensor& t, const char* op) {
+  TIDE_CHECK(t.device().is_cpu(), op, "has no kernel for device ", t.device().str(),
+             " in this build");
+}
+inline void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  check_defined(a, op);
+  check_defined(b, op);
+  TIDE_CHECK(a.dtype() == b.dtype(), op, "dtypes differ: ", describe(a), " and ", describe(b));
+  TIDE_CHECK(a.device() == b.device(), op, "devices differ: ", a.device().str(), " and ",
+             b.device().str());
+  check_cpu(a, op);
+}
+inline void check_floating(const Tensor& a, const char* op) {
+  TIDE_CHECK(is_floating(a.dtype()), op, "needs a floating tensor, got ", describe(a));
+}
+
+// Queues fn on the current stream.
+template <class F>
+void launch(const char* op, std::initializer_list<Storage*> reads,
+            std::initializer_list<Storage*> writes, F&& fn, Site site) {
+  Engine::get().submit(op, reads, writes, std::forward<F>(fn), site);
+}
+
+}  // namespace tide::detail

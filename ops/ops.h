@@ -1,0 +1,10 @@
+// Everything in ops/: include this to use tide's operators.
+#pragma once
+
+#include "ops/autograd.h"
+#include "ops/creation.h"
+#include "ops/debug.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/op_traits.h"
+#include "ops/reduce.h"

@@ -1,0 +1,12 @@
+// tide: the whole public API.
+#pragma once
+
+#include "core/allocator.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/memory_probe.h"
+#include "core/profiler.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "ops/ops.h"
