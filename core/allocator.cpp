@@ -43,16 +43,20 @@ void Storage::release() {
 }
 
 void Storage::reset_for_reuse() {
-  if (Failure* f = failure_.exchange(nullptr, std::memory_order_acq_rel)) f->release();
+  if (failure_.load(std::memory_order_relaxed))
+    if (Failure* f = failure_.exchange(nullptr, std::memory_order_acq_rel)) f->release();
   hazard = HazardState{};
   refs_.store(1, std::memory_order_relaxed);
 }
 
-Allocator& Allocator::get(Device d) {
-  TIDE_CHECK(d.is_cpu(), "alloc", "no allocator for device ", d.str(),
-             " in this build (CUDA memory is not implemented yet)");
-  static Allocator* cpu = new Allocator(Device::cpu());  // never destroyed: storages may be
-  return *cpu;                                           // released during static destruction
+Allocator& Allocator::cpu() {
+  static Allocator* a = new Allocator(Device::cpu());  // never destroyed: storages may be
+  return *a;                                           // released during static destruction
+}
+
+Allocator& Allocator::get_other(Device d) {
+  throw Error("alloc", "no allocator for device " + d.str() +
+                           " in this build (CUDA memory is not implemented yet)");
 }
 
 Allocator::~Allocator() { empty_cache(); }
@@ -61,7 +65,7 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   int c = size_class(bytes);
   size_t cap = class_bytes(c);
   size_t limit = limit_.load(std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   size_t active = active_.load(std::memory_order_relaxed);
   if (limit && active + cap > limit) {
     *fits = false;
@@ -114,16 +118,23 @@ StorageRef Allocator::allocate(size_t bytes, const char* op) {
                                  active_.load(), " bytes in use with no queued work left"));
 }
 
+StorageRef Allocator::workspace(size_t bytes, const char* op) {
+  bool fits = true;
+  if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
+  throw Error(op, detail::concat("out of memory for a ", bytes, "-byte workspace: limit ",
+                                 limit_.load(), " bytes, ", active_.load(), " bytes in use"));
+}
+
 void Allocator::free_block(Storage* s) {
   size_t cap = s->capacity_;
-  std::lock_guard lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   active_.fetch_sub(cap, std::memory_order_relaxed);
   cache_[s->size_class_].push_back(s);
   cached_.fetch_add(cap, std::memory_order_relaxed);
 }
 
 void Allocator::empty_cache() {
-  std::lock_guard lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   for (auto& list : cache_) {
     for (Storage* s : list) {
       cached_.fetch_sub(s->capacity_, std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/spinlock.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -35,12 +36,20 @@ struct AllocatorStats {
 class Allocator {
  public:
   // The allocator of device d. CPU only in this build; throws "[alloc]" for other devices.
-  static Allocator& get(Device d = Device::cpu());
+  static Allocator& get(Device d = Device::cpu()) {
+    if (d.is_cpu()) [[likely]] return cpu();
+    return get_other(d);
+  }
 
   // A storage of at least `bytes` bytes (64-byte aligned, contents undefined). May wait for
   // queued work when a limit is set (see above). Throws tide::Error("[alloc]") naming the
   // request, the limit and the bytes in use, tagged with `op`.
   StorageRef allocate(size_t bytes, const char* op = "alloc");
+
+  // Scratch memory for a kernel while it runs on a worker. Never waits (a worker cannot
+  // wait for its own stream); throws tide::Error("[op] out of memory ...") at once when
+  // the limit would be passed, which fails the op like any kernel error.
+  StorageRef workspace(size_t bytes, const char* op);
 
   AllocatorStats stats() const;
   // Sets the limit on active bytes (0 = none). Does not wait.
@@ -60,13 +69,15 @@ class Allocator {
 
  private:
   friend class Storage;
+  static Allocator& cpu();
+  [[noreturn]] static Allocator& get_other(Device d);
   explicit Allocator(Device d) : device_(d) {}
   void free_block(Storage* s);
   Storage* try_take(size_t bytes, bool* fits);
 
   static constexpr int kNumClasses = 4 * 64;
   Device device_;
-  mutable std::mutex mu_;
+  SpinLock mu_;  // free lists; held for a few instructions
   std::vector<Storage*> cache_[kNumClasses];
   std::atomic<size_t> active_{0}, peak_{0}, cached_{0}, limit_{0};
   std::atomic<uint64_t> num_allocs_{0}, num_system_allocs_{0}, stalls_{0}, stall_ns_{0};

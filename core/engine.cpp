@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/failure.h"
 #include "core/profiler.h"
+#include "core/spinlock.h"
 
 namespace tide {
 
@@ -48,13 +49,20 @@ thread_local int tl_synchronous = -1;  // -1: follow the engine setting
 }  // namespace
 
 struct Engine::State {
-  std::mutex mu;  // frontend lock: submit, reclaim, hazard state. Never taken by workers.
+  SpinLock mu;  // frontend lock: submit, reclaim, hazard state. Never taken by workers.
   std::deque<StreamImpl> streams;
   std::vector<Segment*> free_segments;
   std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
   std::atomic<uint64_t> max_ops{0}, max_bytes{0};
   std::atomic<bool> synchronous{false};
+  bool shutting_down = false;  // under mu
   std::atomic<uint64_t> inflight_bytes{0};
+  // Executed tasks are reclaimed in batches: reading the workers' counters on every submit
+  // would cost a cache miss per op. Big storages make a batch due at once.
+  static constexpr int kReclaimEvery = 32;
+  static constexpr size_t kReclaimBytes = size_t(1) << 20;
+  int submits_since_reclaim = 0;
+  size_t bytes_since_reclaim = 0;
   std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0}, failures{0};
 
   std::mutex failures_mu;
@@ -86,6 +94,13 @@ struct Engine::State {
     StreamImpl* s = pos.stream;
     if (!s || spin_until([&] { return s->is_complete(pos.seq); })) return;
     waiters.fetch_add(1, std::memory_order_seq_cst);
+    // Submit publishes without a fence, so a worker that went to sleep at that moment may
+    // have missed its wake-up: wake it before sleeping on it (the fetch_add above orders
+    // our earlier publish before this check).
+    if (s->sleeping.load(std::memory_order_seq_cst)) {
+      s->wake_epoch.fetch_add(1, std::memory_order_seq_cst);
+      s->wake_epoch.notify_one();
+    }
     for (;;) {
       uint64_t c = s->completed.load(std::memory_order_seq_cst);
       if (c >= pos.seq) break;
@@ -96,6 +111,8 @@ struct Engine::State {
 
   // Caller holds mu. Releases the storages of executed tasks.
   size_t reclaim_locked() {
+    submits_since_reclaim = 0;
+    bytes_since_reclaim = 0;
     size_t n = 0;
     for (StreamImpl& s : streams) {
       uint64_t done = s.completed.load(std::memory_order_acquire);
@@ -244,7 +261,7 @@ Engine::Engine() : s_(new State) {
   }
   Allocator::get().set_reclaim([] {
     State& st = *Engine::get().s_;
-    std::lock_guard lock(st.mu);
+    std::lock_guard<SpinLock> lock(st.mu);
     size_t freed = st.reclaim_locked();
     if (st.wait_progress_locked()) {
       st.reclaim_locked();
@@ -277,45 +294,63 @@ void add_wait(Engine::Task& t, StreamPos pos, StreamImpl* self, Engine::State* s
 }
 }  // namespace
 
-Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads,
-                                 std::span<Storage* const> writes, Site site,
-                                 bool* inline_run) {
+bool Engine::run_synchronously() const {
+  return tl_synchronous >= 0 ? tl_synchronous == 1
+                             : s_->synchronous.load(std::memory_order_relaxed);
+}
+
+namespace {
+void fill_record(Engine::Task& t, const char* op, std::span<Storage* const> reads,
+                 std::span<Storage* const> writes, Site site) {
+  TIDE_ASSERT(reads.size() + writes.size() <= size_t(Engine::kMaxStorages),
+              "too many storages for ", op);
+  t.op = op;
+  t.site = site;
+  t.is_barrier = false;
+  t.num_waits = 0;
+  t.num_reads = uint8_t(reads.size());
+  t.num_writes = uint8_t(writes.size());
+  t.enqueue_ns = profiler::enabled() ? profiler::detail::now_ns() : 0;
+}
+}  // namespace
+
+void Engine::prepare_inline(Task& t, const char* op, std::span<Storage* const> reads,
+                            std::span<Storage* const> writes, Site site) {
+  fill_record(t, op, reads, writes, site);
+  std::copy(reads.begin(), reads.end(), t.storages);
+  std::copy(writes.begin(), writes.end(), t.storages + reads.size());
   State& st = *s_;
-  TIDE_ASSERT(reads.size() + writes.size() <= size_t(kMaxStorages), "too many storages for ",
-              op);
-  bool sync = tl_synchronous >= 0 ? tl_synchronous == 1 : st.synchronous.load();
-  *inline_run = sync;
-  st.mu.lock();
+  std::lock_guard<SpinLock> lock(st.mu);
   StreamImpl* self = tl_current_stream ? tl_current_stream : &st.streams.front();
-  if (sync) {
-    // A scratch record: it only collects the waits; run_inline unlocks.
-    thread_local Task scratch;
-    Task& t = scratch;
-    t.num_waits = 0;
-    t.num_reads = uint8_t(reads.size());
-    t.num_writes = uint8_t(writes.size());
-    std::copy(reads.begin(), reads.end(), t.storages);
-    std::copy(writes.begin(), writes.end(), t.storages + reads.size());
-    t.op = op;
-    t.site = site;
-    t.is_barrier = false;
-    t.enqueue_ns = profiler::enabled() ? profiler::detail::now_ns() : 0;
-    add_wait(t, {self, self->submitted}, nullptr, &st);
-    for (Storage* s : reads) add_wait(t, s->hazard.last_write, nullptr, &st);
-    for (Storage* s : writes) {
-      add_wait(t, s->hazard.last_write, nullptr, &st);
-      for (int i = 0; i < s->hazard.num_readers; ++i)
-        add_wait(t, s->hazard.readers[i], nullptr, &st);
-    }
-    return t;
+  // After everything already queued on this stream, and after conflicting work elsewhere.
+  add_wait(t, {self, self->submitted}, nullptr, &st);
+  for (Storage* s : reads) add_wait(t, s->hazard.last_write, nullptr, &st);
+  for (Storage* s : writes) {
+    add_wait(t, s->hazard.last_write, nullptr, &st);
+    for (int i = 0; i < s->hazard.num_readers; ++i) add_wait(t, s->hazard.readers[i], nullptr, &st);
   }
+}
+
+Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads,
+                                 std::span<Storage* const> writes, Site site) {
+  State& st = *s_;
+  st.mu.lock();
+  while (st.shutting_down) {  // workers are being joined: wait until they are restartable
+    st.mu.unlock();
+    std::this_thread::yield();
+    st.mu.lock();
+  }
+  StreamImpl* self = tl_current_stream ? tl_current_stream : &st.streams.front();
   if (!self->started) st.start_worker(*self);
-  st.reclaim_locked();
+  if (++st.submits_since_reclaim >= State::kReclaimEvery ||
+      st.bytes_since_reclaim >= State::kReclaimBytes)
+    st.reclaim_locked();
 
   // Backpressure: block (holding the frontend lock) until the bounds allow this task.
   uint64_t max_ops = st.max_ops.load(std::memory_order_relaxed);
   uint64_t max_bytes = st.max_bytes.load(std::memory_order_relaxed);
   if (max_ops || max_bytes) {
+    st.reclaim_locked();  // count only work that still holds its storages
     size_t new_bytes = 0;
     for (Storage* s : reads) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
     for (Storage* s : writes) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
@@ -347,19 +382,15 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
     self->tail_seg = g;
   }
   Task& t = self->tail_seg->slots[seq - 1 - self->tail_seg->base];
-  t.op = op;
-  t.site = site;
+  fill_record(t, op, reads, writes, site);
   t.seq = seq;
-  t.is_barrier = false;
-  t.num_waits = 0;
-  t.num_reads = uint8_t(reads.size());
-  t.num_writes = uint8_t(writes.size());
-  t.enqueue_ns = profiler::enabled() ? profiler::detail::now_ns() : 0;
   Storage** slot = t.storages;
   auto hold = [&](Storage* s) {
     s->retain();
-    if (s->hazard.queued_refs++ == 0)
+    if (s->hazard.queued_refs++ == 0) {
       st.inflight_bytes.fetch_add(s->bytes(), std::memory_order_relaxed);
+      st.bytes_since_reclaim += s->bytes();
+    }
     *slot++ = s;
   };
   for (Storage* s : reads) {
@@ -411,8 +442,10 @@ void Engine::end_task(Task& t) {
                                        st.inflight_bytes.load(std::memory_order_relaxed),
                                        Allocator::get().stats().active_bytes});
   }
-  self->published.store(t.seq, std::memory_order_seq_cst);
-  if (self->sleeping.load(std::memory_order_seq_cst)) {
+  // A release store, no fence: a missed wake-up is repaired by the next submit or by
+  // whoever waits (wait_pos wakes a sleeping worker before it blocks).
+  self->published.store(t.seq, std::memory_order_release);
+  if (self->sleeping.load(std::memory_order_relaxed)) {
     self->wake_epoch.fetch_add(1, std::memory_order_seq_cst);
     self->wake_epoch.notify_one();
   }
@@ -420,7 +453,6 @@ void Engine::end_task(Task& t) {
 }
 
 void Engine::run_inline(Task& t) {
-  s_->mu.unlock();
   for (int i = 0; i < t.num_waits; ++i) s_->wait_pos(t.waits[i]);
   execute(t, s_, -1, false);
   t.destroy(t);
@@ -431,7 +463,7 @@ void Engine::run_inline(Task& t) {
 void Engine::wait_for_write(Storage* s) {
   StreamPos pos;
   {
-    std::lock_guard lock(s_->mu);
+    std::lock_guard<SpinLock> lock(s_->mu);
     s_->reclaim_locked();
     pos = s->hazard.last_write;
   }
@@ -439,7 +471,7 @@ void Engine::wait_for_write(Storage* s) {
 }
 
 bool Engine::write_done(Storage* s) {
-  std::lock_guard lock(s_->mu);
+  std::lock_guard<SpinLock> lock(s_->mu);
   StreamPos pos = s->hazard.last_write;
   return !pos.stream || pos.stream->is_complete(pos.seq);
 }
@@ -453,11 +485,11 @@ void Engine::synchronize() {
   StreamPos tails[kMaxStreams];
   int n = 0;
   {
-    std::lock_guard lock(s_->mu);
+    std::lock_guard<SpinLock> lock(s_->mu);
     for (StreamImpl& s : s_->streams) tails[n++] = {&s, s.submitted};
   }
   for (int i = 0; i < n; ++i) s_->wait_pos(tails[i]);
-  std::lock_guard lock(s_->mu);
+  std::lock_guard<SpinLock> lock(s_->mu);
   s_->reclaim_locked();
 }
 
@@ -483,29 +515,35 @@ void Engine::wait_all() {
 
 void Engine::shutdown(ShutdownMode mode) {
   State& st = *s_;
-  std::lock_guard lock(st.mu);
-  for (StreamImpl& s : st.streams) {
-    if (!s.started) continue;
-    s.stop.store(mode == ShutdownMode::cancel ? 2 : 1, std::memory_order_seq_cst);
-    s.wake_epoch.fetch_add(1, std::memory_order_seq_cst);
-    s.wake_epoch.notify_one();
+  std::vector<StreamImpl*> stopping;
+  {
+    std::lock_guard<SpinLock> lock(st.mu);
+    if (st.shutting_down) return;
+    st.shutting_down = true;  // new submits wait; syncs and stats still work
+    for (StreamImpl& s : st.streams) {
+      if (!s.started) continue;
+      s.stop.store(mode == ShutdownMode::cancel ? 2 : 1, std::memory_order_seq_cst);
+      s.wake_epoch.fetch_add(1, std::memory_order_seq_cst);
+      s.wake_epoch.notify_one();
+      stopping.push_back(&s);
+    }
   }
-  for (StreamImpl& s : st.streams) {
-    if (!s.started) continue;
-    s.worker.join();
-    s.started = false;
-  }
+  for (StreamImpl* s : stopping) s->worker.join();  // without the lock: kernels may sync
+  std::lock_guard<SpinLock> lock(st.mu);
+  for (StreamImpl* s : stopping) s->started = false;
   st.reclaim_locked();
+  st.shutting_down = false;
 }
 
 void Engine::reclaim() {
-  std::lock_guard lock(s_->mu);
+  std::lock_guard<SpinLock> lock(s_->mu);
   s_->reclaim_locked();
 }
 
 EngineStats Engine::stats() const {
   EngineStats r;
-  std::lock_guard lock(s_->mu);
+  std::lock_guard<SpinLock> lock(s_->mu);
+  s_->reclaim_locked();
   for (const StreamImpl& s : s_->streams) {
     r.queued += s.submitted;
     r.executed += s.completed.load(std::memory_order_acquire);
@@ -531,7 +569,7 @@ Stream Stream::create(Device d) {
   TIDE_CHECK(d.is_cpu(), "stream", "cannot create a stream on ", d.str(),
              ": this build has no CUDA backend");
   Engine::State& st = *Engine::get().s_;
-  std::lock_guard lock(st.mu);
+  std::lock_guard<SpinLock> lock(st.mu);
   return Stream(&st.add_stream(d));
 }
 
@@ -547,7 +585,7 @@ Stream Stream::current(Device d) {
 }
 
 Event Stream::record() const {
-  std::lock_guard lock(impl_->eng->mu);
+  std::lock_guard<SpinLock> lock(impl_->eng->mu);
   Event e;
   e.pos_ = {impl_, impl_->submitted};
   return e;
@@ -556,25 +594,25 @@ Event Stream::record() const {
 void Stream::wait(const Event& e) const {
   if (!e.valid() || e.pos_.stream == impl_) return;
   StreamGuard g(*this);
-  // A task with no storages whose only job is to wait for e on the worker.
   Engine& eng = Engine::get();
-  bool inline_run = false;
-  Engine::Task& t = eng.begin_task("stream_wait", {}, {}, std::source_location::current(),
-                                   &inline_run);
-  t.invoke = t.destroy = [](Engine::Task&) {};
+  auto noop = [](Engine::Task&) {};
+  if (eng.run_synchronously()) {  // nothing is queued here: wait on the host
+    e.synchronize();
+    return;
+  }
+  // A task with no storages whose only job is to wait for e on the worker.
+  Engine::Task& t = eng.begin_task("stream_wait", {}, {}, std::source_location::current());
+  t.invoke = t.destroy = noop;
   t.is_barrier = true;
-  add_wait(t, e.pos_, inline_run ? nullptr : impl_, eng.s_);
-  if (inline_run)
-    eng.run_inline(t);
-  else
-    eng.end_task(t);
+  add_wait(t, e.pos_, impl_, eng.s_);
+  eng.end_task(t);
 }
 
 void Stream::synchronize() const { record().synchronize(); }
 int Stream::id() const { return impl_->id; }
 Device Stream::device() const { return impl_->device; }
 uint64_t Stream::queued() const {
-  std::lock_guard lock(impl_->eng->mu);
+  std::lock_guard<SpinLock> lock(impl_->eng->mu);
   return impl_->submitted;
 }
 uint64_t Stream::executed() const { return impl_->completed.load(std::memory_order_acquire); }

@@ -175,9 +175,15 @@ class Engine {
   friend class Stream;
   friend class StreamImpl;
   Engine();
+  bool run_synchronously() const;
+  // Async path: begin_task takes the frontend lock and returns the queue slot, filled but
+  // for the payload; end_task publishes it and unlocks.
   Task& begin_task(const char* op, std::span<Storage* const> reads,
-                   std::span<Storage* const> writes, Site site, bool* inline_run);
+                   std::span<Storage* const> writes, Site site);
   void end_task(Task& t);
+  // Synchronous path: fills t's waits; run_inline waits for them and runs t here.
+  void prepare_inline(Task& t, const char* op, std::span<Storage* const> reads,
+                      std::span<Storage* const> writes, Site site);
   void run_inline(Task& t);
   State* s_;
 };
@@ -229,21 +235,23 @@ struct Engine::Task {
 template <class F>
 void Engine::submit(const char* op, std::initializer_list<Storage*> reads,
                     std::initializer_list<Storage*> writes, F&& fn, Site site) {
-  bool inline_run = false;
-  Task& t = begin_task(op, std::span<Storage* const>(reads.begin(), reads.size()),
-                       std::span<Storage* const>(writes.begin(), writes.size()), site,
-                       &inline_run);
+  std::span<Storage* const> r(reads.begin(), reads.size()), w(writes.begin(), writes.size());
+  if (run_synchronously()) {  // a record on the stack, run here and now
+    Task t;
+    prepare_inline(t, op, r, w, site);
+    t.set(std::forward<F>(fn));
+    run_inline(t);
+    return;
+  }
+  Task& t = begin_task(op, r, w, site);
   try {
     t.set(std::forward<F>(fn));
   } catch (...) {  // only a heap fallback can throw: queue a no-op so ordering holds
     t.invoke = t.destroy = [](Task&) {};
-    if (inline_run) run_inline(t); else end_task(t);
+    end_task(t);
     throw;
   }
-  if (inline_run)
-    run_inline(t);
-  else
-    end_task(t);
+  end_task(t);
 }
 
 }  // namespace tide

@@ -47,7 +47,7 @@ class Storage {
   void release();  // may return the block to the allocator
   int use_count() const { return refs_.load(std::memory_order_acquire); }
 
-  HazardState hazard;  // engine only
+  HazardState hazard;  // engine only, on the frontend's cache line with refs_
 
  private:
   friend class Allocator;
@@ -55,12 +55,14 @@ class Storage {
       : data_(data), capacity_(capacity), device_(d), size_class_(size_class) {}
   void reset_for_reuse();
 
+  // Read by workers: kept on their own cache line, apart from the reference count and
+  // the hazard state that frontend threads write on every op.
+  alignas(64) std::atomic<Failure*> failure_{nullptr};
   void* data_;
   size_t capacity_;
   Device device_;
   int size_class_;
-  std::atomic<int> refs_{1};
-  std::atomic<Failure*> failure_{nullptr};
+  alignas(64) std::atomic<int> refs_{1};
 };
 
 // An owning reference to a Storage (intrusive count, so copying it is one atomic add).

@@ -7,11 +7,16 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/failure.h"
+#include "core/object_pool.h"
 
 namespace tide {
 
+std::shared_ptr<TensorImpl> Tensor::make_impl() {
+  return std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>());
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char* op) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = make_impl();
   impl->shape = shape;
   impl->dtype = dtype;
   impl->device = device;
@@ -19,17 +24,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char*
   return Tensor(std::move(impl));
 }
 
-TensorImpl& Tensor::impl() const {
-  TIDE_CHECK(impl_ != nullptr, "tensor", "use of an undefined tensor");
-  return *impl_;
-}
+void Tensor::throw_undefined() { throw Error("tensor", "use of an undefined tensor"); }
 
 bool Tensor::is_sole_owner() const {
   return impl_ && impl_.use_count() == 1 && impl_->storage.get()->use_count() == 1;
 }
 
 Tensor Tensor::detach() const {
-  auto d = std::make_shared<TensorImpl>();
+  auto d = make_impl();
   d->shape = shape();
   d->dtype = dtype();
   d->device = device();

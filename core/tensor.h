@@ -63,7 +63,11 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(storage()->data()) + offset();
   }
-  TensorImpl& impl() const;
+  // Throws "[tensor] use of an undefined tensor" on an undefined handle.
+  TensorImpl& impl() const {
+    if (!impl_) [[unlikely]] throw_undefined();
+    return *impl_;
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   // Identity of the impl (two handles to the same tensor share it).
   uintptr_t id() const { return reinterpret_cast<uintptr_t>(impl_.get()); }
@@ -77,6 +81,8 @@ class Tensor {
   Tensor slice(int64_t begin, int64_t end) const;
   // Row i along dim 0, one rank lower. Throws "[select]" when out of range.
   Tensor operator[](int64_t i) const;
+  // A new, empty impl from the per-thread pool (op implementations use it for views).
+  static std::shared_ptr<TensorImpl> make_impl();
   // A handle sharing storage with no autograd history.
   Tensor detach() const;
 
@@ -130,6 +136,7 @@ class Tensor {
   Tensor& operator=(Tensor&&) && = delete;
 
  private:
+  [[noreturn]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

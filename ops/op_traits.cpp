@@ -65,5 +65,6 @@ static_assert(ordered(), "rows in OpId order");
 const OpTraits& op_traits(OpId op) { return kTable[size_t(op)]; }
 const char* op_name(OpId op) { return kTable[size_t(op)].name.data(); }
 std::span<const OpTraits> all_ops() { return kTable; }
+bool op_supported(Device device, OpId op) { return device.is_cpu() && op < OpId::count_; }
 
 }  // namespace tide

@@ -7,6 +7,8 @@
 #include <span>
 #include <string_view>
 
+#include "core/device.h"
+
 namespace tide {
 
 enum class OpId : uint16_t {
@@ -45,5 +47,8 @@ const OpTraits& op_traits(OpId op);
 // The name of op, for errors and the profiler ("add", "matmul", ...). A C string literal.
 const char* op_name(OpId op);
 std::span<const OpTraits> all_ops();
+// Whether `op` has a kernel for `device` in this build: every op on the CPU; none yet on
+// CUDA. Calling an op on an unsupported device throws "[op] has no kernel for device ...".
+bool op_supported(Device device, OpId op);
 
 }  // namespace tide

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/allocator.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
@@ -59,7 +60,11 @@ void reduce_kernel(Kind kind, const T* x, O* y, Geometry g) {
       // Full reduction: fixed 16K-element blocks summed in parallel, then in order.
       constexpr int64_t kBlock = 16384;
       int64_t blocks = (g.n + kBlock - 1) / kBlock;
-      std::vector<Acc<T>> part(size_t(std::max<int64_t>(blocks, 1)), Acc<T>(0));
+      // Partial sums live in a workspace from the allocator, so they count against its
+      // limit; over the limit, this op fails (and its output is poisoned).
+      StorageRef ws = Allocator::get().workspace(size_t(blocks + 1) * sizeof(Acc<T>), "sum");
+      Acc<T>* part = static_cast<Acc<T>*>(ws->data());
+      std::fill(part, part + blocks, Acc<T>(0));
       parallel_for(blocks, 2, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           int64_t lo = b * kBlock, hi = std::min(g.n, lo + kBlock);
@@ -67,7 +72,7 @@ void reduce_kernel(Kind kind, const T* x, O* y, Geometry g) {
         }
       });
       Acc<T> s = 0;
-      for (Acc<T> p : part) s += p;
+      for (int64_t b = 0; b < blocks; ++b) s += part[b];
       y[0] = kind == Kind::mean ? O(double(s) * scale) : O(s);
       return;
     }

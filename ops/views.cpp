@@ -8,7 +8,7 @@ namespace tide {
 
 namespace {
 Tensor view_of(const Tensor& base, const Shape& shape, int64_t offset) {
-  auto v = std::make_shared<TensorImpl>();
+  auto v = Tensor::make_impl();
   v->shape = shape;
   v->dtype = base.dtype();
   v->device = base.device();
