@@ -79,7 +79,9 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
     cached_.fetch_sub(cap, std::memory_order_relaxed);
     s->reset_for_reuse();
   } else {
-    void* p = std::aligned_alloc(kAlign, cap);
+    // aligned_alloc needs a size that is a multiple of the alignment (sanitizers abort
+    // otherwise); classes such as 80 or 160 bytes are not.
+    void* p = std::aligned_alloc(kAlign, (cap + kAlign - 1) / kAlign * kAlign);
     if (!p) throw std::bad_alloc();
     s = new Storage(p, cap, device_, c);
     num_system_allocs_.fetch_add(1, std::memory_order_relaxed);

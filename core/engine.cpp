@@ -182,6 +182,7 @@ void execute(Engine::Task& t, Engine::State* eng, int stream_id, bool cancel) {
   Storage** writes = t.storages + t.num_reads;
   if (inherited) {
     for (int i = 0; i < t.num_writes; ++i) writes[i]->poison(inherited);
+    eng->failures.fetch_add(1, std::memory_order_relaxed);  // EngineStats: skipped counts
   } else {
     Failure* f = nullptr;
     if (cancel) {
@@ -404,6 +405,9 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
   }
   // Update the hazard state: this task is now the last writer / a reader.
   for (Storage* s : reads) {
+    // Written too (in place): the write below makes this task the last writer and clears
+    // the readers, so registering the read could only block on a full reader list.
+    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
     HazardState& h = s->hazard;
     bool found = false;
     for (int i = 0; i < h.num_readers; ++i)

@@ -152,7 +152,7 @@ class Engine {
   struct Task;
   struct State;
   static constexpr int kMaxStorages = 8;
-  static constexpr size_t kInlinePayload = 96;
+  static constexpr size_t kInlinePayload = 128;  // a broadcasting op's closure fits
 
   // Queues fn on the current stream of the storages' device. `reads` and `writes` list
   // the storages fn touches (a storage written in place appears in both). fn() runs once

@@ -10,31 +10,39 @@
 
 namespace tide::detail {
 
-// Operand strides (in elements, 0 where broadcast) against the output shape.
+// The output shape and which of its dims each operand broadcasts (bit i set: extent 1 or
+// absent there). Compact (72 bytes) so a broadcasting op's closure fits in the task record.
 struct BroadcastGeometry {
-  int ndim = 0;
   int64_t out[kMaxDims]{};
-  int64_t sa[kMaxDims]{};
-  int64_t sb[kMaxDims]{};
+  uint8_t ndim = 0, bcast_a = 0, bcast_b = 0;
+
+  // Element strides of an operand along each output dim (0 where it broadcasts).
+  void strides(uint8_t bcast, int64_t* s) const {
+    int64_t acc = 1;
+    for (int i = ndim - 1; i >= 0; --i) {
+      bool b = (bcast >> i) & 1;
+      s[i] = b ? 0 : acc;
+      acc *= b ? 1 : out[i];
+    }
+  }
 };
 
-inline void operand_strides(const Shape& in, const Shape& out, int64_t* s) {
+inline uint8_t broadcast_mask(const Shape& in, const Shape& out) {
+  uint8_t m = 0;
   int pad = out.ndim() - in.ndim();
-  int64_t acc = 1;
-  for (int i = out.ndim() - 1; i >= 0; --i) {
+  for (int i = 0; i < out.ndim(); ++i) {
     int j = i - pad;
-    int64_t d = j >= 0 ? in[j] : 1;
-    s[i] = d == 1 ? 0 : acc;
-    acc *= d;
+    if (j < 0 || (in[j] == 1 && out[i] != 1)) m |= uint8_t(1u << i);
   }
+  return m;
 }
 
 inline BroadcastGeometry make_geometry(const Shape& a, const Shape& b, const Shape& out) {
   BroadcastGeometry g;
-  g.ndim = out.ndim();
-  for (int i = 0; i < g.ndim; ++i) g.out[i] = out[i];
-  operand_strides(a, out, g.sa);
-  operand_strides(b, out, g.sb);
+  g.ndim = uint8_t(out.ndim());
+  for (int i = 0; i < out.ndim(); ++i) g.out[i] = out[i];
+  g.bcast_a = broadcast_mask(a, out);
+  g.bcast_b = broadcast_mask(b, out);
   return g;
 }
 
@@ -58,6 +66,9 @@ inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int
 // The general broadcasting walk, rows of the last dim split across threads.
 template <class O, class T, class F>
 void binary_broadcast(const T* a, const T* b, O* o, const BroadcastGeometry& g, F f) {
+  int64_t sa[kMaxDims], sb[kMaxDims];
+  g.strides(g.bcast_a, sa);
+  g.strides(g.bcast_b, sb);
   int last = g.ndim - 1;
   int64_t len = g.out[last];
   int64_t rows = 1;
@@ -70,10 +81,10 @@ void binary_broadcast(const T* a, const T* b, O* o, const BroadcastGeometry& g, 
       for (int i = last - 1; i >= 0; --i) {
         int64_t idx = rem % g.out[i];
         rem /= g.out[i];
-        oa += idx * g.sa[i];
-        ob += idx * g.sb[i];
+        oa += idx * sa[i];
+        ob += idx * sb[i];
       }
-      binary_row(a + oa, g.sa[last], b + ob, g.sb[last], o + r * len, len, f);
+      binary_row(a + oa, sa[last], b + ob, sb[last], o + r * len, len, f);
     }
   });
 }

@@ -78,17 +78,21 @@ void reduce_kernel(Kind kind, const T* x, O* y, Geometry g) {
     }
     int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
     parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
-      std::vector<Acc<T>> acc(size_t(g.inner));
+      // Accumulators on the stack for the common small case; the heap for wide rows.
+      constexpr int64_t kStack = 256;
+      Acc<T> local[kStack];
+      std::vector<Acc<T>> heap(size_t(g.inner > kStack ? g.inner : 0));
+      Acc<T>* acc = g.inner > kStack ? heap.data() : local;
       for (int64_t o = o0; o < o1; ++o) {
         const T* base = x + o * g.n * g.inner;
-        std::fill(acc.begin(), acc.end(), Acc<T>(0));
+        std::fill(acc, acc + g.inner, Acc<T>(0));
         for (int64_t k = 0; k < g.n; ++k) {
           const T* row = base + k * g.inner;
-          for (int64_t i = 0; i < g.inner; ++i) acc[size_t(i)] += Acc<T>(row[i]);
+          for (int64_t i = 0; i < g.inner; ++i) acc[i] += Acc<T>(row[i]);
         }
         for (int64_t i = 0; i < g.inner; ++i)
           y[o * g.inner + i] =
-              kind == Kind::mean ? O(double(acc[size_t(i)]) * scale) : O(acc[size_t(i)]);
+              kind == Kind::mean ? O(double(acc[i]) * scale) : O(acc[i]);
       }
     });
     return;
