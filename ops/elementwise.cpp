@@ -2,6 +2,8 @@
 // CPU loops of elementwise_cpu.h and the functors of functors.h.
 #include "ops/elementwise.h"
 
+#include <cmath>
+
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise_cpu.h"
@@ -93,6 +95,10 @@ Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   return y;
 }
 
+struct Never {
+  template <class T> bool operator()(T, T) const { return false; }
+};
+
 template <class F>
 Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Site site) {
   const char* op = op_name(id);
@@ -101,6 +107,16 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
   if (id == OpId::div) check_floating(a, op);
   Tensor y = Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(),
                            a.device(), op);
+  if (!is_floating(a.dtype()) && s != std::floor(s)) {
+    // An integer tensor against a fractional scalar: comparisons keep their meaning
+    // (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5 never holds); arithmetic refuses.
+    TIDE_CHECK(is_mask_op(id), op, "scalar ", s, " is not an integer, for a tensor of ",
+               describe(a), "; cast the tensor to a floating dtype first");
+    if (id == OpId::lt) queue_scalar(op, f, a, std::ceil(s), scalar_first, y, site);
+    else if (id == OpId::gt) queue_scalar(op, f, a, std::floor(s), scalar_first, y, site);
+    else queue_scalar(op, Never{}, a, 0.0, scalar_first, y, site);
+    return y;
+  }
   queue_scalar(op, f, a, s, scalar_first, y, site);
   return y;
 }
@@ -293,10 +309,20 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   check_defined(self, op);
   check_cpu(self, op);
   TIDE_CHECK(!(self.requires_grad() && autograd::grad_enabled()), op,
-             "cannot update a tensor that requires grad in place while recording; use "
-             "NoGrad (as optimizers do)");
+             "cannot update a tensor that requires grad in place while recording: ",
+             describe(self), "; use NoGrad (as optimizers do)");
   if (!other) return;
   check_same(self, *other, op);
+  // An operand overlapping the target (x.add_(x[0])) would read elements already updated.
+  bool same_view = other->storage() == self.storage() && other->offset() == self.offset() &&
+                   other->shape() == self.shape();
+  if (other->storage() == self.storage() && !same_view) {
+    int64_t a0 = self.offset(), a1 = a0 + self.numel();
+    int64_t b0 = other->offset(), b1 = b0 + other->numel();
+    TIDE_CHECK(a1 <= b0 || b1 <= a0 || self.numel() == 0 || other->numel() == 0, op,
+               "the operand ", describe(*other), " overlaps the tensor ", describe(self),
+               " written in place; clone() it first");
+  }
   Shape s = broadcast_shapes(self.shape(), other->shape(), op);
   TIDE_CHECK(s == self.shape(), op, "cannot broadcast ", describe(*other), " into ",
              describe(self));

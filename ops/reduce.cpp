@@ -242,9 +242,10 @@ Tensor sum_to(const Tensor& g, const Shape& shape, Site site) {
   Tensor r = g;
   int lead = g.ndim() - shape.ndim();
   if (lead > 0) {  // collapse the leading dims into one and sum it away
-    std::vector<int64_t> d{-1};
-    d.insert(d.end(), shape.begin(), shape.end());
-    for (int i = 0; i < shape.ndim(); ++i) d[size_t(i + 1)] = g.shape()[lead + i];
+    int64_t lead_n = 1;
+    for (int i = 0; i < lead; ++i) lead_n *= g.shape()[i];
+    std::vector<int64_t> d{lead_n};
+    for (int i = 0; i < shape.ndim(); ++i) d.push_back(g.shape()[lead + i]);
     r = sum(r.reshape(d), 0, false, site);
   }
   for (int i = 0; i < shape.ndim(); ++i)

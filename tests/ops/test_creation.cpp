@@ -1,0 +1,397 @@
+// Creation ops (zeros, ones, full, arange, from_data/from_vector, clone, cast, rand, randn)
+// and the views (reshape, slice, operator[]): values, shared storage, gradients, errors,
+// and the random streams' reproducibility (seed, offset, thread count).
+// Not here: Philox itself against published vectors (tests/core), the allocator.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/thread_pool.h"
+#include "tests/ops/op_harness.h"
+
+namespace tide {
+namespace {
+
+using test::Array;
+using test::Check;
+using test::OpCase;
+using test::ShapeSet;
+using V = std::vector<Tensor>;
+
+const DType kAllTypes[] = {DType::float32, DType::float64, DType::int32, DType::int64};
+
+// ---- fills -----------------------------------------------------------------------------------
+
+TIDE_OP_TEST(Creation, ConstantFills, {OpId::zeros, Check::value}, {OpId::ones, Check::value},
+             {OpId::full, Check::value}) {
+  std::mt19937 rng(11);
+  for (DType dt : kAllTypes) {
+    for (Shape s : {test::random_shape(rng, 3, 1, 5), Shape{}, Shape{0, 4}, Shape{50000}}) {
+      SCOPED_TRACE(s.str() + " " + std::string(name(dt)));
+      // Fill a cached block with junk first so that an op that writes nothing shows.
+      full(s, 9.0, dt).wait_to_read();
+      Tensor z = zeros(s, dt), o = ones(s, dt), f = full(s, -3.0, dt);
+      for (const Tensor& t : {z, o, f}) {
+        EXPECT_EQ(t.shape(), s);
+        EXPECT_EQ(t.dtype(), dt);
+      }
+      size_t n = size_t(s.numel());
+      EXPECT_EQ(z.to_vector<double>(), std::vector<double>(n, 0.0));
+      EXPECT_EQ(o.to_vector<double>(), std::vector<double>(n, 1.0));
+      EXPECT_EQ(f.to_vector<double>(), std::vector<double>(n, -3.0));
+    }
+  }
+  EXPECT_EQ(full({2}, 2.5, DType::float64).to_vector<double>(), std::vector<double>(2, 2.5));
+  EXPECT_EQ(full({2}, 2.75, DType::int32).to_vector<int32_t>(), std::vector<int32_t>(2, 2));
+  EXPECT_TIDE_ERROR(zeros({2, -1}), "[shape]", "-1");
+}
+
+TIDE_OP_TEST(Creation, Arange, {OpId::arange, Check::value}) {
+  auto vec = [](Tensor t) { return t.to_vector<double>(); };
+  EXPECT_EQ(vec(arange(5)), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(5).dtype(), DType::int64);
+  EXPECT_EQ(vec(arange(2.0, 3.0, 0.25, DType::float64)), (std::vector<double>{2, 2.25, 2.5, 2.75}));
+  EXPECT_EQ(vec(arange(5.0, 0.0, -1.0)), (std::vector<double>{5, 4, 3, 2, 1}));
+  EXPECT_EQ(vec(arange(1.0, -1.0, -0.5, DType::float64)), (std::vector<double>{1, 0.5, 0, -0.5}));
+  EXPECT_EQ(vec(arange(0.0, 7.0, 3.0, DType::int32)), (std::vector<double>{0, 3, 6}));
+  EXPECT_EQ(arange(0.0, 1.0, 0.1, DType::float64).numel(), 10);  // end excluded
+  // Empty ranges.
+  EXPECT_EQ(arange(3.0, 3.0).shape(), (Shape{0}));
+  EXPECT_EQ(arange(5.0, 0.0, 1.0).shape(), (Shape{0}));
+  EXPECT_EQ(arange(0.0, 5.0, -1.0).shape(), (Shape{0}));
+  EXPECT_EQ(arange(0).numel(), 0);
+  // Large: the parallel fill.
+  std::vector<double> big = vec(arange(0.0, 100000.0, 1.0, DType::float64));
+  ASSERT_EQ(big.size(), 100000u);
+  for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(big[i], double(i));
+  EXPECT_TIDE_ERROR(arange(0.0, 5.0, 0.0), "[arange]", "step");
+  EXPECT_TIDE_ERROR(arange(0.0, INFINITY, 1.0), "[arange]");
+}
+
+TIDE_OP_TEST(Creation, FromData, {OpId::from_data, Check::value}) {
+  std::vector<double> v{1.5, -2, 3, 4.25, 0, 6};
+  for (DType dt : kAllTypes) {
+    Tensor t = from_data(v, Shape{2, 3}, dt);
+    EXPECT_EQ(t.shape(), (Shape{2, 3}));
+    std::vector<double> got = t.to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i)
+      EXPECT_EQ(got[i], is_floating(dt) ? v[i] : double(int64_t(v[i]))) << name(dt);
+  }
+  // The caller's buffer is copied at the call.
+  std::vector<float> buf{1, 2, 3};
+  Tensor f = from_vector(buf, Shape{3});
+  buf.assign(3, 0.0f);
+  EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(from_vector<int64_t>({1, 2}, Shape{2}).dtype(), DType::int64);
+  EXPECT_EQ(from_vector<int32_t>({7}, Shape{}).item<int32_t>(), 7);
+  EXPECT_EQ(from_vector<double>({}, Shape{0, 2}).numel(), 0);
+  EXPECT_TIDE_ERROR(from_data({1, 2, 3}, Shape{2, 2}), "[from_data]", "3", "(2, 2)");
+  EXPECT_TIDE_ERROR(from_vector<float>({1, 2}, Shape{3}), "[from_data]", "2", "(3,)");
+  EXPECT_TIDE_ERROR(from_vector<int32_t>({}, Shape{1}), "[from_data]", "(1,)");
+}
+
+// ---- clone and cast --------------------------------------------------------------------------
+
+TIDE_OP_CASES(Creation, Clone) {
+  OpCase c{.op = OpId::clone,
+           .build = [](const V& x) { return clone(x[0]); },
+           .ref = test::ref_unary([](double a) { return a; }),
+           .grad = true};
+  OpCase ints = c;
+  ints.dtypes = {DType::int32, DType::int64};
+  ints.gen = test::gen_ints(-1000, 1000);
+  ints.grad = false;
+  // A clone of a view copies the view's elements, not the base's first ones.
+  OpCase view = c;
+  view.build = [](const V& x) { return clone(x[0].reshape({-1}).slice(1, x[0].numel())); };
+  view.ref = [](const std::vector<Array>& in) {
+    return Array{Shape{in[0].shape.numel() - 1}, {in[0].v.begin() + 1, in[0].v.end()}};
+  };
+  view.shapes = [](std::mt19937& rng) {
+    return std::vector<ShapeSet>{{test::random_shape(rng, 2, 2, 6)}, {Shape{1}}};
+  };
+  view.node_name = "clone";
+  return {c, ints, view};
+}
+
+TEST(Creation, CloneHasIndependentStorage) {
+  Tensor a = from_data({1, 2, 3}, Shape{3});
+  Tensor b = clone(a);
+  EXPECT_NE(a.storage(), b.storage());
+  b.add_(ones({3}));
+  a.mul_(10.0);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{10, 20, 30}));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+}
+
+TIDE_OP_CASES(Creation, Cast) {
+  auto other = [](DType t) {
+    switch (t) {
+      case DType::float32: return DType::float64;
+      case DType::float64: return DType::float32;
+      case DType::int32: return DType::int64;
+      case DType::int64: return DType::float32;
+    }
+    return t;
+  };
+  std::vector<OpCase> v;
+  for (DType to : {DType::float32, DType::float64}) {
+    OpCase c{.op = OpId::cast,
+             .build = [to](const V& x) { return cast(x[0], to); },
+             .ref = test::ref_unary([](double a) { return a; }),
+             .out_dtype = [to](DType) { return to; },
+             .grad = true,
+             // Linear, so a large step is exact; it must be large when the output is
+             // float32 (the rounding of the output would swamp a 1e-6 step).
+             .grad_eps = 0.01,
+             .grad_tol = {1e-5, 1e-4}};
+    v.push_back(c);
+  }
+  // The gradient check runs on float64 inputs, and float64 -> float64 is a clone: check the
+  // gradient of float64 -> float32 only.
+  v[1].grad = false;
+  // Integer conversions: to float, to the other width, and floats truncating to int.
+  OpCase ints{.op = OpId::cast,
+              .build = [other](const V& x) { return cast(x[0], other(x[0].dtype())); },
+              .ref = test::ref_unary([](double a) { return a; }),
+              .gen = test::gen_ints(-100000, 100000),
+              .dtypes = {DType::int32, DType::int64},
+              .out_dtype = other};
+  OpCase trunc{.op = OpId::cast,
+               .build = [](const V& x) { return cast(x[0], DType::int32); },
+               .ref = test::ref_unary([](double a) { return std::trunc(a); }),
+               .gen = test::gen_uniform(-50, 50),
+               .out_dtype = [](DType) { return DType::int32; }};
+  v.push_back(ints);
+  v.push_back(trunc);
+  return v;
+}
+
+TEST(Creation, CastBetweenFloatsIsDifferentiableIntegerCastIsNot) {
+  Tensor x = from_data({1.5, -2.5}, Shape{2}, DType::float64).requires_grad_();
+  Tensor y = cast(x, DType::float32);
+  EXPECT_TRUE(y.requires_grad());
+  sum(y * 2.0).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::float64);
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+  EXPECT_FALSE(cast(x, DType::int64).requires_grad());
+  EXPECT_EQ(cast(x, DType::int64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2}));
+}
+
+// ---- random ---------------------------------------------------------------------------------
+
+TIDE_OP_TEST(Random, RandIsUniformInUnitInterval, {OpId::rand, Check::value}) {
+  for (DType dt : {DType::float32, DType::float64}) {
+    Generator gen(1234);
+    Tensor u = rand({100000}, dt, gen);
+    EXPECT_EQ(u.dtype(), dt);
+    std::vector<double> v = u.to_vector<double>();
+    double s = 0, lo = 1, hi = 0;
+    int64_t bins[10] = {};
+    for (double x : v) {
+      ASSERT_GE(x, 0.0);
+      ASSERT_LT(x, 1.0);
+      s += x, lo = std::min(lo, x), hi = std::max(hi, x);
+      ++bins[int(x * 10)];
+    }
+    // Mean of 1e5 uniforms: sd 0.29 / 316 = 9e-4; 0.005 is > 5 sd.
+    EXPECT_NEAR(s / double(v.size()), 0.5, 0.005) << name(dt);
+    EXPECT_LT(lo, 1e-3);
+    EXPECT_GT(hi, 1 - 1e-3);
+    for (int64_t b : bins) EXPECT_NEAR(double(b), 10000.0, 600.0);  // ~6 sd
+  }
+  EXPECT_TIDE_ERROR(rand({3}, DType::int32), "[rand]", "int32");
+}
+
+TIDE_OP_TEST(Random, RandnIsStandardNormal, {OpId::randn, Check::value}) {
+  for (DType dt : {DType::float32, DType::float64}) {
+    Generator gen(99);
+    std::vector<double> v = randn({100000}, dt, gen).to_vector<double>();
+    double s = 0, s2 = 0, s3 = 0;
+    int64_t within1 = 0;
+    for (double x : v) {
+      ASSERT_TRUE(std::isfinite(x));
+      s += x, s2 += x * x, s3 += x * x * x;
+      within1 += std::abs(x) < 1.0;
+    }
+    double n = double(v.size()), mean = s / n, var = s2 / n - mean * mean;
+    EXPECT_NEAR(mean, 0.0, 0.02) << name(dt);            // sd 3.2e-3
+    EXPECT_NEAR(std::sqrt(var), 1.0, 0.02) << name(dt);  // sd 2.2e-3
+    EXPECT_NEAR(s3 / n, 0.0, 0.05) << name(dt);          // skewness, sd 7.7e-3
+    EXPECT_NEAR(double(within1) / n, 0.6827, 0.01) << name(dt);
+  }
+  EXPECT_TIDE_ERROR(randn({3}, DType::int64), "[randn]", "int64");
+}
+
+TEST(Random, SameSeedSameNumbersOffsetsDiffer) {
+  Generator g1(5), g2(5);
+  std::vector<float> a = randn({1000}, DType::float32, g1).to_vector<float>();
+  std::vector<float> b = randn({1000}, DType::float32, g2).to_vector<float>();
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(g1.offset(), g2.offset());
+  EXPECT_GT(g1.offset(), 0u);
+  // The next draw continues the stream: different numbers.
+  std::vector<float> c = randn({1000}, DType::float32, g1).to_vector<float>();
+  EXPECT_NE(a, c);
+  // Another offset on the same seed: different numbers; back to the same offset: the same.
+  Generator g3(5);
+  g3.set_offset(12345);
+  std::vector<float> d = randn({1000}, DType::float32, g3).to_vector<float>();
+  EXPECT_NE(a, d);
+  g3.set_offset(0);
+  EXPECT_EQ(randn({1000}, DType::float32, g3).to_vector<float>(), a);
+  // Another seed: different numbers.
+  Generator g4(6);
+  EXPECT_NE(randn({1000}, DType::float32, g4).to_vector<float>(), a);
+  // Consecutive draws do not overlap: the second draw of 1000 is not a shifted first.
+  int shared = 0;
+  for (float x : c) shared += std::count(a.begin(), a.end(), x) > 0;
+  EXPECT_LT(shared, 5);
+  // rand and the default generator obey manual_seed.
+  manual_seed(77);
+  std::vector<double> r1 = rand({64}, DType::float64).to_vector<double>();
+  manual_seed(77);
+  EXPECT_EQ(rand({64}, DType::float64).to_vector<double>(), r1);
+}
+
+TEST(Random, CountersAreReservedPerOp) {
+  // Element i of a draw uses counter offset + i / 4: a draw at offset 1 is the tail of a
+  // draw at offset 0, and each op advances the offset by ceil(numel / 4).
+  Generator g(3);
+  std::vector<double> first = rand({8}, DType::float64, g).to_vector<double>();
+  EXPECT_EQ(g.offset(), 2u);
+  rand({3}, DType::float64, g);
+  EXPECT_EQ(g.offset(), 3u);
+  Generator h(3);
+  h.set_offset(1);
+  EXPECT_EQ(rand({4}, DType::float64, h).to_vector<double>(),
+            std::vector<double>(first.begin() + 4, first.end()));
+}
+
+TEST(Random, IndependentOfThreadCount) {
+  int saved = num_threads();
+  auto draw = [](int threads) {
+    set_num_threads(threads);
+    Generator g(2024);
+    return std::pair{randn({200000}, DType::float32, g).to_vector<float>(),
+                     rand({200000}, DType::float64, g).to_vector<double>()};
+  };
+  auto one = draw(1);
+  auto two = draw(2);
+  set_num_threads(saved);
+  EXPECT_EQ(num_threads(), saved);
+  EXPECT_TRUE(one.first == two.first) << "randn differs between 1 and 2 threads";
+  EXPECT_TRUE(one.second == two.second) << "rand differs between 1 and 2 threads";
+}
+
+// ---- views ---------------------------------------------------------------------------------
+
+TIDE_OP_CASES(Views, ReshapeSliceSelect) {
+  auto identity_ref = [](Shape to) {
+    return [to](const std::vector<Array>& in) { return Array{to, in[0].v}; };
+  };
+  auto fixed = [](Shape s) {
+    return [s](std::mt19937&) { return std::vector<ShapeSet>{{s}}; };
+  };
+  std::vector<OpCase> v;
+  // reshape, with and without -1
+  v.push_back({.op = OpId::reshape,
+               .build = [](const V& x) { return x[0].reshape({3, -1}); },
+               .ref = identity_ref(Shape{3, 8}),
+               .shapes = fixed(Shape{2, 3, 4}),
+               .grad = true});
+  v.push_back({.op = OpId::reshape,
+               .build = [](const V& x) { return x[0].reshape({-1}); },
+               .ref = identity_ref(Shape{0}),
+               .shapes = fixed(Shape{4, 0}),
+               .grad = true});
+  v.push_back({.op = OpId::reshape,
+               .build = [](const V& x) { return x[0].reshape({}); },
+               .ref = identity_ref(Shape{}),
+               .shapes = fixed(Shape{1, 1}),
+               .grad = true});
+  // slice rows [1, 3) of (4, 2, 3), an empty slice and the full range
+  for (auto [b, e] : {std::pair{1, 3}, std::pair{2, 2}, std::pair{0, 4}}) {
+    v.push_back({.op = OpId::slice,
+                 .build = [b, e](const V& x) { return x[0].slice(b, e); },
+                 .ref = [b, e](const std::vector<Array>& in) {
+                   return Array{Shape{e - b, 2, 3},
+                                {in[0].v.begin() + b * 6, in[0].v.begin() + e * 6}};
+                 },
+                 .shapes = fixed(Shape{4, 2, 3}),
+                 .grad = true});
+  }
+  // select row 2 of (3, 4) and element 1 of (5,)
+  v.push_back({.op = OpId::select,
+               .build = [](const V& x) { return x[0][2]; },
+               .ref = [](const std::vector<Array>& in) {
+                 return Array{Shape{4}, {in[0].v.begin() + 8, in[0].v.end()}};
+               },
+               .shapes = fixed(Shape{3, 4}),
+               .grad = true});
+  v.push_back({.op = OpId::select,
+               .build = [](const V& x) { return x[0][1]; },
+               .ref = [](const std::vector<Array>& in) { return Array{Shape{}, {in[0].v[1]}}; },
+               .shapes = fixed(Shape{5}),
+               .grad = true});
+  // A view of a view: the offsets add up.
+  v.push_back({.op = OpId::select,
+               .build = [](const V& x) { return x[0].slice(1, 3)[1]; },
+               .ref = [](const std::vector<Array>& in) {
+                 return Array{Shape{2, 3}, {in[0].v.begin() + 12, in[0].v.begin() + 18}};
+               },
+               .shapes = fixed(Shape{4, 2, 3}),
+               .grad = true});
+  return v;
+}
+
+TEST(Views, ShareStorageWithTheBase) {
+  Tensor base = zeros({4, 3}, DType::float64);
+  Tensor flat = base.reshape({-1});
+  Tensor rows = base.slice(1, 3);
+  Tensor row3 = base[3];
+  EXPECT_EQ(flat.storage(), base.storage());
+  EXPECT_EQ(rows.storage(), base.storage());
+  EXPECT_EQ(row3.storage(), base.storage());
+  rows.copy_(full({3}, 5.0, DType::float64));  // rows 1 and 2, broadcast
+  row3.add_(arange(0.0, 3.0, 1.0, DType::float64));
+  flat[0].copy_(full({}, -1.0, DType::float64));
+  EXPECT_EQ(base.to_vector<double>(),
+            (std::vector<double>{-1, 0, 0, 5, 5, 5, 5, 5, 5, 0, 1, 2}));
+  // Writes through the base show in the views.
+  base.mul_(2.0);
+  EXPECT_EQ(row3.to_vector<double>(), (std::vector<double>{0, 2, 4}));
+  EXPECT_EQ(rows[0][1].item<double>(), 10.0);
+  // A view keeps the storage alive after the base handle is gone.
+  Tensor keep = from_data({1, 2, 3, 4}, Shape{2, 2}).slice(1, 2);
+  EXPECT_EQ(keep.to_vector<float>(), (std::vector<float>{3, 4}));
+}
+
+TEST(Views, GradientsAccumulateIntoTheBase) {
+  Tensor x = from_data({1, 2, 3, 4, 5, 6}, Shape{3, 2}, DType::float64).requires_grad_();
+  Tensor y = sum(x.slice(0, 2) * 2.0) + sum(x[2] * 3.0) + sum(x.reshape({-1})[0]);
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 2, 2, 2, 3, 3}));
+}
+
+TEST(ViewErrors, ReshapeSliceSelect) {
+  Tensor x = ones({2, 3});
+  EXPECT_TIDE_ERROR((x.reshape({4, 2})), "[reshape]", "(2, 3)", "(4, 2)");
+  EXPECT_TIDE_ERROR((x.reshape({-1, 4})), "[reshape]", "(2, 3)");
+  EXPECT_TIDE_ERROR((x.reshape({-1, -1})), "[reshape]", "-1");
+  EXPECT_TIDE_ERROR((x.reshape({-2, 3})), "[reshape]", "-2");
+  EXPECT_TIDE_ERROR(x.slice(1, 3), "[slice]", "(2, 3)", "[1, 3)");
+  EXPECT_TIDE_ERROR(x.slice(-1, 1), "[slice]", "(2, 3)");
+  EXPECT_TIDE_ERROR(x.slice(2, 1), "[slice]", "(2, 3)");
+  EXPECT_TIDE_ERROR(x[2], "[select]", "(2, 3)", "2");
+  EXPECT_TIDE_ERROR(x[-1], "[select]", "(2, 3)");
+  EXPECT_TIDE_ERROR(x[0][0][0], "[select]", "0-d");
+  EXPECT_TIDE_ERROR(full({}, 1.0).slice(0, 0), "[slice]", "0-d");
+  // The edges that are allowed.
+  EXPECT_EQ(x.slice(2, 2).shape(), (Shape{0, 3}));
+  EXPECT_EQ(x.slice(0, 2).shape(), (Shape{2, 3}));
+  EXPECT_EQ(x[1].shape(), (Shape{3}));
+}
+
+}  // namespace
+}  // namespace tide

@@ -1,0 +1,419 @@
+// Elementwise ops through the harness: binary ops with broadcasting, tensor-scalar forms and
+// operators, unary math, in-place updates, integer dtypes and comparison masks; then the
+// argument errors. Gradients by central differences for the differentiable ones.
+// Not here: views and creation (test_creation.cpp), reductions (test_reduce.cpp).
+#include <cmath>
+#include <limits>
+
+#include "tests/ops/op_harness.h"
+
+namespace tide {
+namespace {
+
+using test::Check;
+using test::OpCase;
+using test::ref_binary;
+using test::ref_unary;
+using V = std::vector<Tensor>;
+
+DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
+const std::vector<DType> kInts{DType::int32, DType::int64};
+
+OpCase binary(OpId op, test::BuildFn build, std::function<double(double, double)> f) {
+  return OpCase{.op = op, .build = build, .ref = ref_binary(f), .shapes = test::binary_shapes,
+                .grad = true};
+}
+OpCase unary(OpId op, test::BuildFn build, std::function<double(double)> f, test::GenFn gen) {
+  return OpCase{.op = op, .build = build, .ref = ref_unary(f), .gen = gen, .grad = true};
+}
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// ---- binary, tensor-tensor ------------------------------------------------------------------
+
+TIDE_OP_CASES(Elementwise, Add) {
+  return {binary(OpId::add, [](const V& x) { return add(x[0], x[1]); },
+                 [](double a, double b) { return a + b; }),
+          binary(OpId::add, [](const V& x) { return x[0] + x[1]; },
+                 [](double a, double b) { return a + b; })};
+}
+
+TIDE_OP_CASES(Elementwise, Sub) {
+  return {binary(OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
+                 [](double a, double b) { return a - b; }),
+          binary(OpId::sub, [](const V& x) { return x[0] - x[1]; },
+                 [](double a, double b) { return a - b; })};
+}
+
+TIDE_OP_CASES(Elementwise, Mul) {
+  return {binary(OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
+                 [](double a, double b) { return a * b; }),
+          binary(OpId::mul, [](const V& x) { return x[0] * x[1]; },
+                 [](double a, double b) { return a * b; })};
+}
+
+TIDE_OP_CASES(Elementwise, Div) {
+  OpCase c = binary(OpId::div, [](const V& x) { return div(x[0], x[1]); },
+                    [](double a, double b) { return a / b; });
+  c.gen = test::gen_each({test::gen_uniform(-2, 2), test::gen_away_from_zero(0.5, 2)});
+  OpCase op = c;
+  op.build = [](const V& x) { return x[0] / x[1]; };
+  return {c, op};
+}
+
+TIDE_OP_CASES(Elementwise, Maximum) {
+  OpCase c = binary(OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
+                    [](double a, double b) { return std::max(a, b); });
+  c.gen = test::gen_lattice();  // the two sides never tie: no kink inside the step
+  return {c};
+}
+
+OpCase compare(OpId op, test::BuildFn build, std::function<double(double, double)> f) {
+  OpCase c = binary(op, build, f);
+  c.gen = test::gen_ints(-2, 2);  // many ties
+  c.grad = false;
+  c.dtypes = {DType::float32, DType::float64, DType::int32, DType::int64};
+  c.out_dtype = mask_dtype;
+  return c;
+}
+
+TIDE_OP_CASES(Elementwise, Comparisons) {
+  return {compare(OpId::eq, [](const V& x) { return eq(x[0], x[1]); },
+                  [](double a, double b) { return double(a == b); }),
+          compare(OpId::gt, [](const V& x) { return gt(x[0], x[1]); },
+                  [](double a, double b) { return double(a > b); }),
+          compare(OpId::lt, [](const V& x) { return lt(x[0], x[1]); },
+                  [](double a, double b) { return double(a < b); })};
+}
+
+TIDE_OP_CASES(Elementwise, IntegerArithmetic) {
+  auto ints = [](OpId op, test::BuildFn b, std::function<double(double, double)> f) {
+    OpCase c = binary(op, b, f);
+    c.gen = test::gen_ints(-50, 50);
+    c.dtypes = kInts;
+    c.grad = false;
+    return c;
+  };
+  return {ints(OpId::add, [](const V& x) { return add(x[0], x[1]); },
+               [](double a, double b) { return a + b; }),
+          ints(OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
+               [](double a, double b) { return a - b; }),
+          ints(OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
+               [](double a, double b) { return a * b; }),
+          ints(OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
+               [](double a, double b) { return std::max(a, b); })};
+}
+
+TIDE_OP_CASES(Elementwise, IntegerUnary) {
+  OpCase n{.op = OpId::neg, .build = [](const V& x) { return neg(x[0]); },
+           .ref = ref_unary([](double a) { return -a; }), .gen = test::gen_ints(-9, 9),
+           .dtypes = kInts};
+  OpCase a = n;
+  a.op = OpId::abs;
+  a.build = [](const V& x) { return abs(x[0]); };
+  a.ref = ref_unary([](double v) { return std::abs(v); });
+  return {n, a};
+}
+
+// ---- tensor-scalar and operators ------------------------------------------------------------
+
+TIDE_OP_CASES(Elementwise, ScalarForms) {
+  auto sc = [](OpId op, test::BuildFn b, std::function<double(double)> f) {
+    return unary(op, b, f, test::gen_uniform(-2, 2));
+  };
+  auto away = test::gen_away_from_zero(0.5, 2);
+  OpCase rdiv_c = sc(OpId::div, [](const V& x) { return rdiv(3.0, x[0]); },
+                     [](double a) { return 3.0 / a; });
+  rdiv_c.gen = away;
+  OpCase rdiv_op = sc(OpId::div, [](const V& x) { return 3.0 / x[0]; },
+                      [](double a) { return 3.0 / a; });
+  rdiv_op.gen = away;
+  OpCase max_c = sc(OpId::maximum, [](const V& x) { return maximum(x[0], 0.3); },
+                    [](double a) { return std::max(a, 0.3); });
+  max_c.gen = test::gen_lattice();  // never within 0.05 of 0.3
+  return {
+      sc(OpId::add, [](const V& x) { return add(x[0], 1.5); }, [](double a) { return a + 1.5; }),
+      sc(OpId::add, [](const V& x) { return x[0] + 1.0; }, [](double a) { return a + 1.0; }),
+      sc(OpId::add, [](const V& x) { return 1.0 + x[0]; }, [](double a) { return 1.0 + a; }),
+      sc(OpId::sub, [](const V& x) { return sub(x[0], 0.75); }, [](double a) { return a - 0.75; }),
+      sc(OpId::sub, [](const V& x) { return x[0] - 0.75; }, [](double a) { return a - 0.75; }),
+      sc(OpId::sub, [](const V& x) { return rsub(2.5, x[0]); }, [](double a) { return 2.5 - a; }),
+      sc(OpId::sub, [](const V& x) { return 2.0 - x[0]; }, [](double a) { return 2.0 - a; }),
+      sc(OpId::mul, [](const V& x) { return mul(x[0], -1.5); }, [](double a) { return -1.5 * a; }),
+      sc(OpId::mul, [](const V& x) { return 2.0 * x[0]; }, [](double a) { return 2.0 * a; }),
+      sc(OpId::mul, [](const V& x) { return x[0] * 0.5; }, [](double a) { return 0.5 * a; }),
+      sc(OpId::div, [](const V& x) { return div(x[0], 4.0); }, [](double a) { return a / 4.0; }),
+      sc(OpId::div, [](const V& x) { return x[0] / 3.0; }, [](double a) { return a / 3.0; }),
+      sc(OpId::neg, [](const V& x) { return -x[0]; }, [](double a) { return -a; }),
+      rdiv_c, rdiv_op, max_c};
+}
+
+TIDE_OP_CASES(Elementwise, ScalarComparisons) {
+  auto sc = [](OpId op, test::BuildFn b, std::function<double(double)> f) {
+    OpCase c = unary(op, b, f, test::gen_ints(-2, 2));
+    c.grad = false;
+    c.dtypes = {DType::float32, DType::float64, DType::int32, DType::int64};
+    c.out_dtype = mask_dtype;
+    return c;
+  };
+  return {sc(OpId::eq, [](const V& x) { return eq(x[0], 1.0); },
+             [](double a) { return double(a == 1.0); }),
+          sc(OpId::gt, [](const V& x) { return gt(x[0], 0.0); },
+             [](double a) { return double(a > 0.0); }),
+          sc(OpId::lt, [](const V& x) { return lt(x[0], -1.0); },
+             [](double a) { return double(a < -1.0); })};
+}
+
+// ---- unary math -----------------------------------------------------------------------------
+
+TIDE_OP_CASES(Elementwise, UnaryMath) {
+  using test::gen_away_from_zero;
+  using test::gen_uniform;
+  return {
+      unary(OpId::neg, [](const V& x) { return neg(x[0]); }, [](double a) { return -a; },
+            gen_uniform(-2, 2)),
+      unary(OpId::exp, [](const V& x) { return exp(x[0]); }, [](double a) { return std::exp(a); },
+            gen_uniform(-3, 3)),
+      unary(OpId::log, [](const V& x) { return log(x[0]); }, [](double a) { return std::log(a); },
+            gen_uniform(0.2, 3)),
+      unary(OpId::sqrt, [](const V& x) { return sqrt(x[0]); },
+            [](double a) { return std::sqrt(a); }, gen_uniform(0.2, 3)),
+      unary(OpId::abs, [](const V& x) { return abs(x[0]); }, [](double a) { return std::abs(a); },
+            gen_away_from_zero(0.1, 2)),
+      unary(OpId::relu, [](const V& x) { return relu(x[0]); },
+            [](double a) { return a > 0 ? a : 0.0; }, gen_away_from_zero(0.1, 2)),
+      unary(OpId::sigmoid, [](const V& x) { return sigmoid(x[0]); }, sigmoid_ref,
+            gen_uniform(-6, 6)),
+      unary(OpId::tanh, [](const V& x) { return tanh(x[0]); },
+            [](double a) { return std::tanh(a); }, gen_uniform(-3, 3)),
+  };
+}
+
+TIDE_OP_CASES(Elementwise, Pow) {
+  using test::gen_away_from_zero;
+  auto p = [](double e, test::GenFn gen) {
+    return unary(OpId::pow, [e](const V& x) { return pow(x[0], e); },
+                 [e](double a) { return std::pow(a, e); }, gen);
+  };
+  return {p(2.0, test::gen_uniform(-2, 2)), p(3.0, test::gen_uniform(-2, 2)),
+          p(1.0, test::gen_uniform(-2, 2)), p(0.5, test::gen_uniform(0.2, 3)),
+          p(-1.0, gen_away_from_zero(0.5, 2)), p(-2.5, test::gen_uniform(0.5, 2))};
+}
+
+// ---- in place -------------------------------------------------------------------------------
+
+OpCase into(OpId op, std::function<void(Tensor&, const Tensor&)> apply,
+            std::function<double(double, double)> f) {
+  return OpCase{.op = op,
+                .build = [apply](const V& x) {
+                  Tensor y = clone(x[0]);  // the inputs stay unchanged for the harness
+                  apply(y, x[1]);
+                  return y;
+                },
+                .ref = ref_binary(f),
+                .shapes = test::into_shapes};
+}
+
+TIDE_OP_CASES(Elementwise, InPlace) {
+  std::vector<OpCase> v{
+      into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o); },
+           [](double a, double b) { return a + b; }),
+      into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, -0.25); },
+           [](double a, double b) { return a - 0.25 * b; }),
+      into(OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o); },
+           [](double a, double b) { return a - b; }),
+      into(OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o, 0.5); },
+           [](double a, double b) { return a - 0.5 * b; }),
+      into(OpId::mul_, [](Tensor& y, const Tensor& o) { y.mul_(o); },
+           [](double a, double b) { return a * b; }),
+      into(OpId::mul_, [](Tensor& y, const Tensor&) { y.mul_(-3.0); },
+           [](double a, double) { return -3.0 * a; }),
+      into(OpId::copy_, [](Tensor& y, const Tensor& o) { y.copy_(o); },
+           [](double, double b) { return b; }),
+  };
+  // Integer tensors too (alpha 1 and an integral alpha are exact).
+  OpCase i1 = into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, 2.0); },
+                   [](double a, double b) { return a + 2 * b; });
+  i1.dtypes = kInts;
+  i1.gen = test::gen_ints(-20, 20);
+  OpCase i2 = i1;
+  i2.op = OpId::copy_;
+  i2.build = [](const V& x) { Tensor y = clone(x[0]); y.copy_(x[1]); return y; };
+  i2.ref = ref_binary([](double, double b) { return b; });
+  v.push_back(i1);
+  v.push_back(i2);
+  return v;
+}
+
+TEST(Elementwise, InPlaceWaitsForEarlierReaders) {
+  // b reads a before a is updated: b must see the old values (write-after-read hazard).
+  Tensor a = full({300, 300}, 2.0);
+  Tensor b = a * 3.0;
+  a.add_(full({300}, 5.0));
+  Tensor c = a * 1.0;
+  a.mul_(0.0);
+  std::vector<float> vb = b.to_vector<float>(), vc = c.to_vector<float>();
+  EXPECT_EQ(vb.front(), 6.0f);
+  EXPECT_EQ(vb.back(), 6.0f);
+  EXPECT_EQ(vc.back(), 7.0f);
+  EXPECT_EQ(a.to_vector<float>().back(), 0.0f);
+}
+
+// x += x[0] with x[0] a view of x's own first row: either the result is as if the operand
+// were read before any write (NumPy), or the call is refused with "[add_]". Silently reading
+// rows already updated is wrong.
+TEST(Elementwise, InPlaceWithAnOverlappingOperand) {
+  for (int64_t rows : {2, 200}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    Tensor x = arange(0.0, double(rows * 256), 1.0, DType::float64).reshape({rows, 256});
+    std::vector<double> before = x.to_vector<double>(), want = before;
+    for (size_t i = 0; i < want.size(); ++i) want[i] += before[i % 256];
+    try {
+      x.add_(x[0]);
+      std::vector<double> got = x.to_vector<double>();
+      // Row 1 shows it first: 256 + j + j, not 256 + j + 2j.
+      EXPECT_EQ(std::vector<double>(got.begin() + 256, got.begin() + 260),
+                std::vector<double>(want.begin() + 256, want.begin() + 260));
+      EXPECT_TRUE(got == want);
+    } catch (const Error& e) {
+      test::expect_contains(e.what(), {"[add_]"}, "x.add_(x[0])");
+    }
+  }
+}
+
+TEST(Elementwise, InPlaceOnALeafAllowedUnderNoGrad) {
+  Tensor w = ones({2, 3}).requires_grad_();
+  {
+    NoGrad ng;
+    w.sub_(full({3}, 0.5), 2.0);  // as optimizers do
+  }
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE(w.is_leaf());
+}
+
+// ---- numerical edge cases -------------------------------------------------------------------
+
+TEST(Elementwise, SigmoidAndTanhStableForLargeInputs) {
+  std::vector<double> xs{-1000, -100, -40, -1e-3, 0, 1e-3, 40, 100, 1000};
+  for (DType dt : {DType::float32, DType::float64}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    Tensor x = from_data(xs, Shape{int64_t(xs.size())}, dt);
+    std::vector<double> s = sigmoid(x).to_vector<double>();
+    std::vector<double> t = tanh(x).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(s[i])) << "sigmoid(" << xs[i] << ")";
+      EXPECT_GE(s[i], 0.0);
+      EXPECT_LE(s[i], 1.0);
+      EXPECT_NEAR(s[i], sigmoid_ref(xs[i]), 1e-7) << xs[i];
+      if (xs[i] < -30) {
+        EXPECT_LT(s[i], 1e-13);  // not rounded up to a larger value
+      }
+      EXPECT_NEAR(t[i], std::tanh(xs[i]), 1e-7) << xs[i];
+    }
+    // Gradients stay finite (0) far out.
+    Tensor xg = from_data(xs, Shape{int64_t(xs.size())}, DType::float64).requires_grad_();
+    sum(sigmoid(xg)).backward();
+    for (double g : xg.grad().to_vector<double>()) EXPECT_TRUE(std::isfinite(g));
+  }
+}
+
+TEST(Elementwise, MaximumPropagatesNaN) {
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor a = from_data({nan, 1.0, 2.0}, Shape{3}, DType::float64);
+  Tensor b = from_data({0.0, nan, 1.0}, Shape{3}, DType::float64);
+  std::vector<double> m = maximum(a, b).to_vector<double>();
+  EXPECT_TRUE(std::isnan(m[0]));
+  EXPECT_TRUE(std::isnan(m[1]));
+  EXPECT_EQ(m[2], 2.0);
+}
+
+// Comparisons with a non-integral scalar on integer tensors must compare the values, not the
+// scalar truncated to the integer type (0 < 0.5 is true; 0 == 0.5 is false).
+TEST(Elementwise, IntegerComparisonWithFractionalScalar) {
+  Tensor x = from_vector<int32_t>({-1, 0, 1, 2}, Shape{4});
+  EXPECT_EQ(lt(x, 0.5).to_vector<float>(), std::vector<float>({1, 1, 0, 0}));
+  EXPECT_EQ(eq(x, 0.5).to_vector<float>(), std::vector<float>({0, 0, 0, 0}));
+  EXPECT_EQ(gt(x, -0.5).to_vector<float>(), std::vector<float>({0, 1, 1, 1}));
+}
+
+// The gradient of a broadcast over an empty trailing dim: (3, 0) + (0,) -> (3, 0).
+TEST(Elementwise, GradientOfEmptyBroadcast) {
+  Tensor a = zeros({3, 0}, DType::float64).requires_grad_();
+  Tensor b = zeros({0}, DType::float64).requires_grad_();
+  try {
+    sum(add(a, b)).backward();
+    ASSERT_TRUE(a.grad().defined() && b.grad().defined());
+    EXPECT_EQ(a.grad().shape(), (Shape{3, 0}));
+    EXPECT_EQ(b.grad().shape(), (Shape{0}));
+  } catch (const Error& e) {
+    ADD_FAILURE() << "backward through an empty broadcast threw: " << e.what();
+  }
+}
+
+// ---- argument errors: "[op]", the shapes, thrown at the call --------------------------------
+
+TEST(ElementwiseErrors, BroadcastMismatch) {
+  Tensor a = ones({2, 3}), b = ones({4});
+  EXPECT_TIDE_ERROR(add(a, b), "[add]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(sub(a, b), "[sub]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(a * b, "[mul]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(div(b, a), "[div]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(maximum(a, b), "[maximum]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(eq(a, b), "[eq]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(gt(a, ones({3, 3})), "[gt]", "(2, 3)", "(3, 3)");
+  EXPECT_TIDE_ERROR(lt(ones({2, 1, 5}), ones({3, 4})), "[lt]", "(2, 1, 5)", "(3, 4)");
+}
+
+TEST(ElementwiseErrors, DtypeMismatch) {
+  Tensor a = ones({2, 3}), b = ones({2, 3}, DType::float64), i = ones({2, 3}, DType::int32);
+  EXPECT_TIDE_ERROR(add(a, b), "[add]", "(2, 3)", "float32", "float64");
+  EXPECT_TIDE_ERROR(mul(i, a), "[mul]", "(2, 3)", "int32", "float32");
+  EXPECT_TIDE_ERROR(maximum(a, i), "[maximum]", "(2, 3)", "int32");
+  EXPECT_TIDE_ERROR(lt(b, a), "[lt]", "(2, 3)", "float64", "float32");
+}
+
+TEST(ElementwiseErrors, FloatingOnlyOpsRejectIntegers) {
+  Tensor i = ones({2, 3}, DType::int32), l = ones({4}, DType::int64);
+  EXPECT_TIDE_ERROR(div(i, i), "[div]", "(2, 3)", "int32");
+  EXPECT_TIDE_ERROR(div(l, 2.0), "[div]", "(4,)", "int64");
+  EXPECT_TIDE_ERROR(rdiv(1.0, l), "[div]", "(4,)");
+  EXPECT_TIDE_ERROR(exp(i), "[exp]", "(2, 3)");
+  EXPECT_TIDE_ERROR(log(i), "[log]", "(2, 3)");
+  EXPECT_TIDE_ERROR(sqrt(l), "[sqrt]", "(4,)");
+  EXPECT_TIDE_ERROR(pow(i, 2.0), "[pow]", "(2, 3)");
+  EXPECT_TIDE_ERROR(sigmoid(l), "[sigmoid]", "(4,)");
+  EXPECT_TIDE_ERROR(tanh(i), "[tanh]", "(2, 3)");
+}
+
+TEST(ElementwiseErrors, InPlaceIntoASmallerShape) {
+  Tensor small = ones({3}), big = ones({2, 3});
+  EXPECT_TIDE_ERROR(small.add_(big), "[add_]", "(3,)", "(2, 3)");
+  EXPECT_TIDE_ERROR(small.sub_(big, 2.0), "[sub_]", "(3,)", "(2, 3)");
+  EXPECT_TIDE_ERROR(small.mul_(big), "[mul_]", "(3,)", "(2, 3)");
+  EXPECT_TIDE_ERROR(small.copy_(big), "[copy_]", "(3,)", "(2, 3)");
+  EXPECT_TIDE_ERROR(ones({2, 3}).add_(ones({4})), "[add_]", "(2, 3)", "(4,)");
+  EXPECT_TIDE_ERROR(small.copy_(ones({3}, DType::float64)), "[copy_]", "(3,)", "float64");
+  // Nothing was queued: the target is unchanged.
+  EXPECT_EQ(small.to_vector<float>(), std::vector<float>(3, 1.0f));
+}
+
+TEST(ElementwiseErrors, InPlaceOnALeafRequiringGrad) {
+  Tensor w = ones({2, 3}).requires_grad_();
+  EXPECT_TIDE_ERROR(w.add_(ones({2, 3})), "[add_]", "(2, 3)");
+  EXPECT_TIDE_ERROR(w.sub_(ones({3})), "[sub_]", "(2, 3)");
+  EXPECT_TIDE_ERROR(w.mul_(2.0), "[mul_]", "(2, 3)");
+  EXPECT_TIDE_ERROR(w.copy_(zeros({2, 3})), "[copy_]", "(2, 3)");
+  // Also on a non-leaf that records a gradient.
+  Tensor y = w * 2.0;
+  EXPECT_TIDE_ERROR(y.add_(ones({1})), "[add_]", "(2, 3)");
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(6, 1.0f));
+}
+
+TEST(ElementwiseErrors, UndefinedTensor) {
+  Tensor u;
+  EXPECT_TIDE_ERROR(add(u, ones({2})), "[add]");
+  EXPECT_TIDE_ERROR(exp(u), "[exp]");
+}
+
+}  // namespace
+}  // namespace tide

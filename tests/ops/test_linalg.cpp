@@ -1,0 +1,226 @@
+// matmul (all four transpose flags), transpose, softmax and log_softmax through the harness
+// against double loops, with gradients; row sums, large-input stability and the errors.
+// Not here: BLAS performance (bench/).
+#include <array>
+#include <cmath>
+
+#include "tests/ops/op_harness.h"
+
+namespace tide {
+namespace {
+
+using test::Array;
+using test::Check;
+using test::OpCase;
+using test::ShapeSet;
+using V = std::vector<Tensor>;
+
+// op(a) @ op(b) with plain loops in double.
+Array matmul_ref(const Array& a, const Array& b, bool ta, bool tb) {
+  int64_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
+  int64_t n = tb ? b.shape[0] : b.shape[1];
+  Array c{Shape{m, n}, std::vector<double>(static_cast<size_t>(m * n), 0.0)};
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        double x = ta ? a.v[size_t(p * a.shape[1] + i)] : a.v[size_t(i * a.shape[1] + p)];
+        double y = tb ? b.v[size_t(j * b.shape[1] + p)] : b.v[size_t(p * b.shape[1] + j)];
+        s += x * y;
+      }
+      c.v[size_t(i * n + j)] = s;
+    }
+  return c;
+}
+
+// Shape sets (m, k, n) stored as the shapes of a and b under the flags.
+test::ShapesFn matmul_shapes(bool ta, bool tb) {
+  return [=](std::mt19937& rng) {
+    std::uniform_int_distribution<int64_t> d(2, 9);
+    std::vector<std::array<int64_t, 3>> mkn{
+        {d(rng), d(rng), d(rng)}, {d(rng), d(rng), d(rng)}, {1, d(rng), d(rng)},
+        {d(rng), d(rng), 1},      {d(rng), 1, d(rng)},      {1, 1, 1},
+        {0, d(rng), 3},           {3, 0, 4},                {4, 5, 0},
+        {37, 64, 29}};
+    std::vector<ShapeSet> out;
+    for (auto [m, k, n] : mkn)
+      out.push_back({ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}});
+    return out;
+  };
+}
+
+TIDE_OP_CASES(Linalg, Matmul) {
+  std::vector<OpCase> v;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      v.push_back(OpCase{
+          .op = OpId::matmul,
+          .build = [=](const V& x) { return matmul(x[0], x[1], {ta, tb}); },
+          .ref = [=](const std::vector<Array>& in) { return matmul_ref(in[0], in[1], ta, tb); },
+          .shapes = matmul_shapes(ta, tb),
+          .gen = test::gen_uniform(-1, 1),
+          .tol32 = {1e-5, 1e-5},  // K up to 64 float32 products
+          .grad = true});
+  return v;
+}
+
+TEST(Linalg, MatmulWithEmptyInnerDimIsZero) {
+  // (3, 0) @ (0, 4): every output is an empty sum. Run twice so that the second output
+  // reuses a cached block full of old values.
+  for (int rep = 0; rep < 2; ++rep) {
+    Tensor junk = full({3, 4}, 7.0);
+    junk.wait_to_read();
+    junk = Tensor();
+    for (DType dt : {DType::float32, DType::float64}) {
+      Tensor y = matmul(zeros({3, 0}, dt), zeros({0, 4}, dt));
+      EXPECT_EQ(y.shape(), (Shape{3, 4}));
+      EXPECT_EQ(y.to_vector<double>(), std::vector<double>(12, 0.0)) << name(dt);
+    }
+  }
+}
+
+TEST(Linalg, MatmulOnRowViews) {
+  // Operands that are slices of a larger buffer (nonzero offset) read their own rows.
+  Tensor base = arange(0.0, 24.0, 1.0, DType::float64).reshape({6, 4});
+  Tensor a = base.slice(2, 4);  // rows 2, 3
+  Tensor b = base.slice(0, 4);  // (4, 4)
+  Array ra{Shape{2, 4}, a.to_vector<double>()}, rb{Shape{4, 4}, b.to_vector<double>()};
+  EXPECT_EQ(matmul(a, b).to_vector<double>(), matmul_ref(ra, rb, false, false).v);
+  EXPECT_EQ(matmul(b, a, {false, true}).to_vector<double>(), matmul_ref(rb, ra, false, true).v);
+}
+
+TEST(LinalgErrors, Matmul) {
+  Tensor a = ones({64, 128}), b = ones({64, 10});
+  EXPECT_TIDE_ERROR(matmul(a, b), "[matmul]", "inner", "(64, 128)", "(64, 10)");
+  EXPECT_TIDE_ERROR(matmul(b, a, {false, true}), "[matmul]", "(64, 10)", "(64, 128)");
+  EXPECT_TIDE_ERROR(matmul(a, b, {true, true}), "[matmul]", "(64, 128)", "(64, 10)");
+  EXPECT_TIDE_ERROR(matmul(ones({3}), ones({3, 2})), "[matmul]", "(3,)", "(3, 2)");
+  EXPECT_TIDE_ERROR(matmul(ones({2, 2, 2}), ones({2, 2})), "[matmul]", "(2, 2, 2)");
+  EXPECT_TIDE_ERROR(matmul(ones({2, 3}), ones({3, 2}, DType::float64)), "[matmul]", "(2, 3)",
+                    "float64");
+  EXPECT_TIDE_ERROR(matmul(ones({2, 3}, DType::int32), ones({3, 2}, DType::int32)), "[matmul]",
+                    "(2, 3)", "int32");
+  // The accepted form works (a^T @ b).
+  EXPECT_EQ(matmul(a, b, {true, false}).shape(), (Shape{128, 10}));
+}
+
+// ---- transpose -----------------------------------------------------------------------------
+
+TIDE_OP_CASES(Linalg, Transpose) {
+  OpCase c{.op = OpId::transpose,
+           .build = [](const V& x) { return transpose(x[0]); },
+           .ref = [](const std::vector<Array>& in) {
+             const Array& a = in[0];
+             int64_t r = a.shape[0], cl = a.shape[1];
+             Array t{Shape{cl, r}, std::vector<double>(a.v.size())};
+             for (int64_t i = 0; i < r; ++i)
+               for (int64_t j = 0; j < cl; ++j) t.v[size_t(j * r + i)] = a.v[size_t(i * cl + j)];
+             return t;
+           },
+           .shapes = [](std::mt19937& rng) {
+             return std::vector<ShapeSet>{{test::random_shape(rng, 2, 1, 9)},
+                                          {test::random_shape(rng, 2, 1, 9)},
+                                          {Shape{1, 7}},
+                                          {Shape{6, 1}},
+                                          {Shape{0, 5}},
+                                          {Shape{3, 0}},
+                                          {Shape{33, 65}},  // partial cache blocks
+                                          {Shape{300, 270}}};
+           },
+           .grad = true};
+  OpCase ints = c;
+  ints.dtypes = {DType::int32, DType::int64};
+  ints.gen = test::gen_ints(-100, 100);
+  ints.grad = false;
+  return {c, ints};
+}
+
+TEST(LinalgErrors, Transpose) {
+  EXPECT_TIDE_ERROR(transpose(ones({2, 3, 4})), "[transpose]", "(2, 3, 4)");
+  EXPECT_TIDE_ERROR(transpose(ones({5})), "[transpose]", "(5,)");
+}
+
+// ---- softmax / log_softmax -------------------------------------------------------------------
+
+Array softmax_ref(const Array& a, bool log_out) {
+  Array y{a.shape, std::vector<double>(a.v.size())};
+  int64_t n = a.shape.ndim() ? a.shape[a.shape.ndim() - 1] : 1;
+  int64_t rows = n ? int64_t(a.v.size()) / n : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* x = a.v.data() + r * n;
+    double m = x[0];
+    for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
+    for (int64_t i = 0; i < n; ++i)
+      y.v[size_t(r * n + i)] = log_out ? x[i] - m - std::log(s) : std::exp(x[i] - m) / s;
+  }
+  return y;
+}
+
+std::vector<ShapeSet> row_shapes(std::mt19937& rng) {
+  std::uniform_int_distribution<int> rank(1, 3);
+  return {{test::random_shape(rng, rank(rng), 1, 6)},
+          {test::random_shape(rng, rank(rng), 1, 6)},
+          {Shape{1, 1}},
+          {Shape{4, 1}},
+          {Shape{0, 5}},
+          {Shape{5, 0}},
+          {Shape{2, 0, 3}},
+          {Shape{200, 300}}};
+}
+
+TIDE_OP_CASES(Linalg, Softmax) {
+  std::vector<OpCase> v;
+  for (bool log_out : {false, true})
+    v.push_back(OpCase{
+        .op = log_out ? OpId::log_softmax : OpId::softmax,
+        .build = [=](const V& x) { return log_out ? log_softmax(x[0]) : softmax(x[0]); },
+        .ref = [=](const std::vector<Array>& in) { return softmax_ref(in[0], log_out); },
+        .shapes = row_shapes,
+        .gen = test::gen_uniform(-4, 4),
+        .grad = true});
+  return v;
+}
+
+TEST(Linalg, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {
+  // Offsets like 1000 overflow exp() without the max subtraction.
+  std::vector<double> vals{1000, 1001, 999, -1000, -1001, -1002, 0, 1e-3, -1e-3,
+                           3000, 0,    -3000};
+  for (DType dt : {DType::float32, DType::float64}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    Tensor x = from_data(vals, Shape{4, 3}, dt);
+    std::vector<double> s = softmax(x).to_vector<double>();
+    std::vector<double> ls = log_softmax(x).to_vector<double>();
+    Array want = softmax_ref({Shape{4, 3}, vals}, false);
+    Array lwant = softmax_ref({Shape{4, 3}, vals}, true);
+    for (int r = 0; r < 4; ++r) {
+      double row = 0;
+      for (int i = 0; i < 3; ++i) {
+        size_t k = size_t(r * 3 + i);
+        ASSERT_TRUE(std::isfinite(s[k]) && std::isfinite(ls[k])) << "element " << k;
+        EXPECT_NEAR(s[k], want.v[k], 1e-6);
+        EXPECT_NEAR(ls[k], lwant.v[k], 1e-4 * std::max(1.0, std::abs(lwant.v[k])));
+        row += s[k];
+      }
+      EXPECT_NEAR(row, 1.0, 1e-6) << "row " << r;
+    }
+    // Random rows sum to 1 too.
+    Generator gen(7);
+    Tensor big = mul(randn({64, 50}, dt, gen), 30.0);
+    std::vector<double> sums = sum(softmax(big), -1).to_vector<double>();
+    for (double t : sums) EXPECT_NEAR(t, 1.0, 1e-5);
+    std::vector<double> lse = sum(exp(log_softmax(big)), 1).to_vector<double>();
+    for (double t : lse) EXPECT_NEAR(t, 1.0, 1e-5);
+  }
+}
+
+TEST(LinalgErrors, Softmax) {
+  EXPECT_TIDE_ERROR(softmax(full({}, 1.0)), "[softmax]", "0-d");
+  EXPECT_TIDE_ERROR(log_softmax(full({}, 1.0)), "[log_softmax]", "0-d");
+  EXPECT_TIDE_ERROR(softmax(ones({2, 3}, DType::int32)), "[softmax]", "(2, 3)", "int32");
+  EXPECT_TIDE_ERROR(log_softmax(ones({4}, DType::int64)), "[log_softmax]", "(4,)");
+}
+
+}  // namespace
+}  // namespace tide
