@@ -11,6 +11,7 @@
 #include "core/allocator.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
+#include "core/futex.h"
 #include "core/failure.h"
 #include "core/profiler.h"
 #include "core/spinlock.h"
@@ -89,6 +90,15 @@ struct Engine::State {
     return g;
   }
 
+  // Wakes s's worker if it sleeps; only the caller that clears `sleeping` pays the syscall.
+  static void wake_worker(StreamImpl& s) {
+    if (s.sleeping.load(std::memory_order_seq_cst) &&
+        s.sleeping.exchange(false, std::memory_order_seq_cst)) {
+      s.wake_epoch.fetch_add(1, std::memory_order_seq_cst);
+      detail::futex_wake(&s.wake_epoch, 1);
+    }
+  }
+
   // Blocks until pos has executed: spin, then sleep on the stream's counter.
   void wait_pos(StreamPos pos) {
     StreamImpl* s = pos.stream;
@@ -97,14 +107,11 @@ struct Engine::State {
     // Submit publishes without a fence, so a worker that went to sleep at that moment may
     // have missed its wake-up: wake it before sleeping on it (the fetch_add above orders
     // our earlier publish before this check).
-    if (s->sleeping.load(std::memory_order_seq_cst)) {
-      s->wake_epoch.fetch_add(1, std::memory_order_seq_cst);
-      s->wake_epoch.notify_one();
-    }
+    wake_worker(*s);
     for (;;) {
-      uint64_t c = s->completed.load(std::memory_order_seq_cst);
-      if (c >= pos.seq) break;
-      s->completed.wait(c, std::memory_order_seq_cst);
+      uint32_t e = s->completed_epoch.load(std::memory_order_seq_cst);
+      if (s->completed.load(std::memory_order_seq_cst) >= pos.seq) break;
+      detail::futex_wait(&s->completed_epoch, e);
     }
     waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -224,7 +231,7 @@ void StreamImpl::worker_loop() {
         uint32_t e = wake_epoch.load(std::memory_order_seq_cst);
         sleeping.store(true, std::memory_order_seq_cst);
         if (published.load(std::memory_order_seq_cst) == head && stop.load() == 0)
-          wake_epoch.wait(e, std::memory_order_seq_cst);
+          detail::futex_wait(&wake_epoch, e);
         sleeping.store(false, std::memory_order_relaxed);
       }
       continue;
@@ -236,7 +243,10 @@ void StreamImpl::worker_loop() {
     execute(t, eng, id, stop.load(std::memory_order_relaxed) == 2);
     ++head;
     completed.store(head, std::memory_order_seq_cst);
-    if (eng->waiters.load(std::memory_order_seq_cst)) completed.notify_all();
+    if (eng->waiters.load(std::memory_order_seq_cst)) {
+      completed_epoch.fetch_add(1, std::memory_order_seq_cst);
+      detail::futex_wake(&completed_epoch, INT32_MAX);
+    }
   }
 }
 
@@ -449,10 +459,7 @@ void Engine::end_task(Task& t) {
   // A release store, no fence: a missed wake-up is repaired by the next submit or by
   // whoever waits (wait_pos wakes a sleeping worker before it blocks).
   self->published.store(t.seq, std::memory_order_release);
-  if (self->sleeping.load(std::memory_order_relaxed)) {
-    self->wake_epoch.fetch_add(1, std::memory_order_seq_cst);
-    self->wake_epoch.notify_one();
-  }
+  if (self->sleeping.load(std::memory_order_relaxed)) State::wake_worker(*self);
   st.mu.unlock();
 }
 
@@ -528,7 +535,7 @@ void Engine::shutdown(ShutdownMode mode) {
       if (!s.started) continue;
       s.stop.store(mode == ShutdownMode::cancel ? 2 : 1, std::memory_order_seq_cst);
       s.wake_epoch.fetch_add(1, std::memory_order_seq_cst);
-      s.wake_epoch.notify_one();
+      detail::futex_wake(&s.wake_epoch, 1);
       stopping.push_back(&s);
     }
   }

@@ -48,6 +48,8 @@ class StreamImpl {
   std::atomic<bool> sleeping{false};
   std::atomic<int> stop{0};  // 0 run, 1 drain, 2 cancel
   alignas(64) std::atomic<uint64_t> completed{0};
+  // Bumped with every completion; hosts sleep on it (a futex needs a 32-bit word).
+  std::atomic<uint32_t> completed_epoch{0};
   Segment* head_seg = nullptr;  // worker only
 
   bool is_complete(uint64_t seq) const {

@@ -49,16 +49,40 @@ TIDE_HOST_DEVICE T uniform_at(uint64_t offset, uint64_t key, uint64_t i) {
   return T(to_unit(x));
 }
 
+// Box-Muller on one pair of lanes: out[0] = r cos(th), out[1] = r sin(th).
+template <class T>
+TIDE_HOST_DEVICE void box_muller(uint32_t x1, uint32_t x2, T* out) {
+  double u1 = (double(x1) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]: log is finite
+  double r = std::sqrt(-2.0 * std::log(u1));
+  double th = 6.283185307179586476925 * to_unit(x2);
+  out[0] = T(r * std::cos(th));
+  out[1] = T(r * std::sin(th));
+}
+
 // Element i of randn(): standard normal by Box-Muller on lanes (0,1) and (2,3).
 template <class T>
 TIDE_HOST_DEVICE T normal_at(uint64_t offset, uint64_t key, uint64_t i) {
   U32x4 b = block(offset + i / 4, key);
   int lane = int(i % 4), pair = lane & 2;
-  double u1 = (double(b.v[pair]) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]: log is finite
-  double u2 = to_unit(b.v[pair + 1]);
-  double r = std::sqrt(-2.0 * std::log(u1));
-  double th = 6.283185307179586476925 * u2;
-  return T((lane & 1) ? r * std::sin(th) : r * std::cos(th));
+  T z[2];
+  box_muller(b.v[pair], b.v[pair + 1], z);
+  return z[lane & 1];
+}
+
+// Elements 4*blk .. 4*blk+3 at once (one Philox block): what the CPU kernels use.
+template <class T>
+TIDE_HOST_DEVICE void normal4(uint64_t offset, uint64_t key, uint64_t blk, T* out) {
+  U32x4 b = block(offset + blk, key);
+  box_muller(b.v[0], b.v[1], out);
+  box_muller(b.v[2], b.v[3], out + 2);
+}
+template <class T>
+TIDE_HOST_DEVICE void uniform4(uint64_t offset, uint64_t key, uint64_t blk, T* out) {
+  U32x4 b = block(offset + blk, key);
+  for (int l = 0; l < 4; ++l) {
+    if constexpr (sizeof(T) == 4) out[l] = T(b.v[l] >> 8) * T(1.0 / 16777216.0);
+    else out[l] = T(to_unit(b.v[l]));
+  }
 }
 
 }  // namespace tide::philox

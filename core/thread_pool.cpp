@@ -11,6 +11,7 @@
 
 #include "core/engine_impl.h"
 #include "core/error.h"
+#include "core/futex.h"
 
 namespace tide {
 
@@ -19,8 +20,8 @@ namespace {
 // One mailbox per helper: the caller writes the job, bumps `go`; the helper runs it and
 // sets `done` to the same generation.
 struct alignas(64) Mailbox {
-  std::atomic<uint64_t> go{0};
-  std::atomic<uint64_t> done{0};
+  std::atomic<uint32_t> go{0};  // a futex word
+  std::atomic<uint32_t> done{0};
   std::atomic<bool> sleeping{false};
   std::atomic<bool> stop{false};
   RangeFn* fn = nullptr;
@@ -28,18 +29,30 @@ struct alignas(64) Mailbox {
   std::exception_ptr error;
 };
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 void helper_loop(Mailbox* m) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     auto ready = [&] { return m->go.load(std::memory_order_acquire) != seen; };
-    int64_t spins = 0;
-    while (!ready() && spins < 200000) {  // ~20-50 us
+    // Spin ~20 us by the clock (a pause can take 40 ns: counting them is no timer), then
+    // sleep; a helper spinning for long would take the core from the stream's worker.
+    int64_t deadline = 0;
+    for (int i = 1; !ready(); ++i) {
       cpu_relax();
-      ++spins;
+      if ((i & 31) == 0) {
+        int64_t t = now_ns();
+        if (!deadline) deadline = t + 20'000;
+        else if (t > deadline) break;
+      }
     }
     if (!ready()) {
       m->sleeping.store(true, std::memory_order_seq_cst);
-      while (m->go.load(std::memory_order_seq_cst) == seen) m->go.wait(seen, std::memory_order_seq_cst);
+      while (m->go.load(std::memory_order_seq_cst) == seen) detail::futex_wait(&m->go, seen);
       m->sleeping.store(false, std::memory_order_relaxed);
     }
     seen = m->go.load(std::memory_order_acquire);
@@ -78,7 +91,7 @@ class Pool {
       m.end = std::min(n, (p + 1) * chunk);
       m.error = nullptr;
       m.go.store(gen_, std::memory_order_seq_cst);
-      if (m.sleeping.load(std::memory_order_seq_cst)) m.go.notify_one();
+      if (m.sleeping.load(std::memory_order_seq_cst)) detail::futex_wake(&m.go, 1);
     }
     std::exception_ptr err;
     try {
@@ -103,8 +116,8 @@ class Pool {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < boxes_.size(); ++i) {
       boxes_[i]->stop.store(true, std::memory_order_seq_cst);
-      boxes_[i]->go.store(++gen_ + 1000000000ull, std::memory_order_seq_cst);
-      boxes_[i]->go.notify_one();
+      boxes_[i]->go.store(++gen_ + 1000000000u, std::memory_order_seq_cst);
+      detail::futex_wake(&boxes_[i]->go, 1);
       threads_[i].join();
     }
     boxes_.clear();
@@ -118,7 +131,7 @@ class Pool {
 
  private:
   std::mutex mu_;
-  uint64_t gen_ = 0;
+  uint32_t gen_ = 0;
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::vector<std::thread> threads_;
 };

@@ -38,18 +38,6 @@ struct Range {
   double start, step;
   template <class T> T operator()(int64_t i) const { return T(start + double(i) * step); }
 };
-struct Normal {
-  uint64_t offset, key;
-  template <class T> T operator()(int64_t i) const {
-    return philox::normal_at<T>(offset, key, uint64_t(i));
-  }
-};
-struct Uniform {
-  uint64_t offset, key;
-  template <class T> T operator()(int64_t i) const {
-    return philox::uniform_at<T>(offset, key, uint64_t(i));
-  }
-};
 }  // namespace
 
 Tensor zeros(const Shape& shape, DType dtype, Site site) {
@@ -72,21 +60,39 @@ Tensor arange(double start, double end, double step, DType dtype, Site site) {
 }
 
 namespace {
-void check_random_dtype(DType dtype, const char* op) {
+// One Philox block gives four consecutive elements.
+template <bool kNormal>
+Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Site site) {
+  const char* op = op_name(id);
   TIDE_CHECK(is_floating(dtype), op, "needs a floating dtype, got ", dtype);
+  uint64_t offset = gen.reserve(uint64_t(shape.numel()));
+  uint64_t key = gen.seed();
+  Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
+  dispatch_floating(dtype, [&](auto z) {
+    using T = decltype(z);
+    T* p = y.data<T>();
+    int64_t n = y.numel();
+    launch(op, {}, {y.storage()}, [=] {
+      parallel_for((n + 3) / 4, kParallelGrain / 16, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          T v[4];
+          if constexpr (kNormal) philox::normal4(offset, key, uint64_t(b), v);
+          else philox::uniform4(offset, key, uint64_t(b), v);
+          for (int64_t l = 0, i = 4 * b; l < 4 && i < n; ++l, ++i) p[i] = v[l];
+        }
+      });
+    }, site);
+  });
+  return y;
 }
 }  // namespace
 
 Tensor randn(const Shape& shape, DType dtype, Generator& gen, Site site) {
-  check_random_dtype(dtype, "randn");
-  uint64_t offset = gen.reserve(uint64_t(shape.numel()));
-  return fill_with(OpId::randn, shape, dtype, site, Normal{offset, gen.seed()});
+  return random_fill<true>(OpId::randn, shape, dtype, gen, site);
 }
 
 Tensor rand(const Shape& shape, DType dtype, Generator& gen, Site site) {
-  check_random_dtype(dtype, "rand");
-  uint64_t offset = gen.reserve(uint64_t(shape.numel()));
-  return fill_with(OpId::rand, shape, dtype, site, Uniform{offset, gen.seed()});
+  return random_fill<false>(OpId::rand, shape, dtype, gen, site);
 }
 
 Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dtype,

@@ -16,7 +16,8 @@ Tensor sum(const Tensor& a, int axis, bool keepdim = false, Site site = Site::cu
 // Mean; needs a floating dtype. Mean of an empty tensor is NaN, as in NumPy.
 Tensor mean(const Tensor& a, Site site = Site::current());
 Tensor mean(const Tensor& a, int axis, bool keepdim = false, Site site = Site::current());
-// Max; throws "[max]" on an empty reduction.
+// Max; throws "[max]" on an empty reduction. NaN propagates. The gradient is shared
+// equally among tied maxima.
 Tensor max(const Tensor& a, Site site = Site::current());
 Tensor max(const Tensor& a, int axis, bool keepdim = false, Site site = Site::current());
 // Index of the max (first on ties) as int64; throws "[argmax]" on an empty reduction.
