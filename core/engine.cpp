@@ -104,10 +104,6 @@ struct Engine::State {
     StreamImpl* s = pos.stream;
     if (!s || spin_until([&] { return s->is_complete(pos.seq); })) return;
     waiters.fetch_add(1, std::memory_order_seq_cst);
-    // Submit publishes without a fence, so a worker that went to sleep at that moment may
-    // have missed its wake-up: wake it before sleeping on it (the fetch_add above orders
-    // our earlier publish before this check).
-    wake_worker(*s);
     for (;;) {
       uint32_t e = s->completed_epoch.load(std::memory_order_seq_cst);
       if (s->completed.load(std::memory_order_seq_cst) >= pos.seq) break;
@@ -154,13 +150,15 @@ struct Engine::State {
       n += s.submitted - s.completed.load(std::memory_order_acquire);
     return n;
   }
-  // Caller holds mu. Waits until some stream with queued work makes progress; false if
-  // nothing is queued.
+  // Caller holds mu. Waits, with mu released, until some stream with queued work makes
+  // progress; false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
   bool wait_progress_locked() {
     for (StreamImpl& s : streams) {
       uint64_t c = s.completed.load(std::memory_order_acquire);
       if (c < s.submitted) {
+        mu.unlock();
         wait_pos({&s, c + 1});
+        mu.lock();
         return true;
       }
     }
@@ -300,8 +298,8 @@ void add_wait(Engine::Task& t, StreamPos pos, StreamImpl* self, Engine::State* s
     t.waits[t.num_waits++] = pos;
     return;
   }
-  // More streams than wait slots (rare): wait here; workers never need this lock.
-  while (!pos.stream->is_complete(pos.seq)) cpu_relax();
+  // More streams than wait slots (rare): wait here, sleeping; workers never take this lock.
+  st->wait_pos(pos);
 }
 }  // namespace
 
@@ -431,8 +429,10 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
       for (int i = 0; i < h.num_readers; ++i)
         if (!h.readers[i].stream->is_complete(h.readers[i].seq)) h.readers[k++] = h.readers[i];
       h.num_readers = k;
-      if (k == HazardState::kInlineReaders) {  // rare: wait for the oldest to finish
-        st.wait_pos(h.readers[0]);
+      if (k == HazardState::kInlineReaders) {
+        // Too many streams read it: this task takes over the oldest reader's entry by
+        // waiting for it, so later writers, who wait for this task, stay ordered after both.
+        add_wait(t, h.readers[0], self, &st);
         std::copy(h.readers + 1, h.readers + k, h.readers);
         h.num_readers = k - 1;
       }
@@ -456,10 +456,10 @@ void Engine::end_task(Task& t) {
                                        st.inflight_bytes.load(std::memory_order_relaxed),
                                        Allocator::get().stats().active_bytes});
   }
-  // A release store, no fence: a missed wake-up is repaired by the next submit or by
-  // whoever waits (wait_pos wakes a sleeping worker before it blocks).
-  self->published.store(t.seq, std::memory_order_release);
-  if (self->sleeping.load(std::memory_order_relaxed)) State::wake_worker(*self);
+  // seq_cst store and load: with the worker's seq_cst `sleeping` store and `published`
+  // load, either it sees this task or we see it asleep (no lost wake-up).
+  self->published.store(t.seq, std::memory_order_seq_cst);
+  if (self->sleeping.load(std::memory_order_seq_cst)) State::wake_worker(*self);
   st.mu.unlock();
 }
 
@@ -529,7 +529,11 @@ void Engine::shutdown(ShutdownMode mode) {
   std::vector<StreamImpl*> stopping;
   {
     std::lock_guard<SpinLock> lock(st.mu);
-    if (st.shutting_down) return;
+    while (st.shutting_down) {  // another thread is shutting down: wait for it to finish
+      st.mu.unlock();
+      std::this_thread::yield();
+      st.mu.lock();
+    }
     st.shutting_down = true;  // new submits wait; syncs and stats still work
     for (StreamImpl& s : st.streams) {
       if (!s.started) continue;

@@ -73,22 +73,20 @@ void Tensor::zero_grad() { impl().grad.reset(); }
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   TIDE_CHECK(requires_grad(), "backward",
              "the tensor does not require grad (no input of the ops behind it did)");
-  Tensor seed = grad;
-  if (!seed.defined()) {
+  if (grad.defined())
+    TIDE_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "backward",
+               "gradient of shape ", grad.shape().str(), " ", grad.dtype(),
+               " for an output of shape ", shape().str(), " ", dtype());
+  else
     TIDE_CHECK(numel() == 1, "backward",
                "needs a gradient argument for a non-scalar output of shape ", shape().str());
-    seed = ones(shape(), dtype());
-  } else {
-    TIDE_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward",
-               "gradient of shape ", seed.shape().str(), " ", seed.dtype(),
-               " for an output of shape ", shape().str(), " ", dtype());
-  }
   autograd::NoGrad no_grad;
   if (is_leaf()) {
-    autograd::accumulate(impl_ptr(), seed);
+    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype()));
     return;
   }
-  // Reverse topological order by an iterative depth-first search.
+  // Reverse topological order by an iterative depth-first search; every check happens
+  // before the first gradient op is queued, so a refused backward queues nothing.
   std::vector<Node*> order;
   std::unordered_set<Node*> seen;
   std::vector<std::pair<Node*, size_t>> stack{{impl().grad_fn.get(), 0}};
@@ -108,6 +106,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                "the graph through '", n->op,
                "' was freed by an earlier backward(); pass retain_graph=true to that call "
                "to backpropagate through it twice");
+  Tensor seed = grad.defined() ? grad : ones(shape(), dtype());
   std::unordered_map<Node*, Tensor> grads;
   grads[order.back()] = seed;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
