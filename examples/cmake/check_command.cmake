@@ -1,0 +1,38 @@
+# Runs a command and checks how it ended: cmake -DCMD=prog [-DARGS=a;b] -DEXPECT=zero|nonzero
+#   [-DEXPECT_OUTPUT=regex] (matched against stdout + stderr)
+#   [-DEXPECT_FILE=path [-DEXPECT_FILE_REGEX=regex]] (the file must be written by the run)
+#   -P check_command.cmake
+# "nonzero" means a normal exit with a code other than 0: a crash (a signal) fails the check.
+if(NOT DEFINED CMD OR NOT DEFINED EXPECT)
+  message(FATAL_ERROR "check_command.cmake needs -DCMD=... and -DEXPECT=zero|nonzero")
+endif()
+if(DEFINED EXPECT_FILE)
+  file(REMOVE ${EXPECT_FILE})
+endif()
+
+execute_process(COMMAND ${CMD} ${ARGS}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+
+if(NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "'${CMD} ${ARGS}' did not exit normally: ${rc}")
+endif()
+if(EXPECT STREQUAL "zero" AND NOT rc EQUAL 0)
+  message(FATAL_ERROR "'${CMD} ${ARGS}' exited with ${rc}, expected 0")
+elseif(EXPECT STREQUAL "nonzero" AND rc EQUAL 0)
+  message(FATAL_ERROR "'${CMD} ${ARGS}' exited with 0, expected a nonzero exit code")
+endif()
+if(DEFINED EXPECT_OUTPUT AND NOT "${out}${err}" MATCHES "${EXPECT_OUTPUT}")
+  message(FATAL_ERROR "the output of '${CMD} ${ARGS}' does not match '${EXPECT_OUTPUT}'")
+endif()
+if(DEFINED EXPECT_FILE)
+  if(NOT EXISTS ${EXPECT_FILE})
+    message(FATAL_ERROR "'${CMD} ${ARGS}' did not write ${EXPECT_FILE}")
+  endif()
+  if(DEFINED EXPECT_FILE_REGEX)
+    file(READ ${EXPECT_FILE} content LIMIT 4096)
+    if(NOT content MATCHES "${EXPECT_FILE_REGEX}")
+      message(FATAL_ERROR "${EXPECT_FILE} does not contain '${EXPECT_FILE_REGEX}'")
+    endif()
+  endif()
+endif()
