@@ -251,6 +251,24 @@ TEST_F(Errors, OutOfMemoryWithNothingInFlightThrowsAtTheCall) {
   EXPECT_EQ(ones({1 << 20}).to_vector()[0], 1.0f);
 }
 
+TEST_F(Errors, WorkspaceOverTheLimitFailsTheOpNotTheCall) {
+  // A full sum takes a workspace for its block partials while it runs; with the limit
+  // leaving room for the output but not the workspace, the op fails on the worker, its
+  // output is poisoned, and the failure surfaces at the sync with the queue site.
+  Tensor big = ones({1 << 20});  // 64 blocks of partials: a 520-byte workspace
+  Engine::get().synchronize();
+  Allocator& alloc = Allocator::get();
+  alloc.set_limit(alloc.stats().active_bytes + Allocator::round_size(4));
+  Tensor s = sum(big);  // the output fits: no error at the call
+  int line = __LINE__ - 1;
+  std::string m = error_of([&] { s.item<float>(); });
+  alloc.set_limit(0);
+  EXPECT_TRUE(contains(m, "[sum]")) << m;
+  EXPECT_TRUE(contains(m, "workspace")) << m;
+  EXPECT_TRUE(contains(m, site_of(line))) << m;
+  EXPECT_EQ(sum(big).item<float>(), float(1 << 20));  // the engine goes on
+}
+
 TEST_F(Errors, AllocationOverTheLimitWaitsForQueuedWork) {
   Allocator& alloc = Allocator::get();
   constexpr int64_t n = 1 << 18;  // 1 MiB of float32
