@@ -30,6 +30,12 @@ size_t class_bytes(int c) {
 }
 }  // namespace
 
+// Adds d to a counter only written under mu_ (readers load it without the lock).
+template <class T, class D>
+void bump(std::atomic<T>& c, D d) {
+  c.store(T(c.load(std::memory_order_relaxed) + T(d)), std::memory_order_relaxed);
+}
+
 size_t Allocator::round_size(size_t bytes) { return class_bytes(size_class(bytes)); }
 
 void Storage::poison(Failure* f) {
@@ -76,7 +82,7 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   if (!cache_[c].empty()) {
     s = cache_[c].back();
     cache_[c].pop_back();
-    cached_.fetch_sub(cap, std::memory_order_relaxed);
+    bump(cached_, -cap);
     s->reset_for_reuse();
   } else {
     // aligned_alloc needs a size that is a multiple of the alignment (sanitizers abort
@@ -84,13 +90,13 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
     void* p = std::aligned_alloc(kAlign, (cap + kAlign - 1) / kAlign * kAlign);
     if (!p) throw std::bad_alloc();
     s = new Storage(p, cap, device_, c);
-    num_system_allocs_.fetch_add(1, std::memory_order_relaxed);
+    bump(num_system_allocs_, 1);
   }
-  size_t now = active_.fetch_add(cap, std::memory_order_relaxed) + cap;
-  size_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
-  num_allocs_.fetch_add(1, std::memory_order_relaxed);
+  // The counters change only under mu_: plain load/store pairs, no locked instructions.
+  size_t now = active + cap;
+  active_.store(now, std::memory_order_relaxed);
+  if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
+  bump(num_allocs_, 1);
   return s;
 }
 
@@ -130,16 +136,16 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
 void Allocator::free_block(Storage* s) {
   size_t cap = s->capacity_;
   std::lock_guard<SpinLock> lock(mu_);
-  active_.fetch_sub(cap, std::memory_order_relaxed);
+  bump(active_, -cap);
   cache_[s->size_class_].push_back(s);
-  cached_.fetch_add(cap, std::memory_order_relaxed);
+  bump(cached_, cap);
 }
 
 void Allocator::empty_cache() {
   std::lock_guard<SpinLock> lock(mu_);
   for (auto& list : cache_) {
     for (Storage* s : list) {
-      cached_.fetch_sub(s->capacity_, std::memory_order_relaxed);
+      bump(cached_, -s->capacity_);
       if (Failure* f = s->failure_.exchange(nullptr)) f->release();
       std::free(s->data_);
       delete s;
@@ -148,7 +154,10 @@ void Allocator::empty_cache() {
   }
 }
 
-void Allocator::reset_peak() { peak_.store(active_.load(), std::memory_order_relaxed); }
+void Allocator::reset_peak() {
+  std::lock_guard<SpinLock> lock(mu_);
+  peak_.store(active_.load(), std::memory_order_relaxed);
+}
 
 AllocatorStats Allocator::stats() const {
   AllocatorStats st;

@@ -140,7 +140,8 @@ struct Engine::State {
     for (int i = 0; i < n; ++i) {
       Storage* st = t.storages[i];
       if (--st->hazard.queued_refs == 0)
-        inflight_bytes.fetch_sub(st->bytes(), std::memory_order_relaxed);
+        inflight_bytes.store(inflight_bytes.load(std::memory_order_relaxed) - st->bytes(),
+                             std::memory_order_relaxed);  // written only under mu
       st->release();
     }
   }
@@ -397,7 +398,8 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
   auto hold = [&](Storage* s) {
     s->retain();
     if (s->hazard.queued_refs++ == 0) {
-      st.inflight_bytes.fetch_add(s->bytes(), std::memory_order_relaxed);
+      st.inflight_bytes.store(st.inflight_bytes.load(std::memory_order_relaxed) + s->bytes(),
+                             std::memory_order_relaxed);  // written only under mu
       st.bytes_since_reclaim += s->bytes();
     }
     *slot++ = s;
