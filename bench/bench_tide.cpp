@@ -65,6 +65,19 @@ void BM_EnqueueTinyAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_EnqueueTinyAdd)->UseRealTime();
 
+// The same op run synchronously in the calling thread (SynchronousGuard): the frontend's
+// work plus the kernel, with no hand-off to a worker. Against BM_EnqueueTinyAdd it shows
+// what the hand-off itself costs.
+void BM_SyncModeTinyAdd(benchmark::State& state) {
+  Tensor x = tide::ones({1, 2});
+  Tensor y;
+  tide::wait_all();
+  tide::SynchronousGuard sync;
+  for (auto _ : state) y = x + 1;
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SyncModeTinyAdd)->UseRealTime();
+
 // Throughput: enqueue + execute, one wait_all() per batch of 1024 ops inside the timing;
 // the time per iteration is the cost of one completed op.
 void BM_TinyAddThroughput(benchmark::State& state) {
