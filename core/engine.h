@@ -95,6 +95,8 @@ class StreamGuard {
 
 // Makes every op submitted by the calling thread in this scope run synchronously, in the
 // calling thread, before the call returns (after earlier conflicting work has finished).
+// Such an op is not entered into the hazard state: an op that another thread queues on
+// the same storages while it runs is not ordered after it (order those threads yourself).
 class SynchronousGuard {
  public:
   explicit SynchronousGuard(bool on = true);
