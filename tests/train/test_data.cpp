@@ -1,0 +1,364 @@
+// Data sources: SyntheticSource shapes and values; IdxSource on tiny IDX files written here
+// (plain, and gzip when tide has zlib): decoding, normalisation, shuffling, batching and
+// every error case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "tide.h"
+#include "train/data.h"
+
+#if defined(TIDE_HAVE_ZLIB) && __has_include(<zlib.h>)
+#include <zlib.h>
+#define TEST_GZIP 1
+#else
+#define TEST_GZIP 0
+#endif
+
+using namespace tide;
+using namespace tide::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void put_be32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
+}
+
+// Pixel (e, k) of example e is (7*e + k) % 256, label e % 10.
+std::vector<uint8_t> images_bytes(uint32_t n, uint32_t rows, uint32_t cols) {
+  std::vector<uint8_t> b;
+  put_be32(b, 0x803);
+  put_be32(b, n);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  for (uint32_t e = 0; e < n; ++e)
+    for (uint32_t k = 0; k < rows * cols; ++k) b.push_back(uint8_t((7 * e + k) % 256));
+  return b;
+}
+
+std::vector<uint8_t> labels_bytes(uint32_t n) {
+  std::vector<uint8_t> b;
+  put_be32(b, 0x801);
+  put_be32(b, n);
+  for (uint32_t e = 0; e < n; ++e) b.push_back(uint8_t(e % 10));
+  return b;
+}
+
+class IdxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tide_idx_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) {
+    std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    return path;
+  }
+  // The standard pair of files for `split` in dir_.
+  void write_split(const std::string& split, uint32_t n, uint32_t rows = 2, uint32_t cols = 3) {
+    write(split + "-images-idx3-ubyte", images_bytes(n, rows, cols));
+    write(split + "-labels-idx1-ubyte", labels_bytes(n));
+  }
+  IdxOptions opts() const { return IdxOptions().dir(dir_.string()); }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+// ---- SyntheticSource -----------------------------------------------------------------------
+
+TEST(Synthetic, DefaultsAreTheTextbooks) {
+  SyntheticSource src;
+  EXPECT_EQ(src.size(), 1024);
+  EXPECT_EQ(src.batch_size(), 1024);
+  EXPECT_EQ(src.num_batches(), 1);
+  auto b = src.next_batch();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->x.shape(), (Shape{1024, 512}));
+  EXPECT_EQ(b->y.shape(), (Shape{1024, 1}));
+  EXPECT_EQ(b->x.dtype(), DType::float32);
+  std::vector<float> y = b->y.to_vector<float>();
+  for (float v : y) ASSERT_EQ(v, 1.0f);
+  std::vector<double> x = b->x.to_vector<double>();
+  double m = 0, s2 = 0;
+  for (double v : x) m += v;
+  m /= double(x.size());
+  for (double v : x) s2 += (v - m) * (v - m);
+  double sd = std::sqrt(s2 / double(x.size()));
+  EXPECT_NEAR(m, 0.0, 0.01);  // 524288 samples: the standard error is ~0.0014
+  EXPECT_NEAR(sd, 1.0, 0.01);
+  EXPECT_FALSE(src.next_batch().has_value());
+}
+
+TEST(Synthetic, BatchingAndSeeding) {
+  SyntheticSource a(SyntheticOptions().examples(10).features(4).batch_size(4).seed(7));
+  EXPECT_EQ(a.num_batches(), 3);
+  std::vector<int64_t> sizes;
+  std::vector<float> first;
+  while (auto b = a.next_batch()) {
+    sizes.push_back(b->x.size(0));
+    EXPECT_EQ(b->y.size(0), b->x.size(0));
+    if (first.empty()) first = b->x.to_vector<float>();
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+
+  // Same seed and epoch: same numbers, even after other draws from the default generator.
+  SyntheticSource b(SyntheticOptions().examples(10).features(4).batch_size(4).seed(7));
+  (void)randn(Shape{100});
+  EXPECT_EQ(b.next_batch()->x.to_vector<float>(), first);
+  // Another epoch or seed: different numbers; back to epoch 0: the same again.
+  b.reset(1);
+  EXPECT_NE(b.next_batch()->x.to_vector<float>(), first);
+  b.reset(0);
+  EXPECT_EQ(b.next_batch()->x.to_vector<float>(), first);
+  SyntheticSource c(SyntheticOptions().examples(10).features(4).batch_size(4).seed(8));
+  EXPECT_NE(c.next_batch()->x.to_vector<float>(), first);
+}
+
+TEST(Synthetic, BadOptions) {
+  EXPECT_NE(error_of([] { SyntheticSource(SyntheticOptions().batch_size(0)); })
+                .find("[synthetic]"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { SyntheticSource(SyntheticOptions().dtype(DType::int64)); })
+                .find("[synthetic] dtype int64"),
+            std::string::npos);
+}
+
+// ---- IdxSource -----------------------------------------------------------------------------
+
+TEST_F(IdxTest, DecodesAndNormalises) {
+  write_split("train", 5);
+  IdxSource src(opts().shuffle(false).batch_size(5));
+  EXPECT_EQ(src.size(), 5);
+  EXPECT_EQ(src.rows(), 2);
+  EXPECT_EQ(src.cols(), 3);
+  auto b = src.next_batch();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->x.shape(), (Shape{5, 6}));
+  EXPECT_EQ(b->x.dtype(), DType::float32);
+  EXPECT_EQ(b->y.shape(), (Shape{5}));
+  EXPECT_EQ(b->y.dtype(), DType::int64);
+  std::vector<float> x = b->x.to_vector<float>();
+  for (int e = 0; e < 5; ++e)
+    for (int k = 0; k < 6; ++k)
+      ASSERT_FLOAT_EQ(x[size_t(e * 6 + k)], float(((7 * e + k) % 256) / 255.0));
+  EXPECT_EQ(b->y.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_FALSE(src.next_batch().has_value());
+
+  // Full 0..255 range maps to [0, 1]; mean/std normalisation.
+  write_split("big", 40, 1, 7);  // pixels reach 7*39+6 = 279 → wraps through 0 and 255
+  IdxSource big(opts().split("big").shuffle(false).batch_size(40).normalize(0.5, 0.25));
+  std::vector<float> xb = big.next_batch()->x.to_vector<float>();
+  for (int e = 0; e < 40; ++e)
+    for (int k = 0; k < 7; ++k) {
+      double v = ((7 * e + k) % 256) / 255.0;
+      ASSERT_NEAR(xb[size_t(e * 7 + k)], (v - 0.5) / 0.25, 1e-6);
+    }
+}
+
+TEST_F(IdxTest, UnflattenedShape) {
+  write_split("train", 3);
+  IdxSource src(opts().flatten(false).batch_size(2));
+  EXPECT_EQ(src.next_batch()->x.shape(), (Shape{2, 2, 3}));
+}
+
+TEST_F(IdxTest, BatchingWithPartialLastBatch) {
+  write_split("train", 10);
+  IdxSource src(opts().batch_size(4).shuffle(false));
+  EXPECT_EQ(src.num_batches(), 3);
+  std::vector<int64_t> sizes, labels;
+  while (auto b = src.next_batch()) {
+    sizes.push_back(b->x.size(0));
+    for (int64_t l : b->y.to_vector<int64_t>()) labels.push_back(l);
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+  EXPECT_EQ(labels, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  src.reset(1);
+  EXPECT_EQ(src.next_batch()->x.size(0), 4);
+}
+
+TEST_F(IdxTest, ShufflingIsSeededAndCoversEveryExample) {
+  write_split("train", 36, 1, 1);  // 7*35 < 256: the pixel names the example
+  IdxOptions o = opts().batch_size(8).seed(42);
+  IdxSource a(o), b(o);
+  EXPECT_EQ(a.order(), b.order());
+  std::vector<int64_t> identity(36);
+  for (int i = 0; i < 36; ++i) identity[size_t(i)] = i;
+  EXPECT_NE(a.order(), identity);
+
+  for (uint64_t epoch : {0, 1, 2}) {
+    a.reset(epoch);
+    b.reset(epoch);
+    EXPECT_EQ(a.order(), b.order());
+    // Each example exactly once; the batch contents follow order(). The pixel of example e
+    // is 7e, so x identifies the example.
+    std::multiset<int64_t> seen;
+    std::vector<int64_t> visited;
+    while (auto batch = a.next_batch()) {
+      std::vector<float> x = batch->x.to_vector<float>();
+      std::vector<int64_t> y = batch->y.to_vector<int64_t>();
+      for (size_t r = 0; r < x.size(); ++r) {
+        int64_t e = std::lround(x[r] * 255.0f) / 7;
+        seen.insert(e);
+        visited.push_back(e);
+        EXPECT_EQ(y[r], e % 10);
+      }
+    }
+    EXPECT_EQ(visited, a.order());
+    EXPECT_EQ(seen.size(), 36u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 36u);
+  }
+  a.reset(0);
+  std::vector<int64_t> e0 = a.order();
+  a.reset(1);
+  EXPECT_NE(a.order(), e0);
+  IdxSource c(opts().batch_size(8).seed(43));
+  EXPECT_NE(c.order(), e0);
+}
+
+TEST_F(IdxTest, LimitKeepsTheFirstExamples) {
+  write_split("train", 20);
+  IdxSource src(opts().limit(6).batch_size(100));
+  EXPECT_EQ(src.size(), 6);
+  std::vector<int64_t> y = src.next_batch()->y.to_vector<int64_t>();
+  std::sort(y.begin(), y.end());
+  EXPECT_EQ(y, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST_F(IdxTest, ExplicitFiles) {
+  std::string im = write("a.idx", images_bytes(3, 2, 2));
+  std::string lb = write("b.idx", labels_bytes(3));
+  IdxSource src(IdxOptions().files(im, lb).shuffle(false));
+  EXPECT_EQ(src.size(), 3);
+  EXPECT_EQ(src.images_path(), im);
+}
+
+TEST_F(IdxTest, Errors) {
+  auto err = [&](IdxOptions o) { return error_of([&] { IdxSource s(o); }); };
+  // Missing directory and files.
+  EXPECT_NE(err(IdxOptions().dir((dir_ / "nope").string())).find("[idx] data directory not found"),
+            std::string::npos);
+  EXPECT_NE(err(opts()).find("[idx] file not found: "), std::string::npos);
+  write("train-images-idx3-ubyte", images_bytes(4, 2, 2));
+  EXPECT_NE(err(opts()).find("train-labels-idx1-ubyte"), std::string::npos);
+
+  // Bad magic: labels where images are expected, and garbage.
+  std::string lb = write("l", labels_bytes(4));
+  std::string im = write("i", images_bytes(4, 2, 2));
+  std::string msg = err(IdxOptions().files(lb, lb));
+  EXPECT_NE(msg.find("[idx] "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad magic 0x00000801 (expected 0x00000803"), std::string::npos) << msg;
+  msg = err(IdxOptions().files(im, im));
+  EXPECT_NE(msg.find("bad magic 0x00000803 (expected 0x00000801"), std::string::npos) << msg;
+  std::string junk = write("junk", {'P', 'K', 3, 4, 0, 0, 0, 0});
+  EXPECT_NE(err(IdxOptions().files(junk, lb)).find("bad magic 0x504b0304"), std::string::npos);
+
+  // Truncated header, truncated data, trailing bytes.
+  std::string tiny = write("tiny", {0, 0});
+  EXPECT_NE(err(IdxOptions().files(tiny, lb)).find("truncated header"), std::string::npos);
+  std::vector<uint8_t> half = images_bytes(4, 2, 2);
+  half.resize(10);
+  EXPECT_NE(err(IdxOptions().files(write("h", half), lb)).find("truncated header"),
+            std::string::npos);
+  std::vector<uint8_t> cut = images_bytes(4, 2, 2);
+  cut.pop_back();
+  msg = err(IdxOptions().files(write("c", cut), lb));
+  EXPECT_NE(msg.find("truncated data (15 bytes after the header, expected 16)"),
+            std::string::npos)
+      << msg;
+  std::vector<uint8_t> cut_labels = labels_bytes(4);
+  cut_labels.pop_back();
+  EXPECT_NE(err(IdxOptions().files(im, write("cl", cut_labels))).find("truncated data"),
+            std::string::npos);
+  std::vector<uint8_t> extra = images_bytes(4, 2, 2);
+  extra.push_back(0);
+  EXPECT_NE(err(IdxOptions().files(write("x", extra), lb)).find("1 unexpected trailing bytes"),
+            std::string::npos);
+
+  // Count mismatch.
+  msg = err(IdxOptions().files(im, write("l5", labels_bytes(5))));
+  EXPECT_NE(msg.find("[idx] 4 images in "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("but 5 labels in "), std::string::npos) << msg;
+
+  // Bad options.
+  EXPECT_NE(err(IdxOptions().files(im, lb).batch_size(0)).find("[idx] batch size"),
+            std::string::npos);
+  EXPECT_NE(err(IdxOptions().files(im, lb).normalize(0, 0)).find("[idx] std"), std::string::npos);
+  EXPECT_NE(err(IdxOptions().files(im, "")).find("[idx] give both"), std::string::npos);
+}
+
+TEST_F(IdxTest, Gzip) {
+#if TEST_GZIP
+  ASSERT_TRUE(idx_gzip_supported());
+  auto write_gz = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    std::string path = (dir_ / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
+    gzclose(f);
+  };
+  write_gz("train-images-idx3-ubyte.gz", images_bytes(6, 2, 3));
+  write_gz("train-labels-idx1-ubyte.gz", labels_bytes(6));
+  // A plain file beside it with other contents: the .gz one is preferred.
+  write("train-labels-idx1-ubyte", labels_bytes(2));
+  IdxSource src(opts().shuffle(false).batch_size(6));
+  EXPECT_EQ(src.size(), 6);
+  EXPECT_EQ(src.next_batch()->y.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+
+  // Truncated gzip stream.
+  std::vector<uint8_t> gz;
+  {
+    std::ifstream in((dir_ / "train-images-idx3-ubyte.gz").string(), std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  gz.resize(gz.size() / 2);
+  std::string bad = write("bad.gz", gz);
+  std::string msg = error_of([&] {
+    IdxSource s(IdxOptions().files(bad, (dir_ / "train-labels-idx1-ubyte.gz").string()));
+  });
+  EXPECT_NE(msg.find("[idx] "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad.gz"), std::string::npos) << msg;
+#else
+  EXPECT_FALSE(idx_gzip_supported());
+  std::string path = write("x.gz", {0x1f, 0x8b});
+  EXPECT_NE(error_of([&] { IdxSource s(IdxOptions().files(path, path)); })
+                .find("[idx] " + path + ": gzip files need tide built with zlib"),
+            std::string::npos);
+  GTEST_SKIP() << "tide built without zlib (TIDE_HAVE_ZLIB): .gz reading not tested";
+#endif
+}
+
+TEST(FashionMnist, DefaultDirectoryIfInstalled) {
+  if (!fs::exists(kFashionMnistDir))
+    GTEST_SKIP() << kFashionMnistDir << " not found (Debian package dataset-fashion-mnist)";
+  IdxSource test(IdxOptions().split("t10k").batch_size(1000).limit(2000));
+  EXPECT_EQ(test.rows(), 28);
+  EXPECT_EQ(test.cols(), 28);
+  EXPECT_EQ(test.size(), 2000);
+  auto b = test.next_batch();
+  EXPECT_EQ(b->x.shape(), (Shape{1000, 784}));
+}
