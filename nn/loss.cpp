@@ -1,0 +1,54 @@
+#include "nn/loss.h"
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace tide::nn {
+
+namespace {
+
+// target reshaped to pred's shape (Gluon's reshape_like), after the checks.
+Tensor diff(const Tensor& pred, const Tensor& target, const char* op) {
+  TIDE_CHECK(pred.numel() == target.numel(), op, "pred ", pred.shape(), " and target ",
+             target.shape(), " have different numbers of elements");
+  TIDE_CHECK(pred.dtype() == target.dtype(), op, "pred dtype ", pred.dtype(),
+             " differs from target dtype ", target.dtype());
+  TIDE_CHECK(is_floating(pred.dtype()), op, "needs a floating dtype, got ", pred.dtype());
+  TIDE_CHECK(pred.numel() > 0, op, "empty input ", pred.shape());
+  Tensor t = target.shape() == pred.shape() ? target : target.reshape(pred.shape().vec());
+  return sub(pred, t);
+}
+
+}  // namespace
+
+Tensor l2_loss(const Tensor& pred, const Tensor& target) {
+  Tensor d = diff(pred, target, "l2_loss");
+  return mean(mul(mul(d, d), 0.5));
+}
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+  Tensor d = diff(pred, target, "mse_loss");
+  return mean(mul(d, d));
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  TIDE_CHECK(logits.ndim() == 2, "cross_entropy", "logits must be (N, C), got ",
+             logits.shape());
+  TIDE_CHECK(is_floating(logits.dtype()), "cross_entropy",
+             "logits need a floating dtype, got ", logits.dtype());
+  TIDE_CHECK(labels.ndim() == 1, "cross_entropy", "labels must be (N), got ", labels.shape());
+  TIDE_CHECK(labels.dtype() == DType::int64 || labels.dtype() == DType::int32,
+             "cross_entropy", "labels need dtype int64, got ", labels.dtype());
+  const int64_t n = logits.size(0), c = logits.size(1);
+  TIDE_CHECK(labels.size(0) == n, "cross_entropy", "logits ", logits.shape(), " and labels ",
+             labels.shape(), " disagree on N");
+  TIDE_CHECK(n > 0 && c > 0, "cross_entropy", "empty logits ", logits.shape());
+  Tensor lab = labels.dtype() == DType::int64 ? labels : cast(labels, DType::int64);
+  // One-hot mask (N, C): eq on int64 gives float32 0/1.
+  Tensor mask = eq(arange(c, DType::int64).reshape({1, c}), lab.reshape({n, 1}));
+  if (mask.dtype() != logits.dtype()) mask = cast(mask, logits.dtype());
+  Tensor logp = log_softmax(logits);
+  return div(neg(sum(mul(mask, logp))), double(n));
+}
+
+}  // namespace tide::nn

@@ -1,0 +1,124 @@
+#include "nn/module.h"
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace tide::nn {
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(name(), "forward is not implemented");
+}
+
+void Module::check_new_name(const std::string& n, const char* op) const {
+  TIDE_CHECK(!n.empty(), op, "empty name in ", name());
+  TIDE_CHECK(n.find('.') == std::string::npos, op, "name '", n, "' contains '.'");
+  for (const auto& [k, v] : params_)
+    TIDE_CHECK(k != n, op, "name '", n, "' is already a parameter of ", name());
+  for (const auto& [k, v] : children_)
+    TIDE_CHECK(k != n, op, "name '", n, "' is already a submodule of ", name());
+}
+
+Tensor Module::register_parameter(const std::string& n, const Tensor& t) {
+  check_new_name(n, "register_parameter");
+  TIDE_CHECK(t.defined(), "register_parameter", "parameter '", n, "' is undefined");
+  TIDE_CHECK(is_floating(t.dtype()), "register_parameter", "parameter '", n,
+             "' needs a floating dtype, got ", t.dtype());
+  Tensor p = t.detach();
+  p.requires_grad_(true);
+  params_.emplace_back(n, p);
+  return p;
+}
+
+void Module::add_child(const std::string& n, std::shared_ptr<Module> m) {
+  TIDE_CHECK(m != nullptr, "register_module", "module '", n, "' is null");
+  check_new_name(n, "register_module");
+  TIDE_CHECK(m.get() != this, "register_module", "a module cannot contain itself");
+  children_.emplace_back(n, std::move(m));
+}
+
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [k, v] : params_) out.emplace_back(prefix + k, v);
+  for (const auto& [k, m] : children_) m->collect(prefix + k + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [k, v] : named_parameters()) out.push_back(v);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [k, m] : children_) m->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [k, v] : params_) v.zero_grad();
+  for (auto& [k, m] : children_) m->zero_grad();
+}
+
+// ---- Sequential ---------------------------------------------------------------------------
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
+  for (const auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  register_module(std::to_string(size()), std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& [k, m] : children()) y = m->forward(y);
+  return y;
+}
+
+// ---- Linear -------------------------------------------------------------------------------
+
+Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
+  TIDE_CHECK(opt.in_features > 0 && opt.out_features > 0, "Linear",
+             "sizes must be positive, got in=", opt.in_features, " out=", opt.out_features);
+  weight_ = register_parameter(
+      "weight", initialize(opt.weight_init, {opt.in_features, opt.out_features},
+                           opt.param_dtype, gen));
+  if (opt.with_bias)
+    bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  TIDE_CHECK(x.ndim() == 2 && x.size(1) == opt_.in_features, "Linear", "expected input (N, ",
+             opt_.in_features, "), got ", x.shape());
+  TIDE_CHECK(x.dtype() == opt_.param_dtype, "Linear", "input dtype ", x.dtype(),
+             " differs from the parameters' ", opt_.param_dtype);
+  Tensor y = matmul(x, weight_);
+  if (bias_.defined()) y = add(y, bias_);
+  return y;
+}
+
+// ---- activations ----------------------------------------------------------------------------
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+Tensor Tanh::forward(const Tensor& x) { return tide::tanh(x); }
+
+// ---- Dropout --------------------------------------------------------------------------------
+
+Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {
+  TIDE_CHECK(p >= 0.0 && p < 1.0, "Dropout", "p must be in [0, 1), got ", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0.0) return x;
+  TIDE_CHECK(is_floating(x.dtype()), "Dropout", "needs a floating input, got ", x.dtype());
+  Tensor keep = gt(rand(x.shape(), x.dtype(), *gen_), p_);  // 0/1 in x's dtype
+  return mul(x, mul(keep, 1.0 / (1.0 - p_)));
+}
+
+}  // namespace tide::nn

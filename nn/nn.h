@@ -1,0 +1,7 @@
+// Everything in nn/: modules and layers, initialisers, losses, safetensors save/load.
+#pragma once
+
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/serialize.h"
