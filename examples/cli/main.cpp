@@ -24,6 +24,14 @@ const Command kCommands[] = {
     {"bench-async",
      "the same experiments at the textbook's sizes (10 x randn 1000x1000 + matmul, ...)",
      "[--runs N]", kRunsHelp, bench_async_main},
+    {"mlp-memory",
+     "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
+     "[--policy per_batch|none|bounded:K|all] [--batches N] [--csv F] [--svg F]",
+     "  --policy P    per_batch, none, bounded:K or all (default; bounded:2)\n"
+     "  --batches N   minibatches per policy (default 100)\n"
+     "  --csv F       write every minibatch's record (one policy column)\n"
+     "  --svg F       write memory and time-per-minibatch charts\n",
+     mlp_memory_main},
 };
 
 void print_usage(std::ostream& os) {

@@ -1,0 +1,128 @@
+// The Trainer: runs model + loss + optimizer over a data source for N minibatches under a
+// sync policy (DESIGN §7), recording per minibatch what the memory experiment watches.
+//
+// Policies:
+//   per_batch  - reads the loss with item() after every minibatch (the textbook's advice);
+//   none       - never syncs until the end (wait_all), so the frontend may queue every
+//                minibatch before the worker has run the first: unbounded queueing;
+//   bounded:K  - engine backpressure: the op bound is set to K x (ops per minibatch,
+//                measured as the EngineStats::queued delta of the first minibatch), so at
+//                most about K minibatches of work are in flight; syncs only at the end.
+//                The previous bound is restored when the run ends (also on error).
+//
+// One minibatch: zero_grad, x/y from the source (the next epoch when it is exhausted),
+// loss = loss_fn(model(x), y), loss.backward(), optimizer.step(). Then a memory_snapshot()
+// is taken (after queueing, before any sync) and stored in a StepRecord.
+//
+// Not done here: traced steps (DESIGN §6), eval passes, learning-rate schedules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/module.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+
+namespace tide::train {
+
+enum class SyncPolicy { per_batch, none, bounded };
+
+struct Policy {
+  SyncPolicy kind = SyncPolicy::per_batch;
+  int k = 0;  // bounded only: minibatches in flight, >= 1
+  // "per_batch" | "none" | "bounded:K" (K >= 1). Throws "[trainer]" for anything else.
+  static Policy parse(const std::string& s);
+  static Policy per_batch() { return {SyncPolicy::per_batch, 0}; }
+  static Policy none() { return {SyncPolicy::none, 0}; }
+  static Policy bounded(int k) { return {SyncPolicy::bounded, k}; }
+  // The string parse() accepts: "per_batch", "none", "bounded:2".
+  std::string str() const;
+};
+
+struct TrainerOptions {
+  int batches = 100;  // minibatches to run, >= 1
+  Policy policy;
+};
+
+struct StepRecord {
+  int batch = 0;               // 1-based
+  double t_enqueue_s = 0;      // wall time since the run started, once the step was queued
+  double loss = 0;             // NaN when the policy did not read it
+  uint64_t queue_depth = 0;    // engine ops queued but not executed
+  size_t inflight_bytes = 0;   // bytes held by queued, not yet reclaimed work
+  size_t allocator_active = 0; // allocator active bytes (absolute; see TrainResult baseline)
+  size_t rss = 0;              // process RSS (absolute)
+};
+
+struct TrainResult {
+  Policy policy;
+  std::vector<StepRecord> steps;
+  double total_s = 0;          // wall time of the run including the final sync
+  double final_loss = 0;       // the last minibatch's loss (always read)
+  uint64_t ops_per_step = 0;   // EngineStats::queued delta of the first minibatch
+  size_t baseline_active = 0;  // allocator active bytes before the first minibatch
+  size_t baseline_rss = 0;     // RSS before the first minibatch
+  size_t peak_active = 0;      // max allocator_active over the records (absolute)
+  size_t peak_rss = 0;         // max rss over the records and right after the final sync
+  uint64_t peak_queue_depth = 0;
+  size_t peak_inflight_bytes = 0;
+  size_t end_active = 0;       // allocator active bytes after the final sync
+  uint64_t bound_ops = 0;      // bounded only: the op bound used
+
+  // Growth relative to the start (0 when memory went down).
+  size_t increased_active() const {
+    return peak_active > baseline_active ? peak_active - baseline_active : 0;
+  }
+  size_t increased_rss() const { return peak_rss > baseline_rss ? peak_rss - baseline_rss : 0; }
+  // Minibatches of work in flight at the peak: peak_queue_depth / ops_per_step.
+  double peak_steps_in_flight() const {
+    return ops_per_step ? double(peak_queue_depth) / double(ops_per_step) : 0.0;
+  }
+
+  // Header line + one row per step: policy,batch,t_enqueue_s,loss,queue_depth,
+  // inflight_bytes,allocator_active,active_delta,rss,rss_delta.
+  // Throws "[trainer]" when the file cannot be written.
+  void write_csv(const std::string& path) const;
+  // The CSV text write_csv writes (without the header line when `header` is false).
+  std::string csv(bool header = true) const;
+};
+
+// Writes several results into one CSV (one header; the policy column tells them apart).
+// Throws "[trainer]" when the file cannot be written.
+void write_csv(const std::string& path, const std::vector<TrainResult>& results);
+
+using LossFn = std::function<Tensor(const Tensor& pred, const Tensor& y)>;
+
+class Trainer {
+ public:
+  // Keeps references: model, optimizer and source must outlive the Trainer.
+  Trainer(nn::Module& model, LossFn loss, Optimizer& optimizer, DataSource& source);
+
+  // Runs options.batches minibatches under options.policy. Waits for all previously
+  // queued work first (so the baseline is clean) and for all of its own at the end.
+  // Throws "[trainer]" for batches < 1 or a bounded policy with k < 1; rethrows failures
+  // of the queued work.
+  TrainResult run(const TrainerOptions& options);
+
+  // Queues one minibatch behind a gate that holds the worker back, measures the allocator
+  // bytes it holds (active after queueing - before), then opens the gate and waits: the
+  // bytes one queued minibatch holds. Trains one step (use a throwaway model to keep runs
+  // comparable).
+  size_t measure_step_bytes();
+
+ private:
+  Tensor step();
+
+  nn::Module& model_;
+  LossFn loss_;
+  Optimizer& opt_;
+  DataSource& source_;
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace tide::train
