@@ -32,5 +32,6 @@ long long take_int_option(const Args& args, size_t& i, long long min_value);
 int demo_main(const Args& args);
 int bench_async_main(const Args& args);
 int mlp_memory_main(const Args& args);
+int train_fashion_main(const Args& args);
 
 }  // namespace tide::cli

@@ -32,6 +32,16 @@ const Command kCommands[] = {
      "  --csv F       write every minibatch's record (one policy column)\n"
      "  --svg F       write memory and time-per-minibatch charts\n",
      mlp_memory_main},
+    {"train",
+     "train an MLP on Fashion-MNIST (784-256-128-10, Adam) and report test accuracy",
+     "fashion-mnist [--epochs N] [--data DIR] [--save F] [--batch N] [--lr X] [--seed S]",
+     "  --epochs N    training epochs (default 15)\n"
+     "  --data DIR    directory of the IDX files (default /usr/share/datasets/fashion-mnist)\n"
+     "  --save F      write the trained parameters as safetensors\n"
+     "  --batch N     minibatch size (default 128)\n"
+     "  --lr X        Adam learning rate (default 1e-3)\n"
+     "  --seed S      seed of the initialisation and the shuffling (default 0)\n",
+     train_fashion_main},
 };
 
 void print_usage(std::ostream& os) {
