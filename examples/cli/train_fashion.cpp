@@ -96,6 +96,7 @@ int train_fashion_main(const Args& args) {
             << " test images of " << train_data.rows() << "x" << train_data.cols() << " from "
             << data_dir << "\n"
             << "model: MLP " << features << "-256-128-10 (ReLU), cross-entropy, Adam lr " << lr
+            << " (halved after 1/2 and 3/4 of the epochs)"
             << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n";
 
   Generator gen{static_cast<uint64_t>(seed)};
@@ -111,6 +112,10 @@ int train_fashion_main(const Args& args) {
   long long best_epoch = 0;
   for (long long epoch = 1; epoch <= epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
+    // Step decay: the full rate for the first half, half of it to three quarters, then a
+    // quarter; without it the test accuracy keeps wobbling around 0.885-0.891.
+    const double progress = double(epoch) / double(epochs);
+    opt.set_lr(lr * (progress > 0.75 ? 0.25 : progress > 0.5 ? 0.5 : 1.0));
     net->train();
     train_data.reset(static_cast<uint64_t>(epoch - 1));
     Tensor loss_sum = zeros(Shape{}), train_correct = zeros(Shape{});
