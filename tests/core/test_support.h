@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "error_of.h"
 #include "tide.h"
 
 namespace tide::testing_support {
@@ -128,21 +129,7 @@ class Gate {
   std::shared_ptr<State> s_;
 };
 
-// The message of the tide::Error fn throws; fails the test (and returns "") when fn does
-// not throw or throws something else.
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tide::Error, got std::exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected tide::Error, nothing was thrown";
-  return "";
-}
+using test_util::error_of;
 
 inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();

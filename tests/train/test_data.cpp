@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "error_of.h"
 #include "tide.h"
 #include "train/data.h"
 
@@ -27,15 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tide::test_util::error_of;
 
 void put_be32(std::vector<uint8_t>& out, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "tide.h"
 #include "train/optimizer.h"
 
@@ -74,15 +75,7 @@ struct RefAdam {
   }
 };
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tide::test_util::error_of;
 
 }  // namespace
 

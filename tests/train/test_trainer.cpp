@@ -10,6 +10,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "error_of.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -22,15 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tide::test_util::error_of;
 
 // A tiny regression run: Linear(8, 1) on 32x8 synthetic data, batch 8 (4 batches per
 // epoch), SGD. The same seeds give the same run.
