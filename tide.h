@@ -10,3 +10,4 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "ops/ops.h"
+#include "trace/trace.h"

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/failure.h"
 
@@ -45,7 +46,14 @@ void Storage::poison(Failure* f) {
 }
 
 void Storage::release() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) Allocator::get(device_).free_block(this);
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (is_slot()) {
+    if (Failure* f = failure_.load(std::memory_order_acquire)) f->release();
+    if (owned_) owned_->release();
+    delete this;
+    return;
+  }
+  Allocator::get(device_).free_block(this);
 }
 
 void Storage::reset_for_reuse() {
@@ -101,6 +109,8 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
 }
 
 StorageRef Allocator::allocate(size_t bytes, const char* op) {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    return c->allocate(bytes, device_, op);
   bool fits = true;
   if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
   // Over the limit: let queued work finish and release what it holds, then retry.

@@ -195,6 +195,7 @@ void execute(Engine::Task& t, Engine::State* eng, int stream_id, bool cancel) {
       f = Failure::create(t.op, "cancelled: the engine shut down before this op ran", t.site);
     } else {
       try {
+        profiler::detail::tl_running_stream = stream_id;
         t.invoke(t);
       } catch (const std::exception& e) {
         f = Failure::create(t.op, e.what(), t.site);
@@ -490,6 +491,7 @@ bool Engine::write_done(Storage* s) {
 }
 
 void Engine::wait_to_read(Storage* s) {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_to_read");
   wait_for_write(s);
   if (Failure* f = s->failure()) f->rethrow();
 }
@@ -507,6 +509,7 @@ void Engine::synchronize() {
 }
 
 void Engine::wait_all() {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_all");
   synchronize();
   Failure* earliest = nullptr;
   {

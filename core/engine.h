@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "core/device.h"
+#include "core/capture.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -162,7 +163,14 @@ class Engine {
   // and `site`. If any read is already poisoned, fn is skipped and the writes inherit it.
   template <class F>
   void submit(const char* op, std::initializer_list<Storage*> reads,
-              std::initializer_list<Storage*> writes, F&& fn, Site site);
+              std::initializer_list<Storage*> writes, F&& fn, Site site) {
+    submit(op, std::span<Storage* const>(reads.begin(), reads.size()),
+           std::span<Storage* const>(writes.begin(), writes.size()), std::forward<F>(fn), site);
+  }
+  // The same with spans; reads.size() + writes.size() <= kMaxStorages.
+  template <class F>
+  void submit(const char* op, std::span<Storage* const> reads,
+              std::span<Storage* const> writes, F&& fn, Site site);
 
   // Blocks until the last write to s has executed. Does not rethrow.
   void wait_for_write(Storage* s);
@@ -235,9 +243,12 @@ struct Engine::Task {
 };
 
 template <class F>
-void Engine::submit(const char* op, std::initializer_list<Storage*> reads,
-                    std::initializer_list<Storage*> writes, F&& fn, Site site) {
-  std::span<Storage* const> r(reads.begin(), reads.size()), w(writes.begin(), writes.size());
+void Engine::submit(const char* op, std::span<Storage* const> r, std::span<Storage* const> w,
+                    F&& fn, Site site) {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] {  // tracing: record only
+    c->record(op, r, w, std::function<void()>(std::forward<F>(fn)), site);
+    return;
+  }
   if (run_synchronously()) {  // a record on the stack, run here and now
     Task t;
     prepare_inline(t, op, r, w, site);

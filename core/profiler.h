@@ -55,6 +55,9 @@ int64_t now_ns();
 // Appends to the buffer of `stream` (single writer: that stream's worker) or, for
 // stream -1, to a locked buffer.
 void record_op(const OpRecord& r);
+// The stream of the task the calling worker runs (for spans nested in a task: the nodes
+// of a traced replay); -1 outside a task or in synchronous mode.
+inline thread_local int tl_running_stream = -1;
 void record_counters(const CounterSample& s);  // caller holds the engine lock
 void register_stream(int id);                  // caller holds the engine lock
 }  // namespace detail

@@ -35,6 +35,22 @@ struct HazardState {
 class Storage {
  public:
   void* data() const { return data_; }
+  // A slot: a storage that owns no memory and whose data pointer the trace executor
+  // rebinds before each replay (trace/executor.cpp). Kernels resolve data() when they run,
+  // never at enqueue, so the same recorded kernel works on every binding. Freed with its
+  // last reference; never counted by the allocator.
+  static Storage* make_slot(size_t bytes, Device d) { return new Storage(nullptr, bytes, d, kSlot); }
+  bool is_slot() const { return size_class_ == kSlot; }
+  // Slots only; the caller orders this against every kernel that uses the slot.
+  void rebind(void* data) { data_ = data; }
+  // Slots only: makes `block` (an allocator storage) this slot's memory, owned until the
+  // slot is freed or drop_backing() is called.
+  void own_backing(Storage* block) {
+    owned_ = block;
+    data_ = block->data();
+  }
+  // Slots only: gives up the owned block (returns it, with its reference, or nullptr).
+  Storage* drop_backing() { return std::exchange(owned_, nullptr); }
   size_t bytes() const { return capacity_; }
   Device device() const { return device_; }
 
@@ -54,6 +70,7 @@ class Storage {
   Storage(void* data, size_t capacity, Device d, int size_class)
       : data_(data), capacity_(capacity), device_(d), size_class_(size_class) {}
   void reset_for_reuse();
+  static constexpr int kSlot = -1;
 
   // Read by workers: kept on their own cache line, apart from the reference count and
   // the hazard state that frontend threads write on every op.
@@ -62,6 +79,7 @@ class Storage {
   size_t capacity_;
   Device device_;
   int size_class_;
+  Storage* owned_ = nullptr;  // slots: the block they own, if any
   alignas(64) std::atomic<int> refs_{1};
 };
 
@@ -92,6 +110,16 @@ class StorageRef {
 
  private:
   Storage* p_ = nullptr;
+};
+
+// A typed pointer into a storage, resolved when a kernel runs. Kernel closures capture
+// this (never a raw data pointer) so that a traced graph can rebind slot storages between
+// replays. Costs one load per operand per kernel.
+template <class T>
+struct DataRef {
+  Storage* s = nullptr;
+  int64_t offset = 0;  // in elements of T
+  T* get() const { return static_cast<T*>(s->data()) + offset; }
 };
 
 }  // namespace tide

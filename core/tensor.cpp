@@ -24,6 +24,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char*
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::from_storage(StorageRef storage, const Shape& shape, DType dtype,
+                            int64_t offset) {
+  auto impl = make_impl();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = storage->device();
+  impl->storage = std::move(storage);
+  impl->offset = offset;
+  return Tensor(std::move(impl));
+}
+
 void Tensor::throw_undefined() { throw Error("tensor", "use of an undefined tensor"); }
 
 bool Tensor::is_sole_owner() const {
@@ -40,19 +51,31 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(d));
 }
 
-void Tensor::wait_to_read() const { Engine::get().wait_to_read(storage()); }
+namespace {
+// Inside a trace a host read would bake one value into the graph: refuse it.
+void refuse_when_tracing(const char* op) {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read(op);
+}
+}  // namespace
+
+void Tensor::wait_to_read() const {
+  refuse_when_tracing("wait_to_read");
+  Engine::get().wait_to_read(storage());
+}
 
 bool Tensor::is_ready() const { return Engine::get().write_done(storage()); }
 
 template <class T>
 T Tensor::item() const {
   TIDE_CHECK(numel() == 1, "item", "needs a tensor with one element, got shape ", shape().str());
+  refuse_when_tracing("item");
   wait_to_read();
   return dispatch_dtype(dtype(), [&](auto z) { return T(*data<decltype(z)>()); });
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  refuse_when_tracing("to_vector");
   wait_to_read();
   std::vector<T> out(static_cast<size_t>(numel()));
   dispatch_dtype(dtype(), [&](auto z) {
@@ -96,6 +119,7 @@ void print_rec(std::ostream& os, const T* p, const Shape& s, int d, int64_t stri
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
+  refuse_when_tracing("print");
   t.wait_to_read();
   os << "Tensor(";
   dispatch_dtype(t.dtype(), [&](auto z) {

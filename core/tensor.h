@@ -46,6 +46,11 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::float32,
                       Device device = Device::cpu(), const char* op = "empty");
 
+  // A tensor over an existing storage (elements from `offset`); the caller guarantees the
+  // storage holds offset + numel elements. For the trace executor and views.
+  static Tensor from_storage(StorageRef storage, const Shape& shape, DType dtype,
+                             int64_t offset = 0);
+
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
   int ndim() const { return impl().shape.ndim(); }
@@ -58,7 +63,11 @@ class Tensor {
   // ---- raw access (op implementations) -----------------------------------------------
   Storage* storage() const { return impl().storage.get(); }
   int64_t offset() const { return impl().offset; }
-  // Pointer to the first element. Does not wait: only kernels and code that waited use it.
+  // The first element, resolved when a kernel runs: what kernel closures capture.
+  template <class T>
+  DataRef<T> ref() const { return {storage(), offset()}; }
+  // Pointer to the first element now. Does not wait. Host code that waited, and host fills
+  // of fresh tensors only: kernel closures capture ref() (traced replays rebind storages).
   template <class T>
   T* data() const {
     return static_cast<T*>(storage()->data()) + offset();

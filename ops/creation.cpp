@@ -19,9 +19,10 @@ Tensor fill_with(OpId id, const Shape& shape, DType dtype, Site site, Gen gen) {
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
   dispatch_dtype(dtype, [&](auto z) {
     using T = decltype(z);
-    T* p = y.data<T>();
+    DataRef<T> r = y.ref<T>();
     int64_t n = y.numel();
     launch(op, {}, {y.storage()}, [=] {
+      T* p = r.get();
       parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) p[i] = gen.template operator()<T>(i);
       });
@@ -65,14 +66,21 @@ template <bool kNormal>
 Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Site site) {
   const char* op = op_name(id);
   TIDE_CHECK(is_floating(dtype), op, "needs a floating dtype, got ", dtype);
-  uint64_t offset = gen.reserve(uint64_t(shape.numel()));
-  uint64_t key = gen.seed();
+  // Eager: the counters are reserved now. Traced: the replay refreshes (offset, key) in
+  // `counter` before the kernel runs, so each replay draws what eager would draw.
+  const uint64_t* counter = nullptr;
+  uint64_t fixed_offset = 0, fixed_key = gen.seed();
+  if (CaptureSink* c = capturing()) counter = c->random_counter(gen, uint64_t(shape.numel()));
+  else fixed_offset = gen.reserve(uint64_t(shape.numel()));
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
   dispatch_floating(dtype, [&](auto z) {
     using T = decltype(z);
-    T* p = y.data<T>();
+    DataRef<T> r = y.ref<T>();
     int64_t n = y.numel();
     launch(op, {}, {y.storage()}, [=] {
+      T* p = r.get();
+      uint64_t offset = counter ? counter[0] : fixed_offset;
+      uint64_t key = counter ? counter[1] : fixed_key;
       parallel_for((n + 3) / 4, kParallelGrain / 16, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           T v[4];
@@ -126,12 +134,12 @@ Tensor clone(const Tensor& a, Site site) {
   check_defined(a, "clone");
   check_cpu(a, "clone");
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), "clone");
-  const void* src = static_cast<const unsigned char*>(a.storage()->data()) + a.offset() * size_of(a.dtype());
-  void* dst = y.storage()->data();
+  DataRef<unsigned char> src{a.storage(), a.offset() * int64_t(size_of(a.dtype()))};
+  DataRef<unsigned char> dst = y.ref<unsigned char>();
   size_t bytes = a.nbytes();
   launch("clone", {a.storage()}, {y.storage()}, [=] {
-    auto* d = static_cast<unsigned char*>(dst);
-    auto* s = static_cast<const unsigned char*>(src);
+    unsigned char* d = dst.get();
+    const unsigned char* s = src.get();
     parallel_for(int64_t(bytes), kParallelGrain * 4, [&](int64_t lo, int64_t hi) {
       std::memcpy(d + lo, s + lo, size_t(hi - lo));
     });
@@ -149,10 +157,12 @@ Tensor cast(const Tensor& a, DType dtype, Site site) {
     dispatch_dtype(dtype, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
-      const T* pa = a.data<T>();
-      O* po = y.data<O>();
+      DataRef<T> ra = a.ref<T>();
+      DataRef<O> ro = y.ref<O>();
       int64_t n = a.numel();
       launch("cast", {a.storage()}, {y.storage()}, [=] {
+        const T* pa = ra.get();
+        O* po = ro.get();
         parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) po[i] = O(pa[i]);
         });

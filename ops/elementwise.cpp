@@ -7,6 +7,7 @@
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise_cpu.h"
+#include "ops/elementwise_desc.h"
 #include "ops/functors.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
@@ -22,26 +23,49 @@ DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
 
 bool is_mask_op(OpId id) { return id == OpId::eq || id == OpId::gt || id == OpId::lt; }
 
+// While a trace records, describes a flat op for the fusion pass (ops/elementwise_desc.h).
+template <class O, class T, class F>
+void describe_flat(OpId id, F f, EwOperand a, EwOperand b, DataRef<O> out, int64_t n) {
+  constexpr int arity = std::is_invocable_v<F, T, T> ? 2 : 1;
+  CaptureSink* c = capturing();
+  if (!c) return;
+  ElementwiseDesc d;
+  d.id = id;
+  d.arity = arity;
+  d.in = dtype_v<T>;
+  d.out = dtype_v<O>;
+  d.n = n;
+  d.a = a;
+  d.b = b;
+  d.out_storage = out.s;
+  d.out_offset = out.offset;
+  if constexpr (arity == 2) d.block = &ew_binary_block<O, T, F>;
+  else d.block = &ew_unary_block<O, T, F>;
+  store_functor(d, f);
+  c->describe_next(&d, sizeof(d));
+}
+
 // Queues out = f(a, b), a and b broadcast to out's shape; out's dtype may differ (masks).
 template <class F>
-void queue_binary(const char* op, F f, const Tensor& a, const Tensor& b, const Tensor& out,
+void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& out,
                   Site site) {
+  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
     auto go = [&](auto zo) {
       using O = decltype(zo);
-      const T* pa = a.data<T>();
-      const T* pb = b.data<T>();
-      O* po = out.data<O>();
+      DataRef<T> ra = a.ref<T>(), rb = b.ref<T>();
+      DataRef<O> ro = out.ref<O>();
       int64_t n = out.numel(), na = a.numel(), nb = b.numel();
       if ((na == n || na == 1) && (nb == n || nb == 1)) {
         int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
+        describe_flat<O, T>(id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
         launch(op, {a.storage(), b.storage()}, {out.storage()},
-               [=] { binary_flat(pa, sa, pb, sb, po, n, f); }, site);
+               [=] { binary_flat(ra.get(), sa, rb.get(), sb, ro.get(), n, f); }, site);
       } else {
         BroadcastGeometry g = make_geometry(a.shape(), b.shape(), out.shape());
         launch(op, {a.storage(), b.storage()}, {out.storage()},
-               [=] { binary_broadcast(pa, pb, po, g, f); }, site);
+               [=] { binary_broadcast(ra.get(), rb.get(), ro.get(), g, f); }, site);
       }
     };
     if (out.dtype() == a.dtype()) go(T{});
@@ -51,22 +75,26 @@ void queue_binary(const char* op, F f, const Tensor& a, const Tensor& b, const T
 
 // Queues out = f(a, s) (or f(s, a) when scalar_first) for a contiguous a.
 template <class F>
-void queue_scalar(const char* op, F f, const Tensor& a, double s, bool scalar_first,
+void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
                   const Tensor& out, Site site) {
+  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
     auto go = [&](auto zo) {
       using O = decltype(zo);
-      const T* pa = a.data<T>();
-      O* po = out.data<O>();
+      DataRef<T> ra = a.ref<T>();
+      DataRef<O> ro = out.ref<O>();
       int64_t n = out.numel();
       T sv = T(s);
-      if (scalar_first)
+      if (scalar_first) {
+        describe_flat<O, T>(id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
         launch(op, {a.storage()}, {out.storage()},
-               [=] { binary_flat(&sv, 0, pa, 1, po, n, f); }, site);
-      else
+               [=] { binary_flat(&sv, 0, ra.get(), 1, ro.get(), n, f); }, site);
+      } else {
+        describe_flat<O, T>(id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
         launch(op, {a.storage()}, {out.storage()},
-               [=] { binary_flat(pa, 1, &sv, 0, po, n, f); }, site);
+               [=] { binary_flat(ra.get(), 1, &sv, 0, ro.get(), n, f); }, site);
+      }
     };
     if (out.dtype() == a.dtype()) go(T{});
     else go(float{});
@@ -74,13 +102,15 @@ void queue_scalar(const char* op, F f, const Tensor& a, double s, bool scalar_fi
 }
 
 template <class F>
-void queue_unary(const char* op, F f, const Tensor& a, const Tensor& out, Site site) {
+void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
+  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
-    const T* pa = a.data<T>();
-    T* po = out.data<T>();
+    DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
-    launch(op, {a.storage()}, {out.storage()}, [=] { unary_flat(pa, po, n, f); }, site);
+    describe_flat<T, T>(id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
+    launch(op, {a.storage()}, {out.storage()}, [=] { unary_flat(ra.get(), ro.get(), n, f); },
+           site);
   });
 }
 
@@ -91,7 +121,7 @@ Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   if (id == OpId::div) check_floating(a, op);
   Shape s = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor y = Tensor::empty(s, is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
-  queue_binary(op, f, a, b, y, site);
+  queue_binary(id, f, a, b, y, site);
   return y;
 }
 
@@ -112,12 +142,12 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
     // (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5 never holds); arithmetic refuses.
     TIDE_CHECK(is_mask_op(id), op, "scalar ", s, " is not an integer, for a tensor of ",
                describe(a), "; cast the tensor to a floating dtype first");
-    if (id == OpId::lt) queue_scalar(op, f, a, std::ceil(s), scalar_first, y, site);
-    else if (id == OpId::gt) queue_scalar(op, f, a, std::floor(s), scalar_first, y, site);
-    else queue_scalar(op, Never{}, a, 0.0, scalar_first, y, site);
+    if (id == OpId::lt) queue_scalar(id, f, a, std::ceil(s), scalar_first, y, site);
+    else if (id == OpId::gt) queue_scalar(id, f, a, std::floor(s), scalar_first, y, site);
+    else queue_scalar(id, Never{}, a, 0.0, scalar_first, y, site);
     return y;
   }
-  queue_scalar(op, f, a, s, scalar_first, y, site);
+  queue_scalar(id, f, a, s, scalar_first, y, site);
   return y;
 }
 
@@ -128,7 +158,7 @@ Tensor unary_op(OpId id, F f, const Tensor& a, Site site, bool floating_only) {
   check_cpu(a, op);
   if (floating_only) check_floating(a, op);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), op);
-  queue_unary(op, f, a, y, site);
+  queue_unary(id, f, a, y, site);
   return y;
 }
 
@@ -331,33 +361,33 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
   check_in_place(*this, &other, OpId::add_);
-  if (alpha == 1.0) queue_binary("add_", fn::Add{}, *this, other, *this, site);
-  else queue_binary("add_", fn::AddScaled{alpha}, *this, other, *this, site);
+  if (alpha == 1.0) queue_binary(OpId::add_, fn::Add{}, *this, other, *this, site);
+  else queue_binary(OpId::add_, fn::AddScaled{alpha}, *this, other, *this, site);
   return *this;
 }
 
 Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
   check_in_place(*this, &other, OpId::sub_);
-  if (alpha == 1.0) queue_binary("sub_", fn::Sub{}, *this, other, *this, site);
-  else queue_binary("sub_", fn::AddScaled{-alpha}, *this, other, *this, site);
+  if (alpha == 1.0) queue_binary(OpId::sub_, fn::Sub{}, *this, other, *this, site);
+  else queue_binary(OpId::sub_, fn::AddScaled{-alpha}, *this, other, *this, site);
   return *this;
 }
 
 Tensor& Tensor::mul_(const Tensor& other, Site site) {
   check_in_place(*this, &other, OpId::mul_);
-  queue_binary("mul_", fn::Mul{}, *this, other, *this, site);
+  queue_binary(OpId::mul_, fn::Mul{}, *this, other, *this, site);
   return *this;
 }
 
 Tensor& Tensor::mul_(double s, Site site) {
   check_in_place(*this, nullptr, OpId::mul_);
-  queue_scalar("mul_", fn::Mul{}, *this, s, false, *this, site);
+  queue_scalar(OpId::mul_, fn::Mul{}, *this, s, false, *this, site);
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src, Site site) {
   check_in_place(*this, &src, OpId::copy_);
-  queue_binary("copy_", fn::Second{}, *this, src, *this, site);
+  queue_binary(OpId::copy_, fn::Second{}, *this, src, *this, site);
   return *this;
 }
 

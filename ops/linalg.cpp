@@ -37,18 +37,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   CBLAS_TRANSPOSE tb = opt.trans_b ? CblasTrans : CblasNoTrans;
   if (m * n > 0) {
     if (a.dtype() == DType::float32) {
-      const float *pa = a.data<float>(), *pb = b.data<float>();
-      float* pc = y.data<float>();
+      DataRef<float> ra = a.ref<float>(), rb = b.ref<float>(), rc = y.ref<float>();
       launch(op, {a.storage(), b.storage()}, {y.storage()}, [=] {
-        cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, pa, lda, pb, ldb, 0.0f,
-                    pc, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, ra.get(), lda, rb.get(), ldb,
+                    0.0f, rc.get(), ldc);
       }, site);
     } else {
-      const double *pa = a.data<double>(), *pb = b.data<double>();
-      double* pc = y.data<double>();
+      DataRef<double> ra = a.ref<double>(), rb = b.ref<double>(), rc = y.ref<double>();
       launch(op, {a.storage(), b.storage()}, {y.storage()}, [=] {
-        cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, pa, lda, pb, ldb, 0.0,
-                    pc, ldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, ra.get(), lda, rb.get(), ldb,
+                    0.0, rc.get(), ldc);
       }, site);
     }
   }
@@ -70,9 +68,10 @@ Tensor transpose(const Tensor& a, Site site) {
   Tensor y = Tensor::empty({c, r}, a.dtype(), a.device(), op);
   dispatch_dtype(a.dtype(), [&](auto z) {
     using T = decltype(z);
-    const T* pa = a.data<T>();
-    T* py = y.data<T>();
+    DataRef<T> ra = a.ref<T>(), ry = y.ref<T>();
     launch(op, {a.storage()}, {y.storage()}, [=] {
+      const T* pa = ra.get();
+      T* py = ry.get();
       constexpr int64_t B = 32;  // cache blocks
       int64_t blocks = (r + B - 1) / B;
       parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / (B * std::max<int64_t>(c, 1))),
@@ -123,10 +122,9 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
   if (rows * n > 0) {
     dispatch_floating(a.dtype(), [&](auto z) {
       using T = decltype(z);
-      const T* px = a.data<T>();
-      T* py = y.data<T>();
-      launch(op, {a.storage()}, {y.storage()}, [=] { softmax_rows(px, py, rows, n, log_out); },
-             site);
+      DataRef<T> rx = a.ref<T>(), ry = y.ref<T>();
+      launch(op, {a.storage()}, {y.storage()},
+             [=] { softmax_rows(rx.get(), ry.get(), rows, n, log_out); }, site);
     });
   }
   return y;

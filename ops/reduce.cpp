@@ -60,10 +60,17 @@ void reduce_kernel(Kind kind, const T* x, O* y, Geometry g) {
       // Full reduction: fixed 16K-element blocks summed in parallel, then in order.
       constexpr int64_t kBlock = 16384;
       int64_t blocks = (g.n + kBlock - 1) / kBlock;
-      // Partial sums live in a workspace from the allocator, so they count against its
-      // limit; over the limit, this op fails (and its output is poisoned).
-      StorageRef ws = Allocator::get().workspace(size_t(blocks + 1) * sizeof(Acc<T>), "sum");
-      Acc<T>* part = static_cast<Acc<T>*>(ws->data());
+      // Up to 1M elements the partial sums fit on the stack (no allocation: a traced
+      // replay allocates nothing but its outputs). Beyond, they live in a workspace from
+      // the allocator, so they count against its limit; over the limit, this op fails.
+      constexpr int64_t kStackBlocks = 64;
+      Acc<T> stack_part[kStackBlocks];
+      StorageRef ws;
+      Acc<T>* part = stack_part;
+      if (blocks > kStackBlocks) {
+        ws = Allocator::get().workspace(size_t(blocks + 1) * sizeof(Acc<T>), "sum");
+        part = static_cast<Acc<T>*>(ws->data());
+      }
       std::fill(part, part + blocks, Acc<T>(0));
       parallel_for(blocks, 2, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
@@ -145,11 +152,11 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
       using T = decltype(za);
       using O = decltype(zo);
       if constexpr (std::is_same_v<O, T> || std::is_same_v<O, int64_t>) {
-        const T* px = a.data<T>();
-        O* py = y.data<O>();
+        DataRef<T> rx = a.ref<T>();
+        DataRef<O> ry = y.ref<O>();
         if (g.outer * g.inner == 0) return;  // nothing to write
-        launch(op, {a.storage()}, {y.storage()}, [=] { reduce_kernel<T, O>(kind, px, py, g); },
-               site);
+        launch(op, {a.storage()}, {y.storage()},
+               [=] { reduce_kernel<T, O>(kind, rx.get(), ry.get(), g); }, site);
       }
     });
   });

@@ -252,10 +252,11 @@ TEST_F(Errors, OutOfMemoryWithNothingInFlightThrowsAtTheCall) {
 }
 
 TEST_F(Errors, WorkspaceOverTheLimitFailsTheOpNotTheCall) {
-  // A full sum takes a workspace for its block partials while it runs; with the limit
+  // A full sum over more than 1M elements takes a workspace for its block partials while
+  // it runs (fewer partials stay on the stack); with the limit
   // leaving room for the output but not the workspace, the op fails on the worker, its
   // output is poisoned, and the failure surfaces at the sync with the queue site.
-  Tensor big = ones({1 << 20});  // 64 blocks of partials: a 520-byte workspace
+  Tensor big = ones({1 << 21});  // 128 blocks of partials: a 1032-byte workspace
   Engine::get().synchronize();
   Allocator& alloc = Allocator::get();
   alloc.set_limit(alloc.stats().active_bytes + Allocator::round_size(4));
@@ -266,7 +267,7 @@ TEST_F(Errors, WorkspaceOverTheLimitFailsTheOpNotTheCall) {
   EXPECT_TRUE(contains(m, "[sum]")) << m;
   EXPECT_TRUE(contains(m, "workspace")) << m;
   EXPECT_TRUE(contains(m, site_of(line))) << m;
-  EXPECT_EQ(sum(big).item<float>(), float(1 << 20));  // the engine goes on
+  EXPECT_EQ(sum(big).item<float>(), float(1 << 21));  // the engine goes on
 }
 
 TEST_F(Errors, AllocationOverTheLimitWaitsForQueuedWork) {

@@ -1,0 +1,59 @@
+// The capture hook: while a thread records a trace (trace/recorder.h), the engine, the
+// allocator and the sync points of that thread hand their work to a CaptureSink instead
+// of queueing, allocating or waiting. Core knows only this interface; trace/ implements it.
+// Outside a trace the hook costs one thread-local load per submit and per allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <source_location>
+#include <span>
+
+#include "core/device.h"
+#include "core/storage.h"
+
+namespace tide {
+
+class Generator;
+
+namespace detail {
+
+class CaptureSink {
+ public:
+  virtual ~CaptureSink() = default;
+  // An op that would have been queued: its kernel, and the storages it reads and writes.
+  virtual void record(const char* op, std::span<Storage* const> reads,
+                      std::span<Storage* const> writes, std::function<void()> kernel,
+                      std::source_location site) = 0;
+  // A storage for a tensor created while recording.
+  virtual StorageRef allocate(size_t bytes, Device device, const char* op) = 0;
+  // A host read (item, to_vector, printing, wait_to_read, wait_all): throws tide::Error.
+  [[noreturn]] virtual void host_read(const char* op) = 0;
+  // The Philox (offset, key) pair a random op of `numel` elements reads when it runs:
+  // refreshed from `gen` on every replay, so replays draw new numbers in eager order.
+  virtual const uint64_t* random_counter(Generator& gen, uint64_t numel) = 0;
+  // Attaches an op description (ops/elementwise_desc.h) to the next record() call; the
+  // fusion pass reads it. The pointee is copied.
+  virtual void describe_next(const void* desc, size_t bytes) = 0;
+};
+
+// The sink of the calling thread, or nullptr when it is not recording.
+inline thread_local CaptureSink* tl_capture = nullptr;
+
+inline CaptureSink* capturing() { return tl_capture; }
+
+// Turns recording off on this thread for a scope (the recorder's own allocations).
+class CapturePause {
+ public:
+  CapturePause() : saved_(tl_capture) { tl_capture = nullptr; }
+  ~CapturePause() { tl_capture = saved_; }
+  CapturePause(const CapturePause&) = delete;
+  CapturePause& operator=(const CapturePause&) = delete;
+
+ private:
+  CaptureSink* saved_;
+};
+
+}  // namespace detail
+}  // namespace tide

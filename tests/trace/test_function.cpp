@@ -1,0 +1,134 @@
+// trace::function: traced replays equal eager bit for bit (fusion none), outputs are fresh,
+// captured parameters are used by reference, random ops advance.
+#include <gtest/gtest.h>
+
+#include "core/allocator.h"
+#include "core/engine.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+#include "trace/trace.h"
+#include "trace_support.h"
+
+namespace tide {
+namespace {
+
+using testing::bitwise_equal;
+
+Tensor chain(const Tensor& x, const Tensor& y) {
+  Tensor a = x * 2.0 + y;
+  Tensor b = exp(a * 0.1) - x;
+  return relu(b) / (abs(y) + 1.0);
+}
+
+TEST(TraceFunction, ElementwiseChainEqualsEagerBitwise) {
+  auto f = trace::function(chain, {.name = "chain"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({7, 33}), y = randn({7, 33});
+    Tensor traced = f(x, y);
+    EXPECT_TRUE(bitwise_equal(traced, chain(x, y))) << "call " << call;
+  }
+  auto s = f.stats();
+  EXPECT_EQ(s.traces, 1);
+  EXPECT_EQ(s.replays, 3);
+  EXPECT_TRUE(s.retraces.empty());
+}
+
+TEST(TraceFunction, BroadcastReduceMatmulSoftmaxEqualEager) {
+  auto g = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor h = relu(matmul(x, w) + b);          // broadcasting add
+    Tensor p = softmax(h);
+    Tensor l = log_softmax(h);
+    return std::vector<Tensor>{sum(p, 1), mean(l), max(h, 0), matmul(w, h, {false, true})};
+  };
+  auto f = trace::function(g);
+  Tensor x = randn({5, 4}), w = randn({4, 6}), b = randn({6});
+  std::vector<Tensor> traced = f(x, w, b), eager = g(x, w, b);
+  ASSERT_EQ(traced.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(bitwise_equal(traced[i], eager[i])) << i;
+}
+
+TEST(TraceFunction, OutputsAreFreshEveryCall) {
+  auto f = trace::function([](const Tensor& x) { return x + 1.0; });
+  Tensor x = full({4}, 1.0);
+  Tensor first = f(x);
+  Tensor second = f(full({4}, 5.0));
+  EXPECT_EQ(first.to_vector<double>(), std::vector<double>(4, 2.0));
+  EXPECT_EQ(second.to_vector<double>(), std::vector<double>(4, 6.0));
+  EXPECT_NE(first.storage(), second.storage());
+}
+
+TEST(TraceFunction, CapturedParametersAreUsedByReference) {
+  Tensor w = full({3}, 2.0);
+  auto f = trace::function([&](const Tensor& x) { return x * w; });
+  Tensor x = ones({3});
+  EXPECT_EQ(f(x).to_vector<double>(), std::vector<double>(3, 2.0));
+  w.copy_(full({3}, 3.0));  // the graph sees the new value
+  EXPECT_EQ(f(x).to_vector<double>(), std::vector<double>(3, 3.0));
+}
+
+TEST(TraceFunction, InPlaceUpdatesOfCapturesAreNodes) {
+  Tensor acc = zeros({2});
+  auto f = trace::function([&](const Tensor& x) { acc.add_(x); });
+  for (int i = 0; i < 4; ++i) f(full({2}, 1.5));
+  EXPECT_EQ(acc.to_vector<double>(), std::vector<double>(2, 6.0));
+}
+
+TEST(TraceFunction, ReturnsArgumentsAndCapturesAsTheSameTensors) {
+  Tensor w = ones({2});
+  auto f = trace::function([&](const Tensor& x) { return std::pair<Tensor, Tensor>{x, w}; });
+  Tensor x = full({2}, 4.0);
+  auto [a, b] = f(x);
+  EXPECT_EQ(a.storage(), x.storage());
+  EXPECT_EQ(b.storage(), w.storage());
+}
+
+TEST(TraceFunction, RandomOpsGiveEagerNumbersAndAdvance) {
+  auto g = [](const Tensor& x) { return x + randn({3, 5}); };
+  auto f = trace::function(g);
+  Tensor x = zeros({3, 5});
+  manual_seed(7);
+  std::vector<Tensor> traced;
+  for (int i = 0; i < 3; ++i) traced.push_back(f(x));
+  manual_seed(7);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_equal(traced[size_t(i)], g(x))) << i;
+  EXPECT_FALSE(bitwise_equal(traced[0], traced[1]));
+}
+
+TEST(TraceFunction, VoidFunctionsAndConstantsWork) {
+  Tensor out = zeros({3});
+  auto f = trace::function([&](const Tensor& x) {
+    Tensor c = from_data({1.0, 2.0, 3.0}, {3});  // host data: a constant of the graph
+    out.copy_(x * c);
+  });
+  f(full({3}, 2.0));
+  EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  f(full({3}, 3.0));
+  EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{3, 6, 9}));
+}
+
+TEST(TraceFunction, NonTensorArgumentsArePartOfTheSignature) {
+  auto f = trace::function([](const Tensor& x, double s, int k) { return x * s + double(k); });
+  Tensor x = ones({2});
+  EXPECT_EQ(f(x, 2.0, 1).to_vector<double>(), std::vector<double>(2, 3.0));
+  EXPECT_EQ(f(x, 3.0, 1).to_vector<double>(), std::vector<double>(2, 4.0));
+  EXPECT_EQ(f(x, 3.0, 1).to_vector<double>(), std::vector<double>(2, 4.0));
+  EXPECT_EQ(f.stats().traces, 2);
+}
+
+TEST(TraceFunction, ReplayAllocatesOnlyItsOutputs) {
+  auto f = trace::function(chain);
+  Tensor x = randn({64, 64}), y = randn({64, 64});
+  f(x, y).wait_to_read();
+  wait_all();
+  AllocatorStats before = Allocator::get().stats();
+  Tensor r = f(x, y);
+  wait_all();
+  AllocatorStats after = Allocator::get().stats();
+  EXPECT_EQ(after.num_allocs - before.num_allocs, 1u);
+  auto s = f.stats();
+  EXPECT_EQ(s.last_call_allocated, Allocator::round_size(s.output_bytes));
+  EXPECT_LT(s.arena_bytes, s.unplanned_bytes);
+}
+
+}  // namespace
+}  // namespace tide

@@ -1,0 +1,193 @@
+#include "trace/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/allocator.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/profiler.h"
+
+namespace tide::trace {
+
+namespace {
+
+StorageRef share(Storage* s) {
+  s->retain();
+  return StorageRef::adopt(s);
+}
+
+void add_unique(std::vector<Storage*>& v, Storage* s) {
+  if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+}
+
+bool external(ValueKind k) {
+  return k == ValueKind::input || k == ValueKind::capture || k == ValueKind::state;
+}
+
+}  // namespace
+
+void prepare_replay(Graph& g) {
+  g.external_reads.clear();
+  g.external_writes.clear();
+  auto add = [](std::vector<int>& v, int id) {
+    if (std::find(v.begin(), v.end(), id) == v.end()) v.push_back(id);
+  };
+  for (const Node& n : g.nodes) {
+    for (int id : n.reads)
+      if (external(g.values[size_t(id)].kind)) add(g.external_reads, id);
+    for (int id : n.writes)
+      if (external(g.values[size_t(id)].kind)) add(g.external_writes, id);
+  }
+}
+
+void run_program(const Graph& g, const std::function<void(size_t)>& after_node) {
+  bool profiling = profiler::enabled();
+  int stream = profiler::detail::tl_running_stream;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    int64_t t0 = profiling ? profiler::detail::now_ns() : 0;
+    try {
+      n.kernel();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(tide::detail::concat("node ", i, " of ", g.nodes.size(), " (", n.op,
+                                              ", traced at ", n.site.file_name(), ":",
+                                              n.site.line(), "): ", e.what()));
+    }
+    if (profiling) profiler::detail::record_op({n.op, stream, t0, t0, profiler::detail::now_ns()});
+    if (after_node) after_node(i);
+  }
+}
+
+void submit_wide(const char* op, const std::vector<Storage*>& reads,
+                 const std::vector<Storage*>& writes, std::function<void()> fn,
+                 std::source_location site) {
+  Engine& eng = Engine::get();
+  if (reads.size() + writes.size() <= size_t(Engine::kMaxStorages)) {
+    eng.submit(op, std::span<Storage* const>(reads), std::span<Storage* const>(writes),
+               std::move(fn), site);
+    return;
+  }
+  // A token storage (no memory) links the pieces: tasks before the main one wait for the
+  // hazards of every storage and write the token; the main task reads and writes only the
+  // token; tasks after it read the token and re-declare every storage, so later work waits
+  // for them (FIFO on the stream puts them after the main task) and inherits a failure.
+  StorageRef token = StorageRef::adopt(Storage::make_slot(0, Device::cpu()));
+  constexpr size_t kChunk = Engine::kMaxStorages - 1;
+  auto noop = [] {};
+  std::vector<Storage*> chunk;
+  for (size_t i = 0; i < reads.size(); i += kChunk) {
+    chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
+    Storage* t = token.get();
+    eng.submit("trace_acquire", std::span<Storage* const>(chunk), std::span<Storage* const>(&t, 1),
+               noop, site);
+  }
+  for (size_t i = 0; i < writes.size(); i += kChunk) {
+    chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
+    chunk.push_back(token.get());
+    eng.submit("trace_acquire", std::span<Storage* const>(), std::span<Storage* const>(chunk),
+               noop, site);
+  }
+  Storage* t = token.get();
+  eng.submit(op, std::span<Storage* const>(&t, 1), std::span<Storage* const>(&t, 1), std::move(fn),
+             site);
+  for (size_t i = 0; i < reads.size(); i += kChunk) {
+    chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
+    chunk.push_back(token.get());
+    eng.submit("trace_release", std::span<Storage* const>(chunk), std::span<Storage* const>(),
+               noop, site);
+  }
+  for (size_t i = 0; i < writes.size(); i += kChunk) {
+    chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
+    eng.submit("trace_release", std::span<Storage* const>(&t, 1), std::span<Storage* const>(chunk),
+               noop, site);
+  }
+}
+
+CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
+  TIDE_CHECK(args.size() == g.inputs.size(), "trace", "replay needs ", g.inputs.size(),
+             " tensor arguments, got ", args.size());
+  CallBindings c;
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Tensor& a = args[k];
+    c.inputs.push_back({g.values[size_t(g.inputs[k])].storage.get(), a.storage(),
+                        size_t(a.offset()) * size_of(a.dtype())});
+  }
+  auto arg_of = [&](int id) -> const Tensor* {
+    for (size_t k = 0; k < g.inputs.size(); ++k)
+      if (g.inputs[k] == id) return &args[k];
+    return nullptr;
+  };
+  for (int id : g.external_reads) {
+    const Tensor* a = arg_of(id);
+    add_unique(c.reads, a ? a->storage() : g.values[size_t(id)].storage.get());
+  }
+  for (int id : g.external_writes) {
+    const Tensor* a = arg_of(id);
+    add_unique(c.writes, a ? a->storage() : g.values[size_t(id)].storage.get());
+  }
+  std::vector<std::pair<int, StorageRef>> fresh;  // one fresh storage per output value
+  for (const Graph::Output& o : g.outputs) {
+    const Value& v = g.values[size_t(o.value)];
+    StorageRef s;
+    int64_t offset = o.offset;
+    if (v.kind == ValueKind::output || v.kind == ValueKind::constant) {
+      auto it = std::find_if(fresh.begin(), fresh.end(), [&](auto& p) { return p.first == o.value; });
+      if (it == fresh.end()) {
+        StorageRef f = Allocator::get(v.storage->device()).allocate(v.bytes, "trace");
+        c.allocated += f->bytes();
+        (v.kind == ValueKind::output ? c.outputs : c.copies).push_back({v.storage.get(), f.get()});
+        add_unique(c.writes, f.get());
+        fresh.emplace_back(o.value, f);
+        s = f;
+      } else {
+        s = it->second;
+      }
+    } else if (const Tensor* a = arg_of(o.value)) {
+      s = share(a->storage());
+      offset += a->offset();
+    } else {
+      s = v.storage;  // a capture or state: the same tensor eager would return
+    }
+    c.result.push_back(Tensor::from_storage(std::move(s), o.shape, o.dtype, offset));
+  }
+  c.counters.resize(2 * g.random.size());
+  for (size_t i = 0; i < g.random.size(); ++i) {
+    c.counters[2 * i] = g.random[i].gen->reserve(g.random[i].numel);
+    c.counters[2 * i + 1] = g.random[i].gen->seed();
+  }
+  return c;
+}
+
+void CallBindings::bind(Graph& g) const {
+  for (const InputBind& b : inputs)
+    b.slot->rebind(static_cast<unsigned char*>(b.arg->data()) + b.byte_offset);
+  for (const OutputBind& b : outputs) b.slot->rebind(b.fresh->data());
+  for (size_t i = 0; i < g.random.size(); ++i) {
+    g.random[i].slot[0] = counters[2 * i];
+    g.random[i].slot[1] = counters[2 * i + 1];
+  }
+}
+
+void CallBindings::finish() const {
+  for (const OutputBind& b : copies) std::memcpy(b.fresh->data(), b.slot->data(), b.slot->bytes());
+}
+
+std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                           std::source_location site, size_t* allocated) {
+  CallBindings c = prepare_call(*gp, args);
+  if (allocated) *allocated += c.allocated;
+  std::vector<Tensor> result = std::move(c.result);
+  std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
+  // The task keeps the graph (and so every slot and kernel) alive until it ran.
+  submit_wide("trace_replay", reads, writes, [gp, c = std::move(c)] {
+    std::lock_guard<std::mutex> lock(gp->run_mu);
+    c.bind(*gp);
+    run_program(*gp);
+    c.finish();
+  }, site);
+  return result;
+}
+
+}  // namespace tide::trace

@@ -1,0 +1,64 @@
+// The CPU executor: a replay is queued as one engine task that binds the call's inputs and
+// fresh outputs to the graph's slots, refreshes the random counters and runs the planned
+// program in order. Errors inside it surface at the next sync on its outputs (or on what
+// it wrote), named after the failing node, like eager errors.
+#pragma once
+
+#include <memory>
+#include <source_location>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+// Computes g.external_reads / external_writes. Call once after planning.
+void prepare_replay(Graph& g);
+
+// What one call binds: built on the frontend, applied by the task that runs the program.
+struct CallBindings {
+  struct InputBind {
+    Storage* slot;
+    Storage* arg;
+    size_t byte_offset;
+  };
+  struct OutputBind {
+    Storage* slot;
+    Storage* fresh;
+  };
+  std::vector<Tensor> result;           // what the call returns
+  std::vector<InputBind> inputs;
+  std::vector<OutputBind> outputs;      // computed outputs: the slot writes into fresh
+  std::vector<OutputBind> copies;       // constant outputs: copied into fresh at the end
+  std::vector<uint64_t> counters;       // per random op: offset, key
+  std::vector<Storage*> reads, writes;  // what the call declares to the engine
+  size_t allocated = 0;                 // bytes of fresh outputs
+
+  void bind(Graph& g) const;    // inputs, outputs, random counters
+  void finish() const;          // constant outputs
+};
+
+// Allocates the call's outputs and reserves its random counters (in eager order).
+CallBindings prepare_call(Graph& g, std::span<const Tensor> args);
+
+// Queues one replay of g with `args` bound to g.inputs (same shapes and dtypes as traced;
+// contiguous). Returns the outputs: fresh tensors for values the graph computes, the same
+// tensors for arguments, captures or state returned as they are. Adds the bytes it
+// allocated (outputs only) to *allocated. Does not wait.
+std::vector<Tensor> replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                           std::source_location site, size_t* allocated = nullptr);
+
+// Runs g's program here, now (a worker, or a caller that waited). Rethrows a node's error
+// as "node i of n (op, traced at file:line): message". `after_node`, when set, is called
+// with each node's index once it ran (verify).
+void run_program(const Graph& g, const std::function<void(size_t)>& after_node = {});
+
+// Engine::submit for any number of storages: above Engine::kMaxStorages, extra tasks on
+// the same stream carry the hazards of the rest (before and after the main task).
+void submit_wide(const char* op, const std::vector<Storage*>& reads,
+                 const std::vector<Storage*>& writes, std::function<void()> fn,
+                 std::source_location site);
+
+}  // namespace tide::trace

@@ -1,0 +1,207 @@
+#include "trace/function.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+#include "trace/executor.h"
+#include "trace/planner.h"
+#include "trace/recorder.h"
+#include "trace/verify.h"
+
+namespace tide::trace {
+
+bool ArgSignature::operator==(const ArgSignature& o) const {
+  if (is_tensor != o.is_tensor) return false;
+  if (is_tensor) return shape == o.shape && dtype == o.dtype && device == o.device;
+  return value == o.value && type == o.type;
+}
+
+std::string RetraceReason::str() const {
+  if (argument < 0) return "number of arguments " + before + " -> " + after;
+  return "argument " + std::to_string(argument) + ": " + property + " " + before + " -> " + after;
+}
+
+namespace detail {
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
+
+struct FunctionCore::Entry {
+  Signature sig;
+  std::shared_ptr<Graph> graph;
+  PlanSummary plan;
+  int fused = 0;
+};
+
+namespace {
+RetraceReason reason_for(const Signature& before, const Signature& after) {
+  RetraceReason r;
+  if (before.size() != after.size()) {
+    r.property = "arity";
+    r.before = std::to_string(before.size());
+    r.after = std::to_string(after.size());
+    return r;
+  }
+  for (size_t i = 0; i < before.size(); ++i) {
+    const ArgSignature &a = before[i], &b = after[i];
+    if (a == b) continue;
+    r.argument = int(i);
+    if (a.is_tensor != b.is_tensor || a.type != b.type) {
+      r.property = "type";
+      r.before = a.is_tensor ? "Tensor" : a.type;
+      r.after = b.is_tensor ? "Tensor" : b.type;
+    } else if (!a.is_tensor) {
+      r.property = "value";
+      r.before = a.value;
+      r.after = b.value;
+    } else if (a.shape != b.shape) {
+      r.property = "shape";
+      r.before = a.shape.str();
+      r.after = b.shape.str();
+    } else if (a.dtype != b.dtype) {
+      r.property = "dtype";
+      r.before = name(a.dtype);
+      r.after = name(b.dtype);
+    } else {
+      r.property = "device";
+      r.before = a.device.str();
+      r.after = b.device.str();
+    }
+    return r;
+  }
+  return r;
+}
+}  // namespace
+
+FunctionCore::FunctionCore(Options o, std::source_location site)
+    : opt_(std::move(o)), site_(site) {
+  TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ",
+             opt_.cache_budget);
+  TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ",
+             opt_.warmup_calls);
+}
+
+FunctionCore::~FunctionCore() = default;
+
+void FunctionCore::note_retrace(const Signature& sig) {
+  if (stats_.traces == 0 || last_sig_.empty()) return;
+  RetraceReason r = reason_for(last_sig_, sig);
+  r.call = stats_.calls;
+  stats_.retraces.push_back(r);
+  trace_calls_.push_back(stats_.calls);
+  int64_t recent = std::count_if(trace_calls_.begin(), trace_calls_.end(),
+                                 [&](int64_t c) { return c > stats_.calls - 10; });
+  if (recent >= 5 && !stats_.warned) {
+    stats_.warned = true;
+    std::cerr << "tide: trace::function '" << opt_.name << "' traced again " << recent
+              << " times in its last 10 calls (latest: " << r.str()
+              << "). Every new signature records and plans the whole function again; "
+                 "keep tensor shapes fixed, and pass numbers that change every call as "
+                 "tensors, not as C++ values.\n";
+  }
+}
+
+std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const Tensor> args,
+                                           const Body& body) {
+  Recorder rec("trace::function '" + opt_.name + "'");
+  rec.set_fusion(opt_.fusion);
+  std::vector<Tensor> placeholders;
+  for (const Tensor& a : args) placeholders.push_back(rec.placeholder(a));
+  std::vector<Tensor> outs;
+  {
+    Recording on(rec);
+    outs = body(placeholders);
+  }
+  placeholders.clear();
+  std::shared_ptr<Graph> g = rec.finish(std::move(outs));
+  auto e = std::make_unique<Entry>();
+  e->sig = sig;
+  if (opt_.verify) g->reference = g->nodes;
+  e->fused = fuse(*g, opt_.fusion);
+  e->plan = plan(*g);
+  prepare_replay(*g);
+  e->graph = g;
+  cache_.push_front(std::move(e));
+  if (cache_.size() > opt_.cache_budget) {
+    cache_.pop_back();
+    ++stats_.evictions;
+  }
+  ++stats_.traces;
+  return g;
+}
+
+std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> args,
+                                       const Body& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.calls;
+  auto it = std::find_if(cache_.begin(), cache_.end(), [&](auto& e) { return e->sig == sig; });
+  std::shared_ptr<Graph> g;
+  if (it != cache_.end()) {
+    cache_.splice(cache_.begin(), cache_, it);  // most recently used first
+    g = cache_.front()->graph;
+  } else {
+    int& warm = warmups_[sig_key(sig)];
+    if (warm < opt_.warmup_calls) {
+      ++warm;
+      ++stats_.eager_calls;
+      last_sig_ = sig;
+      return body(args);
+    }
+    note_retrace(sig);
+    g = trace(sig, args, body);
+  }
+  last_sig_ = std::move(sig);
+  const Entry& e = *cache_.front();
+  stats_.recorded_ops = g->recorded_ops;
+  stats_.kernels = int(g->nodes.size());
+  stats_.fused_kernels = e.fused;
+  stats_.arena_bytes = e.plan.arena_bytes;
+  stats_.unplanned_bytes = e.plan.unplanned_bytes;
+  stats_.output_bytes = e.plan.output_bytes;
+  stats_.persistent_bytes = e.plan.persistent_bytes;
+  ++stats_.replays;
+  if (opt_.verify) return verify_replay(g, args, opt_.fusion, site_);
+  size_t allocated = 0;
+  std::vector<Tensor> out = replay(g, args, site_, &allocated);
+  stats_.last_call_allocated = allocated;
+  return out;
+}
+
+FunctionStats FunctionCore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  FunctionStats s = stats_;
+  s.cached = cache_.size();
+  return s;
+}
+
+void FunctionCore::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.clear();
+  warmups_.clear();
+}
+
+std::shared_ptr<Graph> FunctionCore::graph_for(const Signature& sig) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : cache_)
+    if (e->sig == sig) return e->graph;
+  return nullptr;
+}
+
+std::string FunctionCore::sig_key(const Signature& sig) {
+  std::string k;
+  for (const ArgSignature& a : sig) {
+    if (a.is_tensor) k += "T" + a.shape.str() + std::string(name(a.dtype)) + a.device.str() + ";";
+    else k += a.type + "=" + a.value + ";";
+  }
+  return k;
+}
+
+}  // namespace detail
+}  // namespace tide::trace

@@ -1,0 +1,284 @@
+// trace::function: the traced mode of tide (the counterpart of tf.function, hybridize,
+// CUDA graphs and mx.compile).
+//
+//   auto step = trace::function([&](const Tensor& x, const Tensor& y) {
+//     model.zero_grad();
+//     Tensor loss = nn::l2_loss(model.forward(x), y);
+//     loss.backward();
+//     opt.step();
+//     return loss;
+//   }, {.name = "step"});
+//   Tensor loss = step(x, y);   // first call: traces, plans, then replays
+//   loss = step(x2, y2);        // same signature: replays the graph (one engine task)
+//
+// Signature: the shape, dtype and device of every tensor argument and the value of every
+// other argument (integers, floating point, bool, enums, strings). A call with a new
+// signature traces again; each retrace records why (argument, property, old -> new), and
+// a warning goes to stderr when one function retraced 5 times within its last 10 calls.
+//
+// While tracing, f runs with recording on: ops are recorded, not run; tensors f reads
+// without receiving them (parameters) are used by reference, and in-place updates of them
+// are graph nodes; backward() inside f is traced like other ops; reading a value on the
+// host (item, to_vector, printing, wait_to_read, wait_all) throws. Host code in f runs once
+// per trace, not per call (as in tf.function): state that f creates on its first call
+// (an optimizer's moments) would be re-created by every replay — create it first, or set
+// `warmup_calls` so the first calls of each signature run eagerly.
+//
+// Replays: one engine task; does not wait. Outputs are fresh tensors on every call (an
+// output kept from an earlier call is never overwritten); arguments, parameters and state
+// that f returns as they are come back as the same tensors. Outputs do not carry autograd
+// history: call backward() inside f. Errors inside a replay surface at the next sync, like
+// eager errors, named after the failing node. A call made while another trace records
+// (nesting) runs f inline, so the outer trace records its ops.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <source_location>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "core/capture.h"
+#include "core/tensor.h"
+#include "trace/fusion.h"
+
+namespace tide::trace {
+
+struct Options {
+  std::string name = "function";  // in warnings, errors and the profiler
+  Fusion fusion = Fusion::none;
+  // Check every call: run the recorded kernels unplanned and unfused (what eager runs)
+  // and the planned program side by side on the same inputs, and throw tide::Error
+  // naming the first node whose result differs (bitwise for Fusion::none, else beyond
+  // fusion_tolerance). Waits; for debugging.
+  bool verify = false;
+  size_t cache_budget = 8;  // signatures kept; the least recently used is evicted
+  int warmup_calls = 0;     // calls per new signature that run eagerly before tracing
+};
+
+// One argument of a signature.
+struct ArgSignature {
+  bool is_tensor = false;
+  Shape shape;
+  DType dtype = DType::float32;
+  Device device;
+  std::string value;  // non-tensors: the value as text ("3", "0.5", "true", "\"x\"")
+  std::string type;   // non-tensors: a type name for messages
+
+  bool operator==(const ArgSignature& o) const;
+};
+using Signature = std::vector<ArgSignature>;
+
+// Why a call traced again: which argument changed which property.
+struct RetraceReason {
+  int64_t call = 0;     // 1-based call number
+  int argument = -1;    // 0-based; -1 when the argument count changed
+  std::string property; // "shape", "dtype", "device", "value", "type", "arity"
+  std::string before, after;
+  std::string str() const;  // "argument 1: shape [2, 3] -> [4, 3]"
+};
+
+struct FunctionStats {
+  int64_t calls = 0;
+  int64_t traces = 0;        // signatures traced (first trace included)
+  int64_t replays = 0;
+  int64_t eager_calls = 0;   // warm-up calls and nested calls
+  int64_t evictions = 0;
+  size_t cached = 0;         // signatures in the cache now
+  std::vector<RetraceReason> retraces;  // one per trace after the first
+  bool warned = false;       // the retrace warning was printed
+  // The graph of the last call's signature.
+  int recorded_ops = 0;      // ops recorded
+  int kernels = 0;           // nodes in the planned program (fused runs count once)
+  int fused_kernels = 0;     // of those, fused runs
+  size_t arena_bytes = 0;    // planned peak of intermediates
+  size_t unplanned_bytes = 0;// the same without sharing
+  size_t output_bytes = 0;   // planned bytes allocated per call (outputs)
+  size_t persistent_bytes = 0;
+  size_t last_call_allocated = 0;  // bytes the last replay allocated (== output_bytes)
+};
+
+struct Graph;
+
+namespace detail {
+
+// The type-erased part of trace::function (trace/function.cpp).
+class FunctionCore {
+ public:
+  FunctionCore(Options o, std::source_location site);
+  ~FunctionCore();
+
+  using Body = std::function<std::vector<Tensor>(std::span<const Tensor> tensor_args)>;
+  // Looks the signature up; traces on a miss (calling body with placeholders), then
+  // replays. Eager (warm-up) calls run body on the arguments themselves.
+  std::vector<Tensor> call(Signature sig, std::span<const Tensor> tensor_args, const Body& body);
+  FunctionStats stats() const;
+  void clear();
+  const Options& options() const { return opt_; }
+  // The graph cached for `sig`, or nullptr (tests inspect plans through it).
+  std::shared_ptr<Graph> graph_for(const Signature& sig) const;
+
+ private:
+  struct Entry;
+  std::shared_ptr<Graph> trace(const Signature& sig, std::span<const Tensor> args, const Body& body);
+  void note_retrace(const Signature& sig);
+  static std::string sig_key(const Signature& sig);
+
+  Options opt_;
+  std::source_location site_;
+  std::list<std::unique_ptr<Entry>> cache_;  // most recently used first
+  FunctionStats stats_;
+  std::vector<int64_t> trace_calls_;  // call numbers that traced
+  Signature last_sig_;
+  std::unordered_map<std::string, int> warmups_;  // eager calls made per signature
+  mutable std::mutex mu_;
+};
+
+std::string format_double(double v);
+
+// Signature entries and placeholder substitution for one argument.
+template <class A>
+ArgSignature signature_of(const A& a) {
+  using T = std::remove_cvref_t<A>;
+  ArgSignature s;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    s.is_tensor = true;
+    s.shape = a.shape();
+    s.dtype = a.dtype();
+    s.device = a.device();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    s.value = a ? "true" : "false";
+    s.type = "bool";
+  } else if constexpr (std::is_enum_v<T>) {
+    s.value = std::to_string(static_cast<int64_t>(a));
+    s.type = "enum";
+  } else if constexpr (std::is_integral_v<T>) {
+    s.value = std::to_string(a);
+    s.type = "integer";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    s.value = format_double(double(a));
+    s.type = "floating";
+  } else if constexpr (std::is_convertible_v<const T&, std::string>) {
+    s.value = "\"" + std::string(a) + "\"";
+    s.type = "string";
+  } else {
+    static_assert(sizeof(T) == 0,
+                  "trace::function arguments must be Tensors, numbers, bools, enums or strings");
+  }
+  return s;
+}
+
+template <class A>
+decltype(auto) substitute(A&& a, std::span<const Tensor> tensors, size_t& k) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<A>, Tensor>) return tensors[k++];
+  else return std::forward<A>(a);
+}
+
+// Output flattening for the return types trace::function supports.
+template <class R>
+struct Outputs {
+  static_assert(sizeof(R) == 0,
+                "a traced function returns void, Tensor, std::vector<Tensor>, or a "
+                "std::pair/std::tuple of Tensors");
+};
+template <>
+struct Outputs<Tensor> {
+  static std::vector<Tensor> flatten(Tensor t) { return {std::move(t)}; }
+  static Tensor unflatten(std::vector<Tensor>& v) { return std::move(v.at(0)); }
+};
+template <>
+struct Outputs<std::vector<Tensor>> {
+  static std::vector<Tensor> flatten(std::vector<Tensor> t) { return t; }
+  static std::vector<Tensor> unflatten(std::vector<Tensor>& v) { return std::move(v); }
+};
+template <class... Ts>
+struct Outputs<std::tuple<Ts...>> {
+  static_assert((std::is_same_v<Ts, Tensor> && ...), "tuple elements must be Tensors");
+  static std::vector<Tensor> flatten(std::tuple<Ts...> t) {
+    return std::apply([](auto&... x) { return std::vector<Tensor>{std::move(x)...}; }, t);
+  }
+  static std::tuple<Ts...> unflatten(std::vector<Tensor>& v) {
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<Ts...>{std::move(v.at(I))...};
+    }(std::index_sequence_for<Ts...>{});
+  }
+};
+template <class A, class B>
+struct Outputs<std::pair<A, B>> {
+  static_assert(std::is_same_v<A, Tensor> && std::is_same_v<B, Tensor>, "pair of Tensors");
+  static std::vector<Tensor> flatten(std::pair<A, B> t) {
+    return {std::move(t.first), std::move(t.second)};
+  }
+  static std::pair<A, B> unflatten(std::vector<Tensor>& v) {
+    return {std::move(v.at(0)), std::move(v.at(1))};
+  }
+};
+
+}  // namespace detail
+
+template <class F>
+class Function {
+ public:
+  Function(F f, Options o, std::source_location site)
+      : f_(std::make_shared<F>(std::move(f))),
+        core_(std::make_shared<detail::FunctionCore>(std::move(o), site)) {}
+
+  // Traces or replays (see the top of this file). Does not wait, except with verify.
+  // Throws what f throws while tracing (the cache is left as it was).
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    using R = std::invoke_result_t<F&, Args&...>;
+    if (tide::detail::capturing()) return (*f_)(args...);  // nested: the outer trace records
+    Signature sig{detail::signature_of(args)...};
+    std::vector<Tensor> tensors;
+    (collect(tensors, args), ...);
+    auto body = [&](std::span<const Tensor> ts) -> std::vector<Tensor> {
+      size_t k = 0;
+      // A braced list evaluates left to right: tensor k goes to the k-th Tensor argument.
+      std::tuple<decltype(detail::substitute(args, ts, k))...> call_args{
+          detail::substitute(args, ts, k)...};
+      if constexpr (std::is_void_v<R>) {
+        std::apply(*f_, call_args);
+        return {};
+      } else {
+        return detail::Outputs<R>::flatten(std::apply(*f_, call_args));
+      }
+    };
+    std::vector<Tensor> out = core_->call(std::move(sig), tensors, body);
+    if constexpr (!std::is_void_v<R>) return detail::Outputs<R>::unflatten(out);
+  }
+
+  FunctionStats stats() const { return core_->stats(); }
+  // Drops every cached graph (and what they hold: arenas, state, constants).
+  void clear() { core_->clear(); }
+  // The graph cached for the signature of these arguments, or nullptr.
+  template <class... Args>
+  std::shared_ptr<Graph> graph(const Args&... args) const {
+    return core_->graph_for(Signature{detail::signature_of(args)...});
+  }
+
+ private:
+  template <class A>
+  static void collect(std::vector<Tensor>& out, const A& a) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<A>, Tensor>) out.push_back(a);
+  }
+  std::shared_ptr<F> f_;
+  std::shared_ptr<detail::FunctionCore> core_;
+};
+
+// Wraps f (any callable taking Tensors and plain values) into a traced callable.
+// `site` (the caller) names the replay task in errors and the profiler.
+template <class F>
+Function<std::decay_t<F>> function(F&& f, Options o = {},
+                                   std::source_location site = std::source_location::current()) {
+  return Function<std::decay_t<F>>(std::forward<F>(f), std::move(o), site);
+}
+
+}  // namespace tide::trace

@@ -1,0 +1,240 @@
+#include "trace/fusion.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/thread_pool.h"
+#include "ops/op_traits.h"
+#include "ops/op_util.h"
+
+namespace tide::trace {
+
+double fusion_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 1e-6; }
+
+void FusedKernel::run() const {
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+  int64_t grain = std::max<int64_t>(1, tide::detail::kParallelGrain / kBlock);
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
+    const size_t reg_bytes = size_t(kBlock) * elem_size;
+    auto at = [&](const Operand& o, int64_t i0, int64_t* stride) -> unsigned char* {
+      switch (o.kind) {
+        case Operand::reg: *stride = 1; return regs + size_t(o.reg_index) * reg_bytes;
+        case Operand::mem:
+          *stride = o.stride;
+          return static_cast<unsigned char*>(o.storage->data()) +
+                 size_t(o.offset + i0 * o.stride) * elem_size;
+        case Operand::scalar: *stride = 0; return const_cast<unsigned char*>(o.value);
+      }
+      return nullptr;
+    };
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
+      for (const Step& s : steps) {
+        int64_t sa = 0, sb = 0, so = 0;
+        const void* pa = at(s.a, i0, &sa);
+        const void* pb = at(s.b, i0, &sb);
+        void* po = at(s.out, i0, &so);
+        s.block(s.functor, pa, sa, pb, sb, po, len);
+      }
+    }
+  });
+}
+
+namespace {
+
+bool fusible(const Node& n) {
+  if (!n.ew || n.fused) return false;
+  const OpTraits& t = op_traits(n.ew->id);
+  return t.elementwise && !t.in_place && n.ew->in == n.ew->out && n.ew->n > 0;
+}
+
+class GroupBuilder {
+ public:
+  GroupBuilder(Graph& g, const std::unordered_map<Storage*, int>& ids,
+               const std::vector<std::vector<int>>& readers)
+      : g_(g), ids_(ids), readers_(readers) {}
+
+  // Nodes [begin, end) of g.nodes that fuse, from `begin`, within the register budget.
+  size_t extent(size_t begin) const {
+    const Node& first = g_.nodes[begin];
+    size_t end = begin + 1;
+    std::vector<int> produced{first.writes[0]};
+    while (end < g_.nodes.size()) {
+      const Node& n = g_.nodes[end];
+      if (!fusible(n) || n.ew->n != first.ew->n || n.ew->in != first.ew->in) break;
+      if (!operands_ok(n, produced)) break;
+      produced.push_back(n.writes[0]);
+      ++end;
+    }
+    // Trim to the register budget.
+    while (end - begin > 1 && registers_needed(begin, end) > FusedKernel::kMaxRegisters) --end;
+    return end;
+  }
+
+  Node build(size_t begin, size_t end) {
+    auto fk = std::make_shared<FusedKernel>();
+    const Node& first = g_.nodes[begin];
+    fk->n = first.ew->n;
+    fk->elem_size = size_of(first.ew->in);
+    Node out;
+    out.op = "fused";
+    out.site = first.site;
+    out.fused_ops = 0;
+    std::unordered_map<int, int> reg_of;  // value -> register
+    std::vector<int> free_regs;
+    std::vector<int> last_use = last_uses(begin, end);
+    auto add_unique = [](std::vector<int>& v, int x) {
+      if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+    };
+    for (size_t i = begin; i < end; ++i) {
+      Node& n = g_.nodes[i];
+      out.fused_ops += n.fused_ops;
+      FusedKernel::Step s;
+      s.block = n.ew->block;
+      std::memcpy(s.functor, n.ew->functor, sizeof(s.functor));
+      s.a = operand(n.ew->a, reg_of, out, add_unique);
+      if (n.ew->arity == 2) s.b = operand(n.ew->b, reg_of, out, add_unique);
+      else s.b.kind = FusedKernel::Operand::scalar;
+      // Free registers whose value is not read after this step.
+      for (auto it = reg_of.begin(); it != reg_of.end();) {
+        if (last_use[size_t(it->first)] <= int(i)) {
+          free_regs.push_back(it->second);
+          it = reg_of.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      int v = n.writes[0];
+      if (materialize(v, begin, end)) {
+        s.out.kind = FusedKernel::Operand::mem;
+        s.out.storage = g_.values[size_t(v)].storage.get();
+        s.out.offset = n.ew->out_offset;
+        s.out.stride = 1;
+        add_unique(out.writes, v);
+      } else {
+        int r;
+        if (!free_regs.empty()) {
+          r = free_regs.back();
+          free_regs.pop_back();
+        } else {
+          r = fk->registers++;
+        }
+        s.out.kind = FusedKernel::Operand::reg;
+        s.out.reg_index = r;
+        reg_of[v] = r;
+        g_.values[size_t(v)].kind = ValueKind::dead;
+      }
+      fk->steps.push_back(s);
+    }
+    out.fused = fk;
+    out.kernel = [fk] { fk->run(); };
+    return out;
+  }
+
+ private:
+  bool produced_in(int v, size_t begin, size_t end) const {
+    for (size_t i = begin; i < end; ++i)
+      if (g_.nodes[i].writes[0] == v) return true;
+    return false;
+  }
+
+  // Operands that read a value made earlier in the run must read it element for element.
+  bool operands_ok(const Node& n, const std::vector<int>& produced) const {
+    for (const tide::detail::EwOperand* o : {&n.ew->a, &n.ew->b}) {
+      if (o == &n.ew->b && n.ew->arity == 1) continue;
+      if (!o->storage) continue;
+      int v = ids_.at(o->storage);
+      if (std::find(produced.begin(), produced.end(), v) == produced.end()) continue;
+      if (o->stride != 1 || o->offset != 0) return false;
+    }
+    return true;
+  }
+
+  bool materialize(int v, size_t begin, size_t end) const {
+    if (g_.values[size_t(v)].kind != ValueKind::intermediate) return true;
+    for (int r : readers_[size_t(v)])
+      if (r < int(begin) || r >= int(end)) return true;
+    return false;
+  }
+
+  std::vector<int> last_uses(size_t begin, size_t end) const {
+    std::vector<int> last(g_.values.size(), -1);
+    for (size_t i = begin; i < end; ++i)
+      for (int v : g_.nodes[i].reads) last[size_t(v)] = int(i);
+    return last;
+  }
+
+  int registers_needed(size_t begin, size_t end) const {
+    std::vector<int> last = last_uses(begin, end);
+    int live = 0, peak = 0;
+    std::vector<int> live_values;
+    for (size_t i = begin; i < end; ++i) {
+      std::erase_if(live_values, [&](int v) { return last[size_t(v)] <= int(i); });
+      int v = g_.nodes[i].writes[0];
+      if (!materialize(v, begin, end)) live_values.push_back(v);
+      live = int(live_values.size());
+      peak = std::max(peak, live);
+    }
+    return peak;
+  }
+
+  template <class AddUnique>
+  FusedKernel::Operand operand(const tide::detail::EwOperand& o, const std::unordered_map<int, int>& reg_of,
+                               Node& out, AddUnique add_unique) {
+    FusedKernel::Operand r;
+    if (!o.storage) {
+      r.kind = FusedKernel::Operand::scalar;
+      std::memcpy(r.value, o.scalar, sizeof(r.value));
+      return r;
+    }
+    int v = ids_.at(o.storage);
+    if (auto it = reg_of.find(v); it != reg_of.end()) {
+      r.kind = FusedKernel::Operand::reg;
+      r.reg_index = it->second;
+      return r;
+    }
+    r.kind = FusedKernel::Operand::mem;
+    r.storage = o.storage;
+    r.offset = o.offset;
+    r.stride = o.stride;
+    // A value written earlier in this run is in `writes` already; others are inputs.
+    if (std::find(out.writes.begin(), out.writes.end(), v) == out.writes.end())
+      add_unique(out.reads, v);
+    return r;
+  }
+
+  Graph& g_;
+  const std::unordered_map<Storage*, int>& ids_;
+  const std::vector<std::vector<int>>& readers_;
+};
+
+}  // namespace
+
+int fuse(Graph& g, Fusion level) {
+  if (level == Fusion::none) return 0;
+  std::unordered_map<Storage*, int> ids;
+  for (size_t i = 0; i < g.values.size(); ++i) ids[g.values[i].storage.get()] = int(i);
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int v : g.nodes[i].reads) readers[size_t(v)].push_back(int(i));
+  GroupBuilder builder(g, ids, readers);
+  std::vector<Node> out;
+  int made = 0;
+  for (size_t i = 0; i < g.nodes.size();) {
+    size_t end = fusible(g.nodes[i]) ? builder.extent(i) : i + 1;
+    if (end - i <= 1) {
+      out.push_back(std::move(g.nodes[i]));
+      ++i;
+      continue;
+    }
+    out.push_back(builder.build(i, end));
+    ++made;
+    i = end;
+  }
+  g.nodes = std::move(out);
+  return made;
+}
+
+}  // namespace tide::trace

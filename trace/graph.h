@@ -1,0 +1,89 @@
+// The traced graph: values (storages an op reads or writes) and nodes (ops in recording
+// order, which is a valid execution order). Backend-neutral: the planner and the fusion
+// pass see only value ids, sizes, lifetimes and op descriptions; each node also carries
+// the CPU kernel recorded from the op's front-end. A CUDA executor would consume the same
+// planned graph and supply its own kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "core/shape.h"
+#include "core/storage.h"
+#include "ops/elementwise_desc.h"
+
+namespace tide::trace {
+
+enum class ValueKind : uint8_t {
+  input,         // a tensor argument: bound to the caller's tensor on every call
+  capture,       // a tensor f reads without receiving it (a parameter): used by reference
+  intermediate,  // created and consumed inside f: lives in the planned arena
+  output,        // returned by f: a fresh tensor on every call
+  state,         // created inside f and kept by f's side effects (a gradient): persistent
+  constant,      // created inside f from host data: persistent, never written by a node
+  dead,          // created inside f and never used
+};
+const char* name(ValueKind k);
+
+struct Value {
+  StorageRef storage;  // a slot for inputs/intermediates/outputs/state/constants
+  size_t bytes = 0;
+  ValueKind kind = ValueKind::intermediate;
+  int first = -1, last = -1;  // program indices of the first and last node touching it
+  int64_t offset = -1;        // intermediates: byte offset in the arena
+  int num_writers = 0, num_readers = 0;
+};
+
+struct FusedKernel;
+struct LoopProgram;
+
+struct Node {
+  const char* op = "";
+  std::source_location site;
+  std::vector<int> reads, writes;  // value ids
+  std::function<void()> kernel;    // plain nodes: the recorded CPU kernel
+  std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
+  std::shared_ptr<FusedKernel> fused;         // a fused chain (kernel runs it)
+  int fused_ops = 1;                          // recorded ops this node stands for
+};
+
+// Philox counters a random op reads at run time: refreshed from `gen` on every replay.
+struct RandomCounter {
+  Generator* gen = nullptr;
+  uint64_t numel = 0;
+  std::unique_ptr<uint64_t[]> slot;  // {offset, key}
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<Node> reference;  // verify only: the recorded nodes before fusion
+  std::vector<int> inputs;            // value id per tensor argument
+  struct Output {
+    int value = -1;                   // the storage's value
+    Shape shape;
+    DType dtype = DType::float32;
+    int64_t offset = 0;               // elements into the storage
+  };
+  std::vector<Output> outputs;
+  std::vector<RandomCounter> random;
+  StorageRef arena;                   // intermediates
+  size_t arena_bytes = 0;
+  size_t unplanned_bytes = 0;         // sum of the intermediates' sizes (no sharing)
+  int recorded_ops = 0;               // ops recorded before fusion
+  // Values outside the arena that some node reads / writes (inputs, captures, state):
+  // what a replay declares to the engine. Filled by prepare_replay().
+  std::vector<int> external_reads, external_writes;
+  std::mutex run_mu;  // one replay at a time uses the arena and the slot bindings
+};
+
+}  // namespace tide::trace

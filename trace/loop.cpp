@@ -1,0 +1,208 @@
+#include "trace/loop.h"
+
+#include <cstring>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "ops/creation.h"
+#include "ops/op_util.h"
+#include "trace/executor.h"
+#include "trace/planner.h"
+#include "trace/recorder.h"
+
+namespace tide::trace {
+
+namespace {
+
+struct Count {
+  int64_t fixed = 0;
+  Tensor tensor;  // defined: read when the loop runs
+};
+
+void check_state(const std::vector<Tensor>& state, const char* op) {
+  TIDE_CHECK(!state.empty(), op, "needs at least one state tensor");
+  for (const Tensor& t : state) tide::detail::check_defined(t, op);
+}
+
+void check_step(const std::vector<Tensor>& state, const std::vector<Tensor>& next) {
+  TIDE_CHECK(next.size() == state.size(), "loop", "the body returned ", next.size(),
+             " tensors for ", state.size(), " state tensors");
+  for (size_t j = 0; j < state.size(); ++j) {
+    TIDE_CHECK(next[j].defined(), "loop", "the body returned an undefined tensor at ", j);
+    TIDE_CHECK(next[j].shape() == state[j].shape() && next[j].dtype() == state[j].dtype(),
+               "loop", "state ", j, " is ", tide::detail::describe(state[j]),
+               " but the body returned ", tide::detail::describe(next[j]));
+  }
+}
+
+// The loop node's kernel: runs the body graph n times, ping-ponging the state between the
+// node's output buffers and buffers of its own.
+struct LoopProgram {
+  std::shared_ptr<Graph> body;
+  std::vector<Storage*> body_inputs;  // slots of the body's state placeholders
+  std::vector<Graph::Output> body_outputs;
+  std::vector<size_t> bytes;          // per state
+  std::vector<StorageRef> spare;      // per state: the other half of the ping-pong
+  int64_t fixed = 0;
+  Storage* count = nullptr;           // when the count is a tensor
+  DType count_dtype = DType::int64;
+  int64_t count_offset = 0;
+
+  void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
+           const std::vector<Storage*>& out) const {
+    int64_t n = fixed;
+    if (count)
+      n = dispatch_dtype(count_dtype, [&](auto z) -> int64_t {
+        using T = decltype(z);
+        return int64_t(static_cast<const T*>(count->data())[count_offset]);
+      });
+    if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
+    size_t k = in.size();
+    std::vector<unsigned char*> cur(k), alt(k);
+    for (size_t j = 0; j < k; ++j) {
+      cur[j] = static_cast<unsigned char*>(out[j]->data());
+      alt[j] = static_cast<unsigned char*>(spare[j]->data());
+      std::memcpy(cur[j], static_cast<unsigned char*>(in[j]->data()) + in_offsets[j], bytes[j]);
+    }
+    std::lock_guard<std::mutex> lock(body->run_mu);
+    for (int64_t it = 0; it < n; ++it) {
+      for (size_t j = 0; j < k; ++j) body_inputs[j]->rebind(cur[j]);
+      // Computed outputs write straight into the other buffer.
+      for (size_t j = 0; j < k; ++j) {
+        const Value& v = body->values[size_t(body_outputs[j].value)];
+        if (v.kind == ValueKind::output && body_outputs[j].offset == 0) v.storage->rebind(alt[j]);
+      }
+      run_program(*body);
+      for (size_t j = 0; j < k; ++j) {  // identities, duplicates, views, constants
+        const Value& v = body->values[size_t(body_outputs[j].value)];
+        auto* src = static_cast<unsigned char*>(v.storage->data()) +
+                    size_t(body_outputs[j].offset) * size_of(body_outputs[j].dtype);
+        if (src != alt[j]) std::memmove(alt[j], src, bytes[j]);
+      }
+      std::swap(cur, alt);
+    }
+    for (size_t j = 0; j < k; ++j)
+      if (cur[j] != out[j]->data()) std::memcpy(out[j]->data(), cur[j], bytes[j]);
+  }
+};
+
+std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
+                                const std::vector<Tensor>& state, std::source_location site) {
+  Recorder rec("trace::loop body");
+  rec.set_fusion(outer.fusion());
+  rec.refuse_random("random ops inside a traced trace::loop body are not supported yet (each "
+                    "iteration would need its own counters); draw the numbers outside the "
+                    "loop or run the loop eagerly");
+  std::vector<Tensor> ph, next;
+  for (const Tensor& t : state) ph.push_back(rec.placeholder(t));
+  {
+    Recording on(rec);
+    next = body(ph);
+  }
+  check_step(state, next);
+  auto prog = std::make_shared<LoopProgram>();
+  for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
+  ph.clear();
+  prog->body = rec.finish(std::move(next));
+  fuse(*prog->body, outer.fusion());
+  plan(*prog->body);
+  prepare_replay(*prog->body);
+  prog->body_outputs = prog->body->outputs;
+  prog->fixed = count.fixed;
+
+  // The node: reads the initial state, the count and what the body reads from outside;
+  // writes fresh state tensors (values of the enclosing graph) and what the body writes.
+  std::vector<Tensor> result;
+  std::vector<Storage*> in, out, reads, writes;
+  std::vector<size_t> in_offsets;
+  for (const Tensor& t : state) {
+    Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device(), "loop");
+    {
+      tide::detail::CapturePause pause;
+      prog->spare.push_back(Allocator::get(t.device()).allocate(t.nbytes(), "loop"));
+    }
+    prog->bytes.push_back(t.nbytes());
+    in.push_back(t.storage());
+    in_offsets.push_back(size_t(t.offset()) * size_of(t.dtype()));
+    out.push_back(r.storage());
+    result.push_back(r);
+  }
+  reads = in;
+  if (count.tensor.defined()) {
+    prog->count = count.tensor.storage();
+    prog->count_dtype = count.tensor.dtype();
+    prog->count_offset = count.tensor.offset();
+    reads.push_back(prog->count);
+  }
+  const Graph& b = *prog->body;
+  for (int id : b.external_reads)
+    if (b.values[size_t(id)].kind != ValueKind::input) reads.push_back(b.values[size_t(id)].storage.get());
+  for (int id : b.external_writes)
+    if (b.values[size_t(id)].kind != ValueKind::input) writes.push_back(b.values[size_t(id)].storage.get());
+  writes.insert(writes.end(), out.begin(), out.end());
+  outer.record("loop", reads, writes, [prog, in, in_offsets, out] { prog->run(in, in_offsets, out); },
+               site);
+  return result;
+}
+
+std::vector<Tensor> eager_loop(int64_t n, const LoopBody& body, std::vector<Tensor> state) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<Tensor> next = body(state);
+    check_step(state, next);
+    state = std::move(next);
+  }
+  if (n == 0)
+    for (Tensor& t : state) t = clone(t);
+  return state;
+}
+
+std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vector<Tensor> state,
+                             std::source_location site) {
+  check_state(state, "loop");
+  if (tide::detail::CaptureSink* c = tide::detail::capturing()) {
+    auto* outer = dynamic_cast<Recorder*>(c);
+    TIDE_CHECK(outer, "loop", "recording with an unknown capture sink");
+    return traced_loop(*outer, count, body, state, site);
+  }
+  int64_t n = count.tensor.defined() ? count.tensor.item<int64_t>() : count.fixed;
+  TIDE_CHECK(n >= 0, "loop", "count must be >= 0, got ", n);
+  return eager_loop(n, body, std::move(state));
+}
+
+Count count_of(const Tensor& n) {
+  tide::detail::check_defined(n, "loop");
+  TIDE_CHECK(n.numel() == 1, "loop", "the count must be a one-element tensor, got ",
+             tide::detail::describe(n));
+  return Count{0, n};
+}
+
+Count count_of(int64_t n) {
+  TIDE_CHECK(n >= 0, "loop", "count must be >= 0, got ", n);
+  return Count{n, Tensor()};
+}
+
+LoopBody single(const std::function<Tensor(const Tensor&)>& f) {
+  return [f](const std::vector<Tensor>& s) { return std::vector<Tensor>{f(s[0])}; };
+}
+
+}  // namespace
+
+std::vector<Tensor> loop(int64_t n, const LoopBody& body, std::vector<Tensor> state,
+                         std::source_location site) {
+  return run_loop(count_of(n), body, std::move(state), site);
+}
+std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tensor> state,
+                         std::source_location site) {
+  return run_loop(count_of(n), body, std::move(state), site);
+}
+Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
+            std::source_location site) {
+  return run_loop(count_of(n), single(body), {state}, site)[0];
+}
+Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
+            const Tensor& state, std::source_location site) {
+  return run_loop(count_of(n), single(body), {state}, site)[0];
+}
+
+}  // namespace tide::trace

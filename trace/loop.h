@@ -1,0 +1,43 @@
+// trace::loop: a loop the trace records once, as one node that runs its body n times —
+// the counterpart of tf.range inside tf.function (and, on CUDA, a conditional WHILE node).
+//
+//   Tensor y = trace::loop(n, [](const Tensor& x) { return x + 1.0; }, x0);
+//
+// `state` tensors are carried: iteration i + 1 receives what iteration i returned (same
+// count, shapes and dtypes, checked). n is an int, or a one-element tensor read when the
+// loop runs (so a replay can run a different count without tracing again). n = 0 returns
+// copies of the initial state. A plain C++ for loop inside a traced function is unrolled
+// instead.
+//
+// Outside a trace the loop runs eagerly (a tensor n is read with item(), which waits).
+// Inside a trace, the body is recorded once into a graph of its own (fused and planned
+// like the enclosing one); random ops inside the body are refused (their counters would
+// have to advance per iteration: not implemented yet).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <source_location>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tide::trace {
+
+using LoopBody = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// Throws "[loop]" for n < 0, an n tensor with more than one element or a non-numeric
+// dtype, a body that returns a different number of tensors or other shapes/dtypes than
+// the state, or an empty state.
+std::vector<Tensor> loop(int64_t n, const LoopBody& body, std::vector<Tensor> state,
+                         std::source_location site = std::source_location::current());
+std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tensor> state,
+                         std::source_location site = std::source_location::current());
+
+// One state tensor.
+Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
+            std::source_location site = std::source_location::current());
+Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
+            const Tensor& state, std::source_location site = std::source_location::current());
+
+}  // namespace tide::trace

@@ -1,0 +1,32 @@
+// The memory planner: value lifetimes over the program, then buffer assignment so that
+// intermediates whose lifetimes do not overlap share arena bytes (inputs never share with
+// anything: they are the caller's; outputs, state and constants have buffers of their
+// own and are never freed by the plan).
+#pragma once
+
+#include <string>
+
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+struct PlanSummary {
+  size_t arena_bytes = 0;      // the planned peak of intermediates
+  size_t unplanned_bytes = 0;  // what they would take without sharing
+  size_t output_bytes = 0;     // allocated on every call
+  size_t persistent_bytes = 0; // state and constants, held by the graph
+  int intermediates = 0;
+};
+
+// Computes lifetimes, assigns arena offsets to intermediates (greedy by size, best fit),
+// allocates the arena and binds every intermediate slot into it. Throws "[trace]" if the
+// arena cannot be allocated.
+PlanSummary plan(Graph& g);
+
+// An independent check of a plan: walks the program, tracks which intermediates are alive
+// at each node (from the nodes' reads and writes, not from the stored lifetimes) and
+// reports the first two live values whose arena ranges overlap, or a value outside the
+// arena. Empty when the plan is sound.
+std::string check_plan(const Graph& g);
+
+}  // namespace tide::trace

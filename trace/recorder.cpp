@@ -1,0 +1,159 @@
+#include "trace/recorder.h"
+
+#include <cstring>
+
+#include "core/allocator.h"
+#include "core/error.h"
+
+namespace tide::trace {
+
+const char* name(ValueKind k) {
+  switch (k) {
+    case ValueKind::input: return "input";
+    case ValueKind::capture: return "capture";
+    case ValueKind::intermediate: return "intermediate";
+    case ValueKind::output: return "output";
+    case ValueKind::state: return "state";
+    case ValueKind::constant: return "constant";
+    case ValueKind::dead: return "dead";
+  }
+  return "?";
+}
+
+Recorder::Recorder(std::string what) : what_(std::move(what)), g_(std::make_shared<Graph>()) {}
+
+Recorder::~Recorder() = default;
+
+int Recorder::value_of(Storage* s) {
+  auto [it, fresh] = ids_.try_emplace(s, int(g_->values.size()));
+  if (fresh) {
+    s->retain();  // a parameter lives as long as the graph that updates it
+    Value v;
+    v.storage = StorageRef::adopt(s);
+    v.bytes = s->bytes();
+    v.kind = ValueKind::capture;
+    g_->values.push_back(std::move(v));
+    created_.push_back(false);
+  }
+  return it->second;
+}
+
+bool Recorder::created_here(Storage* s) const {
+  auto it = ids_.find(s);
+  return it != ids_.end() && created_[size_t(it->second)];
+}
+
+StorageRef Recorder::allocate(size_t bytes, Device device, const char* op) {
+  StorageRef block;
+  {
+    tide::detail::CapturePause pause;  // the recorder's own memory is a real allocation
+    block = Allocator::get(device).allocate(bytes, op);
+  }
+  Storage* slot = Storage::make_slot(bytes, device);
+  block->retain();  // the slot owns one reference until finish() decides
+  slot->own_backing(block.get());
+  StorageRef ref = StorageRef::adopt(slot);
+  ids_.emplace(slot, int(g_->values.size()));
+  Value v;
+  v.storage = ref;
+  v.bytes = bytes;
+  v.kind = ValueKind::intermediate;  // refined by finish()
+  g_->values.push_back(std::move(v));
+  created_.push_back(true);
+  return ref;
+}
+
+Tensor Recorder::placeholder(const Tensor& arg) {
+  StorageRef s = StorageRef::adopt(Storage::make_slot(arg.nbytes(), arg.device()));
+  int id = int(g_->values.size());
+  ids_.emplace(s.get(), id);
+  Value v;
+  v.storage = s;
+  v.bytes = arg.nbytes();
+  v.kind = ValueKind::input;
+  g_->values.push_back(std::move(v));
+  created_.push_back(false);
+  g_->inputs.push_back(id);
+  return Tensor::from_storage(s, arg.shape(), arg.dtype());
+}
+
+void Recorder::record(const char* op, std::span<Storage* const> reads,
+                      std::span<Storage* const> writes, std::function<void()> kernel,
+                      std::source_location site) {
+  Node n;
+  n.op = op;
+  n.site = site;
+  for (Storage* s : reads) n.reads.push_back(value_of(s));
+  for (Storage* s : writes) n.writes.push_back(value_of(s));
+  n.kernel = std::move(kernel);
+  if (next_desc_ && writes.size() == 1 && next_desc_->out_storage == writes[0])
+    n.ew = *next_desc_;
+  next_desc_.reset();
+  g_->nodes.push_back(std::move(n));
+  ++g_->recorded_ops;
+}
+
+void Recorder::host_read(const char* op) {
+  throw Error(op, "cannot read a tensor on the host inside " + what_ +
+                      ": while tracing, tensors have no values yet and a value read now "
+                      "would be baked into every replay; return the tensor from the function "
+                      "and read it after the call");
+}
+
+const uint64_t* Recorder::random_counter(Generator& gen, uint64_t numel) {
+  if (!refuse_random_.empty()) throw Error("trace", refuse_random_);
+  RandomCounter c;
+  c.gen = &gen;
+  c.numel = numel;
+  c.slot = std::make_unique<uint64_t[]>(2);
+  const uint64_t* p = c.slot.get();
+  g_->random.push_back(std::move(c));
+  return p;
+}
+
+void Recorder::describe_next(const void* desc, size_t bytes) {
+  TIDE_ASSERT(bytes == sizeof(tide::detail::ElementwiseDesc), "unexpected op description");
+  next_desc_.emplace();
+  std::memcpy(&*next_desc_, desc, bytes);
+}
+
+std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
+  Graph& g = *g_;
+  std::vector<bool> is_output(g.values.size(), false);
+  for (const Tensor& t : outputs) {
+    TIDE_CHECK(t.defined(), "trace", what_, " returned an undefined tensor");
+    Graph::Output o;
+    o.value = value_of(t.storage());
+    o.shape = t.shape();
+    o.dtype = t.dtype();
+    o.offset = t.offset();
+    if (size_t(o.value) >= is_output.size()) is_output.resize(size_t(o.value) + 1, false);
+    created_.resize(g.values.size(), false);
+    is_output[size_t(o.value)] = true;
+    g.outputs.push_back(std::move(o));
+  }
+  outputs.clear();  // drops the outputs and any autograd graph hanging from them
+
+  for (const Node& n : g.nodes) {
+    for (int v : n.reads) ++g.values[size_t(v)].num_readers;
+    for (int v : n.writes) ++g.values[size_t(v)].num_writers;
+  }
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    Value& v = g.values[i];
+    if (!created_[i]) continue;  // inputs and captures are what they are
+    bool escapes = v.storage->use_count() > 1;  // someone besides the graph holds it
+    if (escapes) v.kind = ValueKind::state;
+    else if (v.num_writers == 0) v.kind = (v.num_readers || is_output[i]) ? ValueKind::constant
+                                                                          : ValueKind::dead;
+    else if (is_output[i]) v.kind = ValueKind::output;
+    else v.kind = ValueKind::intermediate;
+    if (v.kind == ValueKind::intermediate || v.kind == ValueKind::output ||
+        v.kind == ValueKind::dead) {
+      if (Storage* b = v.storage->drop_backing()) b->release();
+      v.storage->rebind(nullptr);
+    }
+  }
+  return std::move(g_);
+}
+
+}  // namespace tide::trace

@@ -1,0 +1,77 @@
+// The Recorder: the CaptureSink a trace installs on its thread. Ops called while it is
+// installed are recorded as graph nodes instead of being queued; tensors they create get
+// slot storages (with memory of their own while recording, so host fills still work);
+// host reads throw. finish() classifies every value (trace/graph.h) and hands back the
+// graph, not yet fused or planned.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/capture.h"
+#include "core/tensor.h"
+#include "trace/fusion.h"
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+class Recorder final : public tide::detail::CaptureSink {
+ public:
+  // `what` names the traced function in errors ("trace::function 'step'").
+  explicit Recorder(std::string what);
+  ~Recorder() override;
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // A fresh input value shaped like `arg` (contiguous, no grad), for f to receive.
+  Tensor placeholder(const Tensor& arg);
+
+  // Takes the tensors f returned (and drops them: what else still holds a storage created
+  // while recording is kept by f's side effects, i.e. is state). Call after uninstalling.
+  std::shared_ptr<Graph> finish(std::vector<Tensor> outputs);
+
+  // Storages of values this recording created, for nested recordings (loop bodies).
+  bool created_here(Storage* s) const;
+  // The fusion level nested recordings (loop bodies) use.
+  void set_fusion(Fusion f) { fusion_ = f; }
+  Fusion fusion() const { return fusion_; }
+  // Refuses random ops from now on (loop bodies), with `why` as the error.
+  void refuse_random(std::string why) { refuse_random_ = std::move(why); }
+
+  // CaptureSink
+  void record(const char* op, std::span<Storage* const> reads,
+              std::span<Storage* const> writes, std::function<void()> kernel,
+              std::source_location site) override;
+  StorageRef allocate(size_t bytes, Device device, const char* op) override;
+  [[noreturn]] void host_read(const char* op) override;
+  const uint64_t* random_counter(Generator& gen, uint64_t numel) override;
+  void describe_next(const void* desc, size_t bytes) override;
+
+ private:
+  int value_of(Storage* s);  // known id, or a new capture
+
+  std::string what_;
+  std::shared_ptr<Graph> g_;
+  std::unordered_map<Storage*, int> ids_;
+  std::vector<bool> created_;  // per value: made by this recording
+  std::optional<tide::detail::ElementwiseDesc> next_desc_;
+  Fusion fusion_ = Fusion::none;
+  std::string refuse_random_;
+};
+
+// Installs a recorder on the calling thread for a scope; restores the previous sink.
+class Recording {
+ public:
+  explicit Recording(Recorder& r) : saved_(tide::detail::tl_capture) { tide::detail::tl_capture = &r; }
+  ~Recording() { tide::detail::tl_capture = saved_; }
+  Recording(const Recording&) = delete;
+  Recording& operator=(const Recording&) = delete;
+
+ private:
+  tide::detail::CaptureSink* saved_;
+};
+
+}  // namespace tide::trace
