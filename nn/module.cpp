@@ -64,6 +64,20 @@ void Module::zero_grad() {
   for (auto& [k, m] : children_) m->zero_grad();
 }
 
+Module& Module::to(Device device) {
+  std::vector<std::pair<std::string, Tensor>> params = named_parameters();
+  // Refuse an unsupported device first, before looking at (or touching) any parameter.
+  TIDE_CHECK(op_supported(device, OpId::copy_), "to", "cannot move ", name(), " (",
+             params.size(), " parameters) to ", device.str(), ": this build has no kernels for ",
+             device.str(), " (op_supported(", device.str(),
+             ", copy_) is false); the module is unchanged");
+  for (const auto& [k, p] : params)
+    TIDE_CHECK(p.device() == device, "to", "cannot move parameter '", k, "' ", p.shape(),
+               " of ", name(), " from ", p.device().str(), " to ", device.str(),
+               ": tide has no cross-device copy yet; the module is unchanged");
+  return *this;  // every parameter is already on `device`
+}
+
 // ---- Sequential ---------------------------------------------------------------------------
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {

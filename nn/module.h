@@ -1,5 +1,5 @@
-// nn::Module: parameters and submodules registered by name, train/eval mode, and the
-// layers built on it (Sequential, Linear, ReLU, Sigmoid, Tanh, Dropout).
+// nn::Module: parameters and submodules registered by name, train/eval mode, to(device),
+// and the layers built on it (Sequential, Linear, ReLU, Sigmoid, Tanh, Dropout).
 //
 // Parameters are ordinary leaf tensors with requires_grad set. named_parameters() returns
 // handles to the same impls, so an optimizer that updates them in place updates the module.
@@ -59,6 +59,18 @@ class Module {
 
   // Drops the accumulated gradient of every parameter.
   void zero_grad();
+
+  // Moves every parameter of this module and its submodules to `device`; returns *this.
+  // When every parameter is already on `device` (CPU -> CPU) it does nothing: no op is
+  // queued, the parameter handles, storages and values are unchanged. Checks everything
+  // before changing anything, and throws "[to]" naming the module and the devices, with
+  // the module left unchanged and usable where it was, when:
+  // - the build has no kernels for `device` (op_supported(device, OpId::copy_) is false:
+  //   cuda in a build without CUDA kernels), even for a module without parameters;
+  // - a parameter is on another device: tide has no cross-device copy yet, so in this
+  //   build a module can only be "moved" where it already is.
+  // Does not wait (and queues nothing).
+  Module& to(Device device);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);

@@ -57,4 +57,79 @@ struct Pow {
 };
 struct Identity { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a; } };
 
+// ---- fused optimizer updates (ops/optim.h) ------------------------------------------------
+// One element of an in-place update: the state (p, buf / m, v) by reference, the gradient
+// by value. A kernel first calls factors() once with the lr (and step count) it read from
+// their tensors when it runs (STYLE 11), then the element operator with those factors: the
+// per-element code sees only loop-invariant values of type T, so the loops vectorise. The
+// order of operations follows the composed ops these replaced, so float results match
+// them bit for bit, but for Adam's bias corrections (now computed in double from t).
+
+// SGD with momentum, dampening, Nesterov and weight decay (PyTorch's formulas).
+struct SgdUpdate {
+  double momentum, dampening, weight_decay;
+  bool nesterov;
+  bool fresh;  // buf is uninitialised: buf = g (PyTorch's first step), never read
+
+  template <class T> struct Factors {
+    T lr, momentum, one_minus_dampening, weight_decay;
+    bool with_momentum, with_decay, nesterov, fresh;
+  };
+  template <class T> TIDE_HOST_DEVICE Factors<T> factors(T lr) const {
+    return {lr,           T(momentum),    T(1 - dampening), T(weight_decay),
+            momentum != 0, weight_decay != 0, nesterov,        fresh};
+  }
+  template <class T>
+  TIDE_HOST_DEVICE void operator()(T& p, T g, T& buf, const Factors<T>& k) const {
+    if (k.with_decay) g = g + p * k.weight_decay;
+    if (k.with_momentum) {
+      buf = k.fresh ? g : buf * k.momentum + k.one_minus_dampening * g;
+      g = k.nesterov ? g + buf * k.momentum : buf;
+    }
+    p = p - g * k.lr;
+  }
+};
+
+// Adam / AdamW (decoupled weight decay) with bias correction.
+struct AdamUpdate {
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  bool fresh;  // m and v are uninitialised: taken as zero, never read
+
+  template <class T> struct Factors {
+    T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
+    T decay;      // 1 - lr * weight_decay (AdamW)
+    T step_size;  // lr / (1 - beta1^t)
+    T sqrt_bc2;   // sqrt(1 - beta2^t)
+    bool with_decay, decoupled, fresh;
+  };
+  // t >= 1: the number of this update.
+  template <class T> TIDE_HOST_DEVICE Factors<T> factors(T lr, long long t) const {
+    double bc1 = 1.0 - std::pow(beta1, double(t));
+    double bc2 = 1.0 - std::pow(beta2, double(t));
+    return {T(beta1),
+            T(1 - beta1),
+            T(beta2),
+            T(1 - beta2),
+            T(eps),
+            T(weight_decay),
+            T(1) - lr * T(weight_decay),
+            T(double(lr) / bc1),
+            T(std::sqrt(bc2)),
+            weight_decay != 0,
+            decoupled,
+            fresh};
+  }
+  template <class T>
+  TIDE_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, const Factors<T>& k) const {
+    if (k.with_decay) {
+      if (k.decoupled) p = p * k.decay;
+      else g = g + p * k.weight_decay;
+    }
+    m = k.fresh ? k.one_minus_beta1 * g : m * k.beta1 + k.one_minus_beta1 * g;
+    v = k.fresh ? k.one_minus_beta2 * (g * g) : v * k.beta2 + k.one_minus_beta2 * (g * g);
+    p = p - (m * k.step_size) / (std::sqrt(v) / k.sqrt_bc2 + k.eps);
+  }
+};
+
 }  // namespace tide::fn

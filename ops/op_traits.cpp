@@ -52,6 +52,9 @@ constexpr std::array kTable{
     OpTraits{OpId::select, "select", K::view, N, N, E},
     OpTraits{OpId::fail, "fail", K::debug, N, N, N},
     OpTraits{OpId::gate, "gate", K::debug, N, N, N},
+    OpTraits{OpId::sgd_update_, "sgd_update_", K::optimizer, N, E, N},
+    OpTraits{OpId::adam_update_, "adam_update_", K::optimizer, N, E, N},
+    OpTraits{OpId::increment_, "increment_", K::optimizer, N, E, N},
 };
 static_assert(kTable.size() == size_t(OpId::count_), "one row per OpId");
 constexpr bool ordered() {

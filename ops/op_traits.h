@@ -28,10 +28,15 @@ enum class OpId : uint16_t {
   reshape, slice, select,
   // test and demo helpers (ops/debug.h)
   fail, gate,
+  // fused optimizer updates and the step counter (ops/optim.h)
+  sgd_update_, adam_update_, increment_,
   count_  // keep last
 };
 
-enum class OpKind : uint8_t { creation, elementwise, reduction, linalg, view, debug };
+enum class OpKind : uint8_t {
+  creation, elementwise, reduction, linalg, view, debug,
+  optimizer  // fused in-place updates (ops/optim.h): several outputs, not for a fuser
+};
 
 struct OpTraits {
   OpId id;

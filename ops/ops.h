@@ -7,4 +7,5 @@
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/op_traits.h"
+#include "ops/optim.h"
 #include "ops/reduce.h"

@@ -1,4 +1,4 @@
-// Optimizer updates as queued in-place elementwise ops under NoGrad (see optimizer.h).
+// Optimizer steps as one fused queued update per parameter under NoGrad (see optimizer.h).
 #include "train/optimizer.h"
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
+#include "ops/optim.h"
 
 namespace tide::train {
 
@@ -68,22 +69,19 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
 
 void SGD::step() {
   NoGrad no_grad;
+  SgdUpdateOptions o = SgdUpdateOptions()
+                           .momentum(opt_.momentum_)
+                           .dampening(opt_.dampening_)
+                           .nesterov(opt_.nesterov_)
+                           .weight_decay(opt_.weight_decay_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (opt_.weight_decay_ != 0) g = add(g, mul(p, opt_.weight_decay_));
-    if (opt_.momentum_ != 0) {
-      Tensor& buf = buf_[i];
-      if (!buf.defined()) {
-        buf = clone(g);
-      } else {
-        buf.mul_(opt_.momentum_);
-        buf.add_(g, 1.0 - opt_.dampening_);
-      }
-      g = opt_.nesterov_ ? add(g, mul(buf, opt_.momentum_)) : buf;
-    }
-    p.sub_(mul(g, lr_));
+    Tensor& buf = buf_[i];
+    bool fresh = opt_.momentum_ != 0 && !buf.defined();
+    if (fresh) buf = Tensor::empty(p.shape(), p.dtype(), p.device(), "sgd");
+    sgd_update_(p, g, buf, lr_, SgdUpdateOptions(o).fresh_state(fresh));
   }
   ++steps_;
 }
@@ -102,40 +100,31 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, con
   TIDE_CHECK(o.eps_ >= 0, name, "invalid eps ", o.eps_, " (expected >= 0)");
   TIDE_CHECK(o.weight_decay_ >= 0, name, "invalid weight decay ", o.weight_decay_,
              " (expected >= 0)");
-  b1_pow_ = scalar(1.0);
-  b2_pow_ = scalar(1.0);
+  step_ = full(Shape{}, 0.0, DType::int64);
   m_.resize(params_.size());
   v_.resize(params_.size());
 }
 
 void Adam::step() {
   NoGrad no_grad;
-  // beta^t lives in memory and is advanced by a queued op, so the bias correction needs no
-  // step count baked into a kernel argument.
-  b1_pow_.mul_(opt_.beta1_);
-  b2_pow_.mul_(opt_.beta2_);
-  Tensor step_size = div(lr_, rsub(1.0, b1_pow_));   // lr / (1 - b1^t)
-  Tensor sqrt_bc2 = sqrt(rsub(1.0, b2_pow_));         // sqrt(1 - b2^t)
-  Tensor decay;                                       // 1 - lr*wd (AdamW)
-  if (decoupled_ && opt_.weight_decay_ != 0) decay = rsub(1.0, mul(lr_, opt_.weight_decay_));
+  // t lives in memory and is advanced by a queued op; the kernels read it when they run.
+  increment_(step_);
+  AdamUpdateOptions o = AdamUpdateOptions()
+                            .betas(opt_.beta1_, opt_.beta2_)
+                            .eps(opt_.eps_)
+                            .weight_decay(opt_.weight_decay_)
+                            .decoupled(decoupled_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (opt_.weight_decay_ != 0) {
-      if (decoupled_) p.mul_(decay);
-      else g = add(g, mul(p, opt_.weight_decay_));
+    bool fresh = !m_[i].defined();
+    if (fresh) {
+      const char* tag = decoupled_ ? "adamw" : "adam";  // a literal: allocation hooks may keep it
+      m_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
+      v_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
     }
-    if (!m_[i].defined()) {
-      m_[i] = zeros(p.shape(), p.dtype());
-      v_[i] = zeros(p.shape(), p.dtype());
-    }
-    m_[i].mul_(opt_.beta1_);
-    m_[i].add_(g, 1.0 - opt_.beta1_);
-    v_[i].mul_(opt_.beta2_);
-    v_[i].add_(mul(g, g), 1.0 - opt_.beta2_);
-    Tensor denom = add(div(sqrt(v_[i]), sqrt_bc2), opt_.eps_);
-    p.sub_(div(mul(m_[i], step_size), denom));
+    adam_update_(p, g, m_[i], v_[i], lr_, step_, AdamUpdateOptions(o).fresh_state(fresh));
   }
   ++steps_;
 }

@@ -1,15 +1,17 @@
 // Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW over a list of leaf
-// parameters. Each step queues in-place updates under NoGrad and never waits.
+// parameters. Each step queues one fused in-place update per parameter that has a gradient
+// (ops/optim.h: sgd_update_, adam_update_), plus, for Adam, one increment_ of the step
+// counter; all under NoGrad, and a step never waits.
 //
-// Hyper-parameters that change between steps live in 0-d tensors (STYLE 11): the learning
-// rate (lr_tensor(), written by set_lr with a queued copy) and, for Adam, beta1^t and
-// beta2^t (advanced by a queued mul_ each step), so a traced step replays unchanged.
-// Hyper-parameters fixed for the optimizer's life (momentum, betas, eps, weight decay) are
-// plain scalars.
+// Hyper-parameters that change between steps live in 0-d tensors that the kernels read
+// when they run (STYLE 11): the learning rate (lr_tensor(), written by set_lr with a queued
+// copy) and, for Adam, the step count t (step_tensor(), advanced by a queued increment_),
+// so a traced step replays unchanged. Hyper-parameters fixed for the optimizer's life
+// (momentum, betas, eps, weight decay) are plain scalars.
 //
-// Not done here: fused single-kernel updates. Each update is a handful of queued
-// elementwise ops (add_/sub_/mul_ and temporaries); one kernel per parameter would need a
-// new op in ops/.
+// State (momentum buffers, Adam's m and v) is allocated at a parameter's first update
+// without a fill: that update tells the kernel the state is fresh (a non-tensor argument,
+// so a trace of the first step differs from later ones).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,7 @@ class Optimizer {
   double lr() const { return lr_host_; }
   // The 0-d tensor the updates read the learning rate from.
   const Tensor& lr_tensor() const { return lr_; }
-  // Steps taken (host counter; Adam also keeps its bias-correction powers in tensors).
+  // Steps taken (host counter, for the caller; the kernels read Adam's step_tensor()).
   int64_t step_count() const { return steps_; }
   const std::vector<Tensor>& params() const { return params_; }
   const std::string& name() const { return name_; }
@@ -82,7 +84,8 @@ class SGD : public Optimizer {
 
  private:
   SGDOptions opt_;
-  std::vector<Tensor> buf_;  // momentum buffers, created at a parameter's first update
+  std::vector<Tensor> buf_;  // momentum buffers, created (unfilled) at a parameter's first
+                             // update
 };
 
 struct AdamOptions {
@@ -100,15 +103,17 @@ struct AdamOptions {
 // PyTorch's Adam (decoupled = false: g += wd*p) and AdamW (decoupled = true: p *= 1 - lr*wd
 // first). m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g²;
 // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+// t counts the optimizer's steps, not a parameter's updates (unlike PyTorch, which counts
+// per parameter): a parameter first updated at step 3 is bias-corrected with t = 3.
 // Throws "[adam]"/"[adamw]" for negative lr, eps or weight decay, or betas outside [0, 1).
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options);
   void step() override;
   const AdamOptions& options() const { return opt_; }
-  // beta1^t and beta2^t after t steps (0-d tensors, for inspection and tracing).
-  const Tensor& beta1_power() const { return b1_pow_; }
-  const Tensor& beta2_power() const { return b2_pow_; }
+  // The step count t (0-d int64, 0 before the first step) the updates read; each step
+  // queues its increment before the updates.
+  const Tensor& step_tensor() const { return step_; }
 
  protected:
   Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled,
@@ -117,8 +122,8 @@ class Adam : public Optimizer {
  private:
   AdamOptions opt_;
   bool decoupled_;
-  Tensor b1_pow_, b2_pow_;
-  std::vector<Tensor> m_, v_;  // created at a parameter's first update
+  Tensor step_;
+  std::vector<Tensor> m_, v_;  // created (unfilled) at a parameter's first update
 };
 
 class AdamW : public Adam {

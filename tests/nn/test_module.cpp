@@ -157,5 +157,74 @@ TEST(NnDropout, RejectsBadP) {
   EXPECT_EQ(zero(x).to_vector<float>(), x.to_vector<float>());
 }
 
+// ---- to(device) -------------------------------------------------------------------------------
+
+std::shared_ptr<Sequential> small_net() {
+  return std::make_shared<Sequential>(std::initializer_list<std::shared_ptr<Module>>{
+      std::make_shared<Linear>(3, 4), std::make_shared<ReLU>(),
+      std::make_shared<Linear>(LinearOptions(4, 2).bias(false))});
+}
+
+struct ParamSnapshot {
+  std::vector<uintptr_t> ids;
+  std::vector<const Storage*> storages;
+  std::vector<std::vector<float>> values;
+};
+ParamSnapshot snapshot(const Module& m) {
+  ParamSnapshot s;
+  for (const Tensor& p : m.parameters()) {
+    s.ids.push_back(p.id());
+    s.storages.push_back(p.storage());
+    s.values.push_back(p.to_vector<float>());
+    EXPECT_TRUE(p.device().is_cpu());
+  }
+  return s;
+}
+void expect_same(const ParamSnapshot& a, const ParamSnapshot& b) {
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.storages, b.storages);
+  EXPECT_EQ(a.values, b.values);
+}
+
+TEST(NnModuleTo, CpuToCpuIsANoOp) {
+  auto net = small_net();
+  ParamSnapshot before = snapshot(*net);
+  wait_all();
+  uint64_t queued = Engine::get().stats().queued;
+  Module& r = net->to(Device::cpu());
+  EXPECT_EQ(&r, net.get());
+  EXPECT_EQ(Engine::get().stats().queued, queued) << "to(cpu) queued work";
+  expect_same(before, snapshot(*net));
+  // A submodule alone, and a module without parameters.
+  EXPECT_EQ(&(*net)[0]->to(Device::cpu()), (*net)[0].get());
+  ReLU relu;
+  EXPECT_EQ(&relu.to(Device::cpu()), &relu);
+  EXPECT_EQ(net->to(Device::cpu()).forward(ones({5, 3})).shape(), Shape({5, 2}));
+}
+
+TEST(NnModuleTo, CudaWithoutKernelsThrowsAndChangesNothing) {
+  if (op_supported(Device::cuda(), OpId::copy_)) GTEST_SKIP() << "this build has CUDA kernels";
+  auto net = small_net();
+  ParamSnapshot before = snapshot(*net);
+  try {
+    net->to(Device::cuda());
+    FAIL() << "expected tide::Error";
+  } catch (const Error& e) {
+    std::string w = e.what();
+    for (const char* part : {"[to]", "Sequential", "3 parameters", "cuda:0", "no kernels",
+                             "unchanged"})
+      EXPECT_NE(w.find(part), std::string::npos) << "missing '" << part << "' in: " << w;
+  }
+  EXPECT_THROW(net->to(Device::cuda(1)), Error);
+  ReLU relu;  // nothing to move, but the device is still refused
+  EXPECT_THROW(relu.to(Device::cuda()), Error);
+  expect_same(before, snapshot(*net));
+  // Still usable where it was: forward, backward.
+  Tensor loss = sum(net->forward(ones({2, 3})));
+  loss.backward();
+  for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.grad().defined());
+  EXPECT_TRUE(std::isfinite(loss.item<float>()));
+}
+
 }  // namespace
 }  // namespace tide::nn

@@ -94,12 +94,17 @@ TEST(OpTraits, TraitsAreConsistent) {
     SCOPED_TRACE(std::string(t.name));
     std::string n(t.name);
     bool underscore = !n.empty() && n.back() == '_';
-    // In-place ops write one input elementwise and are named with a trailing '_'.
+    // In-place ops write their inputs one index at a time and are named with a trailing
+    // '_': elementwise ones (one output, fusable) or fused optimizer updates (several
+    // outputs, not for the fuser).
     EXPECT_EQ(t.in_place, underscore);
     if (t.in_place) {
-      EXPECT_TRUE(t.elementwise);
-      EXPECT_EQ(t.kind, OpKind::elementwise);
+      EXPECT_TRUE(t.kind == OpKind::elementwise || t.kind == OpKind::optimizer);
+      EXPECT_EQ(t.elementwise, t.kind == OpKind::elementwise);
       EXPECT_FALSE(t.differentiable) << "in-place ops are refused while recording";
+    }
+    if (t.kind == OpKind::optimizer) {
+      EXPECT_TRUE(t.in_place) << "optimizer ops update in place";
     }
     bool shaped = t.kind == OpKind::reduction || t.kind == OpKind::linalg ||
                   t.kind == OpKind::view;
