@@ -9,8 +9,11 @@
 # It does not install a CUDA toolkit: CUDA is built only when nvcc is already on PATH.
 
 TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# dataset-fashion-mnist: the IDX files (about 30 MB) under /usr/share/datasets/fashion-mnist
+# that `tide train fashion-mnist` and the train suite's Fashion-MNIST test read; without it
+# that test skips.
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest
-                   libbenchmark-dev zlib1g-dev pkg-config)
+                   libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist)
 : "${TIDE_START:=$(date +%s)}"
 export TIDE_START
 

@@ -53,11 +53,17 @@ ProgressBar::~ProgressBar() {
 void ProgressBar::update(int64_t done) {
   if (!enabled_ || finished_) return;
   done_ = std::clamp<int64_t>(done, 0, total_);
-  if (done_ == drawn_done_) return;
+  if (done_ == drawn_done_ && status_drawn_) return;
   auto now = Clock::now();
   bool became_full = done_ == total_;
   if (drawn_ && !became_full && now - last_draw_ < kRedrawEvery) return;
   draw();
+}
+
+void ProgressBar::set_status(std::string status) {
+  if (!enabled_ || finished_ || status == status_) return;
+  status_ = std::move(status);
+  status_drawn_ = false;
 }
 
 void ProgressBar::finish() {
@@ -73,6 +79,7 @@ void ProgressBar::draw() {
   last_draw_ = now;
   drawn_ = true;
   drawn_done_ = done_;
+  status_drawn_ = true;
   double frac = total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
   int cells = static_cast<int>(frac * kBarCells);
   double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -85,6 +92,10 @@ void ProgressBar::draw() {
     line += done_ > 0 ? duration(elapsed * static_cast<double>(total_ - done_) /
                                  static_cast<double>(done_))
                       : std::string("?");
+  }
+  if (!status_.empty()) {
+    line += ' ';
+    line += status_;
   }
   // Blank out the rest of a longer previous line.
   size_t len = line.size();

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "train/progress.h"
@@ -94,6 +97,69 @@ TEST(ProgressTest, ShorterLineBlanksThePrevious) {
   size_t second = s.rfind('\r');
   ASSERT_NE(second, 0u);
   EXPECT_EQ(s.size() - second, second);  // both redraws are the same width
+}
+
+TEST(ProgressTest, StatusTextFollowsTheCountsAndRedrawsWithoutANewCount) {
+  std::ostringstream out;
+  ProgressBar bar("s", 10, out, true);
+  bar.update(2);  // first draw: no status yet
+  std::string s = out.str();
+  EXPECT_EQ(s.find("loss"), std::string::npos) << s;
+  bar.set_status("loss 0.4213");
+  EXPECT_EQ(out.str(), s);  // drawn at the next update, not at once
+  // Same count, new status: redrawn once the rate limit allows (the full bar skips it, so
+  // wait it out instead of racing the clock).
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  bar.update(2);
+  s = out.str();
+  size_t last = s.rfind('\r');
+  ASSERT_NE(last, 0u) << s;  // a second draw
+  std::string line = s.substr(last + 1);
+  EXPECT_NE(line.find("2/10"), std::string::npos) << line;
+  size_t eta = line.find("eta"), status = line.find(" loss 0.4213");
+  ASSERT_NE(status, std::string::npos) << line;
+  EXPECT_LT(eta, status) << line;  // after the counts, time and eta
+  // An unchanged count and status do not redraw.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  bar.update(2);
+  EXPECT_EQ(out.str(), s);
+  // The full bar keeps the status; clearing it blanks the old text.
+  bar.update(10);
+  bar.set_status("");
+  bar.finish();
+  s = out.str();
+  std::vector<std::string> lines;
+  for (size_t p = s.find('\r'); p != std::string::npos;) {
+    size_t q = s.find_first_of("\r\n", p + 1);
+    lines.push_back(s.substr(p + 1, q - p - 1));
+    p = q == std::string::npos || s[q] == '\n' ? std::string::npos : q;
+  }
+  ASSERT_EQ(lines.size(), 4u) << s;
+  EXPECT_NE(lines[2].find("10/10"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("loss 0.4213"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[3].find("loss"), std::string::npos) << lines[3];
+  // Padded with spaces over what the longer previous line showed.
+  EXPECT_GE(lines[3].size(), lines[2].find_last_not_of(' ') + 1) << s;
+  EXPECT_EQ(s.back(), '\n');
+}
+
+TEST(ProgressTest, StatusIsIgnoredWhenDisabledOrFinished) {
+  std::ostringstream quiet;
+  {
+    ProgressBar bar("q", 3, quiet, false);
+    bar.set_status("loss 1");
+    bar.update(3);
+  }
+  EXPECT_TRUE(quiet.str().empty());
+  std::ostringstream out;
+  ProgressBar bar("f", 3, out, true);
+  bar.update(3);
+  bar.finish();
+  std::string s = out.str();
+  bar.set_status("loss 1");
+  bar.update(3);
+  bar.finish();
+  EXPECT_EQ(out.str(), s);
 }
 
 TEST(ProgressTest, NegativeTotalThrows) {
