@@ -46,7 +46,7 @@ std::string fmt_double(double x) {
 
 const char* kCsvHeader =
     "policy,batch,t_enqueue_s,loss,queue_depth,inflight_bytes,allocator_active,active_delta,"
-    "rss,rss_delta\n";
+    "rss,rss_delta,mode\n";
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -89,12 +89,13 @@ std::string TrainResult::csv(bool header) const {
   std::ostringstream o;
   if (header) o << kCsvHeader;
   const std::string name = policy.str();
+  const char* mode_name = train::name(mode);
   for (const StepRecord& r : steps) {
     long long ad = (long long)r.allocator_active - (long long)baseline_active;
     long long rd = (long long)r.rss - (long long)baseline_rss;
     o << name << ',' << r.batch << ',' << fmt_double(r.t_enqueue_s) << ',' << fmt_double(r.loss)
       << ',' << r.queue_depth << ',' << r.inflight_bytes << ',' << r.allocator_active << ','
-      << ad << ',' << r.rss << ',' << rd << '\n';
+      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << '\n';
   }
   return o.str();
 }
@@ -112,19 +113,42 @@ Trainer::Trainer(nn::Module& model, LossFn loss, Optimizer& optimizer, DataSourc
   if (!loss_) throw Error("trainer", "the loss function is empty");
 }
 
-Tensor Trainer::step() {
+Mode parse_mode(const std::string& s) {
+  if (s == "eager") return Mode::eager;
+  if (s == "traced") return Mode::traced;
+  throw Error("trainer", "unknown mode '" + s + "' (expected eager or traced)");
+}
+
+const char* name(Mode m) { return m == Mode::eager ? "eager" : "traced"; }
+
+Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   opt_.zero_grad();
+  Tensor pred = model_(x);
+  Tensor loss = loss_(pred, y);
+  loss.backward();
+  opt_.step();
+  return loss;
+}
+
+Tensor Trainer::step(Mode mode) {
   std::optional<Batch> b = source_.next_batch();
   if (!b) {
     source_.reset(++epoch_);
     b = source_.next_batch();
     if (!b) throw Error("trainer", "the data source yields no batches");
   }
-  Tensor pred = model_(b->x);
-  Tensor loss = loss_(pred, b->y);
-  loss.backward();
-  opt_.step();
-  return loss;
+  if (mode == Mode::eager) return compute(b->x, b->y);
+  if (!traced_) {
+    auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
+                             {.name = "train_step", .warmup_calls = 1});
+    traced_ = f;
+    traced_stats_ = [f] { return f.stats(); };
+  }
+  return traced_(b->x, b->y);
+}
+
+trace::FunctionStats Trainer::traced_stats() const {
+  return traced_stats_ ? traced_stats_() : trace::FunctionStats{};
 }
 
 TrainResult Trainer::run(const TrainerOptions& options) {
@@ -140,6 +164,9 @@ TrainResult Trainer::run(const TrainerOptions& options) {
 
   TrainResult res;
   res.policy = pol;
+  res.mode = options.mode;
+  // The first minibatch of a traced run is eager (warm-up): size the bound on a replay.
+  const int sizing_batch = options.mode == Mode::traced ? std::min(2, options.batches) : 1;
   res.steps.reserve(size_t(options.batches));
   MemorySnapshot base = memory_snapshot();
   res.baseline_active = base.allocator.active_bytes;
@@ -151,7 +178,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   Tensor loss;
   for (int i = 1; i <= options.batches; ++i) {
     const uint64_t queued_before = eng.stats().queued;
-    loss = step();
+    loss = step(options.mode);
     MemorySnapshot snap = memory_snapshot();
     StepRecord r;
     r.batch = i;
@@ -161,7 +188,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
     r.inflight_bytes = snap.engine.inflight_bytes;
     r.allocator_active = snap.allocator.active_bytes;
     r.rss = snap.rss_bytes;
-    if (i == 1) {
+    if (i == sizing_batch) {
       res.ops_per_step = snap.engine.queued - queued_before;
       if (pol.kind == SyncPolicy::bounded) {
         res.bound_ops = uint64_t(pol.k) * std::max<uint64_t>(res.ops_per_step, 1);
@@ -191,24 +218,40 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   return res;
 }
 
-size_t Trainer::measure_step_bytes() {
+size_t Trainer::measure_step_bytes(Mode mode) {
   Engine& eng = Engine::get();
+  if (mode == Mode::traced)
+    for (int i = 0; i < 2; ++i) step(mode);
   eng.wait_all();
   eng.reclaim();
   if (eng.synchronous()) return 0;  // a gate would run (and block) inline
   auto open = std::make_shared<std::atomic<bool>>(false);
-  struct Opener {  // opens the gate and drains, also on error
+  // With the worker held, a bound on queued ops/bytes or an allocator limit would block
+  // this thread for ever: lift them while measuring.
+  Allocator& alloc = Allocator::get();
+  struct Opener {  // opens the gate, drains and restores the bounds, also on error
     std::shared_ptr<std::atomic<bool>> g;
+    Engine& eng;
+    Allocator& alloc;
+    uint64_t max_ops = eng.max_inflight_ops();
+    size_t max_bytes = eng.max_inflight_bytes();
+    size_t limit = alloc.stats().limit_bytes;
     ~Opener() {
       g->store(true);
       g->notify_all();
-      Engine::get().synchronize();
+      eng.synchronize();
+      eng.set_max_inflight_ops(max_ops);
+      eng.set_max_inflight_bytes(max_bytes);
+      alloc.set_limit(limit);
     }
-  } opener{open};
+  } opener{open, eng, alloc};
+  eng.set_max_inflight_ops(0);
+  eng.set_max_inflight_bytes(0);
+  alloc.set_limit(0);
   eng.submit("trainer_gate", {}, {}, [g = open] { g->wait(false); },
              std::source_location::current());
   const size_t before = memory_snapshot().allocator.active_bytes;
-  Tensor loss = step();
+  Tensor loss = step(mode);
   const size_t after = memory_snapshot().allocator.active_bytes;
   (void)loss;
   return after > before ? after - before : 0;

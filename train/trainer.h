@@ -26,6 +26,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "train/data.h"
+#include "trace/function.h"
 #include "train/optimizer.h"
 
 namespace tide::train {
@@ -44,9 +45,19 @@ struct Policy {
   std::string str() const;
 };
 
+// eager: every op of a step is queued on its own. traced: the whole step (forward, loss,
+// backward, optimizer update) is captured once with trace::function and replayed as one
+// engine task per minibatch; the first minibatch runs eagerly (it creates the optimizer's
+// state and the gradients), the second traces.
+enum class Mode { eager, traced };
+// "eager" | "traced"; throws "[trainer]" for anything else.
+Mode parse_mode(const std::string& s);
+const char* name(Mode m);
+
 struct TrainerOptions {
   int batches = 100;  // minibatches to run, >= 1
   Policy policy;
+  Mode mode = Mode::eager;
 };
 
 struct StepRecord {
@@ -61,10 +72,12 @@ struct StepRecord {
 
 struct TrainResult {
   Policy policy;
+  Mode mode = Mode::eager;
   std::vector<StepRecord> steps;
   double total_s = 0;          // wall time of the run including the final sync
   double final_loss = 0;       // the last minibatch's loss (always read)
-  uint64_t ops_per_step = 0;   // EngineStats::queued delta of the first minibatch
+  uint64_t ops_per_step = 0;   // EngineStats::queued delta of the first minibatch (traced:
+                               // of the second, the first replay)
   size_t baseline_active = 0;  // allocator active bytes before the first minibatch
   size_t baseline_rss = 0;     // RSS before the first minibatch
   size_t peak_active = 0;      // max allocator_active over the records (absolute)
@@ -85,7 +98,7 @@ struct TrainResult {
   }
 
   // Header line + one row per step: policy,batch,t_enqueue_s,loss,queue_depth,
-  // inflight_bytes,allocator_active,active_delta,rss,rss_delta.
+  // inflight_bytes,allocator_active,active_delta,rss,rss_delta,mode.
   // Throws "[trainer]" when the file cannot be written.
   void write_csv(const std::string& path) const;
   // The CSV text write_csv writes (without the header line when `header` is false).
@@ -112,17 +125,27 @@ class Trainer {
   // Queues one minibatch behind a gate that holds the worker back, measures the allocator
   // bytes it holds (active after queueing - before), then opens the gate and waits: the
   // bytes one queued minibatch holds. Trains one step (use a throwaway model to keep runs
-  // comparable).
-  size_t measure_step_bytes();
+  // comparable). Engine bounds and the allocator limit are lifted while it measures (they
+  // would block the queueing behind the gate for ever) and restored after. Traced: two
+  // steps run first (the eager warm-up and the trace), then one replay is measured.
+  size_t measure_step_bytes(Mode mode = Mode::eager);
+
+  // The traced step's statistics (traces, replays, planned bytes); zeros before a traced
+  // run.
+  trace::FunctionStats traced_stats() const;
 
  private:
-  Tensor step();
+  Tensor step(Mode mode = Mode::eager);
+  Tensor compute(const Tensor& x, const Tensor& y);
 
   nn::Module& model_;
   LossFn loss_;
   Optimizer& opt_;
   DataSource& source_;
   uint64_t epoch_ = 0;
+  // The traced step, made on the first traced run.
+  std::function<Tensor(const Tensor&, const Tensor&)> traced_;
+  std::function<trace::FunctionStats()> traced_stats_;
 };
 
 }  // namespace tide::train

@@ -33,5 +33,6 @@ int demo_main(const Args& args);
 int bench_async_main(const Args& args);
 int mlp_memory_main(const Args& args);
 int train_fashion_main(const Args& args);
+int loop_main(const Args& args);
 
 }  // namespace tide::cli

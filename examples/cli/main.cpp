@@ -24,10 +24,19 @@ const Command kCommands[] = {
     {"bench-async",
      "the same experiments at the textbook's sizes (10 x randn 1000x1000 + matmul, ...)",
      "[--runs N]", kRunsHelp, bench_async_main},
+    {"loop",
+     "the textbook's n x (y = x + 1): eager with a sync per op / at the end, traced, loop "
+     "node, fused",
+     "[--n N] [--runs N]",
+     "  --n N         iterations (default 10000)\n"
+     "  --runs N      repetitions of each measurement; the median is reported (default 5)\n",
+     loop_main},
     {"mlp-memory",
      "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
-     "[--policy per_batch|none|bounded:K|all] [--batches N] [--csv F] [--svg F]",
+     "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] [--batches N] "
+     "[--csv F] [--svg F]",
      "  --policy P    per_batch, none, bounded:K or all (default; bounded:2)\n"
+     "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
      "  --batches N   minibatches per policy (default 100)\n"
      "  --csv F       write every minibatch's record (one policy column)\n"
      "  --svg F       write memory and time-per-minibatch charts\n",

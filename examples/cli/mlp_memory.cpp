@@ -5,9 +5,18 @@
 // and bounded:K (engine backpressure, K minibatches in flight). For each it prints the
 // textbook's lines, then a table comparing them and a prediction of the memory growth
 // (bytes one queued minibatch holds x minibatches in flight) next to the measured one.
+// --mode traced (or all) runs the same step captured once with trace::function and
+// replayed per minibatch, so eager and traced time and memory sit in one table and chart.
+//
+// Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
+// queued; it is driven from the data source (the Trainer calls next_batch once per
+// minibatch on the calling thread) and reads no tensor, so it adds no sync. Under `none` it
+// fills long before the work is done: the final sync happens after it.
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +27,7 @@
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/plot.h"
+#include "train/progress.h"
 #include "train/trainer.h"
 
 namespace tide::cli {
@@ -27,11 +37,31 @@ namespace {
 constexpr double kMB = 1024.0 * 1024.0;
 constexpr uint64_t kModelSeed = 42;
 
+// Passes batches through and counts them on `bar` (when set): the progress of the frontend.
+class CountingSource : public train::DataSource {
+ public:
+  explicit CountingSource(train::DataSource& inner) : inner_(inner) {}
+  int64_t size() const override { return inner_.size(); }
+  int64_t batch_size() const override { return inner_.batch_size(); }
+  void reset(uint64_t epoch) override { inner_.reset(epoch); }
+  std::optional<train::Batch> next_batch() override {
+    std::optional<train::Batch> b = inner_.next_batch();
+    if (b && bar) bar->update(++count);
+    return b;
+  }
+  train::ProgressBar* bar = nullptr;
+  int64_t count = 0;
+
+ private:
+  train::DataSource& inner_;
+};
+
 struct Experiment {
   Generator gen{kModelSeed};
   std::shared_ptr<nn::Sequential> net;
-  train::SyntheticSource source{
+  train::SyntheticSource data{
       train::SyntheticOptions().examples(1024).features(512).batch_size(1024).seed(0)};
+  CountingSource source{data};
   std::unique_ptr<train::SGD> opt;
   std::unique_ptr<train::Trainer> trainer;
 
@@ -52,7 +82,7 @@ std::string mb(double bytes) { return format_fixed(bytes / kMB, 1); }
 }  // namespace
 
 int mlp_memory_main(const Args& args) {
-  std::string policy_arg = "all", csv, svg;
+  std::string policy_arg = "all", mode_arg = "eager", csv, svg;
   long long batches = 100;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -64,6 +94,8 @@ int mlp_memory_main(const Args& args) {
       batches = take_int_option(args, i, 1);
     } else if (a == "--policy") {
       policy_arg = value();
+    } else if (a == "--mode") {
+      mode_arg = value();
     } else if (a == "--csv") {
       csv = value();
     } else if (a == "--svg") {
@@ -83,27 +115,49 @@ int mlp_memory_main(const Args& args) {
     }
   }
 
+  std::vector<train::Mode> modes;
+  if (mode_arg == "all") {
+    modes = {train::Mode::eager, train::Mode::traced};
+  } else {
+    try {
+      modes = {train::parse_mode(mode_arg)};
+    } catch (const Error& e) {
+      throw UsageError(std::string("--mode: ") + e.what());
+    }
+  }
+
   std::cout << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
             << batches << " minibatches\n\n";
 
   // Bytes one queued minibatch holds, measured on a throwaway copy (one step queued behind a
-  // gate that holds the worker back).
-  size_t step_bytes = 0;
-  {
+  // gate that holds the worker back), per mode.
+  size_t step_bytes[2] = {0, 0};
+  for (train::Mode m : modes) {
     Experiment probe;
-    step_bytes = probe.trainer->measure_step_bytes();
+    step_bytes[int(m)] = probe.trainer->measure_step_bytes(m);
   }
+  auto label = [](const train::TrainResult& r) {
+    return r.policy.str() + (r.mode == train::Mode::traced ? " traced" : "");
+  };
 
   const int n = int(batches);
   const int mid = std::max(1, n / 2);
   std::vector<train::TrainResult> results;
+  for (train::Mode mode : modes)
   for (const train::Policy& p : policies) {
-    Experiment ex;  // same seeds: every policy starts from the same weights and data
+    Experiment ex;  // same seeds: every run starts from the same weights and data
     train::TrainerOptions o;
     o.batches = n;
     o.policy = p;
-    train::TrainResult r = ex.trainer->run(o);
-    std::cout << "policy " << p.str() << ":\n";
+    o.mode = mode;
+    train::TrainResult r;
+    {
+      train::ProgressBar bar(p.str() + " (queued)", n);
+      ex.source.bar = &bar;
+      r = ex.trainer->run(o);
+      ex.source.bar = nullptr;
+    }  // the bar ends its line before the results are printed
+    std::cout << "policy " << label(r) << ":\n";
     if (mid < n)
       std::cout << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
                 << " sec\n";
@@ -116,28 +170,34 @@ int mlp_memory_main(const Args& args) {
   }
 
   Table t("mlp-memory: sync policies compared (" + std::to_string(n) + " minibatches)",
-          {"policy", "total", "per batch", "peak queue (ops)", "steps in flight",
+          {"run", "total", "per batch", "peak queue (ops)", "steps in flight",
            "peak queued MB", "+alloc MB", "+RSS MB"});
   for (const train::TrainResult& r : results)
-    t.row({r.policy.str(), format_seconds(r.total_s), format_seconds(r.total_s / n),
+    t.row({label(r), format_seconds(r.total_s), format_seconds(r.total_s / n),
            std::to_string(r.peak_queue_depth), format_fixed(r.peak_steps_in_flight(), 1),
            mb(double(r.peak_inflight_bytes)), mb(double(r.increased_active())),
            mb(double(r.increased_rss()))});
-  t.note("ops per minibatch: " + std::to_string(results.front().ops_per_step) +
+  t.note("engine tasks per minibatch: " + std::to_string(results.front().ops_per_step) +
+         (results.back().mode == train::Mode::traced
+              ? " eager, " + std::to_string(results.back().ops_per_step) + " traced (one replay)"
+              : std::string()) +
          "; MB = 2^20 bytes; +alloc/+RSS: peak growth over the value before the run");
   t.print();
 
   std::cout << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
                "in flight).\n"
             << "  bytes one queued minibatch holds (one step queued behind a held-back "
-               "worker): "
-            << mb(double(step_bytes)) << " MB\n";
+               "worker): ";
+  for (train::Mode m : modes)
+    std::cout << mb(double(step_bytes[int(m)])) << " MB " << train::name(m) << "  ";
+  std::cout << "\n";
   Table pred("predicted vs measured growth",
              {"policy", "steps in flight", "predicted MB", "measured +alloc MB",
               "measured queued MB"});
   for (const train::TrainResult& r : results)
-    pred.row({r.policy.str(), format_fixed(r.peak_steps_in_flight(), 1),
-              mb(double(step_bytes) * r.peak_steps_in_flight()), mb(double(r.increased_active())),
+    pred.row({label(r), format_fixed(r.peak_steps_in_flight(), 1),
+              mb(double(step_bytes[int(r.mode)]) * r.peak_steps_in_flight()),
+              mb(double(r.increased_active())),
               mb(double(r.peak_inflight_bytes))});
   pred.note("steps in flight = peak queue depth / ops per minibatch; per_batch keeps about one, "
             "bounded:K at most K, none as many as the frontend ran ahead");
@@ -152,7 +212,7 @@ int mlp_memory_main(const Args& args) {
                      {}};
     train::Chart tim{{"Time per minibatch (frontend)", "minibatch", "time (ms)"}, {}};
     for (const train::TrainResult& r : results) {
-      train::Series sm{r.policy.str(), {}, {}}, st{r.policy.str(), {}, {}};
+      train::Series sm{label(r), {}, {}}, st{label(r), {}, {}};
       double prev = 0;
       for (const train::StepRecord& s : r.steps) {
         sm.x.push_back(s.batch);

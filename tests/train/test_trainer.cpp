@@ -34,10 +34,11 @@ struct Tiny {
   SGD opt{model->parameters(), SGDOptions(0.05)};
   Trainer trainer{*model, nn::l2_loss, opt, source};
 
-  TrainResult run(Policy p, int batches = 10) {
+  TrainResult run(Policy p, int batches = 10, Mode mode = Mode::eager) {
     TrainerOptions o;
     o.batches = batches;
     o.policy = p;
+    o.mode = mode;
     return trainer.run(o);
   }
 };
@@ -112,6 +113,31 @@ TEST(Trainer, PoliciesAreBitIdentical) {
   EXPECT_EQ(bits(losses[0]), bits(losses[2]));
   EXPECT_EQ(w[0], w[1]);
   EXPECT_EQ(w[0], w[2]);
+}
+
+// The traced step (captured once, replayed per minibatch) trains exactly like eager.
+TEST(Trainer, TracedModeIsBitIdenticalToEagerUnderEveryPolicy) {
+  Tiny eager;
+  TrainResult re = eager.run(Policy::per_batch(), 12);
+  std::vector<float> we = eager.model->weight().to_vector<float>();
+  for (Policy p : {Policy::per_batch(), Policy::none(), Policy::bounded(2)}) {
+    Tiny t;
+    TrainResult r = t.run(p, 12, Mode::traced);
+    EXPECT_EQ(r.mode, Mode::traced);
+    EXPECT_EQ(bits(r.final_loss), bits(re.final_loss)) << p.str();
+    EXPECT_EQ(t.model->weight().to_vector<float>(), we) << p.str();
+    if (p.kind == SyncPolicy::per_batch)
+      for (size_t i = 0; i < r.steps.size(); ++i)
+        EXPECT_EQ(bits(r.steps[i].loss), bits(re.steps[i].loss)) << "minibatch " << i + 1;
+    trace::FunctionStats s = t.trainer.traced_stats();
+    EXPECT_EQ(s.eager_calls, 1) << p.str();  // the warm-up minibatch
+    EXPECT_EQ(s.traces, 1) << p.str();
+    EXPECT_EQ(s.replays, 11) << p.str();
+    // A replay is a handful of engine tasks, not one per op.
+    EXPECT_LT(r.ops_per_step, re.ops_per_step) << p.str();
+  }
+  EXPECT_EQ(parse_mode("traced"), Mode::traced);
+  EXPECT_NE(error_of([] { parse_mode("jit"); }).find("[trainer] unknown mode"), std::string::npos);
 }
 
 TEST(Trainer, BoundedKeepsQueueUnderItsBoundAndRestoresThePrevious) {
