@@ -8,7 +8,8 @@
 // Every benchmark times wall-clock (UseRealTime): the work runs on tide's worker threads,
 // so the calling thread's CPU time would say nothing. Run with repetitions for medians:
 //   tide_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-// Libtorch anchors live in bench_torch.cpp (built only when libtorch is found).
+// The textbook MLP step, its GEMM floor and the trainer policies live in bench_mlp.cpp;
+// the libtorch anchors in bench_torch.cpp (built only with -DTIDE_BENCH_LIBTORCH=ON).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

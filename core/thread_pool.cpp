@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/blas_threads.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/futex.h"
@@ -29,6 +32,9 @@ struct alignas(64) Mailbox {
   std::exception_ptr error;
 };
 
+constexpr int64_t kSpinNs = 20'000;  // a helper's wait for the next region before sleeping
+constexpr int64_t kPauseNs = 2'000;  // of which the first part only pauses, then yields
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -39,16 +45,20 @@ void helper_loop(Mailbox* m) {
   uint32_t seen = 0;
   for (;;) {
     auto ready = [&] { return m->go.load(std::memory_order_acquire) != seen; };
-    // Spin ~20 us by the clock (a pause can take 40 ns: counting them is no timer), then
-    // sleep; a helper spinning for long would take the core from the stream's worker.
-    int64_t deadline = 0;
+    // Wait ~20 us by the clock (a pause can take 40 ns: counting them is no timer), then
+    // sleep; a helper spinning for long would take the core from the stream's worker. After
+    // the first ~2 us it yields instead of pausing: when the next op is a GEMM, OpenBLAS's
+    // thread on this core runs at once instead of after the spin (blas_threads.h).
+    int64_t start = 0;
     for (int i = 1; !ready(); ++i) {
-      cpu_relax();
-      if ((i & 31) == 0) {
-        int64_t t = now_ns();
-        if (!deadline) deadline = t + 20'000;
-        else if (t > deadline) break;
+      if ((i & 31) != 0) {
+        cpu_relax();
+        continue;
       }
+      int64_t t = now_ns();
+      if (!start) start = t;
+      if (t - start > kSpinNs) break;
+      if (t - start > kPauseNs) sched_yield();
     }
     if (!ready()) {
       m->sleeping.store(true, std::memory_order_seq_cst);
@@ -69,7 +79,8 @@ void helper_loop(Mailbox* m) {
 class Pool {
  public:
   Pool() {
-    int n = int(std::thread::hardware_concurrency());
+    configure_blas_threads();  // already done at load; kept so the order is explicit
+    int n = usable_cores();
     if (const char* e = std::getenv("TIDE_NUM_THREADS")) n = std::atoi(e);
     resize(n < 1 ? 1 : n);
   }
@@ -101,7 +112,11 @@ class Pool {
     }
     for (int64_t p = 1; p < parts; ++p) {
       Mailbox& m = *boxes_[size_t(p - 1)];
-      while (m.done.load(std::memory_order_acquire) != gen_) cpu_relax();
+      // A helper that was descheduled mid-chunk needs a core: yield after a short spin.
+      for (int i = 1; m.done.load(std::memory_order_acquire) != gen_; ++i) {
+        if (i < 256) cpu_relax();  // ~10 us
+        else sched_yield();
+      }
       if (m.error && !err) err = m.error;
     }
     if (err) std::rethrow_exception(err);

@@ -1,7 +1,10 @@
 // The intra-op thread pool: splits a large kernel over all cores. Fork-join with static
 // chunks, so which element a thread computes never changes a result. One parallel region
 // at a time: a second caller (another stream's worker) runs its loop inline instead of
-// waiting. Helpers spin briefly between regions, then sleep.
+// waiting. Helpers wait ~20 us between regions (pausing, then yielding the core), then
+// sleep, so they never hold a core while OpenBLAS's threads run the next GEMM.
+// OpenBLAS's own thread count is set once at startup (core/blas_threads.h) and does not
+// follow set_num_threads.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +39,10 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   parallel_for_ref(n, grain, RangeFn(fn));
 }
 
-// Number of threads a parallel region uses (the caller plus helpers). Default: the number
-// of cores, or TIDE_NUM_THREADS. set_num_threads waits for a running region to finish.
+// Number of threads a parallel region uses (the caller plus helpers). Default: the cores
+// this process may run on (its affinity mask, usable_cores()), or TIDE_NUM_THREADS.
+// set_num_threads waits for a running region to finish; it does not change OpenBLAS's
+// thread count (GEMM results would change in the last bits with it).
 int num_threads();
 void set_num_threads(int n);
 
