@@ -50,10 +50,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
       }, site);
     }
   }
-  autograd::record(op, y, {&a, &b}, [a = a.detach(), b = b.detach(), opt](const Tensor& g) {
+  // Only the gradients an input needs: for x @ W with a data batch x, dx would be a whole
+  // extra GEMM that backward() then drops.
+  bool need_a = autograd::needs_grad({&a}), need_b = autograd::needs_grad({&b});
+  autograd::record(op, y, {&a, &b},
+                   [a = a.detach(), b = b.detach(), opt, need_a, need_b](const Tensor& g) {
     bool ta = opt.trans_a, tb = opt.trans_b;
-    Tensor ga = ta ? matmul(b, g, {tb, true}) : matmul(g, b, {false, !tb});
-    Tensor gb = tb ? matmul(g, a, {true, ta}) : matmul(a, g, {!ta, false});
+    Tensor ga, gb;  // undefined: no gradient
+    if (need_a) ga = ta ? matmul(b, g, {tb, true}) : matmul(g, b, {false, !tb});
+    if (need_b) gb = tb ? matmul(g, a, {true, ta}) : matmul(a, g, {!ta, false});
     return Grads{ga, gb};
   });
   return y;

@@ -12,31 +12,46 @@ namespace tide::trace {
 
 double fusion_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 1e-6; }
 
-void FusedKernel::run() const {
+void FusedKernel::finalize() {
+  hot.clear();
+  mem.clear();
+  for (const Step& st : steps) {
+    Hot h;
+    h.block = st.block;
+    h.functor = st.functor;
+    const Operand* ops[3] = {&st.a, &st.b, &st.out};
+    for (int k = 0; k < 3; ++k) {
+      const Operand& o = *ops[k];
+      h.stride[k] = int8_t(o.stride);
+      h.is_reg[k] = o.kind == Operand::reg;
+      h.advance[k] = o.kind == Operand::mem ? int8_t(o.stride) : 0;
+      if (o.kind == Operand::reg)
+        h.reg_offset[k] = uint32_t(size_t(o.reg_index) * size_t(kBlock) * elem_size);
+      else if (o.kind == Operand::scalar)
+        h.base[k] = const_cast<unsigned char*>(o.value);
+      else
+        mem.push_back({o.storage, size_t(o.offset) * elem_size, hot.size(), k});
+    }
+    hot.push_back(h);
+  }
+}
+
+void FusedKernel::run() {
+  // Memory operands resolve once per run (slots are bound before the program runs).
+  for (const MemRef& m : mem)
+    hot[m.step].base[m.operand] = static_cast<unsigned char*>(m.storage->data()) + m.byte_offset;
   int64_t blocks = (n + kBlock - 1) / kBlock;
   int64_t grain = std::max<int64_t>(1, tide::detail::kParallelGrain / kBlock);
+  const size_t esize = elem_size;
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
-    const size_t reg_bytes = size_t(kBlock) * elem_size;
-    auto at = [&](const Operand& o, int64_t i0, int64_t* stride) -> unsigned char* {
-      switch (o.kind) {
-        case Operand::reg: *stride = 1; return regs + size_t(o.reg_index) * reg_bytes;
-        case Operand::mem:
-          *stride = o.stride;
-          return static_cast<unsigned char*>(o.storage->data()) +
-                 size_t(o.offset + i0 * o.stride) * elem_size;
-        case Operand::scalar: *stride = 0; return const_cast<unsigned char*>(o.value);
-      }
-      return nullptr;
-    };
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
-      for (const Step& s : steps) {
-        int64_t sa = 0, sb = 0, so = 0;
-        const void* pa = at(s.a, i0, &sa);
-        const void* pb = at(s.b, i0, &sb);
-        void* po = at(s.out, i0, &so);
-        s.block(s.functor, pa, sa, pb, sb, po, len);
+      for (const Hot& h : hot) {
+        unsigned char* p[3];
+        for (int k = 0; k < 3; ++k)
+          p[k] = h.is_reg[k] ? regs + h.reg_offset[k] : h.base[k] + size_t(i0 * h.advance[k]) * esize;
+        h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
       }
     }
   });
@@ -96,7 +111,10 @@ class GroupBuilder {
       std::memcpy(s.functor, n.ew->functor, sizeof(s.functor));
       s.a = operand(n.ew->a, reg_of, out, add_unique);
       if (n.ew->arity == 2) s.b = operand(n.ew->b, reg_of, out, add_unique);
-      else s.b.kind = FusedKernel::Operand::scalar;
+      else {
+        s.b.kind = FusedKernel::Operand::scalar;
+        s.b.stride = 0;
+      }
       // Free registers whose value is not read after this step.
       for (auto it = reg_of.begin(); it != reg_of.end();) {
         if (last_use[size_t(it->first)] <= int(i)) {
@@ -123,11 +141,13 @@ class GroupBuilder {
         }
         s.out.kind = FusedKernel::Operand::reg;
         s.out.reg_index = r;
+        s.out.stride = 1;
         reg_of[v] = r;
         g_.values[size_t(v)].kind = ValueKind::dead;
       }
       fk->steps.push_back(s);
     }
+    fk->finalize();
     out.fused = fk;
     out.kernel = [fk] { fk->run(); };
     return out;
@@ -186,6 +206,7 @@ class GroupBuilder {
     FusedKernel::Operand r;
     if (!o.storage) {
       r.kind = FusedKernel::Operand::scalar;
+      r.stride = 0;
       std::memcpy(r.value, o.scalar, sizeof(r.value));
       return r;
     }
@@ -193,6 +214,7 @@ class GroupBuilder {
     if (auto it = reg_of.find(v); it != reg_of.end()) {
       r.kind = FusedKernel::Operand::reg;
       r.reg_index = it->second;
+      r.stride = 1;
       return r;
     }
     r.kind = FusedKernel::Operand::mem;

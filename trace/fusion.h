@@ -31,7 +31,7 @@ struct FusedKernel {
     int reg_index = -1;
     Storage* storage = nullptr;  // mem: resolved when the kernel runs
     int64_t offset = 0;          // mem: elements
-    int64_t stride = 1;          // mem: 1 or 0
+    int64_t stride = 1;          // 1 (mem, reg) or 0 (mem repeated, scalar)
     alignas(8) unsigned char value[8] = {};
   };
   struct Step {
@@ -40,12 +40,33 @@ struct FusedKernel {
     Operand a, b;
     Operand out;  // reg or mem
   };
+  // What run() walks: one compact record per step (a long chain must stay in cache).
+  struct Hot {
+    tide::detail::EwBlockFn block = nullptr;
+    const void* functor = nullptr;  // into the step's functor bytes
+    unsigned char* base[3] = {};    // a, b, out: mem (per run), scalar value; unused for reg
+    uint32_t reg_offset[3] = {};
+    int8_t stride[3] = {};          // passed to the block function
+    int8_t advance[3] = {};         // elements to move per element of the block start
+    bool is_reg[3] = {};
+  };
+  struct MemRef {  // a memory operand, resolved at the start of each run
+    Storage* storage;
+    size_t byte_offset;
+    size_t step;
+    int operand;
+  };
   std::vector<Step> steps;
+  std::vector<Hot> hot;
+  std::vector<MemRef> mem;
   int64_t n = 0;
   size_t elem_size = 4;
   int registers = 0;
 
-  void run() const;
+  // Builds `hot` from `steps`; call once after the steps are final.
+  void finalize();
+  // Runs the chain over all n elements; callers serialise runs (the graph's run lock).
+  void run();
 };
 
 // Rewrites g.nodes; fused-away values become ValueKind::dead. Returns the number of

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../core/test_support.h"
+#include "core/profiler.h"
 
 namespace tide {
 namespace {
@@ -271,5 +272,37 @@ TEST_F(Backward, TwoThreadsDifferentiateAtOnce) {
   }
 }
 
+}  // namespace
+}  // namespace tide
+
+namespace tide {
+namespace {
+// matmul's backward computes only the gradients an input needs: for a data batch x that
+// does not require grad, dx (a whole GEMM) is never queued.
+TEST_F(Backward, MatmulSkipsTheGradientOfAnInputWithoutGrad) {
+  Tensor x = randn({8, 5});
+  Tensor w = randn({5, 3});
+  w.requires_grad_();
+  Tensor loss = sum(matmul(x, w));
+  auto matmuls = [] {
+    uint64_t n = 0;
+    for (const auto& r : profiler::ops()) n += std::string_view(r.op) == "matmul";
+    return n;
+  };
+  profiler::start();
+  loss.backward();
+  wait_all();
+  profiler::stop();
+  EXPECT_EQ(matmuls(), 1u);  // dW only
+  EXPECT_EQ(w.grad().shape(), Shape({5, 3}));
+  Tensor x2 = randn({8, 5});
+  x2.requires_grad_();
+  Tensor loss2 = sum(matmul(x2, w));
+  profiler::start();
+  loss2.backward();
+  wait_all();
+  profiler::stop();
+  EXPECT_EQ(matmuls(), 2u);  // dx and dW
+}
 }  // namespace
 }  // namespace tide
