@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -29,18 +30,28 @@ int64_t steady_ns() {
       .count();
 }
 
-// Spins up to kSpinNs while pred() is false. Returns pred().
+constexpr int64_t kYieldNs = 1'000'000;  // then yield the core this long before sleeping
+
+// Spins up to kSpinNs while pred() is false, then keeps polling with sched_yield up to
+// kYieldNs: a yielding thread gives its core to any other runnable thread (OpenBLAS's, the
+// pool's) but still sees pred() flip within microseconds, where a futex sleep costs a wake
+// of ~50 us on these VMs (a replay-and-read loop would pay two per call). Returns pred().
 template <class Pred>
 bool spin_until(Pred pred) {
   if (pred()) return true;
-  int64_t deadline = 0;
+  int64_t deadline = 0, yield_until = 0;
   for (int i = 1;; ++i) {
-    cpu_relax();
+    if (yield_until) std::this_thread::yield();
+    else cpu_relax();
     if (pred()) return true;
-    if ((i & 63) == 0) {
+    if ((i & 63) == 0 || yield_until) {
       int64_t now = steady_ns();
-      if (!deadline) deadline = now + kSpinNs;
-      else if (now > deadline) return false;
+      if (!deadline) {
+        deadline = now + kSpinNs;
+      } else if (now > deadline) {
+        if (!yield_until) yield_until = now + kYieldNs;
+        else if (now > yield_until) return false;
+      }
     }
   }
 }

@@ -36,7 +36,7 @@ void FusedKernel::finalize() {
   }
 }
 
-void FusedKernel::run() {
+void FusedKernel::run(int64_t iterations) {
   // Memory operands resolve once per run (slots are bound before the program runs).
   for (const MemRef& m : mem)
     hot[m.step].base[m.operand] = static_cast<unsigned char*>(m.storage->data()) + m.byte_offset;
@@ -47,12 +47,13 @@ void FusedKernel::run() {
     alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
-      for (const Hot& h : hot) {
-        unsigned char* p[3];
-        for (int k = 0; k < 3; ++k)
-          p[k] = h.is_reg[k] ? regs + h.reg_offset[k] : h.base[k] + size_t(i0 * h.advance[k]) * esize;
-        h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
-      }
+      for (int64_t it = 0; it < iterations; ++it)
+        for (const Hot& h : hot) {
+          unsigned char* p[3];
+          for (int k = 0; k < 3; ++k)
+            p[k] = h.is_reg[k] ? regs + h.reg_offset[k] : h.base[k] + size_t(i0 * h.advance[k]) * esize;
+          h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
+        }
     }
   });
 }
@@ -234,7 +235,7 @@ class GroupBuilder {
 
 }  // namespace
 
-int fuse(Graph& g, Fusion level) {
+int fuse(Graph& g, Fusion level, bool single_nodes) {
   if (level == Fusion::none) return 0;
   std::unordered_map<Storage*, int> ids;
   for (size_t i = 0; i < g.values.size(); ++i) ids[g.values[i].storage.get()] = int(i);
@@ -246,7 +247,7 @@ int fuse(Graph& g, Fusion level) {
   int made = 0;
   for (size_t i = 0; i < g.nodes.size();) {
     size_t end = fusible(g.nodes[i]) ? builder.extent(i) : i + 1;
-    if (end - i <= 1) {
+    if (end - i == 0 || (end - i == 1 && !(single_nodes && fusible(g.nodes[i])))) {
       out.push_back(std::move(g.nodes[i]));
       ++i;
       continue;

@@ -66,11 +66,15 @@ struct FusedKernel {
   // Builds `hot` from `steps`; call once after the steps are final.
   void finalize();
   // Runs the chain over all n elements; callers serialise runs (the graph's run lock).
-  void run();
+  // With iterations > 1, runs the whole chain that many times per block before moving on:
+  // valid only when the chain's output is its own input (a trace::loop body bound in
+  // place, see trace/loop.cpp), since every element's chain is independent.
+  void run(int64_t iterations = 1);
 };
 
 // Rewrites g.nodes; fused-away values become ValueKind::dead. Returns the number of
-// fused nodes made.
-int fuse(Graph& g, Fusion level);
+// fused nodes made. `single_nodes` also turns a lone fusible node into a one-step fused
+// kernel (loop bodies, so a loop can iterate it in registers).
+int fuse(Graph& g, Fusion level, bool single_nodes = false);
 
 }  // namespace tide::trace

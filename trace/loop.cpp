@@ -8,6 +8,7 @@
 #include "ops/creation.h"
 #include "ops/op_util.h"
 #include "trace/executor.h"
+#include "trace/fusion.h"
 #include "trace/planner.h"
 #include "trace/recorder.h"
 
@@ -48,6 +49,9 @@ struct LoopProgram {
   Storage* count = nullptr;           // when the count is a tensor
   DType count_dtype = DType::int64;
   int64_t count_offset = 0;
+  // A one-state body that is a single fused elementwise kernel reading the state and
+  // writing the next state: run in place, all iterations per block in registers.
+  std::shared_ptr<FusedKernel> iterated;
 
   void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
            const std::vector<Storage*>& out) const {
@@ -59,6 +63,15 @@ struct LoopProgram {
       });
     if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
     size_t k = in.size();
+    if (iterated) {
+      void* buf = out[0]->data();
+      std::memcpy(buf, static_cast<unsigned char*>(in[0]->data()) + in_offsets[0], bytes[0]);
+      std::lock_guard<std::mutex> lock(body->run_mu);
+      body_inputs[0]->rebind(buf);
+      body->values[size_t(body_outputs[0].value)].storage->rebind(buf);
+      iterated->run(n);
+      return;
+    }
     std::vector<unsigned char*> cur(k), alt(k);
     for (size_t j = 0; j < k; ++j) {
       cur[j] = static_cast<unsigned char*>(out[j]->data());
@@ -87,6 +100,30 @@ struct LoopProgram {
   }
 };
 
+// The kernel a one-state loop may iterate in place (see LoopProgram::iterated), or null.
+std::shared_ptr<FusedKernel> iterable(const Graph& body, const std::vector<Storage*>& inputs,
+                                      const std::vector<Tensor>& state) {
+  if (state.size() != 1 || body.nodes.size() != 1 || !body.nodes[0].fused) return nullptr;
+  const Graph::Output& o = body.outputs[0];
+  const Value& out = body.values[size_t(o.value)];
+  if (out.kind != ValueKind::output || o.offset != 0) return nullptr;
+  const FusedKernel& fk = *body.nodes[0].fused;
+  if (size_t(fk.n) * fk.elem_size != state[0].nbytes()) return nullptr;
+  Storage *in_slot = inputs[0], *out_slot = out.storage.get();
+  bool written = false;
+  for (const FusedKernel::Step& s : fk.steps) {
+    for (const FusedKernel::Operand* a : {&s.a, &s.b})
+      if (a->kind == FusedKernel::Operand::mem && a->storage == in_slot &&
+          (written || a->stride != 1 || a->offset != 0))
+        return nullptr;  // would read the state after the step that overwrites it
+    if (s.out.kind == FusedKernel::Operand::mem) {
+      if (s.out.storage != out_slot || s.out.offset != 0 || written) return nullptr;
+      written = true;
+    }
+  }
+  return written ? body.nodes[0].fused : nullptr;
+}
+
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, std::source_location site) {
   Recorder rec("trace::loop body");
@@ -105,11 +142,12 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
   ph.clear();
   prog->body = rec.finish(std::move(next));
-  fuse(*prog->body, outer.fusion());
+  fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
   plan(*prog->body);
   prepare_replay(*prog->body);
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
+  prog->iterated = iterable(*prog->body, prog->body_inputs, state);
 
   // The node: reads the initial state, the count and what the body reads from outside;
   // writes fresh state tensors (values of the enclosing graph) and what the body writes.
