@@ -98,6 +98,29 @@ def main():
             if p.startswith("bounded"):
                 verdict = f"(target >= 0.97: {'met' if m / n >= 0.97 else 'NOT met'})"
             print(f"  trainer {p:<19} {m:8.2f} minibatches/s = {m / n:.3f} x none {verdict}")
+
+    print("\nissue 4 targets (medians, ratios within this run):")
+    eager = get("BM_ChainEagerOneSync/real_time")
+    unrolled = get("BM_ChainTracedUnrolled/real_time")
+    if unrolled:
+        per_node = unrolled * 1e6 / 10000
+        print(f"  replay, 10000 tiny adds      {per_node:8.1f} ns per node "
+              f"(target <= 30: {'met' if per_node <= 30 else 'NOT met'})")
+    for name, what in (("BM_ChainTracedFused/real_time", "traced, fused"),
+                       ("BM_ChainTracedLoopNode/fused:1/real_time", "traced, loop node fused"),
+                       ("BM_ChainTracedLoopNode/fused:0/real_time", "traced, loop node"),
+                       ("BM_ChainTracedUnrolled/real_time", "traced, unrolled")):
+        t = get(name)
+        if eager and t:
+            r = eager / t
+            print(f"  10000 x (y + 1): {what:<24} {t * 1e3:8.1f} us, {r:6.1f}x eager async "
+                  f"({eager * 1e3:.0f} us) (target >= 50x: {'met' if r >= 50 else 'NOT met'})")
+    te = get("BM_TextbookStepEager/real_time")
+    tt = get("BM_TextbookStepTraced/real_time")
+    if te and tt:
+        print(f"  MLP step traced / eager      {tt:8.2f} / {te:8.2f} ms = {tt / te:.3f} "
+              f"(target <= 1: {'met' if tt <= te else 'NOT met'}); peak memory: see the "
+              f"peak_MB counters in tide_bench.json")
     return 0
 
 

@@ -306,8 +306,11 @@ Tensor abs(const Tensor& a, Site site) {
 Tensor relu(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site, false);
   autograd::record("relu", y, {&a},
-                   [a = a.detach()](const Tensor& g) { return Grads{g * gt(a, 0.0)}; });
+                   [a = a.detach()](const Tensor& g) { return Grads{relu_grad(g, a)}; });
   return y;
+}
+Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
+  return binary_op(OpId::relu_grad, fn::ReluGrad{}, g, a, site);
 }
 Tensor sigmoid(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site, true);

@@ -45,6 +45,9 @@ Tensor log(const Tensor& a, Site site = Site::current());
 Tensor sqrt(const Tensor& a, Site site = Site::current());
 Tensor abs(const Tensor& a, Site site = Site::current());
 Tensor relu(const Tensor& a, Site site = Site::current());
+// relu's backward in one kernel: g where a > 0, else 0 (g and a broadcast like add). Not
+// differentiable itself.
+Tensor relu_grad(const Tensor& g, const Tensor& a, Site site = Site::current());
 Tensor sigmoid(const Tensor& a, Site site = Site::current());
 Tensor tanh(const Tensor& a, Site site = Site::current());
 

@@ -38,6 +38,10 @@ struct Log { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { retur
 struct Sqrt { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return std::sqrt(a); } };
 struct Abs { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a < T(0) ? -a : a; } };
 struct Relu { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a > T(0) ? a : T(0); } };
+// relu's gradient in one pass: g where the input a was positive, else 0.
+struct ReluGrad {
+  template <class T> TIDE_HOST_DEVICE T operator()(T g, T a) const { return a > T(0) ? g : T(0); }
+};
 struct Sigmoid {
   // Stable on both sides: never exp of a large positive number.
   template <class T> TIDE_HOST_DEVICE T operator()(T a) const {

@@ -25,6 +25,7 @@ constexpr std::array kTable{
     OpTraits{OpId::eq, "eq", K::elementwise, E, N, N},
     OpTraits{OpId::gt, "gt", K::elementwise, E, N, N},
     OpTraits{OpId::lt, "lt", K::elementwise, E, N, N},
+    OpTraits{OpId::relu_grad, "relu_grad", K::elementwise, E, N, N},
     OpTraits{OpId::neg, "neg", K::elementwise, E, N, E},
     OpTraits{OpId::exp, "exp", K::elementwise, E, N, E},
     OpTraits{OpId::log, "log", K::elementwise, E, N, E},

@@ -15,7 +15,7 @@ enum class OpId : uint16_t {
   // creation
   zeros, ones, full, arange, randn, rand, from_data, clone,
   // elementwise, binary
-  add, sub, mul, div, maximum, eq, gt, lt,
+  add, sub, mul, div, maximum, eq, gt, lt, relu_grad,
   // elementwise, unary
   neg, exp, log, sqrt, abs, pow, relu, sigmoid, tanh, cast,
   // in place (optimizers)

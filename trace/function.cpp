@@ -195,12 +195,12 @@ std::shared_ptr<Graph> FunctionCore::graph_for(const Signature& sig) const {
 }
 
 std::string FunctionCore::sig_key(const Signature& sig) {
-  std::string k;
+  std::ostringstream k;
   for (const ArgSignature& a : sig) {
-    if (a.is_tensor) k += "T" + a.shape.str() + std::string(name(a.dtype)) + a.device.str() + ";";
-    else k += a.type + "=" + a.value + ";";
+    if (a.is_tensor) k << 'T' << a.shape.str() << name(a.dtype) << a.device.str() << ';';
+    else k << a.type << '=' << a.value << ';';
   }
-  return k;
+  return k.str();
 }
 
 }  // namespace detail

@@ -128,7 +128,6 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
     o.dtype = t.dtype();
     o.offset = t.offset();
     if (size_t(o.value) >= is_output.size()) is_output.resize(size_t(o.value) + 1, false);
-    created_.resize(g.values.size(), false);
     is_output[size_t(o.value)] = true;
     g.outputs.push_back(std::move(o));
   }

@@ -37,6 +37,13 @@ TIDE_OP_CASES(Elementwise, Add) {
                  [](double a, double b) { return a + b; })};
 }
 
+TIDE_OP_CASES(Elementwise, ReluGrad) {
+  OpCase c = binary(OpId::relu_grad, [](const V& x) { return relu_grad(x[0], x[1]); },
+                    [](double g, double a) { return a > 0 ? g : 0.0; });
+  c.grad = false;  // a backward op itself
+  return {c};
+}
+
 TIDE_OP_CASES(Elementwise, Sub) {
   return {binary(OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
                  [](double a, double b) { return a - b; }),
