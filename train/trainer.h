@@ -86,13 +86,15 @@ struct TrainResult {
   size_t peak_inflight_bytes = 0;
   size_t end_active = 0;       // allocator active bytes after the final sync
   uint64_t bound_ops = 0;      // bounded only: the op bound used
+  size_t trace_arena_bytes = 0;  // traced only: the planned arena, allocated once at the trace
 
   // Growth relative to the start (0 when memory went down).
   size_t increased_active() const {
     return peak_active > baseline_active ? peak_active - baseline_active : 0;
   }
   size_t increased_rss() const { return peak_rss > baseline_rss ? peak_rss - baseline_rss : 0; }
-  // Minibatches of work in flight at the peak: peak_queue_depth / ops_per_step.
+  // Minibatches of work in flight at the peak: peak_queue_depth / ops_per_step (traced:
+  // counted from the first replay on, after the eager warm-up minibatch).
   double peak_steps_in_flight() const {
     return ops_per_step ? double(peak_queue_depth) / double(ops_per_step) : 0.0;
   }

@@ -196,11 +196,15 @@ int mlp_memory_main(const Args& args) {
               "measured queued MB"});
   for (const train::TrainResult& r : results)
     pred.row({label(r), format_fixed(r.peak_steps_in_flight(), 1),
-              mb(double(step_bytes[int(r.mode)]) * r.peak_steps_in_flight()),
+              mb(double(r.trace_arena_bytes) +
+                 double(step_bytes[int(r.mode)]) * r.peak_steps_in_flight()),
               mb(double(r.increased_active())),
               mb(double(r.peak_inflight_bytes))});
-  pred.note("steps in flight = peak queue depth / ops per minibatch; per_batch keeps about one, "
-            "bounded:K at most K, none as many as the frontend ran ahead");
+  pred.note("steps in flight = peak queue depth / engine tasks per minibatch; per_batch keeps "
+            "under two (item() waits for the forward pass only), bounded:K at most K, none as "
+            "many as the frontend ran ahead. Traced: predicted = the arena (allocated once, at "
+            "the trace) + bytes per queued replay x replays in flight; the measured growth also "
+            "holds the gradients and the first minibatch, which runs eagerly as the warm-up");
   pred.print();
 
   if (!csv.empty()) {
