@@ -87,11 +87,13 @@ class Pool {
 
   void run(int64_t n, int64_t grain, RangeFn fn) {
     std::unique_lock lock(mu_, std::try_to_lock);
-    int helpers = int(boxes_.size());
-    if (!lock.owns_lock() || helpers == 0) {
+    // Another region (or a resize) holds the pool: run inline. boxes_ is read only under
+    // the lock (resize rebuilds it).
+    if (!lock.owns_lock() || boxes_.empty()) {
       fn(0, n);
       return;
     }
+    int helpers = int(boxes_.size());
     int64_t parts = std::min<int64_t>(helpers + 1, (n + grain - 1) / grain);
     int64_t chunk = (n + parts - 1) / parts;
     ++gen_;

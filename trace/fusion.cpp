@@ -47,6 +47,20 @@ void FusedKernel::run(int64_t iterations) {
     alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
+      if (iterations > 1 && hot.size() <= kMaxIteratedSteps) {
+        // A loop body: the operands of a block do not change between iterations.
+        unsigned char* ptr[kMaxIteratedSteps][3];
+        for (size_t j = 0; j < hot.size(); ++j)
+          for (int k = 0; k < 3; ++k)
+            ptr[j][k] = hot[j].is_reg[k] ? regs + hot[j].reg_offset[k]
+                                         : hot[j].base[k] + size_t(i0 * hot[j].advance[k]) * esize;
+        for (int64_t it = 0; it < iterations; ++it)
+          for (size_t j = 0; j < hot.size(); ++j) {
+            const Hot& h = hot[j];
+            h.block(h.functor, ptr[j][0], h.stride[0], ptr[j][1], h.stride[1], ptr[j][2], len);
+          }
+        continue;
+      }
       for (int64_t it = 0; it < iterations; ++it)
         for (const Hot& h : hot) {
           unsigned char* p[3];

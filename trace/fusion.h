@@ -26,6 +26,8 @@ double fusion_tolerance(DType dtype);
 struct FusedKernel {
   static constexpr int64_t kBlock = 256;  // elements per register
   static constexpr int kMaxRegisters = 16;
+  static constexpr size_t kMaxIteratedSteps = 32;  // loop bodies up to this many steps
+                                                   // keep their operand pointers per block
   struct Operand {
     enum Kind : uint8_t { reg, mem, scalar } kind = mem;
     int reg_index = -1;
