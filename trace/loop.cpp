@@ -52,6 +52,11 @@ struct LoopProgram {
   // A one-state body that is a single fused elementwise kernel reading the state and
   // writing the next state: run in place, all iterations per block in registers.
   std::shared_ptr<FusedKernel> iterated;
+  // Random ops in the body (int counts only): {offset, key} of the range the enclosing
+  // replay reserved, Philox blocks per iteration, and each op's first block in it.
+  const uint64_t* random_base = nullptr;
+  uint64_t random_blocks = 0;
+  std::vector<uint64_t> random_prefix;
 
   void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
            const std::vector<Storage*>& out) const {
@@ -85,6 +90,10 @@ struct LoopProgram {
       for (size_t j = 0; j < k; ++j) {
         const Value& v = body->values[size_t(body_outputs[j].value)];
         if (v.kind == ValueKind::output && body_outputs[j].offset == 0) v.storage->rebind(alt[j]);
+      }
+      for (size_t r = 0; r < random_prefix.size(); ++r) {
+        body->random[r].slot[0] = random_base[0] + uint64_t(it) * random_blocks + random_prefix[r];
+        body->random[r].slot[1] = random_base[1];
       }
       run_program(*body);
       for (size_t j = 0; j < k; ++j) {  // identities, duplicates, views, constants
@@ -128,9 +137,11 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
                                 const std::vector<Tensor>& state, std::source_location site) {
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
-  rec.refuse_random("random ops inside a traced trace::loop body are not supported yet (each "
-                    "iteration would need its own counters); draw the numbers outside the "
-                    "loop or run the loop eagerly");
+  if (count.tensor.defined())
+    rec.refuse_random("random ops inside a traced trace::loop body need an int count (each "
+                      "iteration draws its own counters, reserved when the replay is queued, "
+                      "before a tensor count is known); pass the count as an int, draw the "
+                      "numbers outside the loop, or run the loop eagerly");
   std::vector<Tensor> ph, next;
   for (const Tensor& t : state) ph.push_back(rec.placeholder(t));
   {
@@ -148,6 +159,20 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);
+  // Random ops in the body: one range of counters for all n iterations, reserved by the
+  // enclosing replay in eager order; iteration i, op j draws at base + i * S + prefix_j.
+  const std::vector<RandomCounter>& rnd = prog->body->random;
+  if (!rnd.empty()) {
+    for (const RandomCounter& c : rnd)
+      TIDE_CHECK(c.gen == rnd[0].gen, "loop",
+                 "random ops inside one traced loop body must share a generator");
+    for (const RandomCounter& c : rnd) {
+      prog->random_prefix.push_back(prog->random_blocks);
+      prog->random_blocks += (c.numel + 3) / 4;
+    }
+    prog->random_base = outer.random_counter(
+        *rnd[0].gen, uint64_t(count.fixed) * prog->random_blocks * 4);
+  }
 
   // The node: reads the initial state, the count and what the body reads from outside;
   // writes fresh state tensors (values of the enclosing graph) and what the body writes.

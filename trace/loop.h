@@ -11,8 +11,10 @@
 //
 // Outside a trace the loop runs eagerly (a tensor n is read with item(), which waits).
 // Inside a trace, the body is recorded once into a graph of its own (fused and planned
-// like the enclosing one); random ops inside the body are refused (their counters would
-// have to advance per iteration: not implemented yet).
+// like the enclosing one). Random ops inside the body draw what the eager loop would draw
+// (iteration i gets the counters eager's iteration i would reserve); they need an int
+// count, since the counters are reserved when the replay is queued (a tensor count with
+// random ops in the body throws "[trace]").
 #pragma once
 
 #include <cstdint>
