@@ -93,6 +93,11 @@ class StorageRef {
     r.p_ = s;
     return r;
   }
+  // Takes a new reference to s.
+  static StorageRef share(Storage* s) {
+    s->retain();
+    return adopt(s);
+  }
   StorageRef(const StorageRef& o) : p_(o.p_) {
     if (p_) p_->retain();
   }

@@ -13,11 +13,6 @@ namespace tide::trace {
 
 namespace {
 
-StorageRef share(Storage* s) {
-  s->retain();
-  return StorageRef::adopt(s);
-}
-
 void add_unique(std::vector<Storage*>& v, Storage* s) {
   if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
 }
@@ -145,7 +140,7 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
         s = it->second;
       }
     } else if (const Tensor* a = arg_of(o.value)) {
-      s = share(a->storage());
+      s = StorageRef::share(a->storage());
       offset += a->offset();
     } else {
       s = v.storage;  // a capture or state: the same tensor eager would return

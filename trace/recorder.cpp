@@ -27,9 +27,8 @@ Recorder::~Recorder() = default;
 int Recorder::value_of(Storage* s) {
   auto [it, fresh] = ids_.try_emplace(s, int(g_->values.size()));
   if (fresh) {
-    s->retain();  // a parameter lives as long as the graph that updates it
     Value v;
-    v.storage = StorageRef::adopt(s);
+    v.storage = StorageRef::share(s);  // a parameter lives as long as the graph using it
     v.bytes = s->bytes();
     v.kind = ValueKind::capture;
     g_->values.push_back(std::move(v));

@@ -25,6 +25,9 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The text after option `opt` at args[i + 1]; advances i. Throws UsageError when missing.
+std::string take_option_value(const Args& args, size_t& i);
+
 // The integer after option `opt` at args[i + 1], which must be >= min_value; advances i.
 // Throws UsageError when it is missing or not an integer in range.
 long long take_int_option(const Args& args, size_t& i, long long min_value);

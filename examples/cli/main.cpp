@@ -79,10 +79,14 @@ const Command* find_command(const std::string& name) {
 
 }  // namespace
 
+std::string take_option_value(const Args& args, size_t& i) {
+  if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
+  return args[++i];
+}
+
 long long take_int_option(const Args& args, size_t& i, long long min_value) {
-  const std::string& opt = args[i];
-  if (i + 1 >= args.size()) throw UsageError(opt + " needs a value");
-  const std::string& v = args[++i];
+  const std::string opt = args[i];
+  const std::string v = take_option_value(args, i);
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);

@@ -86,20 +86,16 @@ int mlp_memory_main(const Args& args) {
   long long batches = 100;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "--batches") {
       batches = take_int_option(args, i, 1);
     } else if (a == "--policy") {
-      policy_arg = value();
+      policy_arg = take_option_value(args, i);
     } else if (a == "--mode") {
-      mode_arg = value();
+      mode_arg = take_option_value(args, i);
     } else if (a == "--csv") {
-      csv = value();
+      csv = take_option_value(args, i);
     } else if (a == "--svg") {
-      svg = value();
+      svg = take_option_value(args, i);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }

@@ -56,10 +56,6 @@ int train_fashion_main(const Args& args) {
   double lr = 1e-3;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "--epochs") {
       epochs = take_int_option(args, i, 1);
     } else if (a == "--batch") {
@@ -69,9 +65,9 @@ int train_fashion_main(const Args& args) {
     } else if (a == "--lr") {
       lr = take_double_option(args, i);
     } else if (a == "--data") {
-      data_dir = value();
+      data_dir = take_option_value(args, i);
     } else if (a == "--save") {
-      save_path = value();
+      save_path = take_option_value(args, i);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
