@@ -8,6 +8,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "trace/parallel.h"
 
 namespace tide::trace {
 
@@ -37,7 +38,17 @@ void prepare_replay(Graph& g) {
   }
 }
 
-void run_program(const Graph& g, const std::function<void(size_t)>& after_node) {
+std::string node_failure(const Graph& g, size_t i, const char* what) {
+  const Node& n = g.nodes[i];
+  return tide::detail::concat("node ", i, " of ", g.nodes.size(), " (", n.op, ", traced at ",
+                              n.site.file_name(), ":", n.site.line(), "): ", what);
+}
+
+void run_program(const Graph& g, Order order, const std::function<void(size_t)>& after_node) {
+  if (order == Order::planned && g.streams > 1 && !after_node && g.nodes.size() > 1) {
+    run_parallel(g);
+    return;
+  }
   bool profiling = profiler::enabled();
   int stream = profiler::detail::tl_running_stream;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -46,9 +57,7 @@ void run_program(const Graph& g, const std::function<void(size_t)>& after_node) 
     try {
       n.kernel();
     } catch (const std::exception& e) {
-      throw std::runtime_error(tide::detail::concat("node ", i, " of ", g.nodes.size(), " (", n.op,
-                                              ", traced at ", n.site.file_name(), ":",
-                                              n.site.line(), "): ", e.what()));
+      throw std::runtime_error(node_failure(g, i, e.what()));
     }
     if (profiling) profiler::detail::record_op({n.op, stream, t0, t0, profiler::detail::now_ns()});
     if (after_node) after_node(i);
@@ -114,6 +123,17 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
       if (g.inputs[k] == id) return &args[k];
     return nullptr;
   };
+  // Parallel branches see values as distinct memory: arguments that alias each other or a
+  // captured tensor make this call run in program order.
+  if (g.streams > 1)
+    for (size_t k = 0; k < args.size() && !c.in_order; ++k) {
+      const Storage* s = args[k].storage();
+      for (size_t j = 0; j < k; ++j) c.in_order |= args[j].storage() == s;
+      for (const std::vector<int>* ids : {&g.external_reads, &g.external_writes})
+        for (int id : *ids)
+          c.in_order |= g.values[size_t(id)].kind != ValueKind::input &&
+                        g.values[size_t(id)].storage.get() == s;
+    }
   for (int id : g.external_reads) {
     const Tensor* a = arg_of(id);
     add_unique(c.reads, a ? a->storage() : g.values[size_t(id)].storage.get());
@@ -179,7 +199,7 @@ std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Ten
   submit_wide("trace_replay", reads, writes, [gp, c = std::move(c)] {
     std::lock_guard<std::mutex> lock(gp->run_mu);
     c.bind(*gp);
-    run_program(*gp);
+    run_program(*gp, c.in_order ? Order::program : Order::planned);
     c.finish();
   }, site);
   return result;

@@ -1,12 +1,15 @@
 // The CPU executor: a replay is queued as one engine task that binds the call's inputs and
 // fresh outputs to the graph's slots, refreshes the random counters and runs the planned
-// program in order. Errors inside it surface at the next sync on its outputs (or on what
-// it wrote), named after the failing node, like eager errors.
+// program (in order, or with independent branches at once: trace/parallel.h). Errors
+// inside it surface at the next sync on its outputs (or on what it wrote), named after
+// the failing node, like eager errors.
 #pragma once
 
 #include <memory>
+#include <functional>
 #include <source_location>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -35,6 +38,7 @@ struct CallBindings {
   std::vector<uint64_t> counters;       // per random op: offset, key
   std::vector<Storage*> reads, writes;  // what the call declares to the engine
   size_t allocated = 0;                 // bytes of fresh outputs
+  bool in_order = false;                // arguments alias: no parallel branches
 
   void bind(Graph& g) const;    // inputs, outputs, random counters
   void finish() const;          // constant outputs
@@ -50,10 +54,19 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args);
 std::vector<Tensor> replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
                            std::source_location site, size_t* allocated = nullptr);
 
+enum class Order {
+  planned,  // g.streams > 1: independent branches at once (trace/parallel.h)
+  program,  // one node after the other, in recording order
+};
+
 // Runs g's program here, now (a worker, or a caller that waited). Rethrows a node's error
-// as "node i of n (op, traced at file:line): message". `after_node`, when set, is called
-// with each node's index once it ran (verify).
-void run_program(const Graph& g, const std::function<void(size_t)>& after_node = {});
+// as node_failure() words it. `after_node`, when set, is called with each node's index
+// once it ran (verify); it implies Order::program.
+void run_program(const Graph& g, Order order = Order::planned,
+                 const std::function<void(size_t)>& after_node = {});
+
+// "node i of n (op, traced at file:line): what".
+std::string node_failure(const Graph& g, size_t i, const char* what);
 
 // Engine::submit for any number of storages: above Engine::kMaxStorages, extra tasks on
 // the same stream carry the hazards of the rest (before and after the main task).

@@ -86,6 +86,7 @@ FunctionCore::FunctionCore(Options o, std::source_location site)
              opt_.cache_budget);
   TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ",
              opt_.warmup_calls);
+  TIDE_CHECK(opt_.streams >= 1, "trace", "streams must be >= 1, got ", opt_.streams);
 }
 
 FunctionCore::~FunctionCore() = default;
@@ -125,6 +126,7 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   e->sig = sig;
   if (opt_.verify) g->reference = g->nodes;
   e->fused = fuse(*g, opt_.fusion);
+  g->streams = opt_.streams;
   e->plan = plan(*g);
   prepare_replay(*g);
   e->graph = g;
@@ -166,6 +168,7 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   stats_.unplanned_bytes = e.plan.unplanned_bytes;
   stats_.output_bytes = e.plan.output_bytes;
   stats_.persistent_bytes = e.plan.persistent_bytes;
+  stats_.critical_path = g->deps.critical_path;
   ++stats_.replays;
   if (opt_.verify) return verify_replay(g, args, opt_.fusion, site_);
   size_t allocated = 0;

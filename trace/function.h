@@ -61,6 +61,16 @@ struct Options {
   bool verify = false;
   size_t cache_budget = 8;  // signatures kept; the least recently used is evicted
   int warmup_calls = 0;     // calls per new signature that run eagerly before tracing
+  // Independent branches a replay may run at once. 1: the nodes run one after the other
+  // on the replay's stream. n > 1: the replay is still one engine task, but its worker and
+  // up to n - 1 threads of the intra-op pool run nodes whose inputs are ready (CUDA: the
+  // branches of the captured graph). Results are identical; kernels then run
+  // single-threaded each, and the planner shares memory only between values the
+  // dependencies order (the arena may grow). Pays off for independent small ops (several
+  // towers, per-parameter updates); a chain gains nothing. stats().critical_path over
+  // stats().kernels is the parallelism there is. Calls whose tensor arguments alias each
+  // other or a captured tensor run in program order.
+  int streams = 1;
 };
 
 // One argument of a signature.
@@ -103,6 +113,7 @@ struct FunctionStats {
   size_t output_bytes = 0;   // planned bytes allocated per call (outputs)
   size_t persistent_bytes = 0;
   size_t last_call_allocated = 0;  // bytes the last replay allocated (== output_bytes)
+  int critical_path = 0;     // kernels on the longest chain of dependencies
 };
 
 struct Graph;

@@ -63,6 +63,15 @@ struct RandomCounter {
   std::unique_ptr<uint64_t[]> slot;  // {offset, key}
 };
 
+// Which nodes must run before which (trace/schedule.h): the IR's edges between nodes, for
+// executors that run independent branches at once (CPU: several threads; CUDA: the edges
+// of a cudaGraph). Program order is always one valid order.
+struct Dependencies {
+  std::vector<std::vector<int>> successors;  // per node: nodes that wait for it, ascending
+  std::vector<int> predecessors;             // per node: how many nodes it waits for
+  int critical_path = 0;                     // nodes on the longest chain
+};
+
 struct Graph {
   std::vector<Value> values;
   std::vector<Node> nodes;
@@ -80,6 +89,11 @@ struct Graph {
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;         // sum of the intermediates' sizes (no sharing)
   int recorded_ops = 0;               // ops recorded before fusion
+  // Branch parallelism (trace::Options::streams): with streams > 1 the planner shares
+  // arena bytes only between values the dependencies order, and the executor runs ready
+  // nodes on up to `streams` threads. deps is filled for every planned graph.
+  int streams = 1;
+  Dependencies deps;
   // Values outside the arena that some node reads / writes (inputs, captures, state):
   // what a replay declares to the engine. Filled by prepare_replay().
   std::vector<int> external_reads, external_writes;

@@ -1,11 +1,13 @@
 #include "trace/planner.h"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "core/allocator.h"
 #include "core/capture.h"
 #include "core/error.h"
+#include "trace/schedule.h"
 
 namespace tide::trace {
 
@@ -16,6 +18,7 @@ bool overlaps(const Value& a, const Value& b) { return a.first <= b.last && b.fi
 }  // namespace
 
 PlanSummary plan(Graph& g) {
+  g.deps = dependencies(g);
   for (Value& v : g.values) v.first = v.last = -1;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     auto touch = [&](int id) {
@@ -44,13 +47,32 @@ PlanSummary plan(Graph& g) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return g.values[size_t(a)].bytes > g.values[size_t(b)].bytes;
   });
+  // Sequential replays: values whose lifetimes overlap in program order conflict. With
+  // parallel branches, any two values the dependencies do not order may be alive at once.
+  std::unique_ptr<Reachability> reach;
+  std::vector<std::vector<int>> acc;
+  if (g.streams > 1) {
+    reach = std::make_unique<Reachability>(g.deps);
+    acc = accessors(g);
+  }
+  auto before = [&](int a, int b) {  // every access to a happens before every access to b
+    for (int x : acc[size_t(a)])
+      for (int y : acc[size_t(b)])
+        if (x == y || !reach->reaches(x, y)) return false;
+    return true;
+  };
+  auto conflict = [&](int a, int b) {
+    const Value &v = g.values[size_t(a)], &w = g.values[size_t(b)];
+    if (!reach) return overlaps(v, w);
+    return overlaps(v, w) || !(before(a, b) || before(b, a));
+  };
   std::vector<int> placed;
   for (int id : order) {
     Value& v = g.values[size_t(id)];
     std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of live neighbours
     for (int p : placed) {
       const Value& w = g.values[size_t(p)];
-      if (overlaps(v, w)) busy.push_back({size_t(w.offset), size_t(w.offset) + aligned(w.bytes)});
+      if (conflict(id, p)) busy.push_back({size_t(w.offset), size_t(w.offset) + aligned(w.bytes)});
     }
     std::sort(busy.begin(), busy.end());
     size_t need = aligned(v.bytes), best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
@@ -79,6 +101,51 @@ PlanSummary plan(Graph& g) {
   }
   return s;
 }
+
+namespace {
+
+// Every accessor of `to` is reachable from every accessor of `from`, by a walk over the
+// dependency edges (not through Reachability, which the planner used).
+bool walk_ordered(const Graph& g, const std::vector<int>& from, const std::vector<int>& to) {
+  std::vector<char> seen(g.nodes.size());
+  std::vector<int> stack;
+  for (int x : from) {
+    std::fill(seen.begin(), seen.end(), 0);
+    stack.assign(g.deps.successors[size_t(x)].begin(), g.deps.successors[size_t(x)].end());
+    while (!stack.empty()) {
+      int s = stack.back();
+      stack.pop_back();
+      if (seen[size_t(s)]) continue;
+      seen[size_t(s)] = 1;
+      for (int t : g.deps.successors[size_t(s)]) stack.push_back(t);
+    }
+    for (int y : to)
+      if (!seen[size_t(y)]) return false;
+  }
+  return true;
+}
+
+// Parallel plans: two intermediates that share arena bytes must be ordered by the edges.
+std::string check_parallel_sharing(const Graph& g) {
+  if (g.deps.successors.size() != g.nodes.size()) return "the plan has no dependencies";
+  std::vector<std::vector<int>> acc = accessors(g);
+  for (size_t a = 0; a < g.values.size(); ++a) {
+    const Value& v = g.values[a];
+    if (v.kind != ValueKind::intermediate || acc[a].empty()) continue;
+    for (size_t b = a + 1; b < g.values.size(); ++b) {
+      const Value& w = g.values[b];
+      if (w.kind != ValueKind::intermediate || acc[b].empty()) continue;
+      bool disjoint = size_t(v.offset) + v.bytes <= size_t(w.offset) ||
+                      size_t(w.offset) + w.bytes <= size_t(v.offset);
+      if (disjoint || walk_ordered(g, acc[a], acc[b]) || walk_ordered(g, acc[b], acc[a])) continue;
+      return "values " + std::to_string(a) + " and " + std::to_string(b) +
+             " share bytes but no dependency orders them (parallel branches)";
+    }
+  }
+  return {};
+}
+
+}  // namespace
 
 std::string check_plan(const Graph& g) {
   // Lifetimes again, from the nodes.
@@ -110,6 +177,7 @@ std::string check_plan(const Graph& g) {
       live.push_back(int(id));
     }
   }
+  if (g.streams > 1) return check_parallel_sharing(g);
   return {};
 }
 

@@ -18,15 +18,19 @@ struct PlanSummary {
   int intermediates = 0;
 };
 
-// Computes lifetimes, assigns arena offsets to intermediates (greedy by size, best fit),
-// allocates the arena and binds every intermediate slot into it. Throws "[trace]" if the
-// arena cannot be allocated.
+// Computes g.deps (trace/schedule.h) and lifetimes, assigns arena offsets to intermediates
+// (greedy by size, best fit), allocates the arena and binds every intermediate slot into
+// it. With g.streams > 1, two
+// intermediates share bytes only when the dependencies order all their accesses, so
+// parallel branches never write each other's buffers (the arena may grow). Throws
+// "[trace]" if the arena cannot be allocated.
 PlanSummary plan(Graph& g);
 
 // An independent check of a plan: walks the program, tracks which intermediates are alive
 // at each node (from the nodes' reads and writes, not from the stored lifetimes) and
 // reports the first two live values whose arena ranges overlap, or a value outside the
-// arena. Empty when the plan is sound.
+// arena. With g.streams > 1 it also walks the dependency edges to check that values
+// sharing bytes are ordered. Empty when the plan is sound.
 std::string check_plan(const Graph& g);
 
 }  // namespace tide::trace

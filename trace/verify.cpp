@@ -82,7 +82,7 @@ std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<co
   std::vector<int> last_writer(g.values.size(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (int id : g.nodes[i].writes) last_writer[size_t(id)] = int(i);
-  run_program(g, [&](size_t i) {
+  run_program(g, Order::program, [&](size_t i) {
     const Node& n = g.nodes[i];
     for (int id : n.writes) {
       if (last_writer[size_t(id)] != int(i) || !has_eager[size_t(id)]) continue;
