@@ -105,6 +105,7 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   active_.store(now, std::memory_order_relaxed);
   if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
   bump(num_allocs_, 1);
+  detail::tl_allocated_bytes += cap;
   return s;
 }
 

@@ -20,6 +20,12 @@
 
 namespace tide {
 
+namespace detail {
+// Bytes (whole blocks) allocate() and workspace() handed out on this thread since it
+// started: a traced replay measures what its kernels allocate while it runs.
+inline thread_local uint64_t tl_allocated_bytes = 0;
+}  // namespace detail
+
 struct AllocatorStats {
   size_t active_bytes = 0;   // bytes of blocks held by live storages (tensors or queued work)
   size_t peak_bytes = 0;     // max of active_bytes since start or reset_peak()

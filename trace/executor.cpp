@@ -44,11 +44,10 @@ std::string node_failure(const Graph& g, size_t i, const char* what) {
                               n.site.file_name(), ":", n.site.line(), "): ", what);
 }
 
-void run_program(const Graph& g, Order order, const std::function<void(size_t)>& after_node) {
-  if (order == Order::planned && g.streams > 1 && !after_node && g.nodes.size() > 1) {
-    run_parallel(g);
-    return;
-  }
+uint64_t run_program(const Graph& g, Order order, const std::function<void(size_t)>& after_node) {
+  if (order == Order::planned && g.streams > 1 && !after_node && g.nodes.size() > 1)
+    return run_parallel(g);
+  const uint64_t allocated_before = tide::detail::tl_allocated_bytes;
   bool profiling = profiler::enabled();
   int stream = profiler::detail::tl_running_stream;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -62,6 +61,7 @@ void run_program(const Graph& g, Order order, const std::function<void(size_t)>&
     if (profiling) profiler::detail::record_op({n.op, stream, t0, t0, profiler::detail::now_ns()});
     if (after_node) after_node(i);
   }
+  return tide::detail::tl_allocated_bytes - allocated_before;
 }
 
 void submit_wide(const char* op, const std::vector<Storage*>& reads,
@@ -199,7 +199,8 @@ std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Ten
   submit_wide("trace_replay", reads, writes, [gp, c = std::move(c)] {
     std::lock_guard<std::mutex> lock(gp->run_mu);
     c.bind(*gp);
-    run_program(*gp, c.in_order ? Order::program : Order::planned);
+    gp->run_allocated.store(run_program(*gp, c.in_order ? Order::program : Order::planned),
+                            std::memory_order_relaxed);
     c.finish();
   }, site);
   return result;

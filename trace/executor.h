@@ -59,10 +59,12 @@ enum class Order {
   program,  // one node after the other, in recording order
 };
 
-// Runs g's program here, now (a worker, or a caller that waited). Rethrows a node's error
-// as node_failure() words it. `after_node`, when set, is called with each node's index
-// once it ran (verify); it implies Order::program.
-void run_program(const Graph& g, Order order = Order::planned,
+// Runs g's program here, now (a worker, or a caller that waited). Returns the bytes its
+// kernels allocated while they ran (workspaces: what the plan did not foresee), on every
+// thread that ran nodes. Rethrows a node's error as node_failure() words it. `after_node`,
+// when set, is called with each node's index once it ran (verify); it implies
+// Order::program.
+uint64_t run_program(const Graph& g, Order order = Order::planned,
                  const std::function<void(size_t)>& after_node = {});
 
 // "node i of n (op, traced at file:line): what".

@@ -181,6 +181,9 @@ FunctionStats FunctionCore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   FunctionStats s = stats_;
   s.cached = cache_.size();
+  s.measured_call_bytes = s.last_call_allocated;
+  if (!cache_.empty())  // the most recently used entry: the last call's graph
+    s.measured_call_bytes += cache_.front()->graph->run_allocated.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -112,7 +112,12 @@ struct FunctionStats {
   size_t unplanned_bytes = 0;// the same without sharing
   size_t output_bytes = 0;   // planned bytes allocated per call (outputs)
   size_t persistent_bytes = 0;
-  size_t last_call_allocated = 0;  // bytes the last replay allocated (== output_bytes)
+  size_t last_call_allocated = 0;  // bytes the last replay allocated for its outputs
+  // The check of planned against measured bytes: what the last replay that finished
+  // allocated, its outputs plus what its kernels took while they ran (workspaces, e.g. a
+  // large sum's partial results). Equal to last_call_allocated when the plan foresaw
+  // everything; read it after a sync.
+  size_t measured_call_bytes = 0;
   int critical_path = 0;     // kernels on the longest chain of dependencies
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,6 +99,8 @@ struct Graph {
   // what a replay declares to the engine. Filled by prepare_replay().
   std::vector<int> external_reads, external_writes;
   std::mutex run_mu;  // one replay at a time uses the arena and the slot bindings
+  // Bytes the kernels of the last finished replay allocated while they ran (workspaces).
+  std::atomic<uint64_t> run_allocated{0};
 };
 
 }  // namespace tide::trace

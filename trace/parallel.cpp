@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/engine_impl.h"
 #include "core/futex.h"
 #include "core/profiler.h"
@@ -57,6 +58,19 @@ class BranchRun {
 
   // One thread's share: runs ready nodes until all ran or one failed.
   void participate() {
+    const uint64_t before = tide::detail::tl_allocated_bytes;
+    run_nodes();
+    allocated_.fetch_add(tide::detail::tl_allocated_bytes - before, std::memory_order_relaxed);
+  }
+
+  uint64_t allocated() const { return allocated_.load(std::memory_order_relaxed); }
+
+  void rethrow_failure() const {
+    if (error_node_ != SIZE_MAX) throw std::runtime_error(error_);
+  }
+
+ private:
+  void run_nodes() {
     for (int idle = 0;;) {
       if (failed_.load(std::memory_order_acquire)) return;
       uint32_t seen = epoch_.load(std::memory_order_seq_cst);
@@ -81,11 +95,6 @@ class BranchRun {
     }
   }
 
-  void rethrow_failure() const {
-    if (error_node_ != SIZE_MAX) throw std::runtime_error(error_);
-  }
-
- private:
   void run_node(size_t i) {
     const Node& node = g_.nodes[i];
     int64_t t0 = profiling_ ? profiler::detail::now_ns() : 0;
@@ -131,6 +140,7 @@ class BranchRun {
   std::atomic<bool> failed_{false};
   std::atomic<uint32_t> epoch_{0};  // a futex word
   std::atomic<int> sleepers_{0};
+  std::atomic<uint64_t> allocated_{0};
   std::mutex error_mu_;
   size_t error_node_ = SIZE_MAX;
   std::string error_;
@@ -140,13 +150,14 @@ class BranchRun {
 
 }  // namespace
 
-void run_parallel(const Graph& g) {
+uint64_t run_parallel(const Graph& g) {
   BranchRun run(g);
   int threads = std::max(1, std::min(g.streams, num_threads()));
   // One range per thread; a pool that runs the region inline hands the caller all of
   // them, and its one participate() runs every node.
   parallel_for(threads, 1, [&](int64_t, int64_t) { run.participate(); });
   run.rethrow_failure();
+  return run.allocated();
 }
 
 }  // namespace tide::trace

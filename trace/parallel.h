@@ -13,7 +13,8 @@ namespace tide::trace {
 // branches run (one parallel region at a time); when the pool is busy with another
 // stream's kernel, the caller runs every node itself. A failing node stops the others
 // from starting new nodes; once running nodes finished, the lowest-numbered failure is
-// rethrown with the message run_program gives it.
-void run_parallel(const Graph& g);
+// rethrown with the message run_program gives it. Returns the bytes the kernels allocated
+// while they ran, on all threads.
+uint64_t run_parallel(const Graph& g);
 
 }  // namespace tide::trace

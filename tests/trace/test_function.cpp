@@ -127,7 +127,36 @@ TEST(TraceFunction, ReplayAllocatesOnlyItsOutputs) {
   EXPECT_EQ(after.num_allocs - before.num_allocs, 1u);
   auto s = f.stats();
   EXPECT_EQ(s.last_call_allocated, Allocator::round_size(s.output_bytes));
+  EXPECT_EQ(s.measured_call_bytes, s.last_call_allocated);  // the plan foresaw everything
   EXPECT_LT(s.arena_bytes, s.unplanned_bytes);
+}
+
+// Kernels that take workspace while a replay runs show up in measured_call_bytes, on
+// every thread that runs nodes.
+TEST(TraceFunction, MeasuredBytesShowWorkspacesThePlanDidNotForesee) {
+  for (int streams : {1, 2}) {
+    auto f = trace::function(
+        [](const Tensor& x) {
+          std::vector<Tensor> out;
+          for (int k = 0; k < 2; ++k) {  // two independent nodes that each take 4 KB
+            Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), "scratchy");
+            Storage* r = x.storage();
+            Storage* w = y.storage();
+            Engine::get().submit("scratchy", {r}, {w}, [] {
+              Allocator::get().workspace(4096, "scratchy");
+            }, Site::current());
+            out.push_back(y);
+          }
+          return out;
+        },
+        {.name = "scratchy", .streams = streams});
+    Tensor x = ones({8});
+    f(x);
+    wait_all();
+    auto s = f.stats();
+    EXPECT_EQ(s.measured_call_bytes, s.last_call_allocated + 2 * Allocator::round_size(4096))
+        << "streams " << streams;
+  }
 }
 
 }  // namespace
