@@ -116,7 +116,15 @@ def main():
             print(f"  10000 x (y + 1): {what:<24} {t * 1e3:8.1f} us, {r:6.1f}x eager async "
                   f"({eager * 1e3:.0f} us) (target >= 50x: {'met' if r >= 50 else 'NOT met'})")
     te = get("BM_TextbookStepEager/real_time")
-    tt = get("BM_TextbookStepTraced/real_time")
+    tt = get("BM_TextbookStepTraced/streams:1/real_time")
+    tt2 = get("BM_TextbookStepTraced/streams:2/real_time")
+    t1 = get("BM_TowersReplay/streams:1/real_time")
+    t2 = get("BM_TowersReplay/streams:2/real_time")
+    if t1 and t2:
+        print(f"  4 towers replay, streams 1 / 2 {t1 * 1e3:8.1f} / {t2 * 1e3:8.1f} us = "
+              f"{t1 / t2:.2f}x with parallel branches")
+    if tt and tt2:
+        print(f"  MLP step traced, streams 2   {tt2:8.2f} ms = {tt2 / tt:.3f} x streams 1")
     if te and tt:
         print(f"  MLP step traced / eager      {tt:8.2f} / {te:8.2f} ms = {tt / te:.3f} "
               f"(target <= 1: {'met' if tt <= te else 'NOT met'}); peak memory: see the "
