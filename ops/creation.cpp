@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/philox.h"
+#include "core/random_scope.h"
 #include "ops/autograd.h"
 #include "ops/op_util.h"
 
@@ -66,12 +67,18 @@ template <bool kNormal>
 Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Site site) {
   const char* op = op_name(id);
   TIDE_CHECK(is_floating(dtype), op, "needs a floating dtype, got ", dtype);
-  // Eager: the counters are reserved now. Traced: the replay refreshes (offset, key) in
+  // Eager: the counters are reserved now (from the generator, or from the sub-stream of a
+  // RandomScope: core/random_scope.h). Traced: the replay refreshes (offset, key) in
   // `counter` before the kernel runs, so each replay draws what eager would draw.
   const uint64_t* counter = nullptr;
-  uint64_t fixed_offset = 0, fixed_key = gen.seed();
-  if (CaptureSink* c = capturing()) counter = c->random_counter(gen, uint64_t(shape.numel()));
-  else fixed_offset = gen.reserve(uint64_t(shape.numel()));
+  uint64_t fixed_offset = 0, fixed_key = 0;
+  if (CaptureSink* c = capturing()) {
+    counter = c->random_counter(gen, uint64_t(shape.numel()));
+  } else {
+    PhiloxCounter r = reserve_random(gen, uint64_t(shape.numel()));
+    fixed_offset = r.offset;
+    fixed_key = r.key;
+  }
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
   dispatch_floating(dtype, [&](auto z) {
     using T = decltype(z);

@@ -8,6 +8,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "core/random_scope.h"
 #include "trace/parallel.h"
 
 namespace tide::trace {
@@ -169,8 +170,11 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
   }
   c.counters.resize(2 * g.random.size());
   for (size_t i = 0; i < g.random.size(); ++i) {
-    c.counters[2 * i] = g.random[i].gen->reserve(g.random[i].numel);
-    c.counters[2 * i + 1] = g.random[i].gen->seed();
+    // From the generator, or from the sub-stream of an eager trace::loop body that calls
+    // this function (core/random_scope.h), as the eager ops would.
+    PhiloxCounter r = reserve_random(*g.random[i].gen, g.random[i].numel);
+    c.counters[2 * i] = r.offset;
+    c.counters[2 * i + 1] = r.key;
   }
   return c;
 }

@@ -5,6 +5,9 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/random_scope.h"
+#include "core/rng.h"
+#include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/op_util.h"
 #include "trace/executor.h"
@@ -52,11 +55,14 @@ struct LoopProgram {
   // A one-state body that is a single fused elementwise kernel reading the state and
   // writing the next state: run in place, all iterations per block in registers.
   std::shared_ptr<FusedKernel> iterated;
-  // Random ops in the body (int counts only): {offset, key} of the range the enclosing
-  // replay reserved, Philox blocks per iteration, and each op's first block in it.
+  // Random ops in the body: {offset, key} the enclosing replay refreshes, Philox blocks per
+  // iteration, and each op's first block in an iteration. An int count: the range of all
+  // n iterations, drawn at its offset under its key. A tensor count (`substream`): the one
+  // block the loop reserved; the body draws from offset 0 under substream_key(key, offset).
   const uint64_t* random_base = nullptr;
   uint64_t random_blocks = 0;
   std::vector<uint64_t> random_prefix;
+  bool substream = false;
 
   void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
            const std::vector<Storage*>& out) const {
@@ -83,6 +89,11 @@ struct LoopProgram {
       alt[j] = static_cast<unsigned char*>(spare[j]->data());
       std::memcpy(cur[j], static_cast<unsigned char*>(in[j]->data()) + in_offsets[j], bytes[j]);
     }
+    uint64_t random_offset = 0, random_key = 0;
+    if (random_base) {
+      random_offset = substream ? 0 : random_base[0];
+      random_key = substream ? substream_key(random_base[1], random_base[0]) : random_base[1];
+    }
     std::lock_guard<std::mutex> lock(body->run_mu);
     for (int64_t it = 0; it < n; ++it) {
       for (size_t j = 0; j < k; ++j) body_inputs[j]->rebind(cur[j]);
@@ -92,8 +103,8 @@ struct LoopProgram {
         if (v.kind == ValueKind::output && body_outputs[j].offset == 0) v.storage->rebind(alt[j]);
       }
       for (size_t r = 0; r < random_prefix.size(); ++r) {
-        body->random[r].slot[0] = random_base[0] + uint64_t(it) * random_blocks + random_prefix[r];
-        body->random[r].slot[1] = random_base[1];
+        body->random[r].slot[0] = random_offset + uint64_t(it) * random_blocks + random_prefix[r];
+        body->random[r].slot[1] = random_key;
       }
       run_program(*body);
       for (size_t j = 0; j < k; ++j) {  // identities, duplicates, views, constants
@@ -133,15 +144,23 @@ std::shared_ptr<FusedKernel> iterable(const Graph& body, const std::vector<Stora
   return written ? body.nodes[0].fused : nullptr;
 }
 
+// The generator a tensor-count loop body's sub-stream comes from: that of its random ops of
+// more than zero elements (nullptr: none). Throws "[loop]" for two.
+Generator* substream_generator(const Graph& body) {
+  Generator* gen = nullptr;
+  for (const RandomCounter& c : body.random) {
+    if (c.numel == 0) continue;
+    if (!gen) gen = c.gen;
+    TIDE_CHECK(c.gen == gen, "loop", tide::detail::kSubstreamTwoGenerators,
+               " (this body draws from two)");
+  }
+  return gen;
+}
+
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, std::source_location site) {
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
-  if (count.tensor.defined())
-    rec.refuse_random("random ops inside a traced trace::loop body need an int count (each "
-                      "iteration draws its own counters, reserved when the replay is queued, "
-                      "before a tensor count is known); pass the count as an int, draw the "
-                      "numbers outside the loop, or run the loop eagerly");
   std::vector<Tensor> ph, next;
   for (const Tensor& t : state) ph.push_back(rec.placeholder(t));
   {
@@ -159,10 +178,21 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);
-  // Random ops in the body: one range of counters for all n iterations, reserved by the
-  // enclosing replay in eager order; iteration i, op j draws at base + i * S + prefix_j.
+  // Random ops in the body, iteration i, op j drawing at base + i * S + prefix_j. A tensor
+  // count: one block reserved by the enclosing replay in eager order, the base 0 of the
+  // sub-stream it keys (see run()). An int count: one range of counters for all n
+  // iterations, reserved by the enclosing replay in eager order.
   const std::vector<RandomCounter>& rnd = prog->body->random;
-  if (!rnd.empty()) {
+  if (count.tensor.defined()) {
+    if (Generator* gen = substream_generator(*prog->body)) {
+      for (const RandomCounter& c : rnd) {
+        prog->random_prefix.push_back(prog->random_blocks);
+        prog->random_blocks += (c.numel + 3) / 4;
+      }
+      prog->random_base = outer.random_counter(*gen, 4);
+      prog->substream = true;
+    }
+  } else if (!rnd.empty()) {
     for (const RandomCounter& c : rnd)
       TIDE_CHECK(c.gen == rnd[0].gen, "loop",
                  "random ops inside one traced loop body must share a generator");
@@ -220,6 +250,37 @@ std::vector<Tensor> eager_loop(int64_t n, const LoopBody& body, std::vector<Tens
   return state;
 }
 
+// Eager, tensor count: the body draws from a RandomScope, which reserves its one block at
+// the body's first random op. With n == 0 the body does not run, so it is recorded once
+// (never run) to learn its generator, and the block is reserved all the same, as the
+// traced loop node does; a body that cannot be recorded (it reads a value on the host, so
+// it cannot be traced either) reserves nothing.
+std::vector<Tensor> eager_substream_loop(int64_t n, const LoopBody& body,
+                                         std::vector<Tensor> state) {
+  if (n > 0) {
+    tide::detail::RandomScope scope;
+    return eager_loop(n, body, std::move(state));
+  }
+  std::shared_ptr<Graph> g;
+  try {
+    Recorder rec("trace::loop body");
+    std::vector<Tensor> ph, next;
+    for (const Tensor& t : state) ph.push_back(rec.placeholder(t));
+    {
+      NoGrad no_grad;
+      Recording on(rec);
+      next = body(ph);
+    }
+    ph.clear();
+    g = rec.finish(std::move(next));
+  } catch (const std::exception&) {
+    g = nullptr;
+  }
+  if (g)
+    if (Generator* gen = substream_generator(*g)) reserve_random(*gen, 4);
+  return eager_loop(0, body, std::move(state));
+}
+
 std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vector<Tensor> state,
                              std::source_location site) {
   check_state(state, "loop");
@@ -230,6 +291,7 @@ std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vect
   }
   int64_t n = count.tensor.defined() ? count.tensor.item<int64_t>() : count.fixed;
   TIDE_CHECK(n >= 0, "loop", "count must be >= 0, got ", n);
+  if (count.tensor.defined()) return eager_substream_loop(n, body, std::move(state));
   return eager_loop(n, body, std::move(state));
 }
 

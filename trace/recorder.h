@@ -38,8 +38,6 @@ class Recorder final : public tide::detail::CaptureSink {
   // The fusion level nested recordings (loop bodies) use.
   void set_fusion(Fusion f) { fusion_ = f; }
   Fusion fusion() const { return fusion_; }
-  // Refuses random ops from now on (loop bodies), with `why` as the error.
-  void refuse_random(std::string why) { refuse_random_ = std::move(why); }
 
   // CaptureSink
   void record(const char* op, std::span<Storage* const> reads,
@@ -59,7 +57,6 @@ class Recorder final : public tide::detail::CaptureSink {
   std::vector<bool> created_;  // per value: made by this recording
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
-  std::string refuse_random_;
 };
 
 // Installs a recorder on the calling thread for a scope; restores the previous sink.

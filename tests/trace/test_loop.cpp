@@ -104,6 +104,170 @@ TEST(TraceLoop, RandomOpsInTheBodyMatchEagerAndAdvance) {
   }
 }
 
+// A tensor count: the body draws from a sub-stream keyed by one block the loop reserves, the
+// same in eager and traced mode, whatever the count (0 included).
+std::vector<Tensor> random_body(const std::vector<Tensor>& s) {
+  return std::vector<Tensor>{s[0] * 0.5 + randn({3}), s[1] + rand({2, 2}, DType::float64)};
+}
+std::vector<Tensor> random_around_loop(const Tensor& a, const Tensor& b, const Tensor& n) {
+  Tensor pre = randn({4});  // random ops before and after the loop keep their order
+  std::vector<Tensor> out = trace::loop(n, random_body, {a + pre.slice(0, 3), b});
+  return std::vector<Tensor>{out[0], out[1], randn({5})};
+}
+Tensor n_of(int64_t n) { return from_vector<int64_t>({n}, {1}); }
+
+TEST(TraceLoop, TensorCountRandomOpsMatchEager) {
+  Tensor a = zeros({3}), b = zeros({2, 2}, DType::float64);
+  const std::vector<int64_t> counts{3, 5, 0, 3, 1};
+  auto f = trace::function(random_around_loop);
+  manual_seed(21);
+  std::vector<std::vector<Tensor>> traced, eager;
+  for (int64_t n : counts) traced.push_back(f(a, b, n_of(n)));
+  uint64_t traced_offset = default_generator().offset();
+  manual_seed(21);
+  for (int64_t n : counts) eager.push_back(random_around_loop(a, b, n_of(n)));
+  EXPECT_EQ(default_generator().offset(), traced_offset);
+  for (size_t c = 0; c < counts.size(); ++c)
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(bitwise_equal(traced[c][i], eager[c][i])) << "call " << c << ", output " << i;
+  EXPECT_EQ(f.stats().traces, 1);
+  // n = 0 returns the initial state (and still reserves the block: the outputs after it
+  // matched above).
+  std::vector<double> pre = traced[2][0].to_vector<double>();
+  for (double v : pre) EXPECT_NE(v, 0.0);
+  EXPECT_TRUE(bitwise_equal(traced[2][1], b));
+}
+
+// The loop advances the generator by one Philox block, whatever the count.
+TEST(TraceLoop, TensorCountReservesOneBlock) {
+  Tensor a = zeros({3}), b = zeros({2, 2}, DType::float64);
+  auto only_loop = [](const Tensor& a, const Tensor& b, const Tensor& n) {
+    return trace::loop(n, random_body, {a, b});
+  };
+  auto f = trace::function(only_loop);
+  for (int64_t n : {4, 0, 2}) {
+    uint64_t before = default_generator().offset();
+    f(a, b, n_of(n));
+    EXPECT_EQ(default_generator().offset() - before, 1u) << "traced, n = " << n;
+    before = default_generator().offset();
+    only_loop(a, b, n_of(n));
+    EXPECT_EQ(default_generator().offset() - before, 1u) << "eager, n = " << n;
+  }
+  // A body without random ops reserves nothing.
+  uint64_t before = default_generator().offset();
+  trace::loop(n_of(3), step, a);
+  trace::loop(n_of(0), step, a);
+  EXPECT_EQ(default_generator().offset(), before);
+}
+
+TEST(TraceLoop, TensorCountRandomOpsAdvanceEachCall) {
+  Tensor a = zeros({3}), b = zeros({2, 2}, DType::float64);
+  auto f = trace::function(random_around_loop);
+  std::vector<Tensor> t1 = f(a, b, n_of(4)), t2 = f(a, b, n_of(4));
+  std::vector<Tensor> e1 = random_around_loop(a, b, n_of(4));
+  std::vector<Tensor> e2 = random_around_loop(a, b, n_of(4));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(bitwise_equal(t1[i], t2[i])) << i;
+    EXPECT_FALSE(bitwise_equal(e1[i], e2[i])) << i;
+  }
+}
+
+TEST(TraceLoop, TensorCountRandomOpsRepeatWithTheSeed) {
+  Tensor a = zeros({3}), b = zeros({2, 2}, DType::float64);
+  auto run = [&] {
+    auto f = trace::function(random_around_loop);  // a fresh trace each time
+    std::vector<Tensor> out;
+    for (int64_t n : {2, 6}) {
+      std::vector<Tensor> r = f(a, b, n_of(n));
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+  };
+  manual_seed(1234);
+  std::vector<Tensor> r1 = run();
+  manual_seed(1234);
+  std::vector<Tensor> r2 = run();
+  ASSERT_EQ(r1.size(), r2.size());
+  for (size_t i = 0; i < r1.size(); ++i) EXPECT_TRUE(bitwise_equal(r1[i], r2[i])) << i;
+}
+
+// A traced function called from an eager tensor-count body draws from the sub-stream, as
+// its ops do when the enclosing loop is traced (and the function is inlined).
+TEST(TraceLoop, TracedFunctionInsideATensorCountBodyUsesTheSubstream) {
+  auto noise = trace::function([](const Tensor& t) { return t + randn(t.shape()); });
+  auto body = [&](const std::vector<Tensor>& s) { return std::vector<Tensor>{noise(s[0]) * 0.5}; };
+  Tensor a = zeros({5});
+  noise(a);  // traced once: later calls from the eager body replay
+  auto outer = trace::function([&](const Tensor& x, const Tensor& n) {
+    return trace::loop(n, body, {x})[0] + randn({5});
+  });
+  for (int64_t n : {3, 1}) {
+    manual_seed(21);
+    Tensor eager = trace::loop(n_of(n), body, {a})[0] + randn({5});
+    manual_seed(21);
+    Tensor traced = outer(a, n_of(n));
+    EXPECT_TRUE(bitwise_equal(eager, traced)) << "n = " << n;
+  }
+}
+
+// The sub-stream is not the int-count stream: same seed, same body, other numbers.
+TEST(TraceLoop, TensorCountNumbersDifferFromIntCount) {
+  Tensor a = zeros({3}), b = zeros({2, 2}, DType::float64);
+  manual_seed(77);
+  std::vector<Tensor> by_int = trace::loop(3, random_body, {a, b});
+  manual_seed(77);
+  std::vector<Tensor> by_tensor = trace::loop(n_of(3), random_body, {a, b});
+  for (size_t i = 0; i < 2; ++i) EXPECT_FALSE(bitwise_equal(by_int[i], by_tensor[i])) << i;
+}
+
+// Loops nest: an inner loop takes its counters from the enclosing loop's sub-stream.
+TEST(TraceLoop, NestedLoopsWithRandomOpsMatchEager) {
+  auto run = [](const Tensor& x, const Tensor& n, const Tensor& m) {
+    Tensor y = trace::loop(n, [&](const Tensor& s) {
+      Tensor inner = trace::loop(2, [](const Tensor& t) { return t + randn({3}); }, s);
+      return trace::loop(m, [](const Tensor& t) { return t * 0.5 + rand({3}); }, inner) +
+             randn({3});
+    }, x);
+    return trace::loop(3, [&](const Tensor& s) {  // a tensor count inside an int count
+      return trace::loop(m, [](const Tensor& t) { return t - rand({3}); }, s);
+    }, y);
+  };
+  auto f = trace::function(run);
+  Tensor x = zeros({3});
+  const std::vector<std::pair<int64_t, int64_t>> counts{{2, 3}, {3, 0}, {0, 2}, {1, 1}};
+  manual_seed(5);
+  std::vector<Tensor> traced;
+  for (auto [n, m] : counts) traced.push_back(f(x, n_of(n), n_of(m)));
+  manual_seed(5);
+  for (size_t c = 0; c < counts.size(); ++c)
+    EXPECT_TRUE(bitwise_equal(traced[c], run(x, n_of(counts[c].first), n_of(counts[c].second))))
+        << c;
+}
+
+TEST(TraceLoop, TensorCountBodyWithTwoGeneratorsIsRefused) {
+  Generator other(5);
+  auto body = [&](const Tensor& t) { return t + randn({2}) + rand({2}, DType::float32, other); };
+  auto run = [&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); };
+  auto f = trace::function(run);
+  Tensor x = ones({2});
+  const std::string msg = "[loop] random ops inside one trace::loop body with a tensor count "
+                          "must draw from one generator";
+  for (int64_t n : {2, 0}) {
+    EXPECT_NE(error_of([&] { f(x, n_of(n)); }).find(msg), std::string::npos) << "traced " << n;
+    EXPECT_NE(error_of([&] { run(x, n_of(n)); }).find(msg), std::string::npos) << "eager " << n;
+  }
+  // One generator that is not the default one is fine.
+  auto own = [&](const Tensor& x, const Tensor& n) {
+    return trace::loop(
+        n, [&](const Tensor& t) { return t + randn({2}, DType::float32, other); }, x);
+  };
+  auto g = trace::function(own);
+  other.manual_seed(3);
+  Tensor t = g(x, n_of(4));
+  other.manual_seed(3);
+  EXPECT_TRUE(bitwise_equal(t, own(x, n_of(4))));
+}
+
 TEST(TraceLoop, ErrorsAreClear) {
   Tensor x = ones({2});
   EXPECT_NE(error_of([&] { trace::loop(-1, step, x); }).find("[loop] count must be >= 0"),
@@ -113,12 +277,7 @@ TEST(TraceLoop, ErrorsAreClear) {
             std::string::npos);
   EXPECT_NE(error_of([&] { trace::loop(ones({2}), step, x); }).find("one-element"),
             std::string::npos);
-  auto f = trace::function([](const Tensor& x, const Tensor& n) {
-    return trace::loop(n, [](const Tensor& t) { return t + randn({2}); }, x);
-  });
-  EXPECT_NE(error_of([&] { f(x, from_vector<int64_t>({3}, {1})); })
-                .find("random ops inside a traced trace::loop body need an int count"),
-            std::string::npos);
+  // A tensor-count body drawing from two generators: TensorCountBodyWithTwoGeneratorsIsRefused.
   // A negative runtime count fails the replay at sync.
   auto g = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
   Tensor bad = g(x, from_vector<int64_t>({-3}, {1}));
