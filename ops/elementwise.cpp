@@ -41,6 +41,7 @@ void describe_flat(OpId id, F f, EwOperand a, EwOperand b, DataRef<O> out, int64
   d.out_offset = out.offset;
   if constexpr (arity == 2) d.block = &ew_binary_block<O, T, F>;
   else d.block = &ew_unary_block<O, T, F>;
+  if constexpr (std::is_same_v<O, T>) d.iterate = &ew_iterate<T, F, arity>;
   store_functor(d, f);
   c->describe_next(&d, sizeof(d));
 }

@@ -26,6 +26,13 @@ struct EwOperand {
 using EwBlockFn = void (*)(const void* functor, const void* a, int64_t sa, const void* b,
                            int64_t sb, void* o, int64_t n);
 
+// A loop body of this one op, state in o: o[i] = f(o[i], b[i*sb]) (unary: f(o[i])) applied
+// `iterations` times, each element's chain kept in registers. Only for ops whose output
+// dtype is their input dtype; the same functor in the same order, so the same bits as
+// `iterations` separate ops.
+using EwIterateFn = void (*)(const void* functor, const void* b, int64_t sb, void* o,
+                             int64_t n, int64_t iterations);
+
 struct ElementwiseDesc {
   OpId id;
   int arity = 2;
@@ -35,6 +42,7 @@ struct ElementwiseDesc {
   Storage* out_storage = nullptr;
   int64_t out_offset = 0;
   EwBlockFn block = nullptr;
+  EwIterateFn iterate = nullptr;  // set when out == in
   alignas(8) unsigned char functor[16] = {};
 };
 
@@ -55,6 +63,31 @@ void ew_unary_block(const void* f, const void* a, int64_t sa, const void*, int64
     for (int64_t i = 0; i < n; ++i) po[i] = O(fn(pa[i]));
   else
     for (int64_t i = 0; i < n; ++i) po[i] = O(fn(*pa));
+}
+
+template <class T, class F, int kArity>
+void ew_iterate(const void* f, const void* b, int64_t sb, void* o, int64_t n,
+                int64_t iterations) {
+  const F& fn = *static_cast<const F*>(f);
+  T* po = static_cast<T*>(o);
+  const T* pb = static_cast<const T*>(b);
+  constexpr int64_t kLanes = 16;  // independent chains interleaved: latency hidden
+  for (int64_t i0 = 0; i0 < n; i0 += kLanes) {
+    const int64_t len = n - i0 < kLanes ? n - i0 : kLanes;
+    T x[kLanes] = {}, y[kLanes] = {};
+    for (int64_t j = 0; j < len; ++j) {
+      x[j] = po[i0 + j];
+      if constexpr (kArity == 2) y[j] = pb[(i0 + j) * sb];
+    }
+    // All lanes every time (a fixed trip count vectorises; unused lanes hold zeros and
+    // are never stored).
+    for (int64_t it = 0; it < iterations; ++it)
+      for (int64_t j = 0; j < kLanes; ++j) {
+        if constexpr (kArity == 2) x[j] = T(fn(x[j], y[j]));
+        else x[j] = T(fn(x[j]));
+      }
+    for (int64_t j = 0; j < len; ++j) po[i0 + j] = x[j];
+  }
 }
 
 template <class F>

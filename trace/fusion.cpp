@@ -43,10 +43,26 @@ void FusedKernel::run(int64_t iterations) {
   int64_t blocks = (n + kBlock - 1) / kBlock;
   int64_t grain = std::max<int64_t>(1, tide::detail::kParallelGrain / kBlock);
   const size_t esize = elem_size;
+  // A loop body of one op on its state (y = f(y, b), b not the state): its iterate
+  // function runs all iterations of a block in registers.
+  bool one_op_in_place = false;
+  if (hot.size() == 1 && steps[0].iterate) {
+    const Hot& h = hot[0];
+    const unsigned char *state = h.base[0], *end = state + size_t(n) * esize;
+    bool b_is_state = !h.is_reg[1] && h.base[1] >= state && h.base[1] < end;
+    one_op_in_place = !h.is_reg[0] && !h.is_reg[2] && state == h.base[2] && h.advance[0] == 1 &&
+                      h.advance[2] == 1 && !b_is_state;
+  }
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
+      if (iterations > 1 && one_op_in_place) {
+        const Hot& h = hot[0];
+        steps[0].iterate(h.functor, h.base[1] + size_t(i0 * h.advance[1]) * esize, h.stride[1],
+                         h.base[2] + size_t(i0) * esize, len, iterations);
+        continue;
+      }
       if (iterations > 1 && hot.size() <= kMaxIteratedSteps) {
         // A loop body: the operands of a block do not change between iterations.
         unsigned char* ptr[kMaxIteratedSteps][3];
@@ -123,6 +139,7 @@ class GroupBuilder {
       out.fused_ops += n.fused_ops;
       FusedKernel::Step s;
       s.block = n.ew->block;
+      s.iterate = n.ew->iterate;
       std::memcpy(s.functor, n.ew->functor, sizeof(s.functor));
       s.a = operand(n.ew->a, reg_of, out, add_unique);
       if (n.ew->arity == 2) s.b = operand(n.ew->b, reg_of, out, add_unique);

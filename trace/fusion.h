@@ -38,6 +38,7 @@ struct FusedKernel {
   };
   struct Step {
     tide::detail::EwBlockFn block = nullptr;
+    tide::detail::EwIterateFn iterate = nullptr;  // see run(iterations)
     alignas(8) unsigned char functor[16] = {};
     Operand a, b;
     Operand out;  // reg or mem
@@ -70,7 +71,9 @@ struct FusedKernel {
   // Runs the chain over all n elements; callers serialise runs (the graph's run lock).
   // With iterations > 1, runs the whole chain that many times per block before moving on:
   // valid only when the chain's output is its own input (a trace::loop body bound in
-  // place, see trace/loop.cpp), since every element's chain is independent.
+  // place, see trace/loop.cpp), since every element's chain is independent. A one-step
+  // chain whose state is its first operand runs the op's own iterate function (all
+  // iterations per element in registers, no call per iteration).
   void run(int64_t iterations = 1);
 };
 

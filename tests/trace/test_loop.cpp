@@ -1,6 +1,9 @@
 // trace::loop: loop node == unrolled loop == eager loop; n = 0; a runtime count.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <vector>
+
 #include "core/engine.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -44,6 +47,36 @@ TEST(TraceLoop, FusedBodyAndRuntimeCount) {
     EXPECT_TRUE(bitwise_equal(got, eager)) << n;
   }
   EXPECT_EQ(f.stats().traces, 1);  // the count is a value, not part of the signature
+}
+
+// Fused one-op bodies run every iteration of a block in registers (the op's iterate
+// function): still eager's bits, for scalar, tensor, one-element and unary operands, and
+// when the other operand is the state itself (which must not be read once and kept).
+TEST(TraceLoop, OneOpBodiesIterateInRegistersBitwise) {
+  for (DType dt : {DType::float32, DType::float64}) {
+    for (int64_t size : {5, 37, 300}) {
+      Tensor c = randn({size}, dt) * 0.01, one = full({1}, 0.75, dt);
+      std::vector<std::function<Tensor(const Tensor&)>> bodies{
+          [](const Tensor& y) { return y + 1.0; },
+          [&](const Tensor& y) { return y * (c + 1.0); },
+          [&](const Tensor& y) { return y - one; },
+          [](const Tensor& y) { return tanh(y); },
+          [](const Tensor& y) { return y + y; },
+      };
+      for (size_t k = 0; k < bodies.size(); ++k) {
+        auto f = trace::function(
+            [&](const Tensor& x, const Tensor& n) { return trace::loop(n, bodies[k], x); },
+            {.fusion = trace::Fusion::elementwise});
+        Tensor x = randn({size}, dt) * 0.5;
+        for (int64_t n : {0, 1, 50}) {
+          Tensor eager = x;
+          for (int64_t i = 0; i < n; ++i) eager = bodies[k](eager);
+          EXPECT_TRUE(bitwise_equal(f(x, from_vector<int64_t>({n}, {1})), eager))
+              << name(dt) << ", size " << size << ", body " << k << ", n " << n;
+        }
+      }
+    }
+  }
 }
 
 TEST(TraceLoop, ZeroIterationsReturnTheInputState) {
