@@ -1,7 +1,8 @@
 // `tide loop`: the textbook's third experiment completed with the traced mode: n times
-// y = x + 1 on a 1x2 tensor, five ways — a sync after each op, one sync at the end, a
+// y = x + 1 on a 1x2 tensor, six ways — a sync after each op, one sync at the end, a
 // traced function with the loop unrolled (replayed as one task), a traced loop node (the
-// body recorded once, run n times inside one task), and the unrolled trace with
+// body recorded once, run n times inside one task), the same with its body fused (the
+// add's own loop over all n iterations, in registers), and the unrolled trace with
 // elementwise fusion (one kernel evaluating the n adds per element). Prints time per
 // iteration and the speed-up over eager with one sync, then checks every result.
 #include <iostream>
@@ -60,9 +61,12 @@ int loop_main(const Args& args) {
   };
   auto unrolled = trace::function(add_chain, {.name = "unrolled"});
   auto fused = trace::function(add_chain, {.name = "fused", .fusion = trace::Fusion::elementwise});
-  auto node = trace::function(
-      [n](const Tensor& x) { return trace::loop(n, [](const Tensor& y) { return y + 1.0; }, x); },
-      {.name = "loop_node"});
+  auto loop_body = [n](const Tensor& x) {
+    return trace::loop(n, [](const Tensor& y) { return y + 1.0; }, x);
+  };
+  auto node = trace::function(loop_body, {.name = "loop_node"});
+  auto fused_node = trace::function(
+      loop_body, {.name = "loop_node_fused", .fusion = trace::Fusion::elementwise});
 
   std::vector<Way> ways;
   Tensor y;
@@ -89,6 +93,7 @@ int loop_main(const Args& args) {
   add("eager, one sync at the end", [&] { return add_chain(x); });
   add("traced, loop unrolled", [&] { return unrolled(x); });
   add("traced, loop node", [&] { return node(x); });
+  add("traced, loop node + fused", [&] { return fused_node(x); });
   add("traced, unrolled + fused", [&] { return fused(x); });
 
   const double base = ways[1].seconds;
@@ -111,7 +116,9 @@ int loop_main(const Args& args) {
          "to the worker). A trace pays that once per call: the replay is one engine task that "
          "walks the recorded kernels; the loop node records the body once and runs it n times "
          "in that task; fusion turns the n adds into one kernel that applies them per "
-         "element, with no intermediate buffers.\n";
+         "element, with no intermediate buffers. A fused loop body of one op runs that op's "
+         "own loop: all n iterations of a block of elements in registers, with no call per "
+         "iteration.\n";
   return all_ok ? 0 : 1;
 }
 
