@@ -91,6 +91,7 @@ class BranchRun {
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         tide::detail::futex_wait(&epoch_, seen);
         sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        idle = 0;  // woken: something changed, look again before sleeping again
       }
     }
   }
