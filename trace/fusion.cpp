@@ -12,11 +12,43 @@ namespace tide::trace {
 
 double fusion_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 1e-6; }
 
+namespace {
+
+bool same_operand(const FusedKernel::Operand& x, const FusedKernel::Operand& y) {
+  if (x.kind != y.kind || x.stride != y.stride) return false;
+  switch (x.kind) {
+    case FusedKernel::Operand::reg: return x.reg_index == y.reg_index;
+    case FusedKernel::Operand::mem: return x.storage == y.storage && x.offset == y.offset;
+    case FusedKernel::Operand::scalar: return std::memcmp(x.value, y.value, sizeof(x.value)) == 0;
+  }
+  return false;
+}
+
+// A step that updates one register in place from an operand it does not write.
+bool in_place_on_register(const FusedKernel::Step& s) {
+  return s.iterate && s.a.kind == FusedKernel::Operand::reg &&
+         s.out.kind == FusedKernel::Operand::reg && s.a.reg_index == s.out.reg_index &&
+         !(s.b.kind == FusedKernel::Operand::reg && s.b.reg_index == s.out.reg_index);
+}
+
+bool same_step(const FusedKernel::Step& x, const FusedKernel::Step& y) {
+  return x.block == y.block && std::memcmp(x.functor, y.functor, sizeof(x.functor)) == 0 &&
+         same_operand(x.a, y.a) && same_operand(x.b, y.b) && same_operand(x.out, y.out);
+}
+
+}  // namespace
+
 void FusedKernel::finalize() {
   hot.clear();
   mem.clear();
-  for (const Step& st : steps) {
+  for (size_t j = 0; j < steps.size(); ++j) {
+    const Step& st = steps[j];
+    if (j > 0 && in_place_on_register(st) && same_step(st, steps[j - 1])) {
+      ++hot.back().repeat;  // re-rolled: the run's first step has the operands already
+      continue;
+    }
     Hot h;
+    h.iterate = in_place_on_register(st) ? st.iterate : nullptr;
     h.block = st.block;
     h.functor = st.functor;
     const Operand* ops[3] = {&st.a, &st.b, &st.out};
@@ -46,13 +78,18 @@ void FusedKernel::run(int64_t iterations) {
   // A loop body of one op on its state (y = f(y, b), b not the state): its iterate
   // function runs all iterations of a block in registers.
   bool one_op_in_place = false;
-  if (hot.size() == 1 && steps[0].iterate) {
+  if (hot.size() == 1 && hot[0].repeat == 1 && steps[0].iterate) {
     const Hot& h = hot[0];
     const unsigned char *state = h.base[0], *end = state + size_t(n) * esize;
     bool b_is_state = !h.is_reg[1] && h.base[1] >= state && h.base[1] < end;
     one_op_in_place = !h.is_reg[0] && !h.is_reg[2] && state == h.base[2] && h.advance[0] == 1 &&
                       h.advance[2] == 1 && !b_is_state;
   }
+  // One Hot over a block: a single step, or a re-rolled run of identical in-place steps.
+  auto apply = [](const Hot& h, unsigned char* const* p, int64_t len) {
+    if (h.repeat > 1) h.iterate(h.functor, p[1], h.stride[1], p[2], len, h.repeat);
+    else h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
+  };
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
     for (int64_t b = b0; b < b1; ++b) {
@@ -71,10 +108,7 @@ void FusedKernel::run(int64_t iterations) {
             ptr[j][k] = hot[j].is_reg[k] ? regs + hot[j].reg_offset[k]
                                          : hot[j].base[k] + size_t(i0 * hot[j].advance[k]) * esize;
         for (int64_t it = 0; it < iterations; ++it)
-          for (size_t j = 0; j < hot.size(); ++j) {
-            const Hot& h = hot[j];
-            h.block(h.functor, ptr[j][0], h.stride[0], ptr[j][1], h.stride[1], ptr[j][2], len);
-          }
+          for (size_t j = 0; j < hot.size(); ++j) apply(hot[j], ptr[j], len);
         continue;
       }
       for (int64_t it = 0; it < iterations; ++it)
@@ -82,7 +116,7 @@ void FusedKernel::run(int64_t iterations) {
           unsigned char* p[3];
           for (int k = 0; k < 3; ++k)
             p[k] = h.is_reg[k] ? regs + h.reg_offset[k] : h.base[k] + size_t(i0 * h.advance[k]) * esize;
-          h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
+          apply(h, p, len);
         }
     }
   });

@@ -46,6 +46,8 @@ struct FusedKernel {
   // What run() walks: one compact record per step (a long chain must stay in cache).
   struct Hot {
     tide::detail::EwBlockFn block = nullptr;
+    tide::detail::EwIterateFn iterate = nullptr;
+    int64_t repeat = 1;             // > 1: that many identical in-place steps (iterate)
     const void* functor = nullptr;  // into the step's functor bytes
     unsigned char* base[3] = {};    // a, b, out: mem (per run), scalar value; unused for reg
     uint32_t reg_offset[3] = {};
@@ -66,7 +68,9 @@ struct FusedKernel {
   size_t elem_size = 4;
   int registers = 0;
 
-  // Builds `hot` from `steps`; call once after the steps are final.
+  // Builds `hot` from `steps`; call once after the steps are final. Consecutive identical
+  // steps that update one register in place (an unrolled `for` of one op: y = y + 1, ...)
+  // become one Hot run by the op's iterate function: the trace re-rolls the loop.
   void finalize();
   // Runs the chain over all n elements; callers serialise runs (the graph's run lock).
   // With iterations > 1, runs the whole chain that many times per block before moving on:

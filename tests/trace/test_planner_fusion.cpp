@@ -138,6 +138,33 @@ TEST(TraceFusion, LargeFusedChainsUseThePoolAndMatchEager) {
   EXPECT_EQ(f.stats().kernels, 1);
 }
 
+// An unrolled `for` of one op (y = y + 1, ...) is re-rolled inside the fused kernel: one
+// entry run by the op's iterate function, with eager's bits. Covers a scalar operand, an
+// operand held in another register, a unary op and a block size that is not a multiple of
+// the iterate function's 16 lanes.
+TEST(TraceFusion, UnrolledLoopsOfOneOpAreReRolledBitwise) {
+  for (int64_t size : {7, 300}) {
+    Tensor c = randn({size}) * 0.01;
+    auto body = [&](const Tensor& x) {
+      Tensor scale = c + 1.0;  // a register the multiplications read
+      Tensor y = x * 0.5;
+      for (int i = 0; i < 200; ++i) y = y + 1.0;
+      for (int i = 0; i < 40; ++i) y = y * scale;
+      for (int i = 0; i < 30; ++i) y = tanh(y);
+      return y;
+    };
+    auto f = trace::function(body, {.fusion = trace::Fusion::elementwise});
+    Tensor x = randn({size});
+    EXPECT_TRUE(bitwise_equal(f(x), body(x))) << size;
+    auto g = f.graph(x);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(g->nodes.size(), 1u);
+    const trace::FusedKernel& fk = *g->nodes[0].fused;
+    EXPECT_EQ(fk.steps.size(), 272u);
+    EXPECT_LE(fk.hot.size(), 8u);  // scale, x * 0.5, three runs, and the written result
+  }
+}
+
 TEST(TraceFusion, ValuesNeededOutsideTheRunAreWritten) {
   auto g = [](const Tensor& x) {
     Tensor a = exp(x);
