@@ -90,10 +90,12 @@ void ew_iterate(const void* f, const void* b, int64_t sb, void* o, int64_t n,
   }
 }
 
+// Stateless functors (Add, Tanh, ...) copy nothing: the byte of an empty class is
+// indeterminate, and the fusion pass compares functor bytes to find identical steps.
 template <class F>
 void store_functor(ElementwiseDesc& d, const F& f) {
   static_assert(sizeof(F) <= sizeof(d.functor) && std::is_trivially_copyable_v<F>);
-  std::memcpy(d.functor, &f, sizeof(F));
+  if constexpr (!std::is_empty_v<F>) std::memcpy(d.functor, &f, sizeof(F));
 }
 
 template <class T>

@@ -31,6 +31,8 @@ bool in_place_on_register(const FusedKernel::Step& s) {
          !(s.b.kind == FusedKernel::Operand::reg && s.b.reg_index == s.out.reg_index);
 }
 
+// Equal functor bytes mean equal functors (stateless ones store no bytes); padding could
+// only make equal functors look different, which leaves a run as separate steps.
 bool same_step(const FusedKernel::Step& x, const FusedKernel::Step& y) {
   return x.block == y.block && std::memcmp(x.functor, y.functor, sizeof(x.functor)) == 0 &&
          same_operand(x.a, y.a) && same_operand(x.b, y.b) && same_operand(x.out, y.out);
