@@ -183,25 +183,23 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   // sub-stream it keys (see run()). An int count: one range of counters for all n
   // iterations, reserved by the enclosing replay in eager order.
   const std::vector<RandomCounter>& rnd = prog->body->random;
+  Generator* gen = nullptr;
   if (count.tensor.defined()) {
-    if (Generator* gen = substream_generator(*prog->body)) {
-      for (const RandomCounter& c : rnd) {
-        prog->random_prefix.push_back(prog->random_blocks);
-        prog->random_blocks += (c.numel + 3) / 4;
-      }
-      prog->random_base = outer.random_counter(*gen, 4);
-      prog->substream = true;
-    }
+    gen = substream_generator(*prog->body);
   } else if (!rnd.empty()) {
     for (const RandomCounter& c : rnd)
       TIDE_CHECK(c.gen == rnd[0].gen, "loop",
                  "random ops inside one traced loop body must share a generator");
+    gen = rnd[0].gen;
+  }
+  if (gen) {
     for (const RandomCounter& c : rnd) {
       prog->random_prefix.push_back(prog->random_blocks);
       prog->random_blocks += (c.numel + 3) / 4;
     }
+    prog->substream = count.tensor.defined();
     prog->random_base = outer.random_counter(
-        *rnd[0].gen, uint64_t(count.fixed) * prog->random_blocks * 4);
+        *gen, prog->substream ? 4 : uint64_t(count.fixed) * prog->random_blocks * 4);
   }
 
   // The node: reads the initial state, the count and what the body reads from outside;

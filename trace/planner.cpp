@@ -19,15 +19,11 @@ bool overlaps(const Value& a, const Value& b) { return a.first <= b.last && b.fi
 
 PlanSummary plan(Graph& g) {
   g.deps = dependencies(g);
-  for (Value& v : g.values) v.first = v.last = -1;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    auto touch = [&](int id) {
-      Value& v = g.values[size_t(id)];
-      if (v.first < 0) v.first = int(i);
-      v.last = int(i);
-    };
-    for (int id : g.nodes[i].reads) touch(id);
-    for (int id : g.nodes[i].writes) touch(id);
+  // Lifetimes: the first and last node touching each value.
+  const std::vector<std::vector<int>> acc = accessors(g);
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    g.values[i].first = acc[i].empty() ? -1 : acc[i].front();
+    g.values[i].last = acc[i].empty() ? -1 : acc[i].back();
   }
   PlanSummary s;
   std::vector<int> order;
@@ -50,11 +46,7 @@ PlanSummary plan(Graph& g) {
   // Sequential replays: values whose lifetimes overlap in program order conflict. With
   // parallel branches, any two values the dependencies do not order may be alive at once.
   std::unique_ptr<Reachability> reach;
-  std::vector<std::vector<int>> acc;
-  if (g.streams > 1) {
-    reach = std::make_unique<Reachability>(g.deps);
-    acc = accessors(g);
-  }
+  if (g.streams > 1) reach = std::make_unique<Reachability>(g.deps);
   auto before = [&](int a, int b) {  // every access to a happens before every access to b
     for (int x : acc[size_t(a)])
       for (int y : acc[size_t(b)])
