@@ -69,7 +69,7 @@ class Allocator {
   // Called by the engine: a function that waits for some queued work to finish and
   // release storages; returns false when nothing is in flight.
   using ReclaimFn = bool (*)();
-  void set_reclaim(ReclaimFn f) { reclaim_ = f; }
+  static void set_reclaim(ReclaimFn f) { reclaim_ = f; }
 
   ~Allocator();
 
@@ -87,7 +87,7 @@ class Allocator {
   std::vector<Storage*> cache_[kNumClasses];
   std::atomic<size_t> active_{0}, peak_{0}, cached_{0}, limit_{0};
   std::atomic<uint64_t> num_allocs_{0}, num_system_allocs_{0}, stalls_{0}, stall_ns_{0};
-  ReclaimFn reclaim_ = nullptr;
+  static inline ReclaimFn reclaim_ = nullptr;  // one engine for every device
 };
 
 }  // namespace tide

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "core/device.h"
+#include "core/kernel_context.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -19,12 +20,15 @@ class Generator;
 
 namespace detail {
 
+// A recorded kernel: what a queued task would have run, with the context it would get.
+using Kernel = std::function<void(const KernelContext&)>;
+
 class CaptureSink {
  public:
   virtual ~CaptureSink() = default;
   // An op that would have been queued: its kernel, and the storages it reads and writes.
   virtual void record(const char* op, std::span<Storage* const> reads,
-                      std::span<Storage* const> writes, std::function<void()> kernel,
+                      std::span<Storage* const> writes, Kernel kernel,
                       std::source_location site) = 0;
   // A storage for a tensor created while recording.
   virtual StorageRef allocate(size_t bytes, Device device, const char* op) = 0;

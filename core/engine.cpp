@@ -1,264 +1,122 @@
+// The engine's frontend: the submit path (lock, reclaim batch, backpressure, slot, hazards,
+// publish), syncs, shutdown and stats. The pieces it orchestrates live beside it: hazard
+// tracking (hazards.h), backpressure rules (backpressure.h), reclaim (reclaim.h), the
+// worker and the CPU device (stream_worker.cpp), other devices (device_stream.h).
 #include "core/engine.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "core/allocator.h"
+#include "core/backpressure.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
-#include "core/futex.h"
 #include "core/failure.h"
+#include "core/futex.h"
+#include "core/hazards.h"
 #include "core/profiler.h"
-#include "core/spinlock.h"
 
 namespace tide {
 
 namespace {
 constexpr int kMaxStreams = 64;
-constexpr int64_t kSpinNs = 50'000;  // spin this long before sleeping (a futex wake ~2.5 µs,
-                                     // an idle-core wake via condvar ~55 µs on these machines)
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-constexpr int64_t kYieldNs = 1'000'000;  // then yield the core this long before sleeping
-
-// Spins up to kSpinNs while pred() is false, then keeps polling with sched_yield up to
-// kYieldNs: a yielding thread gives its core to any other runnable thread (OpenBLAS's, the
-// pool's) but still sees pred() flip within microseconds, where a futex sleep costs a wake
-// of ~50 us on these VMs (a replay-and-read loop would pay two per call). Returns pred().
-template <class Pred>
-bool spin_until(Pred pred) {
-  if (pred()) return true;
-  int64_t deadline = 0, yield_until = 0;
-  for (int i = 1;; ++i) {
-    if (yield_until) std::this_thread::yield();
-    else cpu_relax();
-    if (pred()) return true;
-    if ((i & 63) == 0 || yield_until) {
-      int64_t now = steady_ns();
-      if (!deadline) {
-        deadline = now + kSpinNs;
-      } else if (now > deadline) {
-        if (!yield_until) yield_until = now + kYieldNs;
-        else if (now > yield_until) return false;
-      }
-    }
-  }
-}
+constexpr int kMaxGpus = 16;
 
 thread_local StreamImpl* tl_current_stream = nullptr;
 thread_local int tl_synchronous = -1;  // -1: follow the engine setting
+
+// More hazards than a task has wait slots (rare): wait here, on the host. Workers never
+// take the engine lock, so this cannot deadlock with them.
+void wait_on_host(void* state, StreamPos pos) { static_cast<Engine::State*>(state)->wait_pos(pos); }
 }  // namespace
 
-struct Engine::State {
-  SpinLock mu;  // frontend lock: submit, reclaim, hazard state. Never taken by workers.
-  std::deque<StreamImpl> streams;
-  std::vector<Segment*> free_segments;
-  std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
-  std::atomic<uint64_t> max_ops{0}, max_bytes{0};
-  std::atomic<bool> synchronous{false};
-  bool shutting_down = false;  // under mu
-  std::atomic<uint64_t> inflight_bytes{0};
-  // Executed tasks are reclaimed in batches: reading the workers' counters on every submit
-  // would cost a cache miss per op. Big storages make a batch due at once.
-  static constexpr int kReclaimEvery = 32;
-  static constexpr size_t kReclaimBytes = size_t(1) << 20;
-  int submits_since_reclaim = 0;
-  size_t bytes_since_reclaim = 0;
-  std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0}, failures{0};
-
-  std::mutex failures_mu;
-  std::vector<Failure*> pending_failures;  // each holds a reference
-
-  StreamImpl& add_stream(Device d) {
-    TIDE_CHECK(int(streams.size()) < kMaxStreams, "stream", "at most ", kMaxStreams,
-               " streams; streams live as long as the engine, so create them once");
-    StreamImpl& s = streams.emplace_back(this, int(streams.size()), d);
-    s.tail_seg = s.reclaim_seg = s.head_seg = new Segment;
-    profiler::detail::register_stream(s.id);
-    return s;
-  }
-  Segment* new_segment(uint64_t base) {
-    Segment* g;
-    if (!free_segments.empty()) {
-      g = free_segments.back();
-      free_segments.pop_back();
-      g->next.store(nullptr, std::memory_order_relaxed);
-    } else {
-      g = new Segment;
-    }
-    g->base = base;
-    return g;
-  }
-
-  // Wakes s's worker if it sleeps; only the caller that clears `sleeping` pays the syscall.
-  static void wake_worker(StreamImpl& s) {
-    if (s.sleeping.load(std::memory_order_seq_cst) &&
-        s.sleeping.exchange(false, std::memory_order_seq_cst)) {
-      s.wake_epoch.fetch_add(1, std::memory_order_seq_cst);
-      detail::futex_wake(&s.wake_epoch, 1);
-    }
-  }
-
-  // Blocks until pos has executed: spin, then sleep on the stream's counter.
-  void wait_pos(StreamPos pos) {
-    StreamImpl* s = pos.stream;
-    if (!s || spin_until([&] { return s->is_complete(pos.seq); })) return;
-    waiters.fetch_add(1, std::memory_order_seq_cst);
-    for (;;) {
-      uint32_t e = s->completed_epoch.load(std::memory_order_seq_cst);
-      if (s->completed.load(std::memory_order_seq_cst) >= pos.seq) break;
-      detail::futex_wait(&s->completed_epoch, e);
-    }
-    waiters.fetch_sub(1, std::memory_order_seq_cst);
-  }
-
-  // Caller holds mu. Releases the storages of executed tasks.
-  size_t reclaim_locked() {
-    submits_since_reclaim = 0;
-    bytes_since_reclaim = 0;
-    size_t n = 0;
-    for (StreamImpl& s : streams) {
-      uint64_t done = s.completed.load(std::memory_order_acquire);
-      while (s.reclaimed < done) {
-        uint64_t seq = ++s.reclaimed;
-        if (seq - 1 - s.reclaim_seg->base == Segment::kSize) {
-          // The worker finished seq, so it has moved past the old segment.
-          Segment* old = s.reclaim_seg;
-          s.reclaim_seg = old->next.load(std::memory_order_acquire);
-          free_segments.push_back(old);
-        }
-        Task& t = s.reclaim_seg->slots[seq - 1 - s.reclaim_seg->base];
-        release_task(t);
-        ++n;
-      }
-    }
-    return n;
-  }
-  void release_task(Task& t) {
-    t.destroy(t);
-    int n = t.num_reads + t.num_writes;
-    for (int i = 0; i < n; ++i) {
-      Storage* st = t.storages[i];
-      if (--st->hazard.queued_refs == 0)
-        inflight_bytes.store(inflight_bytes.load(std::memory_order_relaxed) - st->bytes(),
-                             std::memory_order_relaxed);  // written only under mu
-      st->release();
-    }
-  }
-  uint64_t inflight_ops() const {
-    uint64_t n = 0;
-    for (const StreamImpl& s : streams)
-      n += s.submitted - s.completed.load(std::memory_order_acquire);
-    return n;
-  }
-  // Caller holds mu. Waits, with mu released, until some stream with queued work makes
-  // progress; false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
-  bool wait_progress_locked() {
-    for (StreamImpl& s : streams) {
-      uint64_t c = s.completed.load(std::memory_order_acquire);
-      if (c < s.submitted) {
-        mu.unlock();
-        wait_pos({&s, c + 1});
-        mu.lock();
-        return true;
-      }
-    }
-    return false;
-  }
-  void start_worker(StreamImpl& s) {
-    s.stop.store(0);
-    s.worker = std::thread([&s] { s.worker_loop(); });
-    s.started = true;
-  }
-  void record_failure(Failure* f) {
-    f->retain();
-    std::lock_guard lock(failures_mu);
-    pending_failures.push_back(f);
-  }
-};
-
-// ---- the worker ----------------------------------------------------------------------
+// ---- engine state ----------------------------------------------------------------------
 
 namespace {
-// Runs (or skips, or cancels) one task. Shared by workers and synchronous mode.
-void execute(Engine::Task& t, Engine::State* eng, int stream_id, bool cancel) {
-  int64_t start = profiler::enabled() ? profiler::detail::now_ns() : 0;
-  Failure* inherited = nullptr;
-  for (int i = 0; i < t.num_reads && !inherited; ++i) inherited = t.storages[i]->failure();
-  Storage** writes = t.storages + t.num_reads;
-  if (inherited) {
-    for (int i = 0; i < t.num_writes; ++i) writes[i]->poison(inherited);
-    eng->failures.fetch_add(1, std::memory_order_relaxed);  // EngineStats: skipped counts
-  } else {
-    Failure* f = nullptr;
-    if (cancel) {
-      f = Failure::create(t.op, "cancelled: the engine shut down before this op ran", t.site);
-    } else {
-      try {
-        profiler::detail::tl_running_stream = stream_id;
-        t.invoke(t);
-      } catch (const std::exception& e) {
-        f = Failure::create(t.op, e.what(), t.site);
-      } catch (...) {
-        f = Failure::create(t.op, "unknown exception", t.site);
-      }
-    }
-    if (f) {
-      for (int i = 0; i < t.num_writes; ++i) writes[i]->poison(f);
-      eng->failures.fetch_add(1, std::memory_order_relaxed);
-      if (!cancel) eng->record_failure(f);
-      f->release();
-    }
-  }
-  if (start && !t.is_barrier)
-    profiler::detail::record_op({t.op, stream_id, t.enqueue_ns, start, profiler::detail::now_ns()});
+StreamImpl* g_gpu_default[kMaxGpus] = {};  // under the engine lock
 }
-}  // namespace
 
-void StreamImpl::worker_loop() {
-  uint64_t head = completed.load(std::memory_order_relaxed);
-  for (;;) {
-    uint64_t pub = published.load(std::memory_order_acquire);
-    if (head == pub) {
-      if (stop.load(std::memory_order_acquire)) {
-        if (published.load(std::memory_order_acquire) == head) return;
-        continue;
-      }
-      bool got = spin_until([&] {
-        return published.load(std::memory_order_acquire) != head || stop.load() != 0;
-      });
-      if (!got) {
-        uint32_t e = wake_epoch.load(std::memory_order_seq_cst);
-        sleeping.store(true, std::memory_order_seq_cst);
-        if (published.load(std::memory_order_seq_cst) == head && stop.load() == 0)
-          detail::futex_wait(&wake_epoch, e);
-        sleeping.store(false, std::memory_order_relaxed);
-      }
-      continue;
-    }
-    if (head - head_seg->base == Segment::kSize)
-      head_seg = head_seg->next.load(std::memory_order_acquire);
-    Engine::Task& t = head_seg->slots[head - head_seg->base];
-    for (int i = 0; i < t.num_waits; ++i) eng->wait_pos(t.waits[i]);
-    execute(t, eng, id, stop.load(std::memory_order_relaxed) == 2);
-    ++head;
-    completed.store(head, std::memory_order_seq_cst);
-    if (eng->waiters.load(std::memory_order_seq_cst)) {
-      completed_epoch.fetch_add(1, std::memory_order_seq_cst);
-      detail::futex_wake(&completed_epoch, INT32_MAX);
+StreamImpl& Engine::State::add_stream(Device d) {
+  TIDE_CHECK(int(streams.size()) < kMaxStreams, "stream", "at most ", kMaxStreams,
+             " streams; streams live as long as the engine, so create them once");
+  StreamImpl& s = streams.emplace_back(this, int(streams.size()), d);
+  try {
+    s.dev = make_device_stream(s);
+  } catch (...) {
+    streams.pop_back();
+    throw;
+  }
+  s.tail_seg = s.reclaim_seg = s.head_seg = new Segment;
+  profiler::detail::register_stream(s.id);
+  return s;
+}
+
+StreamImpl& Engine::State::default_stream(Device d) {
+  if (d.is_cpu()) return streams.front();
+  TIDE_CHECK(d.index >= 0 && d.index < kMaxGpus, "stream", "no device ", d.str(), " (at most ",
+             kMaxGpus, " GPUs)");
+  StreamImpl*& s = g_gpu_default[d.index];
+  if (!s) s = &add_stream(d);
+  return *s;
+}
+
+StreamImpl& Engine::State::current_stream(Device d) {
+  if (tl_current_stream && tl_current_stream->device == d) return *tl_current_stream;
+  return default_stream(d);
+}
+
+Segment* Engine::State::new_segment(uint64_t base) {
+  Segment* g;
+  if (!free_segments.empty()) {
+    g = free_segments.back();
+    free_segments.pop_back();
+    g->next.store(nullptr, std::memory_order_relaxed);
+  } else {
+    g = new Segment;
+  }
+  g->base = base;
+  return g;
+}
+
+void Engine::State::wait_pos(StreamPos pos) {
+  StreamImpl* s = pos.stream;
+  if (!s || detail::spin_until([&] { return s->is_complete(pos.seq); })) return;
+  s->dev->block_until(pos.seq);
+}
+
+uint64_t Engine::State::inflight_ops() const {
+  uint64_t n = 0;
+  for (const StreamImpl& s : streams) n += s.submitted - s.done();
+  return n;
+}
+
+bool Engine::State::wait_progress_locked() {
+  for (StreamImpl& s : streams) {
+    uint64_t c = s.done();
+    if (c < s.submitted) {
+      mu.unlock();
+      wait_pos({&s, c + 1});
+      mu.lock();
+      return true;
     }
   }
+  return false;
+}
+
+void Engine::State::start_worker(StreamImpl& s) {
+  s.stop.store(0);
+  s.worker = std::thread([&s] { s.worker_loop(); });
+  s.started = true;
+}
+
+void Engine::State::record_failure(Failure* f) {
+  f->retain();
+  std::lock_guard lock(failures_mu);
+  pending_failures.push_back(f);
 }
 
 // ---- frontend ------------------------------------------------------------------------
@@ -281,7 +139,7 @@ Engine::Engine() : s_(new State) {
                v, "'");
     s_->synchronous = v == "sync";
   }
-  Allocator::get().set_reclaim([] {
+  Allocator::set_reclaim([] {
     State& st = *Engine::get().s_;
     std::lock_guard<SpinLock> lock(st.mu);
     size_t freed = st.reclaim_locked();
@@ -297,24 +155,6 @@ Engine::~Engine() {
   shutdown(ShutdownMode::drain);
   delete s_;
 }
-
-namespace {
-// Adds pos to the task's waits unless complete or already covered. Caller holds the lock.
-void add_wait(Engine::Task& t, StreamPos pos, StreamImpl* self, Engine::State* st) {
-  if (!pos.stream || pos.stream == self || pos.stream->is_complete(pos.seq)) return;
-  for (int i = 0; i < t.num_waits; ++i)
-    if (t.waits[i].stream == pos.stream) {
-      t.waits[i].seq = std::max(t.waits[i].seq, pos.seq);
-      return;
-    }
-  if (t.num_waits < Engine::Task::kMaxWaits) {
-    t.waits[t.num_waits++] = pos;
-    return;
-  }
-  // More streams than wait slots (rare): wait here, sleeping; workers never take this lock.
-  st->wait_pos(pos);
-}
-}  // namespace
 
 bool Engine::run_synchronously() const {
   return tl_synchronous >= 0 ? tl_synchronous == 1
@@ -336,24 +176,29 @@ void fill_record(Engine::Task& t, const char* op, std::span<Storage* const> read
 }
 }  // namespace
 
-void Engine::prepare_inline(Task& t, const char* op, std::span<Storage* const> reads,
-                            std::span<Storage* const> writes, Site site) {
+void Engine::prepare_inline(Task& t, Device device, const char* op,
+                            std::span<Storage* const> reads, std::span<Storage* const> writes,
+                            Site site) {
   fill_record(t, op, reads, writes, site);
   std::copy(reads.begin(), reads.end(), t.storages);
   std::copy(writes.begin(), writes.end(), t.storages + reads.size());
   State& st = *s_;
   std::lock_guard<SpinLock> lock(st.mu);
-  StreamImpl* self = tl_current_stream ? tl_current_stream : &st.streams.front();
+  StreamImpl& self = st.current_stream(device);
+  self.dev->check_usable(op);
+  t.stream = &self;
   // After everything already queued on this stream, and after conflicting work elsewhere.
-  add_wait(t, {self, self->submitted}, nullptr, &st);
-  for (Storage* s : reads) add_wait(t, s->hazard.last_write, nullptr, &st);
-  for (Storage* s : writes) {
-    add_wait(t, s->hazard.last_write, nullptr, &st);
-    for (int i = 0; i < s->hazard.num_readers; ++i) add_wait(t, s->hazard.readers[i], nullptr, &st);
-  }
+  add_wait(t, {&self, self.submitted}, nullptr, wait_on_host, &st);
+  collect_hazards(t, reads, writes, nullptr, wait_on_host, &st);
 }
 
-Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads,
+void Engine::run_inline(Task& t) {
+  for (int i = 0; i < t.num_waits; ++i) s_->wait_pos(t.waits[i]);
+  execute_task(t, s_, *t.stream->dev, false, true);
+  t.destroy(t);
+}
+
+Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storage* const> reads,
                                  std::span<Storage* const> writes, Site site) {
   State& st = *s_;
   st.mu.lock();
@@ -362,38 +207,34 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
     std::this_thread::yield();
     st.mu.lock();
   }
-  StreamImpl* self = tl_current_stream ? tl_current_stream : &st.streams.front();
+  StreamImpl* self;
+  try {
+    self = &st.current_stream(device);
+    self->dev->check_usable(op);
+  } catch (...) {
+    st.mu.unlock();
+    throw;
+  }
   if (!self->started) st.start_worker(*self);
-  if (++st.submits_since_reclaim >= State::kReclaimEvery ||
-      st.bytes_since_reclaim >= State::kReclaimBytes)
-    st.reclaim_locked();
+  if (st.reclaimer.note_submit()) st.reclaim_locked();
 
   // Backpressure: block (holding the frontend lock) until the bounds allow this task.
-  uint64_t max_ops = st.max_ops.load(std::memory_order_relaxed);
-  uint64_t max_bytes = st.max_bytes.load(std::memory_order_relaxed);
-  if (max_ops || max_bytes) {
+  BackpressureBounds bounds{st.max_ops.load(std::memory_order_relaxed),
+                            st.max_bytes.load(std::memory_order_relaxed)};
+  if (bounds.any()) {
     st.reclaim_locked();  // count only work that still holds its storages
-    size_t new_bytes = 0;
-    for (Storage* s : reads) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
-    for (Storage* s : writes) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
     auto over = [&] {
-      uint64_t ops = st.inflight_ops();
-      if (ops == 0) return false;
-      return (max_ops && ops >= max_ops) ||
-             (max_bytes && st.inflight_bytes.load(std::memory_order_relaxed) + new_bytes > max_bytes);
+      return over_bounds(bounds, st.inflight_ops(), st.reclaimer.inflight_bytes(),
+                         added_bytes(reads, writes));
     };
     if (over()) {
-      int64_t t0 = steady_ns();
+      int64_t t0 = detail::steady_ns();
       st.bp_stalls.fetch_add(1, std::memory_order_relaxed);
       while (over()) {
         st.wait_progress_locked();
         st.reclaim_locked();
-        // A storage may have been released by reclaim: recount what this task adds.
-        new_bytes = 0;
-        for (Storage* s : reads) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
-        for (Storage* s : writes) new_bytes += s->hazard.queued_refs ? 0 : s->bytes();
       }
-      st.bp_stall_ns.fetch_add(uint64_t(steady_ns() - t0), std::memory_order_relaxed);
+      st.bp_stall_ns.fetch_add(uint64_t(detail::steady_ns() - t0), std::memory_order_relaxed);
     }
   }
 
@@ -406,81 +247,36 @@ Engine::Task& Engine::begin_task(const char* op, std::span<Storage* const> reads
   Task& t = self->tail_seg->slots[seq - 1 - self->tail_seg->base];
   fill_record(t, op, reads, writes, site);
   t.seq = seq;
+  t.stream = self;
   Storage** slot = t.storages;
-  auto hold = [&](Storage* s) {
-    s->retain();
-    if (s->hazard.queued_refs++ == 0) {
-      st.inflight_bytes.store(st.inflight_bytes.load(std::memory_order_relaxed) + s->bytes(),
-                             std::memory_order_relaxed);  // written only under mu
-      st.bytes_since_reclaim += s->bytes();
-    }
+  for (Storage* s : reads) {
+    st.reclaimer.hold(s);
     *slot++ = s;
-  };
-  for (Storage* s : reads) {
-    hold(s);
-    add_wait(t, s->hazard.last_write, self, &st);
   }
   for (Storage* s : writes) {
-    hold(s);
-    add_wait(t, s->hazard.last_write, self, &st);
-    for (int i = 0; i < s->hazard.num_readers; ++i) add_wait(t, s->hazard.readers[i], self, &st);
+    st.reclaimer.hold(s);
+    *slot++ = s;
   }
-  // Update the hazard state: this task is now the last writer / a reader.
-  for (Storage* s : reads) {
-    // Written too (in place): the write below makes this task the last writer and clears
-    // the readers, so registering the read could only block on a full reader list.
-    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
-    HazardState& h = s->hazard;
-    bool found = false;
-    for (int i = 0; i < h.num_readers; ++i)
-      if (h.readers[i].stream == self) {
-        h.readers[i].seq = seq;
-        found = true;
-      }
-    if (found) continue;
-    if (h.num_readers == HazardState::kInlineReaders) {  // drop finished readers
-      int k = 0;
-      for (int i = 0; i < h.num_readers; ++i)
-        if (!h.readers[i].stream->is_complete(h.readers[i].seq)) h.readers[k++] = h.readers[i];
-      h.num_readers = k;
-      if (k == HazardState::kInlineReaders) {
-        // Too many streams read it: this task takes over the oldest reader's entry by
-        // waiting for it, so later writers, who wait for this task, stay ordered after both.
-        add_wait(t, h.readers[0], self, &st);
-        std::copy(h.readers + 1, h.readers + k, h.readers);
-        h.num_readers = k - 1;
-      }
-    }
-    h.readers[h.num_readers++] = {self, seq};
-  }
-  for (Storage* s : writes) {
-    s->hazard.last_write = {self, seq};
-    s->hazard.num_readers = 0;
-  }
+  collect_hazards(t, reads, writes, self, wait_on_host, &st);
+  record_access(t, reads, writes, {self, seq}, wait_on_host, &st);
   return t;
 }
 
 void Engine::end_task(Task& t) {
   State& st = *s_;
-  StreamImpl* self = tl_current_stream ? tl_current_stream : &st.streams.front();
+  StreamImpl* self = t.stream;
+  for (int i = 0; i < t.num_waits; ++i) t.waits[i].stream->dev->will_be_waited(t.waits[i].seq, *self);
   self->submitted = t.seq;
   if (profiler::enabled()) {
     uint64_t depth = st.inflight_ops();
-    profiler::detail::record_counters({t.enqueue_ns, depth,
-                                       st.inflight_bytes.load(std::memory_order_relaxed),
+    profiler::detail::record_counters({t.enqueue_ns, depth, st.reclaimer.inflight_bytes(),
                                        Allocator::get().stats().active_bytes});
   }
   // seq_cst store and load: with the worker's seq_cst `sleeping` store and `published`
   // load, either it sees this task or we see it asleep (no lost wake-up).
   self->published.store(t.seq, std::memory_order_seq_cst);
-  if (self->sleeping.load(std::memory_order_seq_cst)) State::wake_worker(*self);
+  if (self->sleeping.load(std::memory_order_seq_cst)) self->wake();
   st.mu.unlock();
-}
-
-void Engine::run_inline(Task& t) {
-  for (int i = 0; i < t.num_waits; ++i) s_->wait_pos(t.waits[i]);
-  execute(t, s_, -1, false);
-  t.destroy(t);
 }
 
 // ---- syncs ---------------------------------------------------------------------------
@@ -560,6 +356,9 @@ void Engine::shutdown(ShutdownMode mode) {
     }
   }
   for (StreamImpl* s : stopping) s->worker.join();  // without the lock: kernels may sync
+  // A device completes launched work after the worker has gone: wait for it, so that
+  // reclaim releases every storage (CPU streams are complete already).
+  for (StreamImpl* s : stopping) st.wait_pos({s, s->issued.load(std::memory_order_acquire)});
   std::lock_guard<SpinLock> lock(st.mu);
   for (StreamImpl* s : stopping) s->started = false;
   st.reclaim_locked();
@@ -577,10 +376,10 @@ EngineStats Engine::stats() const {
   s_->reclaim_locked();
   for (const StreamImpl& s : s_->streams) {
     r.queued += s.submitted;
-    r.executed += s.completed.load(std::memory_order_acquire);
+    r.executed += s.done();
   }
   r.queue_depth = r.queued - r.executed;
-  r.inflight_bytes = s_->inflight_bytes.load(std::memory_order_relaxed);
+  r.inflight_bytes = s_->reclaimer.inflight_bytes();
   r.backpressure_stalls = s_->bp_stalls.load(std::memory_order_relaxed);
   r.backpressure_stall_ns = s_->bp_stall_ns.load(std::memory_order_relaxed);
   r.failures = s_->failures.load(std::memory_order_relaxed);
@@ -597,17 +396,16 @@ bool Engine::synchronous() const { return s_->synchronous.load(); }
 // ---- streams and events --------------------------------------------------------------
 
 Stream Stream::create(Device d) {
-  TIDE_CHECK(d.is_cpu(), "stream", "cannot create a stream on ", d.str(),
-             ": this build has no CUDA backend");
   Engine::State& st = *Engine::get().s_;
   std::lock_guard<SpinLock> lock(st.mu);
   return Stream(&st.add_stream(d));
 }
 
 Stream Stream::default_stream(Device d) {
-  TIDE_CHECK(d.is_cpu(), "stream", "no default stream on ", d.str(),
-             ": this build has no CUDA backend");
-  return Stream(&Engine::get().s_->streams.front());
+  Engine::State& st = *Engine::get().s_;
+  if (d.is_cpu()) return Stream(&st.streams.front());
+  std::lock_guard<SpinLock> lock(st.mu);
+  return Stream(&st.default_stream(d));
 }
 
 Stream Stream::current(Device d) {
@@ -626,16 +424,17 @@ void Stream::wait(const Event& e) const {
   if (!e.valid() || e.pos_.stream == impl_) return;
   StreamGuard g(*this);
   Engine& eng = Engine::get();
-  auto noop = [](Engine::Task&) {};
   if (eng.run_synchronously()) {  // nothing is queued here: wait on the host
     e.synchronize();
     return;
   }
   // A task with no storages whose only job is to wait for e on the worker.
-  Engine::Task& t = eng.begin_task("stream_wait", {}, {}, std::source_location::current());
-  t.invoke = t.destroy = noop;
+  Engine::Task& t = eng.begin_task(impl_->device, "stream_wait", {}, {},
+                                   std::source_location::current());
+  t.invoke = [](Engine::Task&, const KernelContext&) {};
+  t.destroy = [](Engine::Task&) {};
   t.is_barrier = true;
-  add_wait(t, e.pos_, impl_, eng.s_);
+  add_wait(t, e.pos_, impl_, wait_on_host, eng.s_);
   eng.end_task(t);
 }
 
@@ -646,7 +445,7 @@ uint64_t Stream::queued() const {
   std::lock_guard<SpinLock> lock(impl_->eng->mu);
   return impl_->submitted;
 }
-uint64_t Stream::executed() const { return impl_->completed.load(std::memory_order_acquire); }
+uint64_t Stream::executed() const { return impl_->done(); }
 
 bool Event::query() const { return !pos_.stream || pos_.stream->is_complete(pos_.seq); }
 void Event::synchronize() const {

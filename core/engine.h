@@ -2,7 +2,10 @@
 // (DESIGN §3).
 //
 // A Stream is an in-order queue served by one worker thread. Ops are *submitted* by the
-// frontend (the calling thread) and return at once; the worker executes them in order.
+// frontend (the calling thread) and return at once; the worker executes them in order (CPU)
+// or launches them in order onto its device queue (CUDA: a cudaStream_t). A task is
+// *complete* when its device says so (core/device_stream.h): on the CPU when the worker
+// ran it, on CUDA when the GPU wrote its number to the stream's timeline.
 // Every submitted task names the storages it reads and writes: the engine makes it wait
 // for conflicting work on other streams (read-after-write, write-after-read,
 // write-after-write) and keeps those storages alive until it has run.
@@ -26,8 +29,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/device.h"
 #include "core/capture.h"
+#include "core/device.h"
+#include "core/kernel_context.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -55,10 +59,11 @@ class Event {
 // A handle to an in-order queue with its own worker thread. Cheap to copy.
 class Stream {
  public:
-  // A new stream on device d (CPU: a new worker thread, started on first use).
-  // Throws "[stream]" for devices this build cannot run.
+  // A new stream on device d with its own worker thread, started on first use (CUDA: and
+  // its own non-blocking cudaStream_t). Throws "[stream]" for a device this process cannot
+  // use (no CUDA in this build, no such GPU).
   static Stream create(Device d = Device::cpu());
-  // The device's default stream.
+  // The device's default stream (created on first use for a GPU). Throws like create().
   static Stream default_stream(Device d = Device::cpu());
   // The calling thread's current stream on d: the innermost StreamGuard's, else default.
   static Stream current(Device d = Device::cpu());
@@ -155,21 +160,23 @@ class Engine {
   struct Task;
   struct State;
   static constexpr int kMaxStorages = 8;
-  static constexpr size_t kInlinePayload = 128;  // a broadcasting op's closure fits
+  static constexpr size_t kInlinePayload = 160;  // a broadcasting kernel entry's closure fits
 
-  // Queues fn on the current stream of the storages' device. `reads` and `writes` list
-  // the storages fn touches (a storage written in place appears in both). fn() runs once
-  // on the worker; if it throws, the writes are poisoned with the message, named by `op`
+  // Queues fn on the calling thread's current stream of `device`. `reads` and `writes`
+  // list the storages fn touches (a storage written in place appears in both). fn runs
+  // once on the worker, as fn(const KernelContext&) or fn(); on CUDA it launches kernels
+  // on ctx.stream. If it throws, the writes are poisoned with the message, named by `op`
   // and `site`. If any read is already poisoned, fn is skipped and the writes inherit it.
+  // Throws "[op]" at once when the device has failed or cannot be used.
   template <class F>
-  void submit(const char* op, std::initializer_list<Storage*> reads,
+  void submit(Device device, const char* op, std::initializer_list<Storage*> reads,
               std::initializer_list<Storage*> writes, F&& fn, Site site) {
-    submit(op, std::span<Storage* const>(reads.begin(), reads.size()),
+    submit(device, op, std::span<Storage* const>(reads.begin(), reads.size()),
            std::span<Storage* const>(writes.begin(), writes.size()), std::forward<F>(fn), site);
   }
   // The same with spans; reads.size() + writes.size() <= kMaxStorages.
   template <class F>
-  void submit(const char* op, std::span<Storage* const> reads,
+  void submit(Device device, const char* op, std::span<Storage* const> reads,
               std::span<Storage* const> writes, F&& fn, Site site);
 
   // Blocks until the last write to s has executed. Does not rethrow.
@@ -188,11 +195,11 @@ class Engine {
   bool run_synchronously() const;
   // Async path: begin_task takes the frontend lock and returns the queue slot, filled but
   // for the payload; end_task publishes it and unlocks.
-  Task& begin_task(const char* op, std::span<Storage* const> reads,
+  Task& begin_task(Device device, const char* op, std::span<Storage* const> reads,
                    std::span<Storage* const> writes, Site site);
   void end_task(Task& t);
   // Synchronous path: fills t's waits; run_inline waits for them and runs t here.
-  void prepare_inline(Task& t, const char* op, std::span<Storage* const> reads,
+  void prepare_inline(Task& t, Device device, const char* op, std::span<Storage* const> reads,
                       std::span<Storage* const> writes, Site site);
   void run_inline(Task& t);
   State* s_;
@@ -205,8 +212,8 @@ inline void wait_all() { Engine::get().wait_all(); }
 // Task record and the inline submit path.
 
 struct Engine::Task {
-  void (*invoke)(Task&) = nullptr;   // runs the payload
-  void (*destroy)(Task&) = nullptr;  // destroys the payload
+  void (*invoke)(Task&, const KernelContext&) = nullptr;  // runs the payload
+  void (*destroy)(Task&) = nullptr;                       // destroys the payload
   const char* op = nullptr;
   Site site;
   Storage* storages[kMaxStorages];   // reads then writes; each holds one reference
@@ -215,23 +222,33 @@ struct Engine::Task {
   static constexpr int kMaxWaits = 4;
   StreamPos waits[kMaxWaits];        // positions on other streams to wait for first
   uint64_t seq = 0;
+  StreamImpl* stream = nullptr;      // the stream it is queued on (or runs inline for)
   int64_t enqueue_ns = 0;            // profiler only
   alignas(16) unsigned char payload[kInlinePayload];
+
+  // Calls a payload with the context when it takes one.
+  template <class Fn>
+  static void call(Fn& f, const KernelContext& c) {
+    if constexpr (std::is_invocable_v<Fn&, const KernelContext&>) f(c);
+    else f();
+  }
 
   template <class F>
   void set(F&& fn) {
     using Fn = std::decay_t<F>;
     if constexpr (sizeof(Fn) <= kInlinePayload && alignof(Fn) <= 16) {
       new (payload) Fn(std::forward<F>(fn));
-      invoke = [](Task& t) { (*std::launder(reinterpret_cast<Fn*>(t.payload)))(); };
+      invoke = [](Task& t, const KernelContext& c) {
+        call(*std::launder(reinterpret_cast<Fn*>(t.payload)), c);
+      };
       destroy = [](Task& t) { std::launder(reinterpret_cast<Fn*>(t.payload))->~Fn(); };
     } else {  // rare: big closures live on the heap
       Fn* p = new Fn(std::forward<F>(fn));
       std::memcpy(payload, &p, sizeof(p));
-      invoke = [](Task& t) {
+      invoke = [](Task& t, const KernelContext& c) {
         Fn* q;
         std::memcpy(&q, t.payload, sizeof(q));
-        (*q)();
+        call(*q, c);
       };
       destroy = [](Task& t) {
         Fn* q;
@@ -243,24 +260,29 @@ struct Engine::Task {
 };
 
 template <class F>
-void Engine::submit(const char* op, std::span<Storage* const> r, std::span<Storage* const> w,
-                    F&& fn, Site site) {
+void Engine::submit(Device device, const char* op, std::span<Storage* const> r,
+                    std::span<Storage* const> w, F&& fn, Site site) {
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] {  // tracing: record only
-    c->record(op, r, w, std::function<void()>(std::forward<F>(fn)), site);
+    c->record(op, r, w,
+              detail::Kernel([f = std::forward<F>(fn)](const KernelContext& ctx) mutable {
+                Task::call(f, ctx);
+              }),
+              site);
     return;
   }
   if (run_synchronously()) {  // a record on the stack, run here and now
     Task t;
-    prepare_inline(t, op, r, w, site);
+    prepare_inline(t, device, op, r, w, site);
     t.set(std::forward<F>(fn));
     run_inline(t);
     return;
   }
-  Task& t = begin_task(op, r, w, site);
+  Task& t = begin_task(device, op, r, w, site);
   try {
     t.set(std::forward<F>(fn));
   } catch (...) {  // only a heap fallback can throw: queue a no-op so ordering holds
-    t.invoke = t.destroy = [](Task&) {};
+    t.invoke = [](Task&, const KernelContext&) {};
+    t.destroy = [](Task&) {};
     end_task(t);
     throw;
   }

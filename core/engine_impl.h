@@ -1,21 +1,25 @@
-// Engine internals shared by engine.cpp and its tests' white-box helpers: the stream
-// record, the task segments and the spin-then-block wait.
+// Engine internals shared by the engine's source files and white-box tests: the stream
+// record, the task segments and the engine state. Not a public header.
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/device_stream.h"
 #include "core/engine.h"
+#include "core/reclaim.h"
+#include "core/spin_wait.h"
+#include "core/spinlock.h"
 
 namespace tide {
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
+using detail::cpu_relax;
+
+class Failure;
 
 // A block of task slots. Seq s (1-based) lives in the segment with base < s <= base+kSize.
 struct Segment {
@@ -32,6 +36,8 @@ class StreamImpl {
   Engine::State* eng;
   const int id;
   const Device device;
+  std::unique_ptr<DeviceStream> dev;  // set right after construction
+  bool polled = false;  // completion is reported by the device (dev->poll), not the worker
 
   // Producer side: frontend threads, under the engine lock.
   uint64_t submitted = 0;
@@ -47,15 +53,80 @@ class StreamImpl {
   std::atomic<uint32_t> wake_epoch{0};
   std::atomic<bool> sleeping{false};
   std::atomic<int> stop{0};  // 0 run, 1 drain, 2 cancel
+  std::atomic<bool> nudged{false};  // the device side has work for an idle worker
+  // Tasks the worker has run (CPU) or launched (CUDA), skipped or cancelled.
+  alignas(64) std::atomic<uint64_t> issued{0};
+  // Tasks complete: written by the worker (CPU) or read from the device (polled streams).
   alignas(64) std::atomic<uint64_t> completed{0};
-  // Bumped with every completion; hosts sleep on it (a futex needs a 32-bit word).
+  // Bumped with every completion a worker publishes; hosts sleep on it (a futex needs a
+  // 32-bit word).
   std::atomic<uint32_t> completed_epoch{0};
   Segment* head_seg = nullptr;  // worker only
 
   bool is_complete(uint64_t seq) const {
-    return completed.load(std::memory_order_acquire) >= seq;
+    if (completed.load(std::memory_order_acquire) >= seq) return true;
+    return polled && dev->poll() >= seq;
   }
+  // Tasks complete now (polls the device for polled streams).
+  uint64_t done() const { return polled ? dev->poll() : completed.load(std::memory_order_acquire); }
+  // Raises `completed` to at least c (device pollers and failure handling race on it).
+  void advance_completed(uint64_t c) {
+    uint64_t cur = completed.load(std::memory_order_relaxed);
+    while (cur < c && !completed.compare_exchange_weak(cur, c, std::memory_order_acq_rel)) {
+    }
+  }
+  // The slot of task seq; valid while seq is queued and not reclaimed.
+  Engine::Task& slot(uint64_t seq) const;
   void worker_loop();
+  // Wakes the worker if it sleeps; only the caller that clears `sleeping` pays the syscall.
+  void wake();
+  // Makes an idle worker call dev->idle() again (a device request arrived).
+  void nudge();
 };
+
+struct Engine::State {
+  SpinLock mu;  // frontend lock: submit, reclaim, hazard state. Never taken by workers.
+  std::deque<StreamImpl> streams;
+  std::vector<Segment*> free_segments;
+  std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
+  std::atomic<uint64_t> max_ops{0}, max_bytes{0};
+  std::atomic<bool> synchronous{false};
+  bool shutting_down = false;  // under mu
+  Reclaimer reclaimer;
+  std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0}, failures{0};
+
+  std::mutex failures_mu;
+  std::vector<Failure*> pending_failures;  // each holds a reference
+
+  // Under mu. A new stream on d with its device side; throws "[stream]" when d cannot be
+  // used here.
+  StreamImpl& add_stream(Device d);
+  // Under mu. The default stream of d (a GPU's is created on first use).
+  StreamImpl& default_stream(Device d);
+  // Under mu. The calling thread's current stream for d.
+  StreamImpl& current_stream(Device d);
+  Segment* new_segment(uint64_t base);
+  // Blocks until pos has executed: spin, then sleep (the device decides how).
+  void wait_pos(StreamPos pos);
+  // Caller holds mu. Releases the storages of executed tasks; returns how many tasks.
+  size_t reclaim_locked() { return reclaimer.reclaim(streams, free_segments); }
+  uint64_t inflight_ops() const;
+  // Caller holds mu. Waits, with mu released, until some stream with queued work makes
+  // progress; false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
+  bool wait_progress_locked();
+  void start_worker(StreamImpl& s);
+  void record_failure(Failure* f);
+};
+
+inline Engine::Task& StreamImpl::slot(uint64_t seq) const {
+  // Walk from the reclaim segment: seq is not reclaimed, so it lies at or after it.
+  Segment* g = reclaim_seg;
+  while (seq - 1 - g->base >= uint64_t(Segment::kSize)) g = g->next.load(std::memory_order_acquire);
+  return g->slots[seq - 1 - g->base];
+}
+
+// Runs (or skips, or cancels) one task on `dev`; `inline_run`: synchronous mode.
+void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool cancel,
+                  bool inline_run);
 
 }  // namespace tide

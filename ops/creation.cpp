@@ -22,7 +22,7 @@ Tensor fill_with(OpId id, const Shape& shape, DType dtype, Site site, Gen gen) {
     using T = decltype(z);
     DataRef<T> r = y.ref<T>();
     int64_t n = y.numel();
-    launch(op, {}, {y.storage()}, [=] {
+    launch(op, y.device(), {}, {y.storage()}, [=] {
       T* p = r.get();
       parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) p[i] = gen.template operator()<T>(i);
@@ -84,7 +84,7 @@ Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Sit
     using T = decltype(z);
     DataRef<T> r = y.ref<T>();
     int64_t n = y.numel();
-    launch(op, {}, {y.storage()}, [=] {
+    launch(op, y.device(), {}, {y.storage()}, [=] {
       T* p = r.get();
       uint64_t offset = counter ? counter[0] : fixed_offset;
       uint64_t key = counter ? counter[1] : fixed_key;
@@ -144,7 +144,7 @@ Tensor clone(const Tensor& a, Site site) {
   DataRef<unsigned char> src{a.storage(), a.offset() * int64_t(size_of(a.dtype()))};
   DataRef<unsigned char> dst = y.ref<unsigned char>();
   size_t bytes = a.nbytes();
-  launch("clone", {a.storage()}, {y.storage()}, [=] {
+  launch("clone", y.device(), {a.storage()}, {y.storage()}, [=] {
     unsigned char* d = dst.get();
     const unsigned char* s = src.get();
     parallel_for(int64_t(bytes), kParallelGrain * 4, [&](int64_t lo, int64_t hi) {
@@ -167,7 +167,7 @@ Tensor cast(const Tensor& a, DType dtype, Site site) {
       DataRef<T> ra = a.ref<T>();
       DataRef<O> ro = y.ref<O>();
       int64_t n = a.numel();
-      launch("cast", {a.storage()}, {y.storage()}, [=] {
+      launch("cast", y.device(), {a.storage()}, {y.storage()}, [=] {
         const T* pa = ra.get();
         O* po = ro.get();
         parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {

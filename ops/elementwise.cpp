@@ -61,11 +61,11 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
       if ((na == n || na == 1) && (nb == n || nb == 1)) {
         int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
         describe_flat<O, T>(id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
-        launch(op, {a.storage(), b.storage()}, {out.storage()},
+        launch(op, out.device(), {a.storage(), b.storage()}, {out.storage()},
                [=] { binary_flat(ra.get(), sa, rb.get(), sb, ro.get(), n, f); }, site);
       } else {
         BroadcastGeometry g = make_geometry(a.shape(), b.shape(), out.shape());
-        launch(op, {a.storage(), b.storage()}, {out.storage()},
+        launch(op, out.device(), {a.storage(), b.storage()}, {out.storage()},
                [=] { binary_broadcast(ra.get(), rb.get(), ro.get(), g, f); }, site);
       }
     };
@@ -89,11 +89,11 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
       T sv = T(s);
       if (scalar_first) {
         describe_flat<O, T>(id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
-        launch(op, {a.storage()}, {out.storage()},
+        launch(op, out.device(), {a.storage()}, {out.storage()},
                [=] { binary_flat(&sv, 0, ra.get(), 1, ro.get(), n, f); }, site);
       } else {
         describe_flat<O, T>(id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
-        launch(op, {a.storage()}, {out.storage()},
+        launch(op, out.device(), {a.storage()}, {out.storage()},
                [=] { binary_flat(ra.get(), 1, &sv, 0, ro.get(), n, f); }, site);
       }
     };
@@ -110,7 +110,7 @@ void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
     DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
     describe_flat<T, T>(id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
-    launch(op, {a.storage()}, {out.storage()}, [=] { unary_flat(ra.get(), ro.get(), n, f); },
+    launch(op, out.device(), {a.storage()}, {out.storage()}, [=] { unary_flat(ra.get(), ro.get(), n, f); },
            site);
   });
 }

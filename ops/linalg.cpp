@@ -38,13 +38,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   if (m * n > 0) {
     if (a.dtype() == DType::float32) {
       DataRef<float> ra = a.ref<float>(), rb = b.ref<float>(), rc = y.ref<float>();
-      launch(op, {a.storage(), b.storage()}, {y.storage()}, [=] {
+      launch(op, y.device(), {a.storage(), b.storage()}, {y.storage()}, [=] {
         cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, ra.get(), lda, rb.get(), ldb,
                     0.0f, rc.get(), ldc);
       }, site);
     } else {
       DataRef<double> ra = a.ref<double>(), rb = b.ref<double>(), rc = y.ref<double>();
-      launch(op, {a.storage(), b.storage()}, {y.storage()}, [=] {
+      launch(op, y.device(), {a.storage(), b.storage()}, {y.storage()}, [=] {
         cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, ra.get(), lda, rb.get(), ldb,
                     0.0, rc.get(), ldc);
       }, site);
@@ -74,7 +74,7 @@ Tensor transpose(const Tensor& a, Site site) {
   dispatch_dtype(a.dtype(), [&](auto z) {
     using T = decltype(z);
     DataRef<T> ra = a.ref<T>(), ry = y.ref<T>();
-    launch(op, {a.storage()}, {y.storage()}, [=] {
+    launch(op, y.device(), {a.storage()}, {y.storage()}, [=] {
       const T* pa = ra.get();
       T* py = ry.get();
       constexpr int64_t B = 32;  // cache blocks
@@ -128,7 +128,7 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
     dispatch_floating(a.dtype(), [&](auto z) {
       using T = decltype(z);
       DataRef<T> rx = a.ref<T>(), ry = y.ref<T>();
-      launch(op, {a.storage()}, {y.storage()},
+      launch(op, y.device(), {a.storage()}, {y.storage()},
              [=] { softmax_rows(rx.get(), ry.get(), rows, n, log_out); }, site);
     });
   }

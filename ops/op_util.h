@@ -36,11 +36,11 @@ inline void check_floating(const Tensor& a, const char* op) {
   TIDE_CHECK(is_floating(a.dtype()), op, "needs a floating tensor, got ", describe(a));
 }
 
-// Queues fn on the current stream.
+// Queues fn on the calling thread's current stream of `device`.
 template <class F>
-void launch(const char* op, std::initializer_list<Storage*> reads,
+void launch(const char* op, Device device, std::initializer_list<Storage*> reads,
             std::initializer_list<Storage*> writes, F&& fn, Site site) {
-  Engine::get().submit(op, reads, writes, std::forward<F>(fn), site);
+  Engine::get().submit(device, op, reads, writes, std::forward<F>(fn), site);
 }
 
 }  // namespace tide::detail

@@ -209,12 +209,12 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const 
     using T = decltype(z);
     const int64_t n = param.numel();
     if (with_buf) {
-      launch(op, {param.storage(), grad.storage(), momentum_buf.storage(), lr.storage()},
+      launch(op, param.device(), {param.storage(), grad.storage(), momentum_buf.storage(), lr.storage()},
              {param.storage(), momentum_buf.storage()},
              SgdKernel<T>{param.ref<T>(), grad.ref<T>(), momentum_buf.ref<T>(), lr.ref<T>(), n, f},
              site);
     } else {
-      launch(op, {param.storage(), grad.storage(), lr.storage()}, {param.storage()},
+      launch(op, param.device(), {param.storage(), grad.storage(), lr.storage()}, {param.storage()},
              SgdKernel<T>{param.ref<T>(), grad.ref<T>(), DataRef<T>{}, lr.ref<T>(), n, f}, site);
     }
   });
@@ -255,7 +255,7 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
         k.off[i] = std::remove_reference_t<decltype(k.off[0])>(ts[i]->offset());
       }
       // Reads: p, grad, lr, step; m and v are in the writes only (see check_not_failed).
-      launch(op, {param.storage(), grad.storage(), lr.storage(), step.storage()},
+      launch(op, param.device(), {param.storage(), grad.storage(), lr.storage(), step.storage()},
              {param.storage(), m.storage(), v.storage()}, k, site);
     };
     if (compact) go(AdamKernel<T, uint32_t>{{}, {}, param.numel(), f});
@@ -273,9 +273,9 @@ void increment_(Tensor& counter, Site site) {
   check_writable(counter, "counter", op);
   Storage* s = counter.storage();
   if (counter.dtype() == DType::int64)
-    launch(op, {s}, {s}, [c = counter.ref<int64_t>()] { *c.get() += 1; }, site);
+    launch(op, counter.device(), {s}, {s}, [c = counter.ref<int64_t>()] { *c.get() += 1; }, site);
   else
-    launch(op, {s}, {s}, [c = counter.ref<int32_t>()] { *c.get() += 1; }, site);
+    launch(op, counter.device(), {s}, {s}, [c = counter.ref<int32_t>()] { *c.get() += 1; }, site);
 }
 
 }  // namespace tide

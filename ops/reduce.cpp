@@ -155,7 +155,7 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
         DataRef<T> rx = a.ref<T>();
         DataRef<O> ry = y.ref<O>();
         if (g.outer * g.inner == 0) return;  // nothing to write
-        launch(op, {a.storage()}, {y.storage()},
+        launch(op, y.device(), {a.storage()}, {y.storage()},
                [=] { reduce_kernel<T, O>(kind, rx.get(), ry.get(), g); }, site);
       }
     });

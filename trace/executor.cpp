@@ -55,7 +55,7 @@ uint64_t run_program(const Graph& g, Order order, const std::function<void(size_
     const Node& n = g.nodes[i];
     int64_t t0 = profiling ? profiler::detail::now_ns() : 0;
     try {
-      n.kernel();
+      n.kernel(cpu_kernel_context());
     } catch (const std::exception& e) {
       throw std::runtime_error(node_failure(g, i, e.what()));
     }
@@ -70,7 +70,7 @@ void submit_wide(const char* op, const std::vector<Storage*>& reads,
                  std::source_location site) {
   Engine& eng = Engine::get();
   if (reads.size() + writes.size() <= size_t(Engine::kMaxStorages)) {
-    eng.submit(op, std::span<Storage* const>(reads), std::span<Storage* const>(writes),
+    eng.submit(Device::cpu(), op, std::span<Storage* const>(reads), std::span<Storage* const>(writes),
                std::move(fn), site);
     return;
   }
@@ -85,27 +85,27 @@ void submit_wide(const char* op, const std::vector<Storage*>& reads,
   for (size_t i = 0; i < reads.size(); i += kChunk) {
     chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
     Storage* t = token.get();
-    eng.submit("trace_acquire", std::span<Storage* const>(chunk), std::span<Storage* const>(&t, 1),
+    eng.submit(Device::cpu(), "trace_acquire", std::span<Storage* const>(chunk), std::span<Storage* const>(&t, 1),
                noop, site);
   }
   for (size_t i = 0; i < writes.size(); i += kChunk) {
     chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
     chunk.push_back(token.get());
-    eng.submit("trace_acquire", std::span<Storage* const>(), std::span<Storage* const>(chunk),
+    eng.submit(Device::cpu(), "trace_acquire", std::span<Storage* const>(), std::span<Storage* const>(chunk),
                noop, site);
   }
   Storage* t = token.get();
-  eng.submit(op, std::span<Storage* const>(&t, 1), std::span<Storage* const>(&t, 1), std::move(fn),
+  eng.submit(Device::cpu(), op, std::span<Storage* const>(&t, 1), std::span<Storage* const>(&t, 1), std::move(fn),
              site);
   for (size_t i = 0; i < reads.size(); i += kChunk) {
     chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
     chunk.push_back(token.get());
-    eng.submit("trace_release", std::span<Storage* const>(chunk), std::span<Storage* const>(),
+    eng.submit(Device::cpu(), "trace_release", std::span<Storage* const>(chunk), std::span<Storage* const>(),
                noop, site);
   }
   for (size_t i = 0; i < writes.size(); i += kChunk) {
     chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
-    eng.submit("trace_release", std::span<Storage* const>(&t, 1), std::span<Storage* const>(chunk),
+    eng.submit(Device::cpu(), "trace_release", std::span<Storage* const>(&t, 1), std::span<Storage* const>(chunk),
                noop, site);
   }
 }

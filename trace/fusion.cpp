@@ -217,7 +217,7 @@ class GroupBuilder {
     }
     fk->finalize();
     out.fused = fk;
-    out.kernel = [fk] { fk->run(); };
+    out.kernel = [fk](const KernelContext&) { fk->run(); };
     return out;
   }
 

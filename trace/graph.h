@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/capture.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "core/shape.h"
@@ -51,7 +52,7 @@ struct Node {
   const char* op = "";
   std::source_location site;
   std::vector<int> reads, writes;  // value ids
-  std::function<void()> kernel;    // plain nodes: the recorded CPU kernel
+  tide::detail::Kernel kernel;     // plain nodes: the recorded CPU kernel
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
   std::shared_ptr<FusedKernel> fused;         // a fused chain (kernel runs it)
   int fused_ops = 1;                          // recorded ops this node stands for

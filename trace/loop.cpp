@@ -232,7 +232,8 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   for (int id : b.external_writes)
     if (b.values[size_t(id)].kind != ValueKind::input) writes.push_back(b.values[size_t(id)].storage.get());
   writes.insert(writes.end(), out.begin(), out.end());
-  outer.record("loop", reads, writes, [prog, in, in_offsets, out] { prog->run(in, in_offsets, out); },
+  outer.record("loop", reads, writes,
+               [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); },
                site);
   return result;
 }

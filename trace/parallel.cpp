@@ -100,7 +100,7 @@ class BranchRun {
     const Node& node = g_.nodes[i];
     int64_t t0 = profiling_ ? profiler::detail::now_ns() : 0;
     try {
-      node.kernel();
+      node.kernel(cpu_kernel_context());
     } catch (const std::exception& e) {
       fail(i, e.what());
       return;

@@ -77,8 +77,13 @@ Tensor Recorder::placeholder(const Tensor& arg) {
 }
 
 void Recorder::record(const char* op, std::span<Storage* const> reads,
-                      std::span<Storage* const> writes, std::function<void()> kernel,
+                      std::span<Storage* const> writes, tide::detail::Kernel kernel,
                       std::source_location site) {
+  for (std::span<Storage* const> list : {reads, writes})
+    for (Storage* s : list)
+      TIDE_CHECK(s->device().is_cpu(), op, "runs on ", s->device().str(), " inside ", what_,
+                 ": traced mode runs on the CPU only in this version (CUDA Graphs come with "
+                 "the GPU trace executor); call the function eagerly on the GPU");
   Node n;
   n.op = op;
   n.site = site;

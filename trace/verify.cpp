@@ -59,7 +59,7 @@ std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<co
   for (size_t i = 0; i < g.reference.size(); ++i) {
     const Node& n = g.reference[i];
     try {
-      n.kernel();
+      n.kernel(cpu_kernel_context());
     } catch (const std::exception& e) {
       throw Error("trace", tide::detail::concat("verify: the eager run failed at op ", i, " (", n.op,
                                           ", traced at ", n.site.file_name(), ":",

@@ -249,7 +249,7 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   eng.set_max_inflight_ops(0);
   eng.set_max_inflight_bytes(0);
   alloc.set_limit(0);
-  eng.submit("trainer_gate", {}, {}, [g = open] { g->wait(false); },
+  eng.submit(Device::cpu(), "trainer_gate", {}, {}, [g = open] { g->wait(false); },
              std::source_location::current());
   const size_t before = memory_snapshot().allocator.active_bytes;
   Tensor loss = step(mode);

@@ -18,7 +18,7 @@ class Hazards : public EngineTest {};
 void write_only(const Tensor& x, float v, Site site = Site::current()) {
   float* p = x.data<float>();
   int64_t n = x.numel();
-  Engine::get().submit("test_write", {}, {x.storage()},
+  Engine::get().submit(Device::cpu(), "test_write", {}, {x.storage()},
                        [=] {
                          for (int64_t i = 0; i < n; ++i) p[i] = v;
                        },

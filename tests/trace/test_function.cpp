@@ -142,7 +142,7 @@ TEST(TraceFunction, MeasuredBytesShowWorkspacesThePlanDidNotForesee) {
             Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), "scratchy");
             Storage* r = x.storage();
             Storage* w = y.storage();
-            Engine::get().submit("scratchy", {r}, {w}, [] {
+            Engine::get().submit(Device::cpu(), "scratchy", {r}, {w}, [] {
               Allocator::get().workspace(4096, "scratchy");
             }, Site::current());
             out.push_back(y);

@@ -1,0 +1,33 @@
+// KernelContext: what a kernel receives when the engine runs its task (STYLE 7). The
+// device, the tide stream, and on CUDA the handles of the worker that launches it: one
+// set per tide stream, so kernels on different streams never share a workspace. CPU
+// kernels need only `device`. Filled by the stream's DeviceStream (core/device_stream.h).
+#pragma once
+
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace tide {
+
+namespace cuda {
+class DeviceApi;
+}
+
+struct KernelContext {
+  Device device;
+  int stream_id = -1;              // tide stream id; -1 when run inline (synchronous mode)
+  void* stream = nullptr;          // cudaStream_t of that tide stream
+  void* blas = nullptr;            // cublasLtHandle_t of that stream
+  void* workspace = nullptr;       // scratch for cuBLASLt / CUB, this stream's alone
+  size_t workspace_bytes = 0;
+  cuda::DeviceApi* api = nullptr;  // the device's interface (real CUDA or the recording fake)
+};
+
+// The context of a kernel run on the CPU outside a stream (the trace executor's nodes).
+inline const KernelContext& cpu_kernel_context() {
+  static const KernelContext c{Device::cpu()};
+  return c;
+}
+
+}  // namespace tide

@@ -1,0 +1,55 @@
+// Reclaim (DESIGN §3): a queued task holds a reference to every storage it reads or writes
+// until it is complete; frontend threads release those references in batches, under the
+// engine lock, so the allocator is never touched by a worker. Also counts the bytes held
+// by queued work (each storage once, however many tasks hold it) and recycles the
+// segments of task slots. Callers hold the engine lock; nothing here blocks.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/storage.h"
+
+namespace tide {
+
+class StreamImpl;
+struct Segment;
+
+class Reclaimer {
+ public:
+  // Executed tasks are reclaimed in batches: reading the workers' counters on every
+  // submit would cost a cache miss per op. Big storages make a batch due at once.
+  static constexpr int kReclaimEvery = 32;
+  static constexpr size_t kReclaimBytes = size_t(1) << 20;
+
+  // Takes a reference to s for a task being queued.
+  void hold(Storage* s) {
+    s->retain();
+    if (s->hazard.queued_refs++ == 0) {
+      add_inflight(int64_t(s->bytes()));
+      bytes_since_ += s->bytes();
+    }
+  }
+  // Counts one submit; true when a batch is due.
+  bool note_submit() { return ++submits_since_ >= kReclaimEvery || bytes_since_ >= kReclaimBytes; }
+  // Releases the storages of every complete, unreclaimed task of `streams` (and destroys
+  // their payloads); segments the workers have left go to `free_segments`. Returns how
+  // many tasks it reclaimed.
+  size_t reclaim(std::deque<StreamImpl>& streams, std::vector<Segment*>& free_segments);
+  // Bytes of storages referenced by queued, unreclaimed tasks.
+  size_t inflight_bytes() const { return inflight_.load(std::memory_order_relaxed); }
+
+ private:
+  void add_inflight(int64_t d) {  // written only under the engine lock
+    inflight_.store(size_t(int64_t(inflight_.load(std::memory_order_relaxed)) + d),
+                    std::memory_order_relaxed);
+  }
+  int submits_since_ = 0;
+  size_t bytes_since_ = 0;
+  std::atomic<size_t> inflight_{0};
+};
+
+}  // namespace tide
