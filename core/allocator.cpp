@@ -6,6 +6,8 @@
 #include <new>
 
 #include "core/capture.h"
+#include "core/cuda/runtime.h"
+#include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
 
@@ -28,6 +30,36 @@ size_t class_bytes(int c) {
   int p = (c - 1) / 4 + 6, q = (c - 1) % 4 + 1;
   size_t base = size_t(1) << p;
   return base + q * (base / 4);
+}
+
+// The C heap. aligned_alloc needs a size that is a multiple of the alignment (sanitizers
+// abort otherwise); classes such as 80 or 160 bytes are not.
+class HeapSource final : public BlockSource {
+ public:
+  void* allocate(size_t bytes) override {
+    return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  }
+  void release(void* p, size_t) override { std::free(p); }
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A position some unfinished work on a stream other than `self` may still be at.
+bool pending_elsewhere(StreamPos p, const StreamImpl* self) {
+  return p.stream && p.stream != self && !p.stream->is_complete(p.seq);
+}
+// Whether a cached block may serve an allocation for stream `self` now: every stream that
+// used it is `self` (FIFO orders the new use after the old) or has passed its last use.
+bool reusable(const Storage* s, const StreamImpl* self) {
+  const HazardState& h = s->hazard;
+  if (pending_elsewhere(h.last_write, self)) return false;
+  for (int i = 0; i < h.num_readers; ++i)
+    if (pending_elsewhere(h.readers[i], self)) return false;
+  return true;
 }
 }  // namespace
 
@@ -53,7 +85,7 @@ void Storage::release() {
     delete this;
     return;
   }
-  Allocator::get(device_).free_block(this);
+  owner_->free_block(this);
 }
 
 void Storage::reset_for_reuse() {
@@ -63,15 +95,17 @@ void Storage::reset_for_reuse() {
   refs_.store(1, std::memory_order_relaxed);
 }
 
+Allocator::Allocator(Device device, std::unique_ptr<BlockSource> source, std::string name)
+    : device_(device), source_(std::move(source)), name_(std::move(name)),
+      tagged_(device.is_cuda()) {}
+
 Allocator& Allocator::cpu() {
-  static Allocator* a = new Allocator(Device::cpu());  // never destroyed: storages may be
-  return *a;                                           // released during static destruction
+  // Never destroyed: storages may be released during static destruction.
+  static Allocator* a = new Allocator(Device::cpu(), std::make_unique<HeapSource>(), "cpu");
+  return *a;
 }
 
-Allocator& Allocator::get_other(Device d) {
-  throw Error("alloc", "no allocator for device " + d.str() +
-                           " in this build (CUDA memory is not implemented yet)");
-}
+Allocator& Allocator::get_other(Device d) { return cuda::device_allocator(d); }
 
 Allocator::~Allocator() { empty_cache(); }
 
@@ -79,6 +113,7 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   int c = size_class(bytes);
   size_t cap = class_bytes(c);
   size_t limit = limit_.load(std::memory_order_relaxed);
+  const StreamImpl* self = tagged_ && stream_of_ ? stream_of_(device_) : nullptr;
   std::lock_guard<SpinLock> lock(mu_);
   size_t active = active_.load(std::memory_order_relaxed);
   if (limit && active + cap > limit) {
@@ -87,17 +122,27 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   }
   *fits = true;
   Storage* s = nullptr;
-  if (!cache_[c].empty()) {
-    s = cache_[c].back();
-    cache_[c].pop_back();
+  std::vector<Storage*>& list = cache_[c];
+  for (size_t i = list.size(); i-- > 0;) {  // newest first: the warmest block
+    if (tagged_ && !reusable(list[i], self)) continue;
+    s = list[i];
+    list.erase(list.begin() + std::ptrdiff_t(i));
     bump(cached_, -cap);
     s->reset_for_reuse();
-  } else {
-    // aligned_alloc needs a size that is a multiple of the alignment (sanitizers abort
-    // otherwise); classes such as 80 or 160 bytes are not.
-    void* p = std::aligned_alloc(kAlign, (cap + kAlign - 1) / kAlign * kAlign);
-    if (!p) throw std::bad_alloc();
-    s = new Storage(p, cap, device_, c);
+    break;
+  }
+  if (!s) {
+    // A new block would take the reservation past the limit: give the cache back first.
+    if (limit && active + cached_.load(std::memory_order_relaxed) + cap > limit &&
+        flush_cache_locked())
+      bump(flushes_, 1);
+    void* p = source_->allocate(cap);
+    if (!p && flush_cache_locked()) {  // the system is out: give the cache back, retry
+      bump(flushes_, 1);
+      p = source_->allocate(cap);
+    }
+    if (!p) return nullptr;
+    s = new Storage(p, cap, device_, c, this);
     bump(num_system_allocs_, 1);
   }
   // The counters change only under mu_: plain load/store pairs, no locked instructions.
@@ -109,39 +154,42 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   return s;
 }
 
+void Allocator::throw_oom(size_t bytes, const char* op, const char* what) {
+  std::string extra = source_->describe();
+  throw Error(op, detail::concat("out of memory on ", name_, ": requested ", bytes,
+                                 " bytes (block ", round_size(bytes), ")", what, ", limit ",
+                                 limit_.load(), " bytes, ", active_.load(), " bytes in use, ",
+                                 cached_.load(), " cached", extra.empty() ? "" : ", ", extra));
+}
+
 StorageRef Allocator::allocate(size_t bytes, const char* op) {
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
     return c->allocate(bytes, device_, op);
   bool fits = true;
   if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
-  // Over the limit: let queued work finish and release what it holds, then retry.
-  auto t0 = std::chrono::steady_clock::now();
+  // Over the limit or out of memory: let queued work finish and release what it holds,
+  // then retry.
+  int64_t t0 = now_ns();
   stalls_.fetch_add(1, std::memory_order_relaxed);
   for (;;) {
     bool progress = reclaim_ && reclaim_();
     if (Storage* s = try_take(bytes, &fits)) {
-      stall_ns_.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now() - t0)
-                                       .count()),
-                          std::memory_order_relaxed);
+      stall_ns_.fetch_add(uint64_t(now_ns() - t0), std::memory_order_relaxed);
       return StorageRef::adopt(s);
     }
     if (!progress) break;
   }
-  stall_ns_.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - t0)
-                                   .count()),
-                      std::memory_order_relaxed);
-  throw Error(op, detail::concat("out of memory: requested ", bytes, " bytes (block ",
-                                 round_size(bytes), "), limit ", limit_.load(), " bytes, ",
-                                 active_.load(), " bytes in use with no queued work left"));
+  stall_ns_.fetch_add(uint64_t(now_ns() - t0), std::memory_order_relaxed);
+  throw_oom(bytes, op, fits ? " (the system has no more memory) with no queued work left"
+                            : " with no queued work left");
 }
 
 StorageRef Allocator::workspace(size_t bytes, const char* op) {
   bool fits = true;
-  if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
-  throw Error(op, detail::concat("out of memory for a ", bytes, "-byte workspace: limit ",
-                                 limit_.load(), " bytes, ", active_.load(), " bytes in use"));
+  Storage* s = try_take(bytes, &fits);
+  if (!s) throw_oom(bytes, op, " for a kernel's workspace");
+  if (tagged_) s->hazard.last_write = detail::tl_running_task;  // see the header
+  return StorageRef::adopt(s);
 }
 
 void Allocator::free_block(Storage* s) {
@@ -152,17 +200,29 @@ void Allocator::free_block(Storage* s) {
   bump(cached_, cap);
 }
 
-void Allocator::empty_cache() {
-  std::lock_guard<SpinLock> lock(mu_);
+size_t Allocator::flush_cache_locked() {
+  size_t freed = 0;
   for (auto& list : cache_) {
+    size_t k = 0;
     for (Storage* s : list) {
+      if (tagged_ && !reusable(s, nullptr)) {
+        list[k++] = s;  // a stream may still use it: keep
+        continue;
+      }
       bump(cached_, -s->capacity_);
+      freed += s->capacity_;
       if (Failure* f = s->failure_.exchange(nullptr)) f->release();
-      std::free(s->data_);
+      source_->release(s->data_, s->capacity_);
       delete s;
     }
-    list.clear();
+    list.resize(k);
   }
+  return freed;
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard<SpinLock> lock(mu_);
+  flush_cache_locked();
 }
 
 void Allocator::reset_peak() {
@@ -181,6 +241,7 @@ AllocatorStats Allocator::stats() const {
   st.limit_bytes = limit_.load(std::memory_order_relaxed);
   st.pressure_stalls = stalls_.load(std::memory_order_relaxed);
   st.pressure_stall_ns = stall_ns_.load(std::memory_order_relaxed);
+  st.cache_flushes = flushes_.load(std::memory_order_relaxed);
   return st;
 }
 

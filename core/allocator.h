@@ -1,17 +1,28 @@
-// The caching allocator, one per device. Blocks are rounded up to size classes (four per
-// power of two) and kept in a cache when freed, so a training loop reaches a steady state
-// with no system allocations. Stats are always on and cheap (relaxed atomics).
+// The caching allocator, one per device (and one of pinned host memory per GPU for
+// staging). Blocks are rounded up to size classes (four per power of two) and kept in a
+// cache when freed, so a training loop reaches a steady state with no system allocations.
+// Stats are always on and cheap (relaxed atomics).
 //
 // Allocation happens on the frontend, when an op is called. With a limit set, a request
 // that would pass it first waits for queued work to finish and release its storages
-// (memory-pressure backpressure, counted as a stall); it throws tide::Error("[alloc]")
-// only when the limit is still passed with nothing left in flight.
+// (memory-pressure backpressure, counted as a stall); it throws tide::Error("[op] out of
+// memory ...") only when the limit is still passed with nothing left in flight. When the
+// system (or the GPU) has no memory left, the cache is returned to it and the request
+// retried before failing; cached blocks are also returned before the allocator's
+// reservation would pass the limit.
+//
+// On a GPU, blocks are stream-tagged: a block whose last users (its storage's hazard
+// positions) include work on other streams not yet complete is reused only on those
+// streams, or once they have passed it. A kernel's workspace is tagged with the task that
+// uses it. Users never call record_stream.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -19,6 +30,8 @@
 #include "core/storage.h"
 
 namespace tide {
+
+class StreamImpl;
 
 namespace detail {
 // Bytes (whole blocks) allocate() and workspace() handed out on this thread since it
@@ -37,32 +50,58 @@ struct AllocatorStats {
   size_t limit_bytes = 0;    // 0 = no limit; applies to active_bytes
   uint64_t pressure_stalls = 0;    // allocations that had to wait for queued work
   uint64_t pressure_stall_ns = 0;  // total time spent in those waits
+  uint64_t cache_flushes = 0;      // times the cache was returned to make room
+};
+
+// Where an allocator's blocks come from: the C heap (CPU), the GPU (cudaMalloc) or pinned
+// host memory (cudaHostAlloc).
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  // A block of `bytes` (aligned to at least 64), or nullptr when none is left.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+  // What an out-of-memory message adds about the memory itself (a GPU's free bytes).
+  virtual std::string describe() { return {}; }
 };
 
 class Allocator {
  public:
-  // The allocator of device d. CPU only in this build; throws "[alloc]" for other devices.
+  // The allocator of device d: the CPU's, or a GPU's (created with the device; throws
+  // "[alloc]" when d cannot be used in this process).
   static Allocator& get(Device d = Device::cpu()) {
     if (d.is_cpu()) [[likely]] return cpu();
     return get_other(d);
   }
 
+  // An allocator over `source` for storages on `device` (a GPU's pinned staging memory
+  // is device cpu). Storages return to the allocator that made them.
+  Allocator(Device device, std::unique_ptr<BlockSource> source, std::string name);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
   // A storage of at least `bytes` bytes (64-byte aligned, contents undefined). May wait for
-  // queued work when a limit is set (see above). Throws tide::Error("[alloc]") naming the
-  // request, the limit and the bytes in use, tagged with `op`.
+  // queued work when a limit is set (see above). Throws tide::Error("[op] out of memory")
+  // naming the request, the limit, the bytes in use and cached (and a GPU's free bytes).
   StorageRef allocate(size_t bytes, const char* op = "alloc");
 
   // Scratch memory for a kernel while it runs on a worker. Never waits (a worker cannot
   // wait for its own stream); throws tide::Error("[op] out of memory ...") at once when
-  // the limit would be passed, which fails the op like any kernel error.
+  // the limit would be passed, which fails the op like any kernel error. On a GPU the
+  // block is tagged with the running task, so it is not reused on another stream before
+  // that task is complete.
   StorageRef workspace(size_t bytes, const char* op);
 
   AllocatorStats stats() const;
   // Sets the limit on active bytes (0 = none). Does not wait.
   void set_limit(size_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
   void reset_peak();
-  // Returns all cached blocks to the system. Does not wait for queued work.
+  // Returns every cached block that no unfinished work may still use to the system. Does
+  // not wait for queued work.
   void empty_cache();
+  Device device() const { return device_; }
+  const std::string& name() const { return name_; }
   // The block size a request of `bytes` is rounded to.
   static size_t round_size(size_t bytes);
 
@@ -70,24 +109,35 @@ class Allocator {
   // release storages; returns false when nothing is in flight.
   using ReclaimFn = bool (*)();
   static void set_reclaim(ReclaimFn f) { reclaim_ = f; }
-
-  ~Allocator();
+  // Called by the engine: the stream the calling thread allocates for on device d (a
+  // worker's own stream, else its current stream), or nullptr.
+  using StreamFn = StreamImpl* (*)(Device d);
+  static void set_stream_of(StreamFn f) { stream_of_ = f; }
 
  private:
   friend class Storage;
   static Allocator& cpu();
-  [[noreturn]] static Allocator& get_other(Device d);
-  explicit Allocator(Device d) : device_(d) {}
+  static Allocator& get_other(Device d);
   void free_block(Storage* s);
+  // A block of the class for `bytes`: from the cache, else from the source. *fits is false
+  // when the limit refuses; nullptr with *fits true when the source has no memory.
   Storage* try_take(size_t bytes, bool* fits);
+  // Under mu_: releases cached blocks no pending work may use; returns the bytes freed.
+  size_t flush_cache_locked();
+  [[noreturn]] void throw_oom(size_t bytes, const char* op, const char* what);
 
   static constexpr int kNumClasses = 4 * 64;
-  Device device_;
-  SpinLock mu_;  // free lists; held for a few instructions
+  const Device device_;
+  const std::unique_ptr<BlockSource> source_;
+  const std::string name_;
+  const bool tagged_;  // blocks carry stream tags (GPU memory)
+  SpinLock mu_;        // free lists; held for a few instructions
   std::vector<Storage*> cache_[kNumClasses];
   std::atomic<size_t> active_{0}, peak_{0}, cached_{0}, limit_{0};
-  std::atomic<uint64_t> num_allocs_{0}, num_system_allocs_{0}, stalls_{0}, stall_ns_{0};
+  std::atomic<uint64_t> num_allocs_{0}, num_system_allocs_{0}, stalls_{0}, stall_ns_{0},
+      flushes_{0};
   static inline ReclaimFn reclaim_ = nullptr;  // one engine for every device
+  static inline StreamFn stream_of_ = nullptr;
 };
 
 }  // namespace tide

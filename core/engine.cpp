@@ -37,7 +37,17 @@ void wait_on_host(void* state, StreamPos pos) { static_cast<Engine::State*>(stat
 // ---- engine state ----------------------------------------------------------------------
 
 namespace {
-StreamImpl* g_gpu_default[kMaxGpus] = {};  // under the engine lock
+std::atomic<StreamImpl*> g_gpu_default[kMaxGpus] = {};  // written under the engine lock
+
+// The stream an allocation on device d is for: the calling worker's own, else the calling
+// thread's current stream of d (stream-tagged GPU blocks, core/allocator.h).
+StreamImpl* allocation_stream(Device d) {
+  if (StreamImpl* w = detail::tl_running_task.stream; w && w->device == d) return w;
+  if (tl_current_stream && tl_current_stream->device == d) return tl_current_stream;
+  return d.is_cuda() && d.index >= 0 && d.index < kMaxGpus
+             ? g_gpu_default[d.index].load(std::memory_order_acquire)
+             : nullptr;
+}
 }
 
 StreamImpl& Engine::State::add_stream(Device d) {
@@ -59,8 +69,11 @@ StreamImpl& Engine::State::default_stream(Device d) {
   if (d.is_cpu()) return streams.front();
   TIDE_CHECK(d.index >= 0 && d.index < kMaxGpus, "stream", "no device ", d.str(), " (at most ",
              kMaxGpus, " GPUs)");
-  StreamImpl*& s = g_gpu_default[d.index];
-  if (!s) s = &add_stream(d);
+  StreamImpl* s = g_gpu_default[d.index].load(std::memory_order_acquire);
+  if (!s) {
+    s = &add_stream(d);
+    g_gpu_default[d.index].store(s, std::memory_order_release);
+  }
   return *s;
 }
 
@@ -139,6 +152,7 @@ Engine::Engine() : s_(new State) {
                v, "'");
     s_->synchronous = v == "sync";
   }
+  Allocator::set_stream_of(&allocation_stream);
   Allocator::set_reclaim([] {
     State& st = *Engine::get().s_;
     std::lock_guard<SpinLock> lock(st.mu);

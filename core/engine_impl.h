@@ -21,6 +21,11 @@ using detail::cpu_relax;
 
 class Failure;
 
+namespace detail {
+// The task the calling worker is running ({} elsewhere): GPU workspaces are tagged with it.
+inline thread_local StreamPos tl_running_task;
+}  // namespace detail
+
 // A block of task slots. Seq s (1-based) lives in the segment with base < s <= base+kSize.
 struct Segment {
   static constexpr int kSize = 256;

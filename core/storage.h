@@ -13,8 +13,16 @@
 
 namespace tide {
 
+class Allocator;
 class Failure;
 class StreamImpl;
+
+namespace detail {
+// The failure of each GPU that failed (a sticky asynchronous error), or nullptr: every
+// storage on a failed GPU reads as failed (core/cuda/runtime.h sets these once).
+inline constexpr int kMaxGpus = 16;
+inline std::atomic<Failure*> g_gpu_failure[kMaxGpus] = {};
+}  // namespace detail
 
 // Where an op was queued on a stream: the stream and the op's sequence number there.
 // A position is complete when the stream has executed that many ops.
@@ -54,8 +62,13 @@ class Storage {
   size_t bytes() const { return capacity_; }
   Device device() const { return device_; }
 
-  // The failure of the op that wrote this storage, or nullptr. Set once by a worker.
-  Failure* failure() const { return failure_.load(std::memory_order_acquire); }
+  // The failure of the op that wrote this storage (or of its GPU), or nullptr. Set once
+  // by a worker.
+  Failure* failure() const {
+    Failure* f = failure_.load(std::memory_order_acquire);
+    if (f || device_.type == DeviceType::cpu) [[likely]] return f;
+    return detail::g_gpu_failure[device_.index].load(std::memory_order_acquire);
+  }
   // Records f as this storage's failure unless it already has one; takes a reference.
   void poison(Failure* f);
 
@@ -67,8 +80,8 @@ class Storage {
 
  private:
   friend class Allocator;
-  Storage(void* data, size_t capacity, Device d, int size_class)
-      : data_(data), capacity_(capacity), device_(d), size_class_(size_class) {}
+  Storage(void* data, size_t capacity, Device d, int size_class, Allocator* owner = nullptr)
+      : data_(data), capacity_(capacity), device_(d), size_class_(size_class), owner_(owner) {}
   void reset_for_reuse();
   static constexpr int kSlot = -1;
 
@@ -79,7 +92,8 @@ class Storage {
   size_t capacity_;
   Device device_;
   int size_class_;
-  Storage* owned_ = nullptr;  // slots: the block they own, if any
+  Allocator* owner_ = nullptr;  // the allocator the block returns to
+  Storage* owned_ = nullptr;    // slots: the block they own, if any
   alignas(64) std::atomic<int> refs_{1};
 };
 

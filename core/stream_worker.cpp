@@ -130,7 +130,9 @@ void StreamImpl::worker_loop() {
     Engine::Task& t = head_seg->slots[head - head_seg->base];
     for (int i = 0; i < t.num_waits; ++i)
       if (!t.waits[i].stream->is_complete(t.waits[i].seq)) dev->wait_for(t.waits[i]);
+    detail::tl_running_task = {this, head + 1};
     execute_task(t, eng, *dev, stop.load(std::memory_order_relaxed) == 2, false);
+    detail::tl_running_task = {};
     ++head;
     dev->retire(head);  // the slot may be reclaimed from here on
   }

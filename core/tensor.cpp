@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "core/allocator.h"
+#include "core/cuda/runtime.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/failure.h"
@@ -56,6 +57,31 @@ namespace {
 void refuse_when_tracing(const char* op) {
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read(op);
 }
+
+// t's elements readable on the host, after a wait for its writer: its own memory on the
+// CPU; on a GPU, a copy through pinned staging (core/cuda/runtime.h).
+class HostView {
+ public:
+  HostView(const Tensor& t, const char* op) {
+    if (t.device().is_cpu()) {
+      p_ = static_cast<const unsigned char*>(t.storage()->data()) + t.offset() * size_of(t.dtype());
+      return;
+    }
+    copy_.resize(t.nbytes());
+    const auto* src =
+        static_cast<const unsigned char*>(t.storage()->data()) + t.offset() * size_of(t.dtype());
+    cuda::DeviceRuntime::get(t.device().index, op).copy_to_host(copy_.data(), src, t.nbytes(), op);
+    p_ = copy_.data();
+  }
+  template <class T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(p_);
+  }
+
+ private:
+  const unsigned char* p_ = nullptr;
+  std::vector<unsigned char> copy_;
+};
 }  // namespace
 
 void Tensor::wait_to_read() const {
@@ -70,7 +96,8 @@ T Tensor::item() const {
   TIDE_CHECK(numel() == 1, "item", "needs a tensor with one element, got shape ", shape().str());
   refuse_when_tracing("item");
   wait_to_read();
-  return dispatch_dtype(dtype(), [&](auto z) { return T(*data<decltype(z)>()); });
+  HostView v(*this, "item");
+  return dispatch_dtype(dtype(), [&](auto z) { return T(*v.as<decltype(z)>()); });
 }
 
 template <class T>
@@ -78,8 +105,9 @@ std::vector<T> Tensor::to_vector() const {
   refuse_when_tracing("to_vector");
   wait_to_read();
   std::vector<T> out(static_cast<size_t>(numel()));
+  HostView v(*this, "to_vector");
   dispatch_dtype(dtype(), [&](auto z) {
-    const auto* p = data<decltype(z)>();
+    const auto* p = v.as<decltype(z)>();
     for (size_t i = 0; i < out.size(); ++i) out[i] = T(p[i]);
   });
   return out;
@@ -121,13 +149,16 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
   refuse_when_tracing("print");
   t.wait_to_read();
+  HostView v(t, "print");
   os << "Tensor(";
   dispatch_dtype(t.dtype(), [&](auto z) {
     using T = decltype(z);
-    if (t.ndim() == 0) os << +*t.data<T>();
-    else print_rec(os, t.data<T>(), t.shape(), 0, t.numel());
+    if (t.ndim() == 0) os << +*v.as<T>();
+    else print_rec(os, v.as<T>(), t.shape(), 0, t.numel());
   });
-  return os << ", shape=" << t.shape() << ", dtype=" << t.dtype() << ")";
+  os << ", shape=" << t.shape() << ", dtype=" << t.dtype();
+  if (!t.device().is_cpu()) os << ", device=" << t.device();
+  return os << ")";
 }
 
 }  // namespace tide

@@ -95,6 +95,12 @@ class Tensor {
   // A handle sharing storage with no autograd history.
   Tensor detach() const;
 
+  // ---- devices (defined in ops/copy.cpp) ----------------------------------------------
+  // This tensor on `device`: itself when it is there already, else a queued copy through
+  // pinned host staging (CPU <-> GPU; GPU -> GPU goes through the host). Differentiable.
+  // Does not wait. Throws "[to]" when `device` cannot be used here.
+  Tensor to(Device device, std::source_location site = std::source_location::current()) const;
+
   // ---- sync points -------------------------------------------------------------------
   // Waits for the last write to this tensor, then rethrows the failure of the op that
   // produced it, if any (with the op and the place it was queued).

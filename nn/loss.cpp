@@ -45,7 +45,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   TIDE_CHECK(n > 0 && c > 0, "cross_entropy", "empty logits ", logits.shape());
   Tensor lab = labels.dtype() == DType::int64 ? labels : cast(labels, DType::int64);
   // One-hot mask (N, C): eq on int64 gives float32 0/1.
-  Tensor mask = eq(arange(c, DType::int64).reshape({1, c}), lab.reshape({n, 1}));
+  Tensor mask = eq(arange(c, DType::int64, lab.device()).reshape({1, c}), lab.reshape({n, 1}));
   if (mask.dtype() != logits.dtype()) mask = cast(mask, logits.dtype());
   Tensor logp = log_softmax(logits);
   return div(neg(sum(mul(mask, logp))), double(n));

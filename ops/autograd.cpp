@@ -82,7 +82,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                "needs a gradient argument for a non-scalar output of shape ", shape().str());
   autograd::NoGrad no_grad;
   if (is_leaf()) {
-    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype()));
+    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()));
     return;
   }
   // Reverse topological order by an iterative depth-first search; every check happens
@@ -106,7 +106,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                "the graph through '", n->op,
                "' was freed by an earlier backward(); pass retain_graph=true to that call "
                "to backpropagate through it twice");
-  Tensor seed = grad.defined() ? grad : ones(shape(), dtype());
+  Tensor seed = grad.defined() ? grad : ones(shape(), dtype(), device());
   std::unordered_map<Node*, Tensor> grads;
   grads[order.back()] = seed;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {

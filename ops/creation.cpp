@@ -7,6 +7,9 @@
 #include "core/philox.h"
 #include "core/random_scope.h"
 #include "ops/autograd.h"
+#include "ops/creation_kernels.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 
 namespace tide {
@@ -14,59 +17,46 @@ namespace tide {
 using namespace detail;
 
 namespace {
-template <class Gen>
-Tensor fill_with(OpId id, const Shape& shape, DType dtype, Site site, Gen gen) {
+Tensor fill_with(OpId id, const Shape& shape, DType dtype, Device device, double value,
+                 double step, bool range, Site site) {
   const char* op = op_name(id);
-  Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
+  check_device_supported(device, id);
+  Tensor y = Tensor::empty(shape, dtype, device, op);
   dispatch_dtype(dtype, [&](auto z) {
     using T = decltype(z);
-    DataRef<T> r = y.ref<T>();
-    int64_t n = y.numel();
-    launch(op, y.device(), {}, {y.storage()}, [=] {
-      T* p = r.get();
-      parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) p[i] = gen.template operator()<T>(i);
-      });
-    }, site);
+    kernels::queue(id, device, {}, {y.storage()}, &kernels::cpu::fill<T>,
+                   kernels::Fill<T>{y.ref<T>(), y.numel(), value, step, range},
+                   kernels::NoExtra{}, site);
   });
   return y;
 }
-
-struct Constant {
-  double v;
-  template <class T> T operator()(int64_t) const { return T(v); }
-};
-struct Range {
-  double start, step;
-  template <class T> T operator()(int64_t i) const { return T(start + double(i) * step); }
-};
 }  // namespace
 
-Tensor zeros(const Shape& shape, DType dtype, Site site) {
-  return fill_with(OpId::zeros, shape, dtype, site, Constant{0.0});
+Tensor zeros(const Shape& shape, DType dtype, Device device, Site site) {
+  return fill_with(OpId::zeros, shape, dtype, device, 0.0, 0.0, false, site);
 }
-Tensor ones(const Shape& shape, DType dtype, Site site) {
-  return fill_with(OpId::ones, shape, dtype, site, Constant{1.0});
+Tensor ones(const Shape& shape, DType dtype, Device device, Site site) {
+  return fill_with(OpId::ones, shape, dtype, device, 1.0, 0.0, false, site);
 }
-Tensor full(const Shape& shape, double value, DType dtype, Site site) {
-  return fill_with(OpId::full, shape, dtype, site, Constant{value});
+Tensor full(const Shape& shape, double value, DType dtype, Device device, Site site) {
+  return fill_with(OpId::full, shape, dtype, device, value, 0.0, false, site);
 }
 
-Tensor arange(double start, double end, double step, DType dtype, Site site) {
+Tensor arange(double start, double end, double step, DType dtype, Device device, Site site) {
   TIDE_CHECK(step != 0.0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
              "arange", "needs finite start, end and a nonzero step, got (", start, ", ", end,
              ", ", step, ")");
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? int64_t(count) : 0;
-  return fill_with(OpId::arange, Shape{n}, dtype, site, Range{start, step});
+  return fill_with(OpId::arange, Shape{n}, dtype, device, start, step, true, site);
 }
 
 namespace {
-// One Philox block gives four consecutive elements.
-template <bool kNormal>
-Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Site site) {
+Tensor random_fill(OpId id, const Shape& shape, DType dtype, Device device, Generator& gen,
+                   Site site) {
   const char* op = op_name(id);
   TIDE_CHECK(is_floating(dtype), op, "needs a floating dtype, got ", dtype);
+  check_device_supported(device, id);
   // Eager: the counters are reserved now (from the generator, or from the sub-stream of a
   // RandomScope: core/random_scope.h). Traced: the replay refreshes (offset, key) in
   // `counter` before the kernel runs, so each replay draws what eager would draw.
@@ -79,39 +69,28 @@ Tensor random_fill(OpId id, const Shape& shape, DType dtype, Generator& gen, Sit
     fixed_offset = r.offset;
     fixed_key = r.key;
   }
-  Tensor y = Tensor::empty(shape, dtype, Device::cpu(), op);
+  Tensor y = Tensor::empty(shape, dtype, device, op);
   dispatch_floating(dtype, [&](auto z) {
     using T = decltype(z);
-    DataRef<T> r = y.ref<T>();
-    int64_t n = y.numel();
-    launch(op, y.device(), {}, {y.storage()}, [=] {
-      T* p = r.get();
-      uint64_t offset = counter ? counter[0] : fixed_offset;
-      uint64_t key = counter ? counter[1] : fixed_key;
-      parallel_for((n + 3) / 4, kParallelGrain / 16, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          T v[4];
-          if constexpr (kNormal) philox::normal4(offset, key, uint64_t(b), v);
-          else philox::uniform4(offset, key, uint64_t(b), v);
-          for (int64_t l = 0, i = 4 * b; l < 4 && i < n; ++l, ++i) p[i] = v[l];
-        }
-      });
-    }, site);
+    kernels::queue(id, device, {}, {y.storage()}, &kernels::cpu::random_fill<T>,
+                   kernels::RandomFill<T>{y.ref<T>(), y.numel(), counter, fixed_offset,
+                                          fixed_key, id == OpId::randn},
+                   kernels::NoExtra{}, site);
   });
   return y;
 }
 }  // namespace
 
-Tensor randn(const Shape& shape, DType dtype, Generator& gen, Site site) {
-  return random_fill<true>(OpId::randn, shape, dtype, gen, site);
+Tensor randn(const Shape& shape, DType dtype, Generator& gen, Device device, Site site) {
+  return random_fill(OpId::randn, shape, dtype, device, gen, site);
 }
 
-Tensor rand(const Shape& shape, DType dtype, Generator& gen, Site site) {
-  return random_fill<false>(OpId::rand, shape, dtype, gen, site);
+Tensor rand(const Shape& shape, DType dtype, Generator& gen, Device device, Site site) {
+  return random_fill(OpId::rand, shape, dtype, device, gen, site);
 }
 
 Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dtype,
-                 Site site) {
+                 Device device, Site site) {
   TIDE_CHECK(int64_t(values.size()) == shape.numel(), "from_data", values.size(),
              " values for shape ", shape.str(), " (", shape.numel(), " elements)");
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), "from_data");
@@ -121,59 +100,47 @@ Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dt
     T* p = y.data<T>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = T(values[i]);
   });
-  return y;
+  return device.is_cpu() ? y : y.to(device, site);
 }
 
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, Site site) {
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device, Site site) {
   TIDE_CHECK(int64_t(values.size()) == shape.numel(), "from_data", values.size(),
              " values for shape ", shape.str(), " (", shape.numel(), " elements)");
   Tensor y = Tensor::empty(shape, dtype_v<T>, Device::cpu(), "from_data");
   if (!values.empty()) std::memcpy(y.data<T>(), values.data(), values.size() * sizeof(T));
-  return y;
+  return device.is_cpu() ? y : y.to(device, site);
 }
-template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Site);
-template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Site);
-template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Site);
-template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Site);
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device, Site);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device, Site);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device, Site);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device, Site);
 
 Tensor clone(const Tensor& a, Site site) {
   check_defined(a, "clone");
-  check_cpu(a, "clone");
+  check_supported(a, OpId::clone);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), "clone");
-  DataRef<unsigned char> src{a.storage(), a.offset() * int64_t(size_of(a.dtype()))};
-  DataRef<unsigned char> dst = y.ref<unsigned char>();
-  size_t bytes = a.nbytes();
-  launch("clone", y.device(), {a.storage()}, {y.storage()}, [=] {
-    unsigned char* d = dst.get();
-    const unsigned char* s = src.get();
-    parallel_for(int64_t(bytes), kParallelGrain * 4, [&](int64_t lo, int64_t hi) {
-      std::memcpy(d + lo, s + lo, size_t(hi - lo));
-    });
-  }, site);
+  kernels::queue(OpId::clone, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::copy_bytes,
+                 kernels::CopyBytes{{a.storage(), a.offset() * int64_t(size_of(a.dtype()))},
+                                    y.ref<unsigned char>(), a.nbytes()},
+                 kernels::NoExtra{}, site);
   autograd::record("clone", y, {&a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return y;
 }
 
 Tensor cast(const Tensor& a, DType dtype, Site site) {
   check_defined(a, "cast");
-  check_cpu(a, "cast");
+  check_supported(a, OpId::cast);
   if (dtype == a.dtype()) return clone(a, site);
   Tensor y = Tensor::empty(a.shape(), dtype, a.device(), "cast");
   dispatch_dtype(a.dtype(), [&](auto za) {
     dispatch_dtype(dtype, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
-      DataRef<T> ra = a.ref<T>();
-      DataRef<O> ro = y.ref<O>();
-      int64_t n = a.numel();
-      launch("cast", y.device(), {a.storage()}, {y.storage()}, [=] {
-        const T* pa = ra.get();
-        O* po = ro.get();
-        parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) po[i] = O(pa[i]);
-        });
-      }, site);
+      kernels::queue(OpId::cast, a.device(), {a.storage()}, {y.storage()},
+                     &kernels::cpu::convert<O, T>,
+                     kernels::Convert<O, T>{a.ref<T>(), y.ref<O>(), a.numel()},
+                     kernels::NoExtra{}, site);
     });
   });
   if (is_floating(a.dtype()) && is_floating(dtype))

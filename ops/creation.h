@@ -1,6 +1,7 @@
 // Creation ops: constant fills, ranges, random tensors, host data, copies. All queued
 // (the fill runs on the backend) except from_data, which copies the host data at the call
-// so the caller may reuse its buffer at once. None waits.
+// so the caller may reuse its buffer at once. None waits. Each takes the device to create
+// on (default: the CPU); "[op] has no CUDA kernel" / "[alloc] ..." when it cannot.
 #pragma once
 
 #include <cstdint>
@@ -13,28 +14,36 @@
 namespace tide {
 
 // Throw "[op]" for negative extents (through Shape) and non-floating random dtypes.
-Tensor zeros(const Shape& shape, DType dtype = DType::float32, Site site = Site::current());
-Tensor ones(const Shape& shape, DType dtype = DType::float32, Site site = Site::current());
-Tensor full(const Shape& shape, double value, DType dtype = DType::float32,
+Tensor zeros(const Shape& shape, DType dtype = DType::float32, Device device = Device::cpu(),
+             Site site = Site::current());
+Tensor ones(const Shape& shape, DType dtype = DType::float32, Device device = Device::cpu(),
             Site site = Site::current());
+Tensor full(const Shape& shape, double value, DType dtype = DType::float32,
+            Device device = Device::cpu(), Site site = Site::current());
 // [start, start+step, ...) below end. Throws "[arange]" when step is 0.
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::float32,
-              Site site = Site::current());
-inline Tensor arange(int64_t n, DType dtype = DType::int64, Site site = Site::current()) {
-  return arange(0.0, double(n), 1.0, dtype, site);
+              Device device = Device::cpu(), Site site = Site::current());
+inline Tensor arange(int64_t n, DType dtype = DType::int64, Device device = Device::cpu(),
+                     Site site = Site::current()) {
+  return arange(0.0, double(n), 1.0, dtype, device, site);
 }
 // Standard normal / uniform [0, 1) from Philox; counters reserved from `gen` at the call.
+// The same seed gives the same numbers on every device.
 Tensor randn(const Shape& shape, DType dtype = DType::float32,
-             Generator& gen = default_generator(), Site site = Site::current());
+             Generator& gen = default_generator(), Device device = Device::cpu(),
+             Site site = Site::current());
 Tensor rand(const Shape& shape, DType dtype = DType::float32,
-            Generator& gen = default_generator(), Site site = Site::current());
-// Copies `values` (converted to dtype) into a new tensor at the call. Throws "[from_data]"
-// when values.size() != shape.numel().
+            Generator& gen = default_generator(), Device device = Device::cpu(),
+            Site site = Site::current());
+// Copies `values` (converted to dtype) into a new tensor at the call (on a GPU: into
+// pinned staging at the call, then a queued copy). Throws "[from_data]" when
+// values.size() != shape.numel().
 Tensor from_data(const std::vector<double>& values, const Shape& shape,
-                 DType dtype = DType::float32, Site site = Site::current());
+                 DType dtype = DType::float32, Device device = Device::cpu(),
+                 Site site = Site::current());
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape,
-                   Site site = Site::current());
+                   Device device = Device::cpu(), Site site = Site::current());
 // A new tensor with a's values (queued copy). Differentiable.
 Tensor clone(const Tensor& a, Site site = Site::current());
 // a converted to dtype (queued). Differentiable between floating types.

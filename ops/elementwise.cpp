@@ -1,14 +1,15 @@
-// Elementwise ops: front-ends (checks, broadcast, output allocation, autograd) over the
-// CPU loops of elementwise_cpu.h and the functors of functors.h.
+// Elementwise ops: front-ends (checks, broadcast, output allocation, autograd) that queue
+// the family's kernel entries (ops/elementwise_kernels.h) with the functors of functors.h.
 #include "ops/elementwise.h"
 
 #include <cmath>
 
 #include "ops/autograd.h"
 #include "ops/creation.h"
-#include "ops/elementwise_cpu.h"
 #include "ops/elementwise_desc.h"
+#include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
+#include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 
@@ -46,31 +47,30 @@ void describe_flat(OpId id, F f, EwOperand a, EwOperand b, DataRef<O> out, int64
   c->describe_next(&d, sizeof(d));
 }
 
-// Queues out = f(a, b), a and b broadcast to out's shape; out's dtype may differ (masks).
+// Queues out = f(a, b), a and b broadcast to out's shape; out's dtype is
+// fn::binary_out_t<F, T> (masks of integers are float).
 template <class F>
 void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& out,
                   Site site) {
-  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
-    auto go = [&](auto zo) {
-      using O = decltype(zo);
-      DataRef<T> ra = a.ref<T>(), rb = b.ref<T>();
-      DataRef<O> ro = out.ref<O>();
-      int64_t n = out.numel(), na = a.numel(), nb = b.numel();
-      if ((na == n || na == 1) && (nb == n || nb == 1)) {
-        int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
-        describe_flat<O, T>(id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
-        launch(op, out.device(), {a.storage(), b.storage()}, {out.storage()},
-               [=] { binary_flat(ra.get(), sa, rb.get(), sb, ro.get(), n, f); }, site);
-      } else {
-        BroadcastGeometry g = make_geometry(a.shape(), b.shape(), out.shape());
-        launch(op, out.device(), {a.storage(), b.storage()}, {out.storage()},
-               [=] { binary_broadcast(ra.get(), rb.get(), ro.get(), g, f); }, site);
-      }
-    };
-    if (out.dtype() == a.dtype()) go(T{});
-    else go(float{});
+    using O = fn::binary_out_t<F, T>;
+    DataRef<T> ra = a.ref<T>(), rb = b.ref<T>();
+    DataRef<O> ro = out.ref<O>();
+    int64_t n = out.numel(), na = a.numel(), nb = b.numel();
+    if ((na == n || na == 1) && (nb == n || nb == 1)) {
+      int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
+      describe_flat<O, T>(id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
+      kernels::queue(id, out.device(), {a.storage(), b.storage()}, {out.storage()},
+                     &kernels::cpu::binary_flat<O, T, F>,
+                     kernels::BinaryFlat<O, T>{ra, rb, ro, n, sa, sb}, f, site);
+    } else {
+      kernels::queue(id, out.device(), {a.storage(), b.storage()}, {out.storage()},
+                     &kernels::cpu::binary_broadcast<O, T, F>,
+                     kernels::BinaryBroadcast<O, T>{
+                         ra, rb, ro, kernels::make_geometry(a.shape(), b.shape(), out.shape())},
+                     f, site);
+    }
   });
 }
 
@@ -78,47 +78,39 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
 template <class F>
 void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
                   const Tensor& out, Site site) {
-  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
-    auto go = [&](auto zo) {
-      using O = decltype(zo);
-      DataRef<T> ra = a.ref<T>();
-      DataRef<O> ro = out.ref<O>();
-      int64_t n = out.numel();
-      T sv = T(s);
-      if (scalar_first) {
-        describe_flat<O, T>(id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
-        launch(op, out.device(), {a.storage()}, {out.storage()},
-               [=] { binary_flat(&sv, 0, ra.get(), 1, ro.get(), n, f); }, site);
-      } else {
-        describe_flat<O, T>(id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
-        launch(op, out.device(), {a.storage()}, {out.storage()},
-               [=] { binary_flat(ra.get(), 1, &sv, 0, ro.get(), n, f); }, site);
-      }
-    };
-    if (out.dtype() == a.dtype()) go(T{});
-    else go(float{});
+    using O = fn::binary_out_t<F, T>;
+    DataRef<T> ra = a.ref<T>();
+    DataRef<O> ro = out.ref<O>();
+    int64_t n = out.numel();
+    T sv = T(s);
+    if (scalar_first)
+      describe_flat<O, T>(id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
+    else
+      describe_flat<O, T>(id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+    kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
+                   &kernels::cpu::scalar_flat<O, T, F>,
+                   kernels::ScalarFlat<O, T>{ra, ro, n, sv, scalar_first}, f, site);
   });
 }
 
 template <class F>
 void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
-  const char* op = op_name(id);
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
     DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
     describe_flat<T, T>(id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
-    launch(op, out.device(), {a.storage()}, {out.storage()}, [=] { unary_flat(ra.get(), ro.get(), n, f); },
-           site);
+    kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
+                   &kernels::cpu::unary_flat<T, F>, kernels::UnaryFlat<T>{ra, ro, n}, f, site);
   });
 }
 
 template <class F>
 Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   const char* op = op_name(id);
-  check_same(a, b, op);
+  check_same(a, b, id);
   if (id == OpId::div) check_floating(a, op);
   Shape s = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor y = Tensor::empty(s, is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
@@ -126,15 +118,11 @@ Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   return y;
 }
 
-struct Never {
-  template <class T> bool operator()(T, T) const { return false; }
-};
-
 template <class F>
 Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Site site) {
   const char* op = op_name(id);
   check_defined(a, op);
-  check_cpu(a, op);
+  check_supported(a, id);
   if (id == OpId::div) check_floating(a, op);
   Tensor y = Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(),
                            a.device(), op);
@@ -145,7 +133,7 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
                describe(a), "; cast the tensor to a floating dtype first");
     if (id == OpId::lt) queue_scalar(id, f, a, std::ceil(s), scalar_first, y, site);
     else if (id == OpId::gt) queue_scalar(id, f, a, std::floor(s), scalar_first, y, site);
-    else queue_scalar(id, Never{}, a, 0.0, scalar_first, y, site);
+    else queue_scalar(id, fn::Never{}, a, 0.0, scalar_first, y, site);
     return y;
   }
   queue_scalar(id, f, a, s, scalar_first, y, site);
@@ -156,7 +144,7 @@ template <class F>
 Tensor unary_op(OpId id, F f, const Tensor& a, Site site, bool floating_only) {
   const char* op = op_name(id);
   check_defined(a, op);
-  check_cpu(a, op);
+  check_supported(a, id);
   if (floating_only) check_floating(a, op);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), op);
   queue_unary(id, f, a, y, site);
@@ -341,12 +329,12 @@ namespace {
 void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   const char* op = op_name(id);
   check_defined(self, op);
-  check_cpu(self, op);
+  check_supported(self, id);
   TIDE_CHECK(!(self.requires_grad() && autograd::grad_enabled()), op,
              "cannot update a tensor that requires grad in place while recording: ",
              describe(self), "; use NoGrad (as optimizers do)");
   if (!other) return;
-  check_same(self, *other, op);
+  check_same(self, *other, id);
   // An operand overlapping the target (x.add_(x[0])) would read elements already updated.
   bool same_view = other->storage() == self.storage() && other->offset() == self.offset() &&
                    other->shape() == self.shape();

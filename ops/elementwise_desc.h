@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/storage.h"
-#include "ops/elementwise_cpu.h"
+#include "ops/cpu/elementwise_loops.h"
 #include "ops/op_traits.h"
 
 namespace tide::detail {

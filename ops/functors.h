@@ -1,13 +1,24 @@
 // The math of every elementwise op, one functor each, compiled by g++ for the CPU loops
 // and by nvcc for CUDA kernels (TIDE_HOST_DEVICE). Binary functors take (a, b); unary
-// ones (a); parameters (a scalar exponent, alpha) are members.
+// ones (a); parameters (a scalar exponent, alpha) are members. Comparison functors are
+// masks (kMask): their output is mask_t<T>. Transcendental functors on integer types
+// compute in double (front-ends refuse integers for them; the kernels still compile).
+//
+// The lists at the end name every functor: the CPU and CUDA kernel files instantiate their
+// entries for each one, so a new elementwise op adds its functor here and nothing else in
+// ops/cpu/ or ops/cuda/.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "core/host_device.h"
 
 namespace tide::fn {
+
+// Integers compute transcendental functions in double.
+template <class T> using Real = std::conditional_t<std::is_floating_point_v<T>, T, double>;
 
 struct Add { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a + b; } };
 struct Sub { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a - b; } };
@@ -21,9 +32,23 @@ struct Maximum {
     return a > b ? a : b;
   }
 };
-struct Eq { template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a == b; } };
-struct Gt { template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a > b; } };
-struct Lt { template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a < b; } };
+struct Eq {
+  static constexpr bool kMask = true;
+  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a == b; }
+};
+struct Gt {
+  static constexpr bool kMask = true;
+  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a > b; }
+};
+struct Lt {
+  static constexpr bool kMask = true;
+  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a < b; }
+};
+// An integer tensor compared for equality with a fractional scalar: never equal.
+struct Never {
+  static constexpr bool kMask = true;
+  template <class T> TIDE_HOST_DEVICE bool operator()(T, T) const { return false; }
+};
 // a + alpha * b (add_ / sub_ with alpha)
 struct AddScaled {
   double alpha;
@@ -33,9 +58,15 @@ struct AddScaled {
 struct Second { template <class T> TIDE_HOST_DEVICE T operator()(T, T b) const { return b; } };
 
 struct Neg { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return -a; } };
-struct Exp { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return std::exp(a); } };
-struct Log { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return std::log(a); } };
-struct Sqrt { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return std::sqrt(a); } };
+struct Exp {
+  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::exp(Real<T>(a))); }
+};
+struct Log {
+  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::log(Real<T>(a))); }
+};
+struct Sqrt {
+  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::sqrt(Real<T>(a))); }
+};
 struct Abs { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a < T(0) ? -a : a; } };
 struct Relu { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a > T(0) ? a : T(0); } };
 // relu's gradient in one pass: g where the input a was positive, else 0.
@@ -45,18 +76,22 @@ struct ReluGrad {
 struct Sigmoid {
   // Stable on both sides: never exp of a large positive number.
   template <class T> TIDE_HOST_DEVICE T operator()(T a) const {
-    if (a >= T(0)) return T(1) / (T(1) + std::exp(-a));
-    T e = std::exp(a);
-    return e / (T(1) + e);
+    using R = Real<T>;
+    R x = R(a);
+    if (x >= R(0)) return T(R(1) / (R(1) + std::exp(-x)));
+    R e = std::exp(x);
+    return T(e / (R(1) + e));
   }
 };
-struct Tanh { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return std::tanh(a); } };
+struct Tanh {
+  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::tanh(Real<T>(a))); }
+};
 struct Pow {
   double p;
   template <class T> TIDE_HOST_DEVICE T operator()(T a) const {
     if (p == 2.0) return a * a;
     if (p == 1.0) return a;
-    return T(std::pow(a, T(p)));
+    return T(std::pow(Real<T>(a), Real<T>(p)));
   }
 };
 struct Identity { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a; } };
@@ -136,4 +171,23 @@ struct AdamUpdate {
   }
 };
 
+// ---- traits and lists ----------------------------------------------------------------------
+
+// Masks (comparisons) give 0/1 in the input's dtype, float for integer inputs.
+template <class F, class = void> struct is_mask : std::false_type {};
+template <class F> struct is_mask<F, std::void_t<decltype(F::kMask)>> : std::bool_constant<F::kMask> {};
+template <class F> inline constexpr bool is_mask_v = is_mask<F>::value;
+template <class T> using mask_t = std::conditional_t<std::is_floating_point_v<T>, T, float>;
+// The output element type of binary functor F on inputs of type T.
+template <class F, class T> using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
+
 }  // namespace tide::fn
+
+// Every elementwise functor, by kind: X(Name) per functor (tide::fn::Name).
+#define TIDE_BINARY_FUNCTORS(X) \
+  X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(AddScaled) X(Second) X(ReluGrad)
+#define TIDE_MASK_FUNCTORS(X) X(Eq) X(Gt) X(Lt) X(Never)
+#define TIDE_UNARY_FUNCTORS(X) \
+  X(Neg) X(Exp) X(Log) X(Sqrt) X(Abs) X(Relu) X(Sigmoid) X(Tanh) X(Pow) X(Identity)
+// Every element type: X(T) per C++ type of tide's dtypes.
+#define TIDE_DTYPES(X) X(float) X(double) X(int32_t) X(int64_t)

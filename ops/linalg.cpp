@@ -1,12 +1,13 @@
-// matmul through CBLAS, transpose, and the row-wise softmax / log_softmax.
+// matmul, transpose and the row-wise softmax / log_softmax: checks, shapes and gradients
+// over the linear-algebra kernel entries (ops/linalg_kernels.h).
 #include "ops/linalg.h"
-
-#include <cblas.h>
 
 #include <cmath>
 
 #include "ops/autograd.h"
 #include "ops/elementwise.h"
+#include "ops/kernel_entry.h"
+#include "ops/linalg_kernels.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 
@@ -17,7 +18,7 @@ using Grads = std::vector<Tensor>;
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   const char* op = "matmul";
-  check_same(a, b, op);
+  check_same(a, b, OpId::matmul);
   check_floating(a, op);
   auto desc = [&] {
     return describe(a) + (opt.trans_a ? "^T" : "") + " @ " + describe(b) +
@@ -30,25 +31,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   int64_t n = opt.trans_b ? b.shape()[0] : b.shape()[1];
   TIDE_CHECK(k == kb, op, "inner dimensions differ: ", desc());
   Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
-  int lda = int(std::max<int64_t>(1, a.shape()[1]));
-  int ldb = int(std::max<int64_t>(1, b.shape()[1]));
-  int ldc = int(std::max<int64_t>(1, n));
-  CBLAS_TRANSPOSE ta = opt.trans_a ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE tb = opt.trans_b ? CblasTrans : CblasNoTrans;
+  int64_t lda = std::max<int64_t>(1, a.shape()[1]);
+  int64_t ldb = std::max<int64_t>(1, b.shape()[1]);
+  int64_t ldc = std::max<int64_t>(1, n);
   if (m * n > 0) {
-    if (a.dtype() == DType::float32) {
-      DataRef<float> ra = a.ref<float>(), rb = b.ref<float>(), rc = y.ref<float>();
-      launch(op, y.device(), {a.storage(), b.storage()}, {y.storage()}, [=] {
-        cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, ra.get(), lda, rb.get(), ldb,
-                    0.0f, rc.get(), ldc);
-      }, site);
-    } else {
-      DataRef<double> ra = a.ref<double>(), rb = b.ref<double>(), rc = y.ref<double>();
-      launch(op, y.device(), {a.storage(), b.storage()}, {y.storage()}, [=] {
-        cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, ra.get(), lda, rb.get(), ldb,
-                    0.0, rc.get(), ldc);
-      }, site);
-    }
+    dispatch_floating(a.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
+                     &kernels::cpu::gemm<T>,
+                     kernels::Gemm<T>{a.ref<T>(), b.ref<T>(), y.ref<T>(), m, n, k, lda, ldb, ldc,
+                                      opt.trans_a, opt.trans_b},
+                     kernels::NoExtra{}, site);
+    });
   }
   // Only the gradients an input needs: for x @ W with a data batch x, dx would be a whole
   // extra GEMM that backward() then drops.
@@ -67,58 +61,27 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
 Tensor transpose(const Tensor& a, Site site) {
   const char* op = "transpose";
   check_defined(a, op);
-  check_cpu(a, op);
+  check_supported(a, OpId::transpose);
   TIDE_CHECK(a.ndim() == 2, op, "needs a 2-D tensor, got ", describe(a));
   int64_t r = a.shape()[0], c = a.shape()[1];
   Tensor y = Tensor::empty({c, r}, a.dtype(), a.device(), op);
-  dispatch_dtype(a.dtype(), [&](auto z) {
-    using T = decltype(z);
-    DataRef<T> ra = a.ref<T>(), ry = y.ref<T>();
-    launch(op, y.device(), {a.storage()}, {y.storage()}, [=] {
-      const T* pa = ra.get();
-      T* py = ry.get();
-      constexpr int64_t B = 32;  // cache blocks
-      int64_t blocks = (r + B - 1) / B;
-      parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / (B * std::max<int64_t>(c, 1))),
-                   [&](int64_t b0, int64_t b1) {
-        for (int64_t i0 = b0 * B; i0 < std::min(r, b1 * B); i0 += B)
-          for (int64_t j0 = 0; j0 < c; j0 += B)
-            for (int64_t i = i0; i < std::min(r, i0 + B); ++i)
-              for (int64_t j = j0; j < std::min(c, j0 + B); ++j) py[j * r + i] = pa[i * c + j];
-      });
-    }, site);
-  });
+  if (r * c > 0)
+    dispatch_dtype(a.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::queue(OpId::transpose, a.device(), {a.storage()}, {y.storage()},
+                     &kernels::cpu::transpose<T>, kernels::Transpose<T>{a.ref<T>(), y.ref<T>(), r, c},
+                     kernels::NoExtra{}, site);
+    });
   autograd::record(op, y, {&a}, [](const Tensor& g) { return Grads{transpose(g)}; });
   return y;
 }
 
 namespace {
-template <class T>
-void softmax_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
-  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      T m = xr[0];
-      for (int64_t i = 1; i < n; ++i) m = xr[i] > m ? xr[i] : m;
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += std::exp(double(xr[i] - m));
-      if (log_out) {
-        T ls = T(std::log(s));
-        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - ls;
-      } else {
-        double inv = 1.0 / s;
-        for (int64_t i = 0; i < n; ++i) yr[i] = T(std::exp(double(xr[i] - m)) * inv);
-      }
-    }
-  });
-}
-
 Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
-  const char* op = log_out ? "log_softmax" : "softmax";
+  OpId id = log_out ? OpId::log_softmax : OpId::softmax;
+  const char* op = op_name(id);
   check_defined(a, op);
-  check_cpu(a, op);
+  check_supported(a, id);
   check_floating(a, op);
   TIDE_CHECK(a.ndim() >= 1, op, "needs rank >= 1, got a 0-d tensor");
   int64_t n = a.shape()[a.ndim() - 1];
@@ -127,9 +90,9 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
   if (rows * n > 0) {
     dispatch_floating(a.dtype(), [&](auto z) {
       using T = decltype(z);
-      DataRef<T> rx = a.ref<T>(), ry = y.ref<T>();
-      launch(op, y.device(), {a.storage()}, {y.storage()},
-             [=] { softmax_rows(rx.get(), ry.get(), rows, n, log_out); }, site);
+      kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::softmax_rows<T>,
+                     kernels::SoftmaxRows<T>{a.ref<T>(), y.ref<T>(), rows, n, log_out},
+                     kernels::NoExtra{}, site);
     });
   }
   return y;

@@ -56,6 +56,7 @@ constexpr std::array kTable{
     OpTraits{OpId::sgd_update_, "sgd_update_", K::optimizer, N, E, N},
     OpTraits{OpId::adam_update_, "adam_update_", K::optimizer, N, E, N},
     OpTraits{OpId::increment_, "increment_", K::optimizer, N, E, N},
+    OpTraits{OpId::to, "to", K::creation, N, N, E},
 };
 static_assert(kTable.size() == size_t(OpId::count_), "one row per OpId");
 constexpr bool ordered() {
@@ -69,6 +70,5 @@ static_assert(ordered(), "rows in OpId order");
 const OpTraits& op_traits(OpId op) { return kTable[size_t(op)]; }
 const char* op_name(OpId op) { return kTable[size_t(op)].name.data(); }
 std::span<const OpTraits> all_ops() { return kTable; }
-bool op_supported(Device device, OpId op) { return device.is_cpu() && op < OpId::count_; }
 
 }  // namespace tide

@@ -30,6 +30,8 @@ enum class OpId : uint16_t {
   fail, gate,
   // fused optimizer updates and the step counter (ops/optim.h)
   sgd_update_, adam_update_, increment_,
+  // copies between devices (ops/copy.cpp: Tensor::to)
+  to,
   count_  // keep last
 };
 
@@ -52,8 +54,9 @@ const OpTraits& op_traits(OpId op);
 // The name of op, for errors and the profiler ("add", "matmul", ...). A C string literal.
 const char* op_name(OpId op);
 std::span<const OpTraits> all_ops();
-// Whether `op` has a kernel for `device` in this build: every op on the CPU; none yet on
-// CUDA. Calling an op on an unsupported device throws "[op] has no kernel for device ...".
+// Whether `op` has a kernel for `device` in this process: every op on the CPU; on a GPU,
+// the ops whose CUDA kernels are registered (ops/kernel_registry.cpp). Calling an op on
+// an unsupported device throws "[op] has no CUDA kernel ..." before anything is queued.
 bool op_supported(Device device, OpId op);
 
 }  // namespace tide

@@ -20,17 +20,25 @@ inline std::string describe(const Tensor& t) {
 inline void check_defined(const Tensor& t, const char* op) {
   TIDE_CHECK(t.defined(), op, "got an undefined tensor");
 }
-inline void check_cpu(const Tensor& t, const char* op) {
-  TIDE_CHECK(t.device().is_cpu(), op, "has no kernel for device ", t.device().str(),
-             " in this build");
+// Throws "[op] has no CUDA kernel ..." unless op_supported(t.device(), id) (STYLE 6).
+void throw_unsupported(const Tensor& t, OpId id);
+inline void check_supported(const Tensor& t, OpId id) {
+  if (t.device().is_cpu()) [[likely]] return;
+  if (!op_supported(t.device(), id)) throw_unsupported(t, id);
 }
-inline void check_same(const Tensor& a, const Tensor& b, const char* op) {
+inline void check_device_supported(Device d, OpId id) {
+  if (d.is_cpu()) [[likely]] return;
+  TIDE_CHECK(op_supported(d, id), op_name(id), "has no ", d.is_cuda() ? "CUDA kernel" : "kernel",
+             " (on ", d.str(), "); op_supported(device, op) tells before the call");
+}
+inline void check_same(const Tensor& a, const Tensor& b, OpId id) {
+  const char* op = op_name(id);
   check_defined(a, op);
   check_defined(b, op);
   TIDE_CHECK(a.dtype() == b.dtype(), op, "dtypes differ: ", describe(a), " and ", describe(b));
   TIDE_CHECK(a.device() == b.device(), op, "devices differ: ", a.device().str(), " and ",
-             b.device().str());
-  check_cpu(a, op);
+             b.device().str(), " (move one with .to(device) first)");
+  check_supported(a, id);
 }
 inline void check_floating(const Tensor& a, const char* op) {
   TIDE_CHECK(is_floating(a.dtype()), op, "needs a floating tensor, got ", describe(a));

@@ -12,7 +12,7 @@
 //
 // Not done here: autograd (these ops are refused while recording a tensor that requires
 // grad: run them under NoGrad), broadcasting (every state tensor has the parameter's
-// shape), mixed dtypes, and CUDA kernels (op_supported(cuda, ...) is false in this build).
+// shape) and mixed dtypes. Every operand must be on the parameter's device.
 // Tensors are always contiguous in tide, so there is no stride check.
 #pragma once
 

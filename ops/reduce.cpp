@@ -1,17 +1,17 @@
-// Reductions. A reduction over one axis views the input as [outer, n, inner]; a full
-// reduction is outer = inner = 1. Each output element is computed by one thread in a
-// fixed order, and the full sum adds fixed-size blocks in order, so results never depend
-// on the thread count.
+// Reductions: checks, output shapes and gradients; the kernels are the reduction entry
+// (ops/reduce_kernels.h). A reduction over one axis views the input as [outer, n, inner];
+// a full reduction is outer = inner = 1.
 #include "ops/reduce.h"
 
 #include <cmath>
 #include <limits>
 
-#include "core/allocator.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
+#include "ops/kernel_entry.h"
 #include "ops/op_util.h"
+#include "ops/reduce_kernels.h"
 
 namespace tide {
 
@@ -19,12 +19,11 @@ using namespace detail;
 
 namespace {
 
-struct Geometry {
-  int64_t outer = 1, n = 1, inner = 1;
-};
+using kernels::ReduceGeometry;
+using Kind = kernels::ReduceKind;
 
-Geometry geometry(const Shape& s, int axis) {
-  Geometry g;
+ReduceGeometry geometry(const Shape& s, int axis) {
+  ReduceGeometry g;
   for (int i = 0; i < axis; ++i) g.outer *= s[i];
   g.n = s[axis];
   for (int i = axis + 1; i < s.ndim(); ++i) g.inner *= s[i];
@@ -40,97 +39,12 @@ Shape reduced_shape(const Shape& s, int axis, bool keepdim) {
   return out;
 }
 
-template <class T> using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-
-enum class Kind { sum, mean, max, argmax };
-
-// Sums x[k*stride], k < n, blockwise in a fixed order.
-template <class T>
-Acc<T> sum_strided(const T* x, int64_t n, int64_t stride) {
-  Acc<T> s = 0;
-  for (int64_t k = 0; k < n; ++k) s += Acc<T>(x[k * stride]);
-  return s;
-}
-
-template <class T, class O>
-void reduce_kernel(Kind kind, const T* x, O* y, Geometry g) {
-  if (kind == Kind::sum || kind == Kind::mean) {
-    double scale = kind == Kind::mean ? 1.0 / double(g.n) : 1.0;
-    if (g.outer == 1 && g.inner == 1) {
-      // Full reduction: fixed 16K-element blocks summed in parallel, then in order.
-      constexpr int64_t kBlock = 16384;
-      int64_t blocks = (g.n + kBlock - 1) / kBlock;
-      // Up to 1M elements the partial sums fit on the stack (no allocation: a traced
-      // replay allocates nothing but its outputs). Beyond, they live in a workspace from
-      // the allocator, so they count against its limit; over the limit, this op fails.
-      constexpr int64_t kStackBlocks = 64;
-      Acc<T> stack_part[kStackBlocks];
-      StorageRef ws;
-      Acc<T>* part = stack_part;
-      if (blocks > kStackBlocks) {
-        ws = Allocator::get().workspace(size_t(blocks + 1) * sizeof(Acc<T>), "sum");
-        part = static_cast<Acc<T>*>(ws->data());
-      }
-      std::fill(part, part + blocks, Acc<T>(0));
-      parallel_for(blocks, 2, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          int64_t lo = b * kBlock, hi = std::min(g.n, lo + kBlock);
-          part[size_t(b)] = sum_strided(x + lo, hi - lo, 1);
-        }
-      });
-      Acc<T> s = 0;
-      for (int64_t b = 0; b < blocks; ++b) s += part[b];
-      y[0] = kind == Kind::mean ? O(double(s) * scale) : O(s);
-      return;
-    }
-    int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
-    parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
-      // Accumulators on the stack for the common small case; the heap for wide rows.
-      constexpr int64_t kStack = 256;
-      Acc<T> local[kStack];
-      std::vector<Acc<T>> heap(size_t(g.inner > kStack ? g.inner : 0));
-      Acc<T>* acc = g.inner > kStack ? heap.data() : local;
-      for (int64_t o = o0; o < o1; ++o) {
-        const T* base = x + o * g.n * g.inner;
-        std::fill(acc, acc + g.inner, Acc<T>(0));
-        for (int64_t k = 0; k < g.n; ++k) {
-          const T* row = base + k * g.inner;
-          for (int64_t i = 0; i < g.inner; ++i) acc[i] += Acc<T>(row[i]);
-        }
-        for (int64_t i = 0; i < g.inner; ++i)
-          y[o * g.inner + i] =
-              kind == Kind::mean ? O(double(acc[i]) * scale) : O(acc[i]);
-      }
-    });
-    return;
-  }
-  // max / argmax: NaN wins (first NaN), else the first maximum.
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n));
-  parallel_for(g.outer * g.inner, grain, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      int64_t o = j / g.inner, i = j % g.inner;
-      const T* p = x + o * g.n * g.inner + i;
-      T best = p[0];
-      int64_t arg = 0;
-      for (int64_t k = 1; k < g.n && best == best; ++k) {
-        T v = p[k * g.inner];
-        if (v > best || v != v) {
-          best = v;
-          arg = k;
-        }
-      }
-      if (kind == Kind::max) y[j] = O(best);
-      else y[j] = O(arg);
-    }
-  });
-}
-
 Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keepdim, Site site) {
   const char* op = op_name(id);
   check_defined(a, op);
-  check_cpu(a, op);
+  check_supported(a, id);
   if (kind == Kind::mean) check_floating(a, op);
-  Geometry g;
+  ReduceGeometry g;
   Shape out;
   if (all) {
     g.n = a.numel();
@@ -152,11 +66,10 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
       using T = decltype(za);
       using O = decltype(zo);
       if constexpr (std::is_same_v<O, T> || std::is_same_v<O, int64_t>) {
-        DataRef<T> rx = a.ref<T>();
-        DataRef<O> ry = y.ref<O>();
         if (g.outer * g.inner == 0) return;  // nothing to write
-        launch(op, y.device(), {a.storage()}, {y.storage()},
-               [=] { reduce_kernel<T, O>(kind, rx.get(), ry.get(), g); }, site);
+        kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::reduce<T, O>,
+                       kernels::Reduce<T, O>{a.ref<T>(), y.ref<O>(), g, kind},
+                       kernels::NoExtra{}, site);
       }
     });
   });

@@ -19,7 +19,7 @@ Tensor view_of(const Tensor& base, const Shape& shape, int64_t offset) {
 
 // The gradient of a row range [begin, end) of a tensor of shape `full`.
 Tensor pad_rows(const Tensor& g, const Shape& full, int64_t begin) {
-  Tensor z = zeros(full, g.dtype());
+  Tensor z = zeros(full, g.dtype(), g.device());
   int64_t rows = g.ndim() == full.ndim() ? g.shape()[0] : 1;
   z.slice(begin, begin + rows).copy_(g.reshape(z.slice(begin, begin + rows).shape().vec()));
   return z;

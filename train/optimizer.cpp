@@ -38,7 +38,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
   lr_ = scalar(lr);
 }
 
-Tensor Optimizer::scalar(double v) const { return full(Shape{}, v, params_[0].dtype()); }
+Tensor Optimizer::scalar(double v) const { return full(Shape{}, v, params_[0].dtype(), params_[0].device()); }
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
@@ -100,7 +100,7 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, con
   TIDE_CHECK(o.eps_ >= 0, name, "invalid eps ", o.eps_, " (expected >= 0)");
   TIDE_CHECK(o.weight_decay_ >= 0, name, "invalid weight decay ", o.weight_decay_,
              " (expected >= 0)");
-  step_ = full(Shape{}, 0.0, DType::int64);
+  step_ = full(Shape{}, 0.0, DType::int64, params_[0].device());
   m_.resize(params_.size());
   v_.resize(params_.size());
 }

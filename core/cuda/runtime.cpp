@@ -1,13 +1,211 @@
 #include "core/cuda/runtime.h"
 
+#include <array>
+#include <cstring>
+
+#include "core/cuda/cuda_stream.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
+#include "core/failure.h"
 
 namespace tide::cuda {
 
+#if defined(TIDE_WITH_CUDA)
+// core/cuda/cuda_api.cu: the real device, or throws "[op] ..." naming why there is none.
+std::shared_ptr<DeviceApi> make_cuda_api(int index, const char* op);
+int cuda_device_count();
+#endif
+
+namespace {
+
+using tide::detail::kMaxGpus;
+
+std::mutex g_mu;  // creation and installation
+std::array<std::atomic<DeviceRuntime*>, kMaxGpus> g_runtimes{};
+std::array<std::shared_ptr<DeviceApi>, kMaxGpus> g_installed;
+
+class DeviceSource final : public BlockSource {
+ public:
+  DeviceSource(DeviceApi& api, Device d) : api_(api), device_(d) {}
+  void* allocate(size_t bytes) override { return api_.malloc(bytes); }
+  void release(void* p, size_t) override { api_.free(p); }
+  std::string describe() override {
+    MemInfo m = api_.mem_info();
+    return tide::detail::concat(device_.str(), " has ", m.free, " bytes free of ", m.total);
+  }
+
+ private:
+  DeviceApi& api_;
+  Device device_;
+};
+
+class PinnedSource final : public BlockSource {
+ public:
+  explicit PinnedSource(DeviceApi& api) : api_(api) {}
+  void* allocate(size_t bytes) override { return api_.host_alloc(bytes); }
+  void release(void* p, size_t) override { api_.host_free(p); }
+
+ private:
+  DeviceApi& api_;
+};
+
+void check_index(int index, const char* op) {
+  TIDE_CHECK(index >= 0 && index < kMaxGpus, op, "no device cuda:", index, " (at most ",
+             kMaxGpus, " GPUs)");
+}
+
+}  // namespace
+
+// ---- the registry ----------------------------------------------------------------------
+
+DeviceRuntime& DeviceRuntime::get(int index, const char* op) {
+  check_index(index, op);
+  if (DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire)) [[likely]]
+    return *r;
+  std::lock_guard lock(g_mu);
+  if (DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire)) return *r;
+  std::shared_ptr<DeviceApi> api = g_installed[size_t(index)];
+  if (!api) {
+#if defined(TIDE_WITH_CUDA)
+    api = make_cuda_api(index, op);
+#else
+    throw Error(op, tide::detail::concat("cannot use cuda:", index,
+                                         ": this build of tide has no CUDA backend (configure "
+                                         "with -DTIDE_CUDA=ON where the CUDA toolkit is)"));
+#endif
+  }
+  auto* r = new DeviceRuntime(index, std::move(api));  // lives as long as the process
+  g_runtimes[size_t(index)].store(r, std::memory_order_release);
+  return *r;
+}
+
+void install_device(int index, std::shared_ptr<DeviceApi> api) {
+  check_index(index, "cuda");
+  std::lock_guard lock(g_mu);
+  TIDE_CHECK(!g_runtimes[size_t(index)].load(), "cuda", "cuda:", index,
+             " is already in use; install a device before its first use");
+  g_installed[size_t(index)] = std::move(api);
+}
+
+int device_count() {
+#if defined(TIDE_WITH_CUDA)
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+bool available(int index) {
+  if (index < 0 || index >= kMaxGpus) return false;
+  {
+    std::lock_guard lock(g_mu);
+    if (g_runtimes[size_t(index)].load() || g_installed[size_t(index)]) return true;
+  }
+  return index < device_count();
+}
+
+// ---- a device ----------------------------------------------------------------------------
+
+DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
+    : index_(index), api_(std::move(api)) {
+  allocator_ = std::make_unique<Allocator>(device(), std::make_unique<DeviceSource>(*api_, device()),
+                                           device().str());
+  pinned_ = std::make_unique<Allocator>(Device::cpu(), std::make_unique<PinnedSource>(*api_),
+                                        "pinned host memory of " + device().str());
+}
+
+Failure* DeviceRuntime::failure() const {
+  return tide::detail::g_gpu_failure[size_t(index_)].load(std::memory_order_acquire);
+}
+
+void DeviceRuntime::add_stream(CudaStream* s) {
+  std::lock_guard lock(mu_);
+  streams_.push_back(s);
+}
+
+void DeviceRuntime::remove_stream(CudaStream* s) {
+  std::lock_guard lock(mu_);
+  std::erase(streams_, s);
+}
+
+void DeviceRuntime::fail(const Status& st, const char* where) {
+  std::lock_guard lock(mu_);
+  if (failure()) return;
+  // The ops that may have caused it: launched on this device and not complete.
+  uint64_t in_flight = 0;
+  const char* first_op = nullptr;
+  std::source_location first_site;
+  uint64_t first_order = UINT64_MAX;
+  for (CudaStream* s : streams_) {
+    uint64_t done = s->owner().completed.load(std::memory_order_acquire);
+    uint64_t issued = s->owner().issued.load(std::memory_order_acquire);
+    if (issued <= done) continue;
+    in_flight += issued - done;
+    const char* op = nullptr;
+    std::source_location site;
+    uint64_t order = 0;
+    if (s->launched_op(done + 1, &op, &site, &order) && order < first_order) {
+      first_op = op;
+      first_site = site;
+      first_order = order;
+    }
+  }
+  std::string msg = tide::detail::concat(
+      device().str(), " failed: ", st.message, " (found at ", where, "). An asynchronous ",
+      "error surfaces after the op that caused it: one of the ", in_flight,
+      " ops launched on ", device().str(), " and not complete caused it",
+      first_op ? tide::detail::concat(", the first of them '", first_op, "'") : std::string(),
+      ". Run with TIDE_ENGINE=sync to stop at the failing op. Later work on ", device().str(),
+      " is refused; the CPU keeps working");
+  Failure* f = Failure::create(first_op ? first_op : "cuda", msg, first_site);
+  tide::detail::g_gpu_failure[size_t(index_)].store(f, std::memory_order_release);
+  if (!streams_.empty()) streams_.front()->owner().eng->record_failure(f);
+  for (CudaStream* s : streams_) s->abandon();
+}
+
+void DeviceRuntime::copy_to_host(void* dst, const void* src, size_t bytes, const char* op) {
+  if (bytes == 0) return;
+  StorageRef staging = pinned_->allocate(bytes, op);
+  Status st;
+  {
+    std::lock_guard lock(mu_);
+    if (!copy_stream_) copy_stream_ = api_->create_stream();
+    api_->memcpy_async(staging->data(), src, bytes, CopyKind::device_to_host, copy_stream_);
+    st = api_->synchronize(copy_stream_);
+  }
+  if (st.kind == Status::sticky) fail(st, op);
+  if (st.failed()) throw Error(op, "copy from " + device().str() + " failed: " + st.message);
+  std::memcpy(dst, staging->data(), bytes);
+}
+
+// ---- hooks for the engine, the allocator and the ops --------------------------------------
+
 std::unique_ptr<DeviceStream> make_stream(StreamImpl& owner) {
-  throw Error("stream", "cannot create a stream on " + owner.device.str() +
-                            ": this build has no CUDA backend");
+  DeviceRuntime& rt = DeviceRuntime::get(owner.device.index, "stream");
+  return std::make_unique<CudaStream>(owner, rt);
+}
+
+Allocator& device_allocator(Device d) {
+  TIDE_CHECK(d.is_cuda(), "alloc", "no allocator for device ", d.str());
+  return DeviceRuntime::get(d.index, "alloc").allocator();
+}
+
+bool runs_host_kernels(int index) {
+  if (index < 0 || index >= kMaxGpus) return false;
+  DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire);
+  return r && r->api().runs_host_kernels();
+}
+
+namespace {
+void run_host_function(void* p) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(p));
+  (*fn)();
+}
+}  // namespace
+
+void launch_host(const KernelContext& ctx, std::function<void()> fn) {
+  auto* p = new std::function<void()>(std::move(fn));
+  ctx.api->launch_host(ctx.stream, &run_host_function, p);
 }
 
 }  // namespace tide::cuda

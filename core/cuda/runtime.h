@@ -1,16 +1,79 @@
 // The GPUs a process uses (DESIGN §8): one DeviceRuntime per CUDA device index, created on
 // first use, backed by the real CUDA runtime (CUDA builds with a GPU) or by a DeviceApi a
-// test installed (the recording fake). Everything here compiles without CUDA.
+// test installed (the recording fake). It owns the device's allocators (device memory and
+// pinned staging), its streams' bookkeeping, the stream used for host reads, and the
+// device's failure state. Everything here compiles without CUDA.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 
+#include "core/allocator.h"
+#include "core/cuda/device_api.h"
 #include "core/device_stream.h"
+
+namespace tide {
+class Failure;
+}
 
 namespace tide::cuda {
 
-// The device side of a new tide stream on a GPU (owner.device). Throws
-// tide::Error("[stream] ...") when that GPU cannot be used in this process.
+class CudaStream;
+
+class DeviceRuntime {
+ public:
+  // The runtime of cuda:index, created on first use. Throws tide::Error("[op] ...") when
+  // this process has no such GPU (no CUDA in this build, no device, no installed fake).
+  static DeviceRuntime& get(int index, const char* op = "cuda");
+
+  DeviceRuntime(int index, std::shared_ptr<DeviceApi> api);
+  Device device() const { return Device::cuda(index_); }
+  DeviceApi& api() { return *api_; }
+  Allocator& allocator() { return *allocator_; }
+  Allocator& pinned() { return *pinned_; }
+
+  // The device's failure (a sticky asynchronous error), or nullptr while it works.
+  Failure* failure() const;
+  // Marks the device failed once, from a sticky error found at `where`: every storage on
+  // it reads as failed with a message that names the first op launched and not complete
+  // and advises TIDE_ENGINE=sync; every launched task is marked complete so nothing
+  // waits for ever; later submits throw. The CPU keeps working.
+  void fail(const Status& st, const char* where);
+
+  // Copies `bytes` of device memory at src to host memory dst through pinned staging, on
+  // a stream of its own; waits for the copy only. The caller has waited for the writer.
+  // Throws "[op] ..." when the copy fails.
+  void copy_to_host(void* dst, const void* src, size_t bytes, const char* op);
+
+  uint64_t next_launch() { return launches_.fetch_add(1, std::memory_order_relaxed); }
+  void add_stream(CudaStream* s);
+  void remove_stream(CudaStream* s);
+
+ private:
+  const int index_;
+  const std::shared_ptr<DeviceApi> api_;
+  std::unique_ptr<Allocator> allocator_, pinned_;
+  std::mutex mu_;  // streams_, failing, the copy stream
+  std::vector<CudaStream*> streams_;
+  StreamHandle copy_stream_ = nullptr;
+  std::atomic<uint64_t> launches_{0};
+};
+
+// Tests: backs cuda:index with `api` (the recording fake) for the rest of the process.
+// Throws "[cuda]" when cuda:index was already used.
+void install_device(int index, std::shared_ptr<DeviceApi> api);
+// GPUs the CUDA runtime reports (0 without CUDA or without a device; fakes not counted).
+int device_count();
+// Whether cuda:index can be used here: a real GPU or an installed device.
+bool available(int index);
+
+// For the engine, the allocator and the ops:
 std::unique_ptr<DeviceStream> make_stream(StreamImpl& owner);
+Allocator& device_allocator(Device d);
+bool runs_host_kernels(int index);
+// Runs fn as a host function in ctx's stream order (a fake device's kernels).
+void launch_host(const KernelContext& ctx, std::function<void()> fn);
 
 }  // namespace tide::cuda

@@ -120,8 +120,9 @@ TEST(OpTraits, TraitsAreConsistent) {
     if (t.kind == OpKind::debug) {
       EXPECT_FALSE(t.differentiable) << "debug ops";
     }
-    // Creation ops other than copies take no tensor input: nothing to differentiate.
-    if (t.kind == OpKind::creation && t.id != OpId::clone) {
+    // Creation ops other than copies (clone, to) take no tensor input: nothing to
+    // differentiate.
+    if (t.kind == OpKind::creation && t.id != OpId::clone && t.id != OpId::to) {
       EXPECT_FALSE(t.differentiable) << "creation op";
     }
   }

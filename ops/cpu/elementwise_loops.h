@@ -1,50 +1,16 @@
 // CPU loops for elementwise ops: contiguous fast paths the compiler vectorises, a general
-// broadcasting walk, and the split over the intra-op thread pool. Not a public header.
+// broadcasting walk, and the split over the intra-op thread pool. Used by the CPU kernel
+// entries (ops/cpu/elementwise.cpp) and the trace's fused blocks. Not a public header.
 #pragma once
 
 #include <cstdint>
 
 #include "core/shape.h"
 #include "core/thread_pool.h"
+#include "ops/broadcast.h"
 #include "ops/op_util.h"
 
 namespace tide::detail {
-
-// The output shape and which of its dims each operand broadcasts (bit i set: extent 1 or
-// absent there). Compact (72 bytes) so a broadcasting op's closure fits in the task record.
-struct BroadcastGeometry {
-  int64_t out[kMaxDims]{};
-  uint8_t ndim = 0, bcast_a = 0, bcast_b = 0;
-
-  // Element strides of an operand along each output dim (0 where it broadcasts).
-  void strides(uint8_t bcast, int64_t* s) const {
-    int64_t acc = 1;
-    for (int i = ndim - 1; i >= 0; --i) {
-      bool b = (bcast >> i) & 1;
-      s[i] = b ? 0 : acc;
-      acc *= b ? 1 : out[i];
-    }
-  }
-};
-
-inline uint8_t broadcast_mask(const Shape& in, const Shape& out) {
-  uint8_t m = 0;
-  int pad = out.ndim() - in.ndim();
-  for (int i = 0; i < out.ndim(); ++i) {
-    int j = i - pad;
-    if (j < 0 || (in[j] == 1 && out[i] != 1)) m |= uint8_t(1u << i);
-  }
-  return m;
-}
-
-inline BroadcastGeometry make_geometry(const Shape& a, const Shape& b, const Shape& out) {
-  BroadcastGeometry g;
-  g.ndim = uint8_t(out.ndim());
-  for (int i = 0; i < out.ndim(); ++i) g.out[i] = out[i];
-  g.bcast_a = broadcast_mask(a, out);
-  g.bcast_b = broadcast_mask(b, out);
-  return g;
-}
 
 // o[i] = f(a[i*sa], b[i*sb]) for i < n, with sa, sb in {0, 1} specialised for vectorising.
 template <class O, class T, class F>
@@ -65,7 +31,7 @@ inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int
 
 // The general broadcasting walk, rows of the last dim split across threads.
 template <class O, class T, class F>
-void binary_broadcast(const T* a, const T* b, O* o, const BroadcastGeometry& g, F f) {
+void binary_broadcast(const T* a, const T* b, O* o, const kernels::BroadcastGeometry& g, F f) {
   int64_t sa[kMaxDims], sb[kMaxDims];
   g.strides(g.bcast_a, sa);
   g.strides(g.bcast_b, sb);

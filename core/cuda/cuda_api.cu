@@ -1,0 +1,200 @@
+// The real DeviceApi over the CUDA runtime and cuBLASLt (CUDA builds only). Every call
+// makes its device current first (cached per thread). Compiled here without a GPU; run
+// by the CUDA tests and scripts/gpu_check.sh where one is.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "core/cuda/check.h"
+#include "core/cuda/device_api.h"
+#include "core/error.h"
+
+namespace tide::cuda {
+
+void throw_cuda_error(const char* call, cudaError_t e) {
+  throw Error("cuda", std::string(call) + " failed: " + cudaGetErrorName(e) + ": " +
+                          cudaGetErrorString(e));
+}
+
+namespace {
+
+// Errors after which the context is unusable: every later call returns them again.
+bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status status_of(cudaError_t e) {
+  if (e == cudaSuccess) return {};
+  if (e == cudaErrorNotReady) return {Status::not_ready, "not ready"};
+  return {is_sticky(e) ? Status::sticky : Status::error,
+          std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)};
+}
+
+__global__ void write_value(volatile unsigned long long* p, unsigned long long v) {
+  *p = v;
+  __threadfence_system();
+}
+
+class CudaApi final : public DeviceApi {
+ public:
+  explicit CudaApi(int index) : index_(index) {
+    make_current();
+    cudaDeviceProp prop{};
+    TIDE_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    name_ = std::string(prop.name) + " (cuda:" + std::to_string(index) + ")";
+  }
+
+  std::string name() const override { return name_; }
+
+  void make_current() override {
+    thread_local int current = -1;
+    if (current == index_) return;
+    TIDE_CUDA_CHECK(cudaSetDevice(index_));
+    current = index_;
+  }
+
+  void* malloc(size_t bytes) override {
+    make_current();
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it so it is not blamed on a launch
+      return nullptr;
+    }
+    if (e != cudaSuccess) throw_cuda_error("cudaMalloc", e);
+    return p;
+  }
+  void free(void* p) override {
+    make_current();
+    (void)cudaFree(p);  // after a sticky error this fails too; nothing to do about it
+  }
+  void* host_alloc(size_t bytes) override {
+    make_current();
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    if (e != cudaSuccess) throw_cuda_error("cudaHostAlloc", e);
+    return p;
+  }
+  void host_free(void* p) override { (void)cudaFreeHost(p); }
+  MemInfo mem_info() override {
+    make_current();
+    MemInfo m;
+    if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) (void)cudaGetLastError();
+    return m;
+  }
+
+  StreamHandle create_stream() override {
+    make_current();
+    cudaStream_t s = nullptr;
+    TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void destroy_stream(StreamHandle s) override { (void)cudaStreamDestroy(cudaStream_t(s)); }
+  EventHandle create_event() override {
+    make_current();
+    cudaEvent_t e = nullptr;
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(EventHandle e) override { (void)cudaEventDestroy(cudaEvent_t(e)); }
+  void record(EventHandle e, StreamHandle s) override {
+    make_current();
+    TIDE_CUDA_CHECK(cudaEventRecord(cudaEvent_t(e), cudaStream_t(s)));
+  }
+  void wait(StreamHandle s, EventHandle e) override {
+    make_current();
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(cudaStream_t(s), cudaEvent_t(e), 0));
+  }
+
+  void write_timeline(StreamHandle s, uint64_t* timeline, uint64_t value) override {
+    make_current();
+    // Mapped pinned memory: with unified addressing the host pointer is the device's.
+    write_value<<<1, 1, 0, cudaStream_t(s)>>>(
+        reinterpret_cast<volatile unsigned long long*>(timeline), value);
+  }
+  void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                    StreamHandle s) override {
+    make_current();
+    cudaMemcpyKind k = kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
+                       : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost
+                                                          : cudaMemcpyDeviceToDevice;
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, cudaStream_t(s)));
+  }
+  void launch_host(StreamHandle s, void (*fn)(void*), void* arg) override {
+    make_current();
+    TIDE_CUDA_CHECK(cudaLaunchHostFunc(cudaStream_t(s), fn, arg));
+  }
+
+  Status synchronize(StreamHandle s) override {
+    make_current();
+    return status_of(cudaStreamSynchronize(cudaStream_t(s)));
+  }
+  Status query(StreamHandle s) override {
+    make_current();
+    return status_of(cudaStreamQuery(cudaStream_t(s)));
+  }
+  Status last_error() override { return status_of(cudaGetLastError()); }
+
+  void* create_blas() override {
+    make_current();
+    cublasLtHandle_t h = nullptr;
+    cublasStatus_t st = cublasLtCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw Error("cuda", std::string("cublasLtCreate failed: ") + cublasLtGetStatusString(st));
+    return h;
+  }
+  void destroy_blas(void* h) override { cublasLtDestroy(cublasLtHandle_t(h)); }
+
+ private:
+  const int index_;
+  std::string name_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::shared_ptr<DeviceApi> make_cuda_api(int index, const char* op) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error(op, std::string("cannot use cuda:") + std::to_string(index) +
+                        ": no usable CUDA device (cudaGetDeviceCount: " + cudaGetErrorName(e) +
+                        ": " + cudaGetErrorString(e) + ")");
+  }
+  if (index >= n)
+    throw Error(op, "cannot use cuda:" + std::to_string(index) + ": this machine has " +
+                        std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s"));
+  return std::make_shared<CudaApi>(index);
+}
+
+}  // namespace tide::cuda

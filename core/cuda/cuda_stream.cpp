@@ -1,0 +1,204 @@
+#include "core/cuda/cuda_stream.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "core/cuda/runtime.h"
+#include "core/engine_impl.h"
+#include "core/error.h"
+#include "core/failure.h"
+
+namespace tide::cuda {
+
+namespace {
+constexpr size_t kBlasWorkspace = size_t(32) << 20;  // cuBLASLt's advice for Hopper
+}
+
+CudaStream::CudaStream(StreamImpl& owner, DeviceRuntime& rt)
+    : DeviceStream(owner), rt_(rt), api_(rt.api()) {
+  stream_ = api_.create_stream();
+  timeline_ = static_cast<uint64_t*>(api_.host_alloc(sizeof(uint64_t)));
+  TIDE_CHECK(timeline_, "stream", "no pinned host memory for the timeline of a stream on ",
+             owner.device.str());
+  *timeline_ = 0;
+  for (Mark& m : marks_) m.event = api_.create_event();
+  ctx_.device = owner.device;
+  ctx_.stream_id = owner.id;
+  ctx_.stream = stream_;
+  ctx_.api = &api_;
+  ctx_.blas = api_.create_blas();
+  if (ctx_.blas) {
+    ctx_.workspace = api_.malloc(kBlasWorkspace);
+    ctx_.workspace_bytes = ctx_.workspace ? kBlasWorkspace : 0;
+  }
+  owner.polled = true;
+  rt_.add_stream(this);
+}
+
+CudaStream::~CudaStream() { rt_.remove_stream(this); }
+
+void CudaStream::throw_failed(const char* what) const {
+  Failure* f = rt_.failure();
+  throw std::runtime_error(std::string(what) + (f ? f->what() : std::string("device failed")));
+}
+
+void CudaStream::check_usable(const char* op) const {
+  if (Failure* f = rt_.failure())
+    throw Error(op, "cannot queue work on " + owner_.device.str() +
+                        ", which failed earlier: " + f->what());
+}
+
+// ---- the worker ------------------------------------------------------------------------
+
+void CudaStream::run(Engine::Task& t) {
+  if (rt_.failure()) throw_failed("not launched: the device failed earlier: ");
+  Launch& l = launches_[t.seq % kLaunches];
+  l.seq.store(0, std::memory_order_relaxed);
+  l.order = rt_.next_launch();
+  l.op = t.op;
+  l.site = t.site;
+  l.seq.store(t.seq, std::memory_order_release);
+  api_.make_current();
+  t.invoke(t, ctx_);
+  Status st = api_.last_error();
+  if (st.kind == Status::sticky) {
+    rt_.fail(st, t.op);
+    throw std::runtime_error(st.message);
+  }
+  if (st.failed()) throw std::runtime_error(st.message);  // a launch error: this op's own
+}
+
+void CudaStream::run_inline(Engine::Task& t) {
+  if (rt_.failure()) throw_failed("not launched: the device failed earlier: ");
+  KernelContext c = ctx_;
+  c.stream_id = -1;
+  api_.make_current();
+  t.invoke(t, c);
+  Status st = api_.last_error();
+  if (!st.failed()) st = api_.synchronize(stream_);  // TIDE_ENGINE=sync: the op's own error
+  if (st.kind == Status::sticky) rt_.fail(st, t.op);
+  if (st.failed()) throw std::runtime_error(st.message);
+}
+
+void CudaStream::write_timeline(uint64_t seq) {
+  api_.write_timeline(stream_, timeline_, seq);
+  written_ = seq;
+}
+
+void CudaStream::flush_timeline() {
+  uint64_t issued = owner_.issued.load(std::memory_order_relaxed);
+  if (written_ < issued && !rt_.failure()) write_timeline(issued);
+}
+
+void CudaStream::record_wanted(uint64_t at) {
+  uint64_t w = want_upto_.load(std::memory_order_seq_cst);
+  if (w <= recorded_upto_ || w > at || rt_.failure()) return;
+  uint64_t k = num_marks_.load(std::memory_order_relaxed);
+  Mark& m = marks_[k % kMarks];
+  // Re-recording a mark only moves it later on this stream: a consumer that picked it up
+  // for an earlier position at worst waits a little longer.
+  api_.record(m.event, stream_);
+  m.seq.store(at, std::memory_order_release);
+  num_marks_.store(k + 1, std::memory_order_release);
+  recorded_upto_ = at;
+}
+
+void CudaStream::retire(uint64_t seq) {
+  owner_.issued.store(seq, std::memory_order_release);
+  if (rt_.failure()) {  // nothing completes on a failed device: the worker says so itself
+    owner_.advance_completed(seq);
+    return;
+  }
+  if (seq == owner_.published.load(std::memory_order_acquire) ||
+      seq - written_ >= kTimelineEvery)
+    write_timeline(seq);
+  record_wanted(seq);
+}
+
+void CudaStream::idle() {
+  flush_timeline();
+  record_wanted(owner_.issued.load(std::memory_order_relaxed));
+}
+
+void CudaStream::will_be_waited(uint64_t seq, StreamImpl& waiter) {
+  if (waiter.device != owner_.device) return;  // a host wait: nothing to record
+  uint64_t w = want_upto_.load(std::memory_order_relaxed);
+  while (w < seq && !want_upto_.compare_exchange_weak(w, seq, std::memory_order_seq_cst)) {
+  }
+  owner_.nudge();
+}
+
+EventHandle CudaStream::event_covering(uint64_t seq) const {
+  uint64_t n = num_marks_.load(std::memory_order_acquire);
+  EventHandle best = nullptr;
+  uint64_t best_seq = UINT64_MAX;
+  for (uint64_t k = n > kMarks ? n - kMarks : 0; k < n; ++k) {
+    const Mark& m = marks_[k % kMarks];
+    uint64_t s = m.seq.load(std::memory_order_acquire);
+    if (s >= seq && s < best_seq) {
+      best = m.event;
+      best_seq = s;
+    }
+  }
+  return best;
+}
+
+void CudaStream::wait_for(StreamPos pos) {
+  flush_timeline();  // a task waited for elsewhere must not wait for the next write
+  StreamImpl& producer = *pos.stream;
+  if (producer.device != owner_.device) {  // the CPU or another GPU: wait on the host
+    owner_.eng->wait_pos(pos);
+    return;
+  }
+  auto& p = static_cast<CudaStream&>(*producer.dev);
+  for (int i = 0;; ++i) {
+    if (producer.is_complete(pos.seq) || rt_.failure()) return;
+    if (EventHandle e = p.event_covering(pos.seq)) {
+      api_.wait(stream_, e);
+      return;
+    }
+    // The producer records the event right after launching the task or when idle.
+    if (i < 64) detail::cpu_relax();
+    else std::this_thread::yield();
+  }
+}
+
+// ---- completion ------------------------------------------------------------------------
+
+uint64_t CudaStream::poll() {
+  uint64_t v = __atomic_load_n(timeline_, __ATOMIC_ACQUIRE);
+  owner_.advance_completed(v);
+  return owner_.completed.load(std::memory_order_acquire);
+}
+
+void CudaStream::block_until(uint64_t seq) {
+  // Nothing wakes a host thread when the GPU writes the timeline: poll it, sleeping a
+  // little longer each time (up to 100 us), and ask the device for an asynchronous error
+  // now and then, since a faulted stream never reaches seq.
+  int64_t sleep_ns = 5'000;
+  for (int i = 1;; ++i) {
+    if (owner_.is_complete(seq)) return;
+    if ((i & 15) == 0 && !rt_.failure()) {
+      Status st = api_.query(stream_);
+      if (st.kind == Status::sticky) rt_.fail(st, "a wait for the device");
+    }
+    std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    sleep_ns = std::min<int64_t>(sleep_ns * 2, 100'000);
+  }
+}
+
+bool CudaStream::launched_op(uint64_t seq, const char** op, std::source_location* site,
+                             uint64_t* order) const {
+  const Launch& l = launches_[seq % kLaunches];
+  if (l.seq.load(std::memory_order_acquire) != seq) return false;
+  *op = l.op;
+  *site = l.site;
+  *order = l.order;
+  return l.seq.load(std::memory_order_acquire) == seq;
+}
+
+void CudaStream::abandon() { owner_.advance_completed(owner_.issued.load(std::memory_order_acquire)); }
+
+}  // namespace tide::cuda

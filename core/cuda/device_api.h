@@ -1,0 +1,95 @@
+// The device interface (DESIGN §8): every call tide's engine and allocator make to a GPU
+// goes through it, so the backend's logic (hazard events, block reuse, error windows) is
+// tested on the CPU against a recording fake (fake_device.h) and runs unchanged on the real
+// CUDA runtime (cuda_api.cu, CUDA builds only). Kernels themselves are launched by the op
+// kernels in ops/cuda/ on KernelContext::stream; this interface covers what surrounds them.
+//
+// Handles are opaque pointers (cudaStream_t, cudaEvent_t on the real device). Calls that
+// cannot fail in a working process throw tide::Error("[cuda] <call>: <error>") when they
+// do; calls whose failure is an outcome (out of memory, a launch error, an asynchronous
+// error) report it in their result.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tide::cuda {
+
+using StreamHandle = void*;
+using EventHandle = void*;
+
+enum class CopyKind : uint8_t { host_to_device, device_to_host, device_to_device };
+
+// The outcome of a call that reports errors: ok, not ready (a query), or an error. A
+// sticky error (an asynchronous fault: illegal address, ...) leaves the device unusable.
+struct Status {
+  enum Kind : uint8_t { ok, not_ready, error, sticky };
+  Kind kind = ok;
+  std::string message;  // "cudaErrorIllegalAddress: an illegal memory access was encountered"
+  bool failed() const { return kind == error || kind == sticky; }
+};
+
+struct MemInfo {
+  size_t free = 0, total = 0;
+};
+
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+
+  // "NVIDIA H100 80GB HBM3 (cuda:0)", or the fake's name.
+  virtual std::string name() const = 0;
+  // True for a device whose "kernels" are host functions run in stream order (the fake):
+  // the ops then use their CPU implementations on its (host) memory.
+  virtual bool runs_host_kernels() const { return false; }
+
+  // Makes this device current for the calling thread (cudaSetDevice; cached per thread).
+  // The worker calls it before every task, so kernels launch on the right GPU.
+  virtual void make_current() {}
+
+  // ---- memory ----
+  // Device memory, or nullptr when the device has no room (cudaErrorMemoryAllocation).
+  virtual void* malloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  // Pinned, mapped host memory (staging, timelines), or nullptr when none is left.
+  virtual void* host_alloc(size_t bytes) = 0;
+  virtual void host_free(void* p) = 0;
+  // Free and total device memory (cudaMemGetInfo).
+  virtual MemInfo mem_info() = 0;
+
+  // ---- streams and events ----
+  virtual StreamHandle create_stream() = 0;  // non-blocking: never syncs with the legacy stream
+  virtual void destroy_stream(StreamHandle s) = 0;
+  virtual EventHandle create_event() = 0;  // timing disabled
+  virtual void destroy_event(EventHandle e) = 0;
+  // Marks the point after all work queued on s so far.
+  virtual void record(EventHandle e, StreamHandle s) = 0;
+  // Work queued on s after this waits for e's most recent record.
+  virtual void wait(StreamHandle s, EventHandle e) = 0;
+
+  // ---- work around the kernels ----
+  // After all earlier work on s, writes `value` to *timeline (pinned host memory from
+  // host_alloc) so the host sees the stream's progress without a driver call.
+  virtual void write_timeline(StreamHandle s, uint64_t* timeline, uint64_t value) = 0;
+  virtual void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                            StreamHandle s) = 0;
+  // Runs fn(arg) on a host thread once all earlier work on s is done (cudaLaunchHostFunc);
+  // later work on s waits for it to return. fn must not call the device.
+  virtual void launch_host(StreamHandle s, void (*fn)(void*), void* arg) = 0;
+
+  // ---- completion and errors ----
+  // Blocks until all work queued on s is done; its error if one happened.
+  virtual Status synchronize(StreamHandle s) = 0;
+  // Ready, not ready, or the device's error (cudaStreamQuery).
+  virtual Status query(StreamHandle s) = 0;
+  // The error of the last launch on this thread, cleared unless sticky (cudaGetLastError).
+  virtual Status last_error() = 0;
+
+  // ---- libraries ----
+  // A cuBLASLt handle for one stream, or nullptr where there is no cuBLASLt (the fake).
+  virtual void* create_blas() { return nullptr; }
+  virtual void destroy_blas(void* h) {}
+};
+
+}  // namespace tide::cuda

@@ -1,0 +1,102 @@
+// A recording fake of a GPU (DeviceApi) for CPU tests of the CUDA backend's logic. Memory
+// is host memory; each stream is a FIFO of operations that a thread of its own executes
+// (the "GPU"), so work really runs asynchronously and in stream order; events and waits
+// behave as CUDA's (a wait waits for the event's most recent record before the call).
+// Every call is logged, so a test can count event records and waits per hazard, and it can
+// hold a stream (pause), limit memory, and inject launch and sticky errors.
+//
+// "Kernels" are host functions: ops run their CPU implementations through launch_host
+// (runs_host_kernels() is true), so the whole op library runs on a fake GPU.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cuda/device_api.h"
+
+namespace tide::cuda {
+
+class FakeDevice final : public DeviceApi {
+ public:
+  enum class CallKind : uint8_t {
+    malloc, free, host_alloc, host_free, create_stream, record, wait, write_timeline,
+    memcpy, launch_host, synchronize
+  };
+  struct Call {
+    CallKind kind;
+    StreamHandle stream = nullptr;
+    EventHandle event = nullptr;
+    size_t bytes = 0;
+  };
+
+  // `capacity`: device memory the fake pretends to have (malloc fails beyond it).
+  explicit FakeDevice(size_t capacity = size_t(1) << 32, std::string name = "fake GPU");
+  ~FakeDevice() override;
+
+  // ---- test controls ----
+  // Holds s: its queued operations wait until resume(s). Calls on s still queue.
+  void pause(StreamHandle s);
+  void resume(StreamHandle s);
+  // The next last_error() on any thread reports `message` (a launch error), once.
+  void fail_next_launch(std::string message);
+  // From now on the device is dead: queued work stops, every query, synchronize and
+  // last_error reports a sticky `message`.
+  void inject_sticky_error(std::string message);
+  // The calls so far, in order; and how many of one kind (on one stream, if given).
+  std::vector<Call> calls() const;
+  size_t count(CallKind k, StreamHandle s = nullptr) const;
+  void clear_calls();
+  // Operations executed on s so far (all kinds).
+  uint64_t executed(StreamHandle s) const;
+  size_t bytes_in_use() const { return used_.load(); }
+
+  // ---- DeviceApi ----
+  std::string name() const override { return name_; }
+  bool runs_host_kernels() const override { return true; }
+  void* malloc(size_t bytes) override;
+  void free(void* p) override;
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p) override;
+  MemInfo mem_info() override;
+  StreamHandle create_stream() override;
+  void destroy_stream(StreamHandle s) override;
+  EventHandle create_event() override;
+  void destroy_event(EventHandle e) override;
+  void record(EventHandle e, StreamHandle s) override;
+  void wait(StreamHandle s, EventHandle e) override;
+  void write_timeline(StreamHandle s, uint64_t* timeline, uint64_t value) override;
+  void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                    StreamHandle s) override;
+  void launch_host(StreamHandle s, void (*fn)(void*), void* arg) override;
+  Status synchronize(StreamHandle s) override;
+  Status query(StreamHandle s) override;
+  Status last_error() override;
+
+ private:
+  struct Event;
+  struct Stream;
+  void log(Call c);
+  void enqueue(StreamHandle s, std::function<void()> op);
+  Status sticky_status() const;
+
+  const std::string name_;
+  const size_t capacity_;
+  std::atomic<size_t> used_{0};
+  mutable std::mutex mu_;  // calls_, the allocation sizes, pending launch error
+  std::vector<Call> calls_;
+  std::vector<std::pair<void*, size_t>> blocks_;
+  std::string launch_error_;
+  std::atomic<bool> dead_{false};
+  std::string sticky_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Event>> events_;
+};
+
+}  // namespace tide::cuda

@@ -1,0 +1,78 @@
+// CPU implementations of the elementwise kernel entries (ops/elementwise_kernels.h): the
+// loops of elementwise_loops.h over the functors of ops/functors.h, instantiated for every
+// functor of its lists and every dtype.
+#include "ops/elementwise_kernels.h"
+
+#include "ops/cpu/elementwise_loops.h"
+#include "ops/functors.h"
+
+namespace tide::kernels::cpu {
+
+using tide::detail::kParallelGrain;
+
+template <class O, class T, class F>
+void binary_flat(const KernelContext&, const BinaryFlat<O, T>& a, const F& f) {
+  tide::detail::binary_flat(a.a.get(), a.sa, a.b.get(), a.sb, a.out.get(), a.n, f);
+}
+
+template <class O, class T, class F>
+void binary_broadcast(const KernelContext&, const BinaryBroadcast<O, T>& a, const F& f) {
+  tide::detail::binary_broadcast(a.a.get(), a.b.get(), a.out.get(), a.g, f);
+}
+
+template <class O, class T, class F>
+void scalar_flat(const KernelContext&, const ScalarFlat<O, T>& a, const F& f) {
+  const T s = a.s;
+  if (a.scalar_first) tide::detail::binary_flat(&s, 0, a.a.get(), 1, a.out.get(), a.n, f);
+  else tide::detail::binary_flat(a.a.get(), 1, &s, 0, a.out.get(), a.n, f);
+}
+
+template <class T, class F>
+void unary_flat(const KernelContext&, const UnaryFlat<T>& a, const F& f) {
+  tide::detail::unary_flat(a.a.get(), a.out.get(), a.n, f);
+}
+
+template <class O, class T>
+void convert(const KernelContext&, const Convert<O, T>& a, const NoExtra&) {
+  const T* pa = a.a.get();
+  O* po = a.out.get();
+  parallel_for(a.n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) po[i] = O(pa[i]);
+  });
+}
+
+// ---- instantiations: every functor, every dtype ------------------------------------------
+
+#define TIDE_BINARY_FOR_T(T, F)                                                          \
+  template void binary_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                       \
+      const KernelContext&, const BinaryFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&); \
+  template void binary_broadcast<fn::binary_out_t<fn::F, T>, T, fn::F>(                  \
+      const KernelContext&, const BinaryBroadcast<fn::binary_out_t<fn::F, T>, T>&,        \
+      const fn::F&);                                                                     \
+  template void scalar_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                       \
+      const KernelContext&, const ScalarFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&);
+#define TIDE_BINARY(F) \
+  TIDE_BINARY_FOR_T(float, F) TIDE_BINARY_FOR_T(double, F) \
+  TIDE_BINARY_FOR_T(int32_t, F) TIDE_BINARY_FOR_T(int64_t, F)
+TIDE_BINARY_FUNCTORS(TIDE_BINARY)
+TIDE_MASK_FUNCTORS(TIDE_BINARY)
+
+#define TIDE_UNARY(F)                                                                     \
+  template void unary_flat<float, fn::F>(const KernelContext&, const UnaryFlat<float>&,     \
+                                         const fn::F&);                                   \
+  template void unary_flat<double, fn::F>(const KernelContext&, const UnaryFlat<double>&,   \
+                                          const fn::F&);                                  \
+  template void unary_flat<int32_t, fn::F>(const KernelContext&, const UnaryFlat<int32_t>&, \
+                                           const fn::F&);                                 \
+  template void unary_flat<int64_t, fn::F>(const KernelContext&, const UnaryFlat<int64_t>&, \
+                                           const fn::F&);
+TIDE_UNARY_FUNCTORS(TIDE_UNARY)
+
+#define TIDE_CONVERT_TO(O, T) \
+  template void convert<O, T>(const KernelContext&, const Convert<O, T>&, const NoExtra&);
+#define TIDE_CONVERT_FROM(T) \
+  TIDE_CONVERT_TO(float, T) TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) \
+  TIDE_CONVERT_TO(int64_t, T)
+TIDE_DTYPES(TIDE_CONVERT_FROM)
+
+}  // namespace tide::kernels::cpu

@@ -1,0 +1,82 @@
+// CPU implementations of the linear-algebra entries (ops/linalg_kernels.h).
+#include "ops/linalg_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "core/thread_pool.h"
+#include "ops/op_util.h"
+
+namespace tide::kernels::cpu {
+
+using tide::detail::kParallelGrain;
+
+template <class T>
+void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
+  CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE tb = g.tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0f, g.a.get(),
+                int(g.lda), g.b.get(), int(g.ldb), 0.0f, g.c.get(), int(g.ldc));
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(),
+                int(g.lda), g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
+}
+
+template <class T>
+void transpose(const KernelContext&, const Transpose<T>& t, const NoExtra&) {
+  const T* pa = t.a.get();
+  T* py = t.y.get();
+  const int64_t r = t.rows, c = t.cols;
+  constexpr int64_t B = 32;  // cache blocks
+  int64_t blocks = (r + B - 1) / B;
+  parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / (B * std::max<int64_t>(c, 1))),
+               [&](int64_t b0, int64_t b1) {
+                 for (int64_t i0 = b0 * B; i0 < std::min(r, b1 * B); i0 += B)
+                   for (int64_t j0 = 0; j0 < c; j0 += B)
+                     for (int64_t i = i0; i < std::min(r, i0 + B); ++i)
+                       for (int64_t j = j0; j < std::min(c, j0 + B); ++j)
+                         py[j * r + i] = pa[i * c + j];
+               });
+}
+
+template <class T>
+void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&) {
+  const T* x = s.x.get();
+  T* y = s.y.get();
+  const int64_t n = s.n;
+  const bool log_out = s.log;
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  parallel_for(s.rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      T m = xr[0];
+      for (int64_t i = 1; i < n; ++i) m = xr[i] > m ? xr[i] : m;
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(xr[i] - m));
+      if (log_out) {
+        T ls = T(std::log(sum));
+        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - ls;
+      } else {
+        double inv = 1.0 / sum;
+        for (int64_t i = 0; i < n; ++i) yr[i] = T(std::exp(double(xr[i] - m)) * inv);
+      }
+    }
+  });
+}
+
+template void gemm<float>(const KernelContext&, const Gemm<float>&, const NoExtra&);
+template void gemm<double>(const KernelContext&, const Gemm<double>&, const NoExtra&);
+template void transpose<float>(const KernelContext&, const Transpose<float>&, const NoExtra&);
+template void transpose<double>(const KernelContext&, const Transpose<double>&, const NoExtra&);
+template void transpose<int32_t>(const KernelContext&, const Transpose<int32_t>&, const NoExtra&);
+template void transpose<int64_t>(const KernelContext&, const Transpose<int64_t>&, const NoExtra&);
+template void softmax_rows<float>(const KernelContext&, const SoftmaxRows<float>&, const NoExtra&);
+template void softmax_rows<double>(const KernelContext&, const SoftmaxRows<double>&,
+                                   const NoExtra&);
+
+}  // namespace tide::kernels::cpu

@@ -1,0 +1,13 @@
+// Registers the CUDA kernel entries (ops/kernel_entry.h) and the ops they implement, once,
+// on the first use of a GPU. Each ops/cuda/<family>.cu file registers its own entries.
+#include <array>
+
+#include "ops/cuda/registry.h"
+
+namespace tide::kernels::detail {
+
+void register_cuda_kernels(std::array<bool, size_t(OpId::count_)>& ops) {
+  cuda::register_elementwise(ops);
+}
+
+}  // namespace tide::kernels::detail

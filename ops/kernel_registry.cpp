@@ -1,0 +1,92 @@
+// Which devices implement which ops (op_supported) and the pieces of the kernel-entry seam
+// that are not templates (ops/kernel_entry.h). CUDA kernels register once, on first use of
+// a GPU: ops/cuda/register.cu fills CudaKernel<...>::fn and the CUDA op list.
+#include <array>
+#include <mutex>
+
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/failure.h"
+#include "core/tensor.h"
+#include "ops/kernel_entry.h"
+#include "ops/op_util.h"
+
+namespace tide {
+
+namespace kernels::detail {
+
+#if defined(TIDE_WITH_CUDA)
+// ops/cuda/register.cu: sets every CUDA entry and marks the ops CUDA implements.
+void register_cuda_kernels(std::array<bool, size_t(OpId::count_)>& ops);
+#endif
+
+namespace {
+std::array<bool, size_t(OpId::count_)> g_cuda_ops{};
+}
+
+bool ensure_cuda_kernels() {
+#if defined(TIDE_WITH_CUDA)
+  static const bool registered = [] {
+    register_cuda_kernels(g_cuda_ops);
+    return true;
+  }();
+  return registered;
+#else
+  return false;
+#endif
+}
+
+bool runs_host_kernels(Device d) { return d.is_cuda() && cuda::runs_host_kernels(d.index); }
+
+void throw_no_kernel(OpId op, Device d, const char* what) {
+  throw Error(op_name(op), tide::detail::concat("has no CUDA kernel for these operands (",
+                                                what, ") on ", d.str()));
+}
+
+}  // namespace kernels::detail
+
+namespace kernels {
+void run_on_host(const KernelContext& ctx, std::function<void()> fn) {
+  cuda::launch_host(ctx, std::move(fn));
+}
+
+HostKernelIo::HostKernelIo(std::initializer_list<Storage*> reads,
+                           std::initializer_list<Storage*> writes, const char* op, Site site)
+    : num_reads(uint8_t(reads.size())), num_writes(uint8_t(writes.size())), op(op), site(site) {
+  std::copy(reads.begin(), reads.end(), storages);
+  std::copy(writes.begin(), writes.end(), storages + reads.size());
+}
+
+bool HostKernelIo::inherit_failure() const {
+  for (int i = 0; i < num_reads; ++i)
+    if (Failure* f = storages[i]->failure()) {
+      for (int j = 0; j < num_writes; ++j) storages[num_reads + j]->poison(f);
+      return true;
+    }
+  return false;
+}
+
+void HostKernelIo::fail(const char* what) const {
+  Failure* f = Failure::create(op, what, site);
+  for (int j = 0; j < num_writes; ++j) storages[num_reads + j]->poison(f);
+  f->release();
+}
+}  // namespace kernels
+
+bool op_supported(Device device, OpId op) {
+  if (op >= OpId::count_) return false;
+  if (device.is_cpu()) return true;
+  if (kernels::detail::runs_host_kernels(device)) return true;
+  kernels::detail::ensure_cuda_kernels();
+  return kernels::detail::g_cuda_ops[size_t(op)];
+}
+
+namespace detail {
+void throw_unsupported(const Tensor& t, OpId id) {
+  throw Error(op_name(id), concat("has no ", t.device().is_cuda() ? "CUDA kernel" : "kernel",
+                                  " (", describe(t), " on ", t.device().str(),
+                                  "); op_supported(device, op) tells before the call"));
+}
+}  // namespace detail
+
+}  // namespace tide
