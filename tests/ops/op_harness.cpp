@@ -253,7 +253,7 @@ struct Inputs {
 // With `as_view`, each input is a view at a nonzero offset into a larger buffer whose other
 // elements are junk, so an op that ignores the offset reads the junk.
 Inputs make_inputs(const OpCase& c, const ShapeSet& shapes, DType dt, std::mt19937& rng,
-                   bool as_view = false) {
+                   Device device, bool as_view = false) {
   constexpr int64_t kPad = 3;
   Inputs in;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -263,17 +263,17 @@ Inputs make_inputs(const OpCase& c, const ShapeSet& shapes, DType dt, std::mt199
     if (as_view) {
       std::vector<double> buf(size_t(n + 2 * kPad), 12345.0);
       std::copy(v.begin(), v.end(), buf.begin() + kPad);
-      Tensor base = from_data(buf, Shape{n + 2 * kPad}, dt);
+      Tensor base = from_data(buf, Shape{n + 2 * kPad}, dt, device);
       in.tensors.push_back(base.slice(kPad, kPad + n).reshape(shapes[i].vec()));
     } else {
-      in.tensors.push_back(from_data(v, shapes[i], dt));
+      in.tensors.push_back(from_data(v, shapes[i], dt, device));
     }
     in.arrays.push_back({shapes[i], std::move(v)});
   }
   return in;
 }
 
-void check_values(const OpCase& c, std::mt19937& rng) {
+void check_values(const OpCase& c, std::mt19937& rng, Device device) {
   std::vector<ShapeSet> sets = c.shapes(rng);
   ASSERT_FALSE(sets.empty()) << c.label << ": no shapes to check";
   const bool view = op_traits(c.op).kind == OpKind::view;
@@ -285,12 +285,13 @@ void check_values(const OpCase& c, std::mt19937& rng) {
       // (the engine must keep them alive); or plain inputs, checked afterwards to be
       // unchanged and not aliased by the output.
       bool drop = si % 2 == 0;
-      Inputs in = make_inputs(c, sets[si], dt, rng, drop);
+      Inputs in = make_inputs(c, sets[si], dt, rng, device, drop);
       Array want = c.ref(in.arrays);
       Tensor y = c.build(in.tensors);
       if (drop) in.tensors.clear();
       DType odt = c.out_dtype ? c.out_dtype(dt) : dt;
       ASSERT_TRUE(y.defined());
+      EXPECT_EQ(y.device(), device);
       EXPECT_EQ(y.shape(), want.shape);
       EXPECT_EQ(y.dtype(), odt);
       if (y.shape() != want.shape) continue;
@@ -320,7 +321,7 @@ double weighted_sum(const Tensor& y, const std::vector<double>& w) {
   return s;
 }
 
-void check_grad(const OpCase& c, std::mt19937& rng) {
+void check_grad(const OpCase& c, std::mt19937& rng, Device device) {
   const std::string node = c.node_name.empty() ? std::string(op_name(c.op)) : c.node_name;
   int checked = 0;  // shape sets within grad_max_numel
   for (const ShapeSet& shapes : c.shapes(rng)) {
@@ -329,7 +330,7 @@ void check_grad(const OpCase& c, std::mt19937& rng) {
     if (total > c.grad_max_numel) continue;
     ++checked;
     SCOPED_TRACE(c.label + " gradient, inputs " + shapes_str(shapes));
-    Inputs in = make_inputs(c, shapes, DType::float64, rng);
+    Inputs in = make_inputs(c, shapes, DType::float64, rng, device);
     for (Tensor& t : in.tensors) t.requires_grad_();
     Tensor y = c.build(in.tensors);
     ASSERT_TRUE(y.requires_grad()) << "the output records no gradient";
@@ -337,7 +338,7 @@ void check_grad(const OpCase& c, std::mt19937& rng) {
     EXPECT_EQ(std::string(y.impl().grad_fn->op), node) << "the case builds another op";
     std::vector<double> w = gen_uniform(-1.0, 1.0)(rng, y.numel(), 0);
     round_to(w, y.dtype());  // the host sum below uses the weights backward() used
-    sum(mul(y, from_data(w, y.shape(), y.dtype()))).backward();
+    sum(mul(y, from_data(w, y.shape(), y.dtype(), device))).backward();
 
     for (size_t i = 0; i < shapes.size(); ++i) {
       SCOPED_TRACE("input " + std::to_string(i));
@@ -345,6 +346,7 @@ void check_grad(const OpCase& c, std::mt19937& rng) {
       ASSERT_TRUE(g.defined()) << "no gradient reached the input";
       EXPECT_EQ(g.shape(), shapes[i]);
       EXPECT_EQ(g.dtype(), DType::float64);
+      EXPECT_EQ(g.device(), device);
       if (g.shape() != shapes[i]) continue;
       std::vector<double> analytic = g.to_vector<double>();
       std::vector<double> numeric(analytic.size());
@@ -356,7 +358,7 @@ void check_grad(const OpCase& c, std::mt19937& rng) {
         for (size_t k = 0; k < shapes.size(); ++k) {
           std::vector<double> v = in.arrays[k].v;
           if (k == i) v[j] += delta;
-          xs.push_back(from_data(v, shapes[k], DType::float64));
+          xs.push_back(from_data(v, shapes[k], DType::float64, device));
         }
         return c.build(xs);
       };
@@ -376,11 +378,17 @@ void check_grad(const OpCase& c, std::mt19937& rng) {
 }  // namespace
 
 void run_case(const OpCase& c) {
-  std::mt19937 rng(fnv1a(c.label));
-  SCOPED_TRACE("case " + c.label + " (op " + op_name(c.op) + ", seed " +
-               std::to_string(fnv1a(c.label)) + ")");
-  check_values(c, rng);
-  if (c.grad) check_grad(c, rng);
+  std::vector<Device> devices{Device::cpu()};
+  for (Device d : case_devices())
+    if (op_supported(d, c.op)) devices.push_back(d);
+  for (Device d : devices) {
+    // The same seed on every device: the same inputs.
+    std::mt19937 rng(fnv1a(c.label));
+    SCOPED_TRACE("case " + c.label + " (op " + op_name(c.op) + " on " + d.str() + ", seed " +
+                 std::to_string(fnv1a(c.label)) + ")");
+    check_values(c, rng, d);
+    if (c.grad) check_grad(c, rng, d);
+  }
 }
 
 void run_cases(const std::vector<OpCase>& cases, const char* label) {

@@ -14,9 +14,11 @@
 // storage and other ops do not; on every gradient run, the output's autograd node is the
 // op's, so a case cannot claim an op it does not build.
 //
-// Not done here: CUDA. Creation ops only make CPU tensors so far; once they take a device,
-// run_case should re-run each case on every device where op_supported(device, op), and
-// GTEST_SKIP without one.
+// Devices: run_case runs each case on the CPU and on every device of case_devices() where
+// op_supported(device, op) (ggml's test-backend-ops is the model): inputs are made on the
+// host and copied there, outputs and gradients copied back and checked against the same
+// double-precision reference. Each test binary defines case_devices(): tide_ops_tests a
+// recording fake of a GPU (tests/fake_gpu.h), tide_cuda_tests the real cuda:0.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -115,8 +117,12 @@ struct OpCase {
   std::string label = {};  // filled by the macros: "Suite.Name"
 };
 
-// Runs the value check and, when c.grad, the gradient check. Failures are gtest failures
-// naming the case, the shapes, the dtype and the element.
+// The devices besides the CPU that cases run on; defined once per test binary.
+std::vector<Device> case_devices();
+
+// Runs the value check and, when c.grad, the gradient check, on the CPU and on each device
+// of case_devices() that supports c.op. Failures are gtest failures naming the case, the
+// device, the shapes, the dtype and the element.
 void run_case(const OpCase& c);
 void run_cases(const std::vector<OpCase>& cases, const char* label);
 
