@@ -1,5 +1,7 @@
 #include "nn/module.h"
 
+#include "core/cuda/runtime.h"
+
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -66,16 +68,22 @@ void Module::zero_grad() {
 
 Module& Module::to(Device device) {
   std::vector<std::pair<std::string, Tensor>> params = named_parameters();
-  // Refuse an unsupported device first, before looking at (or touching) any parameter.
-  TIDE_CHECK(op_supported(device, OpId::copy_), "to", "cannot move ", name(), " (",
-             params.size(), " parameters) to ", device.str(), ": this build has no kernels for ",
-             device.str(), " (op_supported(", device.str(),
-             ", copy_) is false); the module is unchanged");
-  for (const auto& [k, p] : params)
-    TIDE_CHECK(p.device() == device, "to", "cannot move parameter '", k, "' ", p.shape(),
-               " of ", name(), " from ", p.device().str(), " to ", device.str(),
-               ": tide has no cross-device copy yet; the module is unchanged");
-  return *this;  // every parameter is already on `device`
+  // Refuse an unusable device first, before looking at (or touching) any parameter.
+  bool usable = device.is_cpu() || (device.is_cuda() && cuda::available(device.index));
+  TIDE_CHECK(usable && op_supported(device, OpId::copy_), "to", "cannot move ", name(), " (",
+             params.size(), " parameters) to ", device.str(), ": ",
+             usable ? "no kernels for it in this build" : "this process has no such device",
+             "; the module is unchanged");
+  for (auto& [k, p] : params) {
+    if (p.device() == device) continue;
+    Tensor moved = p.detach().to(device);
+    TensorImpl& impl = p.impl();  // every handle to the parameter sees the move
+    impl.storage = moved.impl().storage;
+    impl.offset = moved.offset();
+    impl.device = device;
+    impl.grad.reset();
+  }
+  return *this;
 }
 
 // ---- Sequential ---------------------------------------------------------------------------

@@ -60,16 +60,14 @@ class Module {
   // Drops the accumulated gradient of every parameter.
   void zero_grad();
 
-  // Moves every parameter of this module and its submodules to `device`; returns *this.
-  // When every parameter is already on `device` (CPU -> CPU) it does nothing: no op is
-  // queued, the parameter handles, storages and values are unchanged. Checks everything
-  // before changing anything, and throws "[to]" naming the module and the devices, with
-  // the module left unchanged and usable where it was, when:
-  // - the build has no kernels for `device` (op_supported(device, OpId::copy_) is false:
-  //   cuda in a build without CUDA kernels), even for a module without parameters;
-  // - a parameter is on another device: tide has no cross-device copy yet, so in this
-  //   build a module can only be "moved" where it already is.
-  // Does not wait (and queues nothing).
+  // Moves every parameter of this module and its submodules to `device`, in place (as
+  // PyTorch does): each parameter keeps its handle (so optimizers and callers holding it
+  // see the move) and gets a copy of its values on `device` (Tensor::to, queued); its
+  // accumulated gradient is dropped. Parameters already there are untouched (CPU -> CPU
+  // queues nothing). Returns *this. Checks before changing anything, and throws "[to]"
+  // naming the module and the device, with the module unchanged, when `device` cannot be
+  // used here (no CUDA in this build, no such GPU, or no kernels for it). Does not wait.
+  // Optimizer state made before the move stays where it was: create optimizers after.
   Module& to(Device device);
 
  private:

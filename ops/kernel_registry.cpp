@@ -76,6 +76,7 @@ void HostKernelIo::fail(const char* what) const {
 bool op_supported(Device device, OpId op) {
   if (op >= OpId::count_) return false;
   if (device.is_cpu()) return true;
+  if (!device.is_cuda() || !cuda::available(device.index)) return false;  // no such device
   if (kernels::detail::runs_host_kernels(device)) return true;
   kernels::detail::ensure_cuda_kernels();
   return kernels::detail::g_cuda_ops[size_t(op)];

@@ -54,8 +54,9 @@ const OpTraits& op_traits(OpId op);
 // The name of op, for errors and the profiler ("add", "matmul", ...). A C string literal.
 const char* op_name(OpId op);
 std::span<const OpTraits> all_ops();
-// Whether `op` has a kernel for `device` in this process: every op on the CPU; on a GPU,
-// the ops whose CUDA kernels are registered (ops/kernel_registry.cpp). Calling an op on
+// Whether `op` has a kernel for `device` in this process: every op on the CPU; on a GPU
+// this process can use, the ops whose CUDA kernels are registered (ops/kernel_registry.cpp);
+// false on a device the process does not have. Calling an op on
 // an unsupported device throws "[op] has no CUDA kernel ..." before anything is queued.
 bool op_supported(Device device, OpId op);
 

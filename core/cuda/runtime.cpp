@@ -89,7 +89,8 @@ void install_device(int index, std::shared_ptr<DeviceApi> api) {
 
 int device_count() {
 #if defined(TIDE_WITH_CUDA)
-  return cuda_device_count();
+  static const int n = cuda_device_count();  // asked once: the driver's answer does not change
+  return n;
 #else
   return 0;
 #endif

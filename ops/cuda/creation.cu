@@ -50,8 +50,7 @@ void fill(const KernelContext& ctx, const Fill<T>& a, const NoExtra&) {
   T* out = a.out.get();
   if (a.range)
     range_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(out, a.n, a.value, a.step);
-  else
-    fill_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(out, a.n, a.value);
+  else fill_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(out, a.n, a.value);
 }
 
 template <class T>
@@ -66,8 +65,8 @@ void random_fill(const KernelContext& ctx, const RandomFill<T>& a, const NoExtra
 
 void copy_bytes(const KernelContext& ctx, const CopyBytes& a, const NoExtra&) {
   if (a.bytes == 0) return;
-  cudaError_t e = cudaMemcpyAsync(a.dst.get(), a.src.get(), a.bytes, cudaMemcpyDeviceToDevice,
-                                  stream_of(ctx));
+  cudaError_t e =
+      cudaMemcpyAsync(a.dst.get(), a.src.get(), a.bytes, cudaMemcpyDeviceToDevice, stream_of(ctx));
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("cudaMemcpyAsync (device to device): ") +
                              cudaGetErrorString(e));
@@ -85,8 +84,8 @@ void register_creation(OpList& ops) {
   CudaKernel<RandomFill<float>, NoExtra>::fn = &random_fill<float>;
   CudaKernel<RandomFill<double>, NoExtra>::fn = &random_fill<double>;
   CudaKernel<CopyBytes, NoExtra>::fn = &copy_bytes;
-  for (OpId id : {OpId::zeros, OpId::ones, OpId::full, OpId::arange, OpId::randn, OpId::rand,
-                  OpId::clone})
+  for (OpId id :
+       {OpId::zeros, OpId::ones, OpId::full, OpId::arange, OpId::randn, OpId::rand, OpId::clone})
     ops[size_t(id)] = true;
 }
 

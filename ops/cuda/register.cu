@@ -8,6 +8,11 @@ namespace tide::kernels::detail {
 
 void register_cuda_kernels(std::array<bool, size_t(OpId::count_)>& ops) {
   cuda::register_elementwise(ops);
+  cuda::register_creation(ops);
+  cuda::register_reduce(ops);
+  cuda::register_matmul(ops);
+  cuda::register_rows(ops);
+  cuda::register_optim(ops);
 }
 
 }  // namespace tide::kernels::detail

@@ -12,6 +12,11 @@ namespace tide::kernels::cuda {
 
 using OpList = std::array<bool, size_t(OpId::count_)>;
 
-void register_elementwise(OpList& ops);
+void register_elementwise(OpList& ops);  // elementwise.cu
+void register_creation(OpList& ops);     // creation.cu
+void register_reduce(OpList& ops);       // reduce.cu
+void register_matmul(OpList& ops);       // matmul.cu
+void register_rows(OpList& ops);         // rows.cu
+void register_optim(OpList& ops);        // optim.cu
 
 }  // namespace tide::kernels::cuda

@@ -1,0 +1,101 @@
+// CUDA launchers of the optimizer entries (ops/optim_kernels.h): the fused in-place SGD and
+// Adam updates over fn::SgdUpdate / fn::AdamUpdate (ops/functors.h, the math the CPU loops
+// run) and the step counter's increment. lr and Adam's step count are read from device
+// memory by the kernel when it runs, never at launch (STYLE 11): a CUDA graph replays the
+// same launch with new values. Nothing here synchronizes.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/failure.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/registry.h"
+#include "ops/optim_kernels.h"
+
+namespace tide::kernels::cuda {
+
+namespace {
+
+// adam_update_ lists m and v as writes only (reads + writes must fit the task record's
+// eight storages), so the engine does not skip the kernel when they carry an earlier
+// failure: the entry refuses them on the host before launching, as the CPU kernel does.
+void check_not_failed(const Storage* s, const char* what) {
+  if (const Failure* f = s->failure())
+    throw std::runtime_error(std::string(what) + " holds the failure of an earlier op: " +
+                             f->what());
+}
+
+// ---- kernels --------------------------------------------------------------------------
+
+// buf == nullptr: no momentum buffer. Every thread derives the (cheap) factors from lr.
+template <class T>
+__global__ void sgd_kernel(T* p, const T* g, T* buf, const T* lr, int64_t n, fn::SgdUpdate f) {
+  const fn::SgdUpdate::Factors<T> k = f.factors(*lr);
+  if (buf) {
+    for (int64_t i = global_index(); i < n; i += grid_stride()) f(p[i], g[i], buf[i], k);
+  } else {
+    for (int64_t i = global_index(); i < n; i += grid_stride()) {
+      T unused{};
+      f(p[i], g[i], unused, k);
+    }
+  }
+}
+
+// Thread 0 of each block computes the factors (two pow in double) into shared memory.
+// The CPU refuses a step count < 1; a kernel cannot fail its op, so here t is clamped to
+// 1 (the bias corrections of a first step) instead of dividing by 1 - beta1^0 = 0.
+template <class T>
+__global__ void adam_kernel(T* p, const T* g, T* m, T* v, const T* lr, const int64_t* step,
+                            int64_t n, fn::AdamUpdate f) {
+  __shared__ fn::AdamUpdate::Factors<T> shared_k;
+  if (threadIdx.x == 0) {
+    const int64_t t = *step;
+    shared_k = f.factors(*lr, static_cast<long long>(t < 1 ? 1 : t));
+  }
+  __syncthreads();
+  const fn::AdamUpdate::Factors<T> k = shared_k;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) f(p[i], g[i], m[i], v[i], k);
+}
+
+template <class T>
+__global__ void increment_kernel(T* c) {
+  *c += 1;
+}
+
+// ---- entries --------------------------------------------------------------------------
+
+template <class T>
+void sgd(const KernelContext& ctx, const Sgd<T>& a, const fn::SgdUpdate& f) {
+  if (a.n == 0) return;
+  T* buf = a.buf.s ? a.buf.get() : nullptr;
+  sgd_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(a.p.get(), a.g.get(), buf,
+                                                                 a.lr.get(), a.n, f);
+}
+
+template <class T>
+void adam(const KernelContext& ctx, const Adam<T>& a, const fn::AdamUpdate& f) {
+  check_not_failed(a.m.s, "m");
+  check_not_failed(a.v.s, "v");
+  if (a.n == 0) return;
+  adam_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(
+      a.p.get(), a.g.get(), a.m.get(), a.v.get(), a.lr.get(), a.step.get(), a.n, f);
+}
+
+template <class T>
+void increment(const KernelContext& ctx, const Increment<T>& a, const NoExtra&) {
+  increment_kernel<T><<<1, 1, 0, stream_of(ctx)>>>(a.c.get());
+}
+
+}  // namespace
+
+void register_optim(OpList& ops) {
+  CudaKernel<Sgd<float>, fn::SgdUpdate>::fn = &sgd<float>;
+  CudaKernel<Sgd<double>, fn::SgdUpdate>::fn = &sgd<double>;
+  CudaKernel<Adam<float>, fn::AdamUpdate>::fn = &adam<float>;
+  CudaKernel<Adam<double>, fn::AdamUpdate>::fn = &adam<double>;
+  CudaKernel<Increment<int32_t>, NoExtra>::fn = &increment<int32_t>;
+  CudaKernel<Increment<int64_t>, NoExtra>::fn = &increment<int64_t>;
+  for (OpId id : {OpId::sgd_update_, OpId::adam_update_, OpId::increment_}) ops[size_t(id)] = true;
+}
+
+}  // namespace tide::kernels::cuda

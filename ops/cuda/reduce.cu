@@ -1,0 +1,284 @@
+// CUDA launcher of the reduction entry (ops/reduce_kernels.h). The input is [outer, n,
+// inner], reduced over n. Contiguous rows of at least kMinCubRow elements (inner == 1) go
+// to CUB: DeviceReduce for a full reduction, DeviceSegmentedReduce (one segment per outer
+// row) otherwise. Everything else (inner > 1, short rows, n == 0) runs one thread per
+// output that loops over k in order, exactly as the CPU does. No atomics anywhere, so the
+// result depends only on the shape and the device. Not here: a split of long strided
+// columns (inner > 1 with few outputs) over several threads.
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
+
+#include <cstdint>
+#include <cub/device/device_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "core/allocator.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/registry.h"
+#include "ops/reduce_kernels.h"
+
+namespace tide::kernels::cuda {
+
+namespace {
+
+// Shorter rows take the per-thread kernel: a CUB block per row would mostly idle.
+constexpr int64_t kMinCubRow = 128;
+
+template <class T>
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <class T>
+__host__ __device__ __forceinline__ bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// ---- functors for CUB -----------------------------------------------------------------
+
+template <class T>
+struct ToAcc {
+  __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(v); }
+};
+
+template <class T>
+struct Plus {
+  __host__ __device__ T operator()(const T& a, const T& b) const { return a + b; }
+};
+
+// The CPU's last step: O(s), or O(double(s) * (1 / n)) for a mean.
+template <class A, class O>
+struct FinishSum {
+  bool mean;
+  double scale;
+  __host__ __device__ O operator()(A s) const { return mean ? O(double(s) * scale) : O(s); }
+};
+
+// An element and its flat index in the input.
+template <class T>
+struct ValIdx {
+  T v;
+  int64_t i;
+};
+
+template <class T>
+struct MakeValIdx {
+  const T* x;
+  __host__ __device__ ValIdx<T> operator()(int64_t j) const { return {x[j], j}; }
+};
+
+// The greater of two (value, index) pairs in the order "NaN above every number, larger
+// value above smaller, then lower index above higher". A total order, so the operation is
+// associative and commutative: any tree gives the CPU's "first NaN, else first maximum".
+struct MaxFirst {
+  template <class T>
+  __host__ __device__ ValIdx<T> operator()(const ValIdx<T>& a, const ValIdx<T>& b) const {
+    const bool an = is_nan(a.v), bn = is_nan(b.v);
+    if (an || bn) {
+      if (an && bn) return a.i < b.i ? a : b;
+      return an ? a : b;
+    }
+    if (a.v > b.v) return a;
+    if (b.v > a.v) return b;
+    return a.i < b.i ? a : b;
+  }
+};
+
+// The identity of MaxFirst: below every element (the lowest value ties, then loses on the
+// index).
+template <class T>
+ValIdx<T> max_identity() {
+  if constexpr (std::is_floating_point_v<T>)
+    return {-std::numeric_limits<T>::infinity(), INT64_MAX};
+  else return {std::numeric_limits<T>::lowest(), INT64_MAX};
+}
+
+// Writes row o's result: the value (max) or its index within the row (argmax).
+template <class T, class O>
+struct StoreMax {
+  O* y;
+  int64_t n;
+  bool arg;
+  __host__ __device__ void operator()(int64_t o, const ValIdx<T>& r) const {
+    y[o] = arg ? O(r.i - o * n) : O(r.v);
+  }
+};
+
+struct RowStart {
+  int64_t n;
+  __host__ __device__ int64_t operator()(int64_t o) const { return o * n; }
+};
+
+// ---- per-thread kernels (any geometry; the CPU's loops) -------------------------------
+
+template <class T, class O>
+__global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double scale) {
+  const int64_t outputs = g.outer * g.inner;
+  for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
+    const int64_t o = j / g.inner, i = j - o * g.inner;
+    const T* p = x + o * g.n * g.inner + i;
+    Acc<T> s = 0;
+    for (int64_t k = 0; k < g.n; ++k) s += Acc<T>(p[k * g.inner]);
+    y[j] = mean ? O(double(s) * scale) : O(s);
+  }
+}
+
+template <class T, class O>
+__global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
+  const int64_t outputs = g.outer * g.inner;
+  for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
+    const int64_t o = j / g.inner, i = j - o * g.inner;
+    const T* p = x + o * g.n * g.inner + i;
+    T best = p[0];
+    int64_t at = 0;
+    for (int64_t k = 1; k < g.n && !is_nan(best); ++k) {
+      T v = p[k * g.inner];
+      if (v > best || is_nan(v)) {
+        best = v;
+        at = k;
+      }
+    }
+    y[j] = arg ? O(at) : O(best);
+  }
+}
+
+// ---- CUB temporary storage ------------------------------------------------------------
+
+void check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
+}
+
+// CUB's scratch: the stream's workspace when it is large enough, else a workspace block
+// that `keep` holds until the entry returns (the allocator tags it with the running task).
+void* scratch(const KernelContext& ctx, size_t bytes, StorageRef& keep, const char* op) {
+  if (bytes == 0) bytes = 1;  // CUB reads a null pointer as "query the size"
+  if (ctx.workspace && bytes <= ctx.workspace_bytes) return ctx.workspace;
+  keep = Allocator::get(ctx.device).workspace(bytes, op);
+  return keep->data();
+}
+
+// Runs a CUB call twice: once for the size of its scratch, then on that scratch.
+template <class Call>
+void run_cub(const KernelContext& ctx, const char* op, const char* what, Call call) {
+  size_t bytes = 0;
+  check(call(nullptr, bytes), what);
+  StorageRef keep;
+  void* tmp = scratch(ctx, bytes, keep, op);
+  check(call(tmp, bytes), what);
+}
+
+const char* kind_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::sum: return "sum";
+    case ReduceKind::mean: return "mean";
+    case ReduceKind::max: return "max";
+    case ReduceKind::argmax: return "argmax";
+  }
+  return "reduce";
+}
+
+// ---- entry ----------------------------------------------------------------------------
+
+template <class T, class O>
+void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
+  const ReduceGeometry g = a.g;
+  const bool mean = a.kind == ReduceKind::mean;
+  const double scale = mean ? 1.0 / double(g.n) : 1.0;
+  const T* x = a.x.get();
+  O* y = a.y.get();
+  cudaStream_t s = stream_of(ctx);
+  const char* op = kind_name(a.kind);
+  if (g.inner != 1 || g.n < kMinCubRow) {
+    sum_kernel<T, O><<<blocks_for(g.outer * g.inner), kThreads, 0, s>>>(x, y, g, mean, scale);
+    return;
+  }
+  using A = Acc<T>;
+  thrust::transform_iterator<ToAcc<T>, const T*> in(x, ToAcc<T>{});
+  thrust::transform_output_iterator<FinishSum<A, O>, O*> out(y, FinishSum<A, O>{mean, scale});
+  if (g.outer == 1) {
+    run_cub(ctx, op, "cub::DeviceReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceReduce::Reduce(tmp, bytes, in, out, g.n, Plus<A>{}, A(0), s);
+    });
+    return;
+  }
+  thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(
+      thrust::counting_iterator<int64_t>(0), RowStart{g.n});
+  run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
+    return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, out, g.outer, begin, begin + 1,
+                                              Plus<A>{}, A(0), s);
+  });
+}
+
+template <class T, class O>
+void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
+  const ReduceGeometry g = a.g;
+  const bool arg = a.kind == ReduceKind::argmax;
+  const T* x = a.x.get();
+  O* y = a.y.get();
+  cudaStream_t s = stream_of(ctx);
+  const char* op = kind_name(a.kind);
+  if (g.inner != 1 || g.n < kMinCubRow) {
+    max_kernel<T, O><<<blocks_for(g.outer * g.inner), kThreads, 0, s>>>(x, y, g, arg);
+    return;
+  }
+  thrust::transform_iterator<MakeValIdx<T>, thrust::counting_iterator<int64_t>> in(
+      thrust::counting_iterator<int64_t>(0), MakeValIdx<T>{x});
+  auto out = thrust::make_tabulate_output_iterator(StoreMax<T, O>{y, g.n, arg});
+  const ValIdx<T> init = max_identity<T>();
+  if (g.outer == 1) {
+    run_cub(ctx, op, "cub::DeviceReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceReduce::Reduce(tmp, bytes, in, out, g.n, MaxFirst{}, init, s);
+    });
+    return;
+  }
+  thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(
+      thrust::counting_iterator<int64_t>(0), RowStart{g.n});
+  run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
+    return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, out, g.outer, begin, begin + 1,
+                                              MaxFirst{}, init, s);
+  });
+}
+
+// The front-end pairs kinds and dtypes as follows (ops/reduce.cpp); only those paths are
+// compiled for each instantiation.
+template <class T, class O>
+void reduce(const KernelContext& ctx, const Reduce<T, O>& a, const NoExtra&) {
+  constexpr bool kSums =
+      std::is_same_v<O, std::conditional_t<std::is_floating_point_v<T>, T, int64_t>>;
+  constexpr bool kMax = std::is_same_v<O, T>;
+  constexpr bool kArgmax = std::is_same_v<O, int64_t>;
+  const ReduceKind k = a.kind;
+  if (k == ReduceKind::sum || k == ReduceKind::mean) {
+    if constexpr (kSums) {
+      if (k == ReduceKind::sum || std::is_floating_point_v<T>) return reduce_sum(ctx, a);
+    }
+  } else if (k == ReduceKind::max) {
+    if constexpr (kMax) return reduce_max(ctx, a);
+  } else if (k == ReduceKind::argmax) {
+    if constexpr (kArgmax) return reduce_max(ctx, a);
+  }
+  throw std::runtime_error(std::string("[") + kind_name(k) +
+                           "] no CUDA kernel for this input/output dtype pair");
+}
+
+}  // namespace
+
+// ---- registration ---------------------------------------------------------------------
+
+void register_reduce(OpList& ops) {
+  CudaKernel<Reduce<float, float>, NoExtra>::fn = &reduce<float, float>;
+  CudaKernel<Reduce<double, double>, NoExtra>::fn = &reduce<double, double>;
+  CudaKernel<Reduce<int32_t, int32_t>, NoExtra>::fn = &reduce<int32_t, int32_t>;
+  CudaKernel<Reduce<int64_t, int64_t>, NoExtra>::fn = &reduce<int64_t, int64_t>;
+  CudaKernel<Reduce<float, int64_t>, NoExtra>::fn = &reduce<float, int64_t>;
+  CudaKernel<Reduce<double, int64_t>, NoExtra>::fn = &reduce<double, int64_t>;
+  CudaKernel<Reduce<int32_t, int64_t>, NoExtra>::fn = &reduce<int32_t, int64_t>;
+  for (OpId id : {OpId::sum, OpId::mean, OpId::max, OpId::argmax}) ops[size_t(id)] = true;
+}
+
+}  // namespace tide::kernels::cuda

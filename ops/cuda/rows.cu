@@ -1,0 +1,198 @@
+// CUDA launchers of the row entries of the linear-algebra family (ops/linalg_kernels.h):
+// the 2-D transpose (32 x 32 shared-memory tiles) and the row-wise softmax / log_softmax
+// (a warp per row up to kWarpRowMax elements, a block per row above). The softmax follows
+// ops/cpu/linalg.cpp's formulas: the max in T, then exp(double(x - max)) summed in double.
+// Every reduction has a fixed order (sequential per thread, then a fixed shuffle tree), so
+// results are bit-identical from run to run; the order differs from the CPU's sequential
+// sum, which moves the double sum by a few ulps of double. Does not use cuDNN.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cuda/launch.h"
+#include "ops/cuda/registry.h"
+#include "ops/linalg_kernels.h"
+
+namespace tide::kernels::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+// ---- transpose ------------------------------------------------------------------------
+
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;  // a 32 x 8 block moves a 32 x 32 tile in 4 passes
+
+// y (cols x rows) = a (rows x cols)^T. Each block walks tiles grid-stride in both
+// dimensions (rows may exceed gridDim.y's 65535 tiles). Reads and writes are coalesced
+// along threadIdx.x; the +1 column keeps the tile's column reads free of bank conflicts.
+template <class T>
+__global__ void transpose_tiles(const T* a, T* y, int64_t rows, int64_t cols) {
+  __shared__ T tile[kTile][kTile + 1];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t col_tiles = (cols + kTile - 1) / kTile;
+  for (int64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {
+    for (int64_t tx = blockIdx.x; tx < col_tiles; tx += gridDim.x) {
+      const int64_t r0 = ty * kTile, c0 = tx * kTile;
+      for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+        int64_t r = r0 + j, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[j][threadIdx.x] = a[r * cols + c];
+      }
+      __syncthreads();
+      for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+        int64_t c = c0 + j, r = r0 + threadIdx.x;
+        if (c < cols && r < rows) y[c * rows + r] = tile[threadIdx.x][j];
+      }
+      __syncthreads();  // the tile is reloaded by the next iteration
+    }
+  }
+}
+
+// ---- softmax rows ---------------------------------------------------------------------
+
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this length: one warp each
+constexpr int kWarpsPerBlock = kThreads / kWarp;  // the warp kernel: rows per block
+
+template <class T>
+__device__ __forceinline__ T max_of(T a, T b) {
+  return b > a ? b : a;
+}
+
+// Butterfly reductions over a warp: every lane ends with the same value (each step adds or
+// compares the same two operands on both lanes of a pair, and + is commutative).
+template <class T>
+__device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) v = max_of(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Writes row r's outputs from its max m and its sum of exp(x - m); lanes (or threads)
+// `first`, `first + step`, ... as in the reductions.
+template <class T>
+__device__ __forceinline__ void write_row(const T* xr, T* yr, int64_t n, int64_t first,
+                                          int64_t step, T m, double sum, bool log_out) {
+  if (log_out) {
+    const T ls = T(log(sum));
+    for (int64_t i = first; i < n; i += step) yr[i] = xr[i] - m - ls;
+  } else {
+    const double inv = 1.0 / sum;
+    for (int64_t i = first; i < n; i += step) yr[i] = T(exp(double(xr[i] - m)) * inv);
+  }
+}
+
+// One warp per row (n <= kWarpRowMax), kWarpsPerBlock rows per block, grid-stride over rows.
+template <class T>
+__global__ void softmax_warp_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t first_row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t row_stride = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t r = first_row; r < rows; r += row_stride) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T m = xr[0];  // every lane starts from an element of the row: no identity needed
+    for (int64_t i = lane; i < n; i += kWarp) m = max_of(m, xr[i]);
+    m = warp_max(m);
+    double sum = 0;
+    for (int64_t i = lane; i < n; i += kWarp) sum += exp(double(xr[i] - m));
+    sum = warp_sum(sum);
+    write_row(xr, yr, n, lane, kWarp, m, sum, log_out);
+  }
+}
+
+// Reduces v over the block with op: a butterfly in each warp, then every warp runs the
+// same butterfly over the kWarpsPerBlock partial results (lanes past them take op's
+// identity), so every thread returns the same value in a fixed order. `partial` is shared
+// scratch of kWarpsPerBlock elements, free again when this returns.
+template <class V, class Op>
+__device__ __forceinline__ V block_reduce(V v, V* partial, Op op) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  V w = lane < kWarpsPerBlock ? partial[lane] : op.identity(partial[0]);
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) w = op(w, __shfl_xor_sync(0xffffffffu, w, off));
+  __syncthreads();  // every thread has read partial before a later call overwrites it
+  return w;
+}
+
+// The identities: zero for the sum; for the max any element of the row (max is idempotent).
+template <class T>
+struct MaxOp {
+  __device__ T operator()(T a, T b) const { return max_of(a, b); }
+  __device__ T identity(T any_element) const { return any_element; }
+};
+struct SumOp {
+  __device__ double operator()(double a, double b) const { return a + b; }
+  __device__ double identity(double) const { return 0.0; }
+};
+
+// One block (kThreads threads) per row (n > kWarpRowMax, so every thread has elements),
+// grid-stride over rows.
+template <class T>
+__global__ void softmax_block_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
+  __shared__ T max_partial[kWarpsPerBlock];
+  __shared__ double sum_partial[kWarpsPerBlock];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T m = xr[threadIdx.x];
+    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, xr[i]);
+    m = block_reduce(m, max_partial, MaxOp<T>{});
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(xr[i] - m));
+    sum = block_reduce(sum, sum_partial, SumOp{});
+    write_row(xr, yr, n, threadIdx.x, kThreads, m, sum, log_out);
+  }
+}
+
+// ---- entries --------------------------------------------------------------------------
+
+template <class T>
+void transpose(const KernelContext& ctx, const Transpose<T>& t, const NoExtra&) {
+  if (t.rows == 0 || t.cols == 0) return;
+  const int64_t row_tiles = (t.rows + kTile - 1) / kTile;
+  const int64_t col_tiles = (t.cols + kTile - 1) / kTile;
+  dim3 grid(unsigned(std::min<int64_t>(col_tiles, int64_t(1) << 20)),
+            unsigned(std::min<int64_t>(row_tiles, 65535)));
+  transpose_tiles<T><<<grid, dim3(kTile, kTileRows), 0, stream_of(ctx)>>>(t.a.get(), t.y.get(),
+                                                                         t.rows, t.cols);
+}
+
+template <class T>
+void softmax_rows(const KernelContext& ctx, const SoftmaxRows<T>& s, const NoExtra&) {
+  if (s.rows == 0 || s.n == 0) return;
+  const T* x = s.x.get();
+  T* y = s.y.get();
+  if (s.n <= kWarpRowMax) {
+    int64_t blocks = (s.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    softmax_warp_rows<T>
+        <<<unsigned(std::min<int64_t>(blocks, int64_t(1) << 20)), kThreads, 0, stream_of(ctx)>>>(
+            x, y, s.rows, s.n, s.log);
+  } else {
+    softmax_block_rows<T>
+        <<<unsigned(std::min<int64_t>(s.rows, int64_t(1) << 20)), kThreads, 0, stream_of(ctx)>>>(
+            x, y, s.rows, s.n, s.log);
+  }
+}
+
+}  // namespace
+
+void register_rows(OpList& ops) {
+  CudaKernel<Transpose<float>, NoExtra>::fn = &transpose<float>;
+  CudaKernel<Transpose<double>, NoExtra>::fn = &transpose<double>;
+  CudaKernel<Transpose<int32_t>, NoExtra>::fn = &transpose<int32_t>;
+  CudaKernel<Transpose<int64_t>, NoExtra>::fn = &transpose<int64_t>;
+  CudaKernel<SoftmaxRows<float>, NoExtra>::fn = &softmax_rows<float>;
+  CudaKernel<SoftmaxRows<double>, NoExtra>::fn = &softmax_rows<double>;
+  for (OpId id : {OpId::transpose, OpId::softmax, OpId::log_softmax}) ops[size_t(id)] = true;
+}
+
+}  // namespace tide::kernels::cuda
