@@ -83,7 +83,14 @@ bool op_supported(Device device, OpId op) {
 }
 
 namespace detail {
+void throw_unsupported(Device d, OpId id) {
+  // A GPU this process cannot use: its runtime says why (no CUDA in this build, no device).
+  if (d.is_cuda() && !cuda::available(d.index)) cuda::DeviceRuntime::get(d.index, op_name(id));
+  throw Error(op_name(id), concat("has no ", d.is_cuda() ? "CUDA kernel" : "kernel", " (on ",
+                                  d.str(), "); op_supported(device, op) tells before the call"));
+}
 void throw_unsupported(const Tensor& t, OpId id) {
+  if (t.device().is_cuda() && !cuda::available(t.device().index)) throw_unsupported(t.device(), id);
   throw Error(op_name(id), concat("has no ", t.device().is_cuda() ? "CUDA kernel" : "kernel",
                                   " (", describe(t), " on ", t.device().str(),
                                   "); op_supported(device, op) tells before the call"));

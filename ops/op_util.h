@@ -26,10 +26,10 @@ inline void check_supported(const Tensor& t, OpId id) {
   if (t.device().is_cpu()) [[likely]] return;
   if (!op_supported(t.device(), id)) throw_unsupported(t, id);
 }
+void throw_unsupported(Device d, OpId id);
 inline void check_device_supported(Device d, OpId id) {
   if (d.is_cpu()) [[likely]] return;
-  TIDE_CHECK(op_supported(d, id), op_name(id), "has no ", d.is_cuda() ? "CUDA kernel" : "kernel",
-             " (on ", d.str(), "); op_supported(device, op) tells before the call");
+  if (!op_supported(d, id)) throw_unsupported(d, id);
 }
 inline void check_same(const Tensor& a, const Tensor& b, OpId id) {
   const char* op = op_name(id);

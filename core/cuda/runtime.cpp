@@ -1,9 +1,11 @@
 #include "core/cuda/runtime.h"
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/cuda/cuda_stream.h"
+#include "core/cuda/fake_device.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
@@ -49,6 +51,23 @@ class PinnedSource final : public BlockSource {
   DeviceApi& api_;
 };
 
+// TIDE_FAKE_GPUS=N: cuda:0 .. cuda:N-1 are recording fakes (core/cuda/fake_device.h) that
+// run the CPU kernels in stream order, so the GPU code paths (streams, events, staging,
+// the CLI's --device) run end to end on a machine without a GPU. For tests only: a fake
+// is as fast as the CPU and says so in its name.
+int fake_gpus_from_env() {
+  static const int n = [] {
+    const char* v = std::getenv("TIDE_FAKE_GPUS");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    long k = std::strtol(v, &end, 10);
+    TIDE_CHECK(*end == 0 && k >= 0 && k <= kMaxGpus, "cuda", "TIDE_FAKE_GPUS must be a number "
+               "of fake GPUs from 0 to ", kMaxGpus, ", got '", v, "'");
+    return int(k);
+  }();
+  return n;
+}
+
 void check_index(int index, const char* op) {
   TIDE_CHECK(index >= 0 && index < kMaxGpus, op, "no device cuda:", index, " (at most ",
              kMaxGpus, " GPUs)");
@@ -65,6 +84,8 @@ DeviceRuntime& DeviceRuntime::get(int index, const char* op) {
   std::lock_guard lock(g_mu);
   if (DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire)) return *r;
   std::shared_ptr<DeviceApi> api = g_installed[size_t(index)];
+  if (!api && index < fake_gpus_from_env())
+    api = std::make_shared<FakeDevice>(size_t(1) << 34, "fake GPU (TIDE_FAKE_GPUS)");
   if (!api) {
 #if defined(TIDE_WITH_CUDA)
     api = make_cuda_api(index, op);
@@ -98,6 +119,7 @@ int device_count() {
 
 bool available(int index) {
   if (index < 0 || index >= kMaxGpus) return false;
+  if (index < fake_gpus_from_env()) return true;
   {
     std::lock_guard lock(g_mu);
     if (g_runtimes[size_t(index)].load() || g_installed[size_t(index)]) return true;

@@ -66,7 +66,9 @@ class DeviceRuntime {
 void install_device(int index, std::shared_ptr<DeviceApi> api);
 // GPUs the CUDA runtime reports (0 without CUDA or without a device; fakes not counted).
 int device_count();
-// Whether cuda:index can be used here: a real GPU or an installed device.
+// Whether cuda:index can be used here: a real GPU, an installed device, or one of the
+// fakes TIDE_FAKE_GPUS=N asks for (cuda:0 .. cuda:N-1, for tests of GPU code paths on
+// machines without one; they take precedence over real GPUs).
 bool available(int index);
 
 // For the engine, the allocator and the ops:
