@@ -25,7 +25,7 @@ class DeviceStream {
   DeviceStream& operator=(const DeviceStream&) = delete;
 
   // Throws tide::Error("[op] ...") when no more work can be queued here (a failed GPU).
-  virtual void check_usable(const char* op) const {}
+  virtual void check_usable(const char* /*op*/) const {}
   // The context kernels of this stream receive.
   const KernelContext& context() const { return ctx_; }
 
@@ -40,7 +40,7 @@ class DeviceStream {
   // Worker: the task numbered seq was run, skipped or cancelled. Publishes progress.
   virtual void retire(uint64_t seq) = 0;
   // Frontend, under the engine lock: a task queued on `waiter` will wait for seq here.
-  virtual void will_be_waited(uint64_t seq, StreamImpl& waiter) {}
+  virtual void will_be_waited(uint64_t /*seq*/, StreamImpl& /*waiter*/) {}
   // Any thread: blocks until task seq of this stream is complete (after spinning did not
   // see it). Never rethrows.
   virtual void block_until(uint64_t seq) = 0;

@@ -89,7 +89,7 @@ class DeviceApi {
   // ---- libraries ----
   // A cuBLASLt handle for one stream, or nullptr where there is no cuBLASLt (the fake).
   virtual void* create_blas() { return nullptr; }
-  virtual void destroy_blas(void* h) {}
+  virtual void destroy_blas(void* /*handle*/) {}
 };
 
 }  // namespace tide::cuda

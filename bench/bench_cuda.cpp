@@ -1,0 +1,213 @@
+// tide_bench_cuda: the CUDA backend's benchmarks (issue targets in bench/summarize.py), each
+// next to its anchor measured in the same run (DESIGN §9). Built wherever nvcc is; runs
+// only on a machine with a GPU (it exits with a message otherwise).
+//   enqueue     `y = x + 1` on cuda:0, the frontend's cost alone (the worker launches), next
+//               to the same on the CPU: the frontend never calls the driver;
+//   tiny ops    10000 dependent `y = y + 1` on one element, queued then synced: executed
+//               throughput (PyTorch eager's is in bench/torch_cuda_anchor.py);
+//   matmul      4096^3 float32 through tide against a direct cublasSgemm on a stream;
+//   bandwidth   add of 64M floats (12 bytes per element moved) against a device-to-device
+//               copy of 64M floats (8 bytes per element);
+//   MLP step    the textbook MLP (bench_mlp.cpp's sizes) eager on cuda:0, one sync per step.
+// Every benchmark times wall-clock and syncs inside the timed region.
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/cuda/runtime.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "tide.h"
+#include "train/optimizer.h"
+
+namespace {
+
+using tide::Device;
+using tide::DType;
+using tide::Tensor;
+
+const Device kGpu = Device::cuda(0);
+
+#define CHECK_CUDA(call)                                                             \
+  do {                                                                               \
+    cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+// ---- per-op costs ------------------------------------------------------------------------
+
+void enqueue_tiny_add(benchmark::State& state, Device d) {
+  Tensor x = tide::ones({1, 2}, DType::float32, d);
+  Tensor y;
+  tide::wait_all();
+  int64_t k = 0;
+  for (auto _ : state) {
+    y = x + 1;
+    if (++k % 4096 == 0) {  // keep the queue bounded, off the clock
+      state.PauseTiming();
+      tide::wait_all();
+      state.ResumeTiming();
+    }
+  }
+  tide::wait_all();
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_CudaEnqueueTinyAdd(benchmark::State& state) { enqueue_tiny_add(state, kGpu); }
+void BM_CpuEnqueueTinyAdd(benchmark::State& state) { enqueue_tiny_add(state, Device::cpu()); }
+BENCHMARK(BM_CudaEnqueueTinyAdd)->UseRealTime();
+BENCHMARK(BM_CpuEnqueueTinyAdd)->UseRealTime();
+
+// 10000 dependent tiny adds on the GPU, then one sync: ops executed per second.
+void BM_CudaTinyOpThroughput(benchmark::State& state) {
+  Tensor x = tide::zeros({1}, DType::float32, kGpu);
+  tide::wait_all();
+  constexpr int kOps = 10000;
+  for (auto _ : state) {
+    Tensor y = x;
+    for (int i = 0; i < kOps; ++i) y = y + 1.0;
+    y.wait_to_read();
+  }
+  state.SetItemsProcessed(state.iterations() * kOps);
+}
+BENCHMARK(BM_CudaTinyOpThroughput)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- matmul 4096^3 -------------------------------------------------------------------------
+
+constexpr int64_t kN = 4096;
+void set_flops(benchmark::State& state) {
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * kN * kN * kN * 1e-12 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+void BM_CudaMatmul4096(benchmark::State& state) {
+  tide::Generator gen(1);
+  Tensor a = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  Tensor b = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  Tensor c = tide::matmul(a, b);  // warm-up: the algorithm is chosen and cached
+  c.wait_to_read();
+  for (auto _ : state) {
+    c = tide::matmul(a, b);
+    c.wait_to_read();
+  }
+  set_flops(state);
+}
+BENCHMARK(BM_CudaMatmul4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The anchor: cublasSgemm on a non-blocking stream, FP32 compute (no TF32), as tide uses.
+void BM_CublasSgemm4096(benchmark::State& state) {
+  float *a, *b, *c;
+  size_t bytes = size_t(kN * kN) * sizeof(float);
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMalloc(&c, bytes));
+  CHECK_CUDA(cudaMemset(a, 0, bytes));
+  CHECK_CUDA(cudaMemset(b, 0, bytes));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, s);
+  cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+  const float one = 1, zero = 0;
+  auto gemm = [&] {
+    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(kN), int(kN), int(kN), &one, b, int(kN), a,
+                int(kN), &zero, c, int(kN));
+  };
+  gemm();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (auto _ : state) {
+    gemm();
+    CHECK_CUDA(cudaStreamSynchronize(s));
+  }
+  set_flops(state);
+  cublasDestroy(h);
+  cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+BENCHMARK(BM_CublasSgemm4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- bandwidth: 64M floats -----------------------------------------------------------------
+
+constexpr int64_t kBig = int64_t(64) << 20;
+
+void BM_CudaAdd64M(benchmark::State& state) {
+  Tensor a = tide::ones({kBig}, DType::float32, kGpu), b = tide::ones({kBig}, DType::float32, kGpu);
+  Tensor c = a + b;
+  c.wait_to_read();
+  for (auto _ : state) {
+    c = a + b;
+    c.wait_to_read();
+  }
+  state.SetBytesProcessed(state.iterations() * kBig * 12);
+}
+BENCHMARK(BM_CudaAdd64M)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_CudaCopyD2D64M(benchmark::State& state) {
+  float *src, *dst;
+  size_t bytes = size_t(kBig) * sizeof(float);
+  CHECK_CUDA(cudaMalloc(&src, bytes));
+  CHECK_CUDA(cudaMalloc(&dst, bytes));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (auto _ : state) {
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(bytes) * 2);
+  cudaStreamDestroy(s);
+  cudaFree(src);
+  cudaFree(dst);
+}
+BENCHMARK(BM_CudaCopyD2D64M)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- the textbook MLP step ------------------------------------------------------------------
+
+void BM_CudaTextbookMlpStep(benchmark::State& state) {
+  namespace nn = tide::nn;
+  tide::Generator gen(42);
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
+      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen),
+      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen)});
+  net->to(kGpu);
+  tide::train::SGD opt(net->parameters(), tide::train::SGDOptions(0.005));
+  Tensor x = tide::randn({1024, 512}, DType::float32, gen, kGpu);
+  Tensor y = tide::ones({1024, 1}, DType::float32, kGpu);
+  float loss_value = 0;
+  for (auto _ : state) {
+    opt.zero_grad();
+    Tensor loss = tide::nn::l2_loss((*net)(x), y);
+    loss.backward();
+    opt.step();
+    tide::wait_all();
+    loss_value = loss.item<float>();
+  }
+  state.counters["loss"] = loss_value;
+}
+BENCHMARK(BM_CudaTextbookMlpStep)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (tide::cuda::device_count() == 0) {
+    std::printf("tide_bench_cuda: no CUDA device on this machine; nothing to measure\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("device", tide::cuda::DeviceRuntime::get(0).api().name());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

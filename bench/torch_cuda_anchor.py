@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""PyTorch eager on the same GPU as tide_bench_cuda: the anchors of the CUDA targets.
+
+Measures, with CUDA synchronisation inside the timed region and the median of --reps runs:
+  tiny_ops_per_s   10000 dependent `y = y + 1` on a one-element tensor, then one sync
+  matmul_4096_ms   torch.mm of two 4096x4096 float32 (TF32 off, as tide computes in FP32)
+  add_64m_ms       a + b on 64M float32
+  copy_64m_ms      a device-to-device copy of 64M float32
+  mlp_step_ms      the textbook MLP step eager (Linear 512-2048-512-1 with ReLU, batch 1024,
+                   l2 loss = mean(0.5 * d^2), SGD lr 0.005), one sync per step
+Prints one JSON object. Usage: python3 bench/torch_cuda_anchor.py [--reps 5]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def timed(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda:0")
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+
+    x = torch.zeros(1, device=dev)
+
+    def tiny():
+        y = x
+        for _ in range(10000):
+            y = y + 1
+        return y
+
+    out["tiny_ops_per_s"] = 10000 / timed(tiny, args.reps)
+
+    a = torch.randn(4096, 4096, device=dev)
+    b = torch.randn(4096, 4096, device=dev)
+    out["matmul_4096_ms"] = 1e3 * timed(lambda: torch.mm(a, b), args.reps)
+
+    n = 64 << 20
+    p = torch.ones(n, device=dev)
+    q = torch.ones(n, device=dev)
+    out["add_64m_ms"] = 1e3 * timed(lambda: p + q, args.reps)
+    dst = torch.empty_like(p)
+    out["copy_64m_ms"] = 1e3 * timed(lambda: dst.copy_(p), args.reps)
+
+    torch.manual_seed(42)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(512, 2048), torch.nn.ReLU(),
+        torch.nn.Linear(2048, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 1)).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.005)
+    xb = torch.randn(1024, 512, device=dev)
+    yb = torch.ones(1024, 1, device=dev)
+
+    def step():
+        opt.zero_grad()
+        d = net(xb) - yb
+        loss = (0.5 * d * d).mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    out["mlp_step_ms"] = 1e3 * timed(step, max(args.reps, 20), warmup=5)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

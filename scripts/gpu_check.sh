@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# One command on a GPU machine (DESIGN §8): builds tide with CUDA, runs every test (the CUDA
+# suites run for real there instead of skipping), compute-sanitizer memcheck on the CUDA
+# tests, the experiments with --device cuda, the CUDA benchmarks and the PyTorch anchors,
+# and writes one report.
+#   bash scripts/gpu_check.sh [STAGE] [REPORT_DIR]
+# STAGE: all (default), or one of build, test, sanitize, experiments, bench, so that a short
+# lease can run them in separate calls (the build stays in build-gpu/). REPORT_DIR defaults
+# to $OUT (the device tool's output folder) or build-gpu/report; the report is
+# gpu_check.md there, with each stage's log beside it.
+# Dependencies: a GPU machine may have no package registry. When .deps/tide-gpu-deps.tar.xz
+# is there (bash scripts/gpu_deps.sh pack, on a Debian machine, then carry .deps) and the
+# machine has no cblas.h, the build uses that bundle alone.
+# TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+stage=${1:-all}
+report_dir=${2:-${OUT:-build-gpu/report}}
+mkdir -p "$report_dir"
+report=$report_dir/gpu_check.md
+jobs=$(nproc)
+status=0
+
+log() { printf '%s\n' "$*" | tee -a "$report"; }
+run() {  # run NAME CMD...: logs the command, its exit code and the log's tail
+  local name=$1
+  shift
+  log "### $name"
+  log '```'
+  log "\$ $*"
+  local t0=$SECONDS
+  "$@" >"$report_dir/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$report_dir/$name.log" >>"$report"
+  log "(exit $rc, $((SECONDS - t0)) s; full log: $name.log)"
+  log '```'
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+deps() {
+  if [ -f .deps/tide-gpu-deps.tar.xz ] && ! ls /usr/include/cblas.h /usr/include/*/cblas.h \
+      /usr/include/*/*/cblas.h >/dev/null 2>&1; then
+    local prefix
+    prefix=$(bash scripts/gpu_deps.sh unpack /tmp/tide-gpu-deps)
+    export CMAKE_PREFIX_PATH=$prefix
+    export LD_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    log "dependencies: the carried bundle at $prefix"
+  else
+    log "dependencies: the system's"
+  fi
+}
+
+build() {
+  local gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  [ -f build-gpu/CMakeCache.txt ] && gen=()
+  run configure cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${TIDE_CUDA_ARCH:-90}" -DTIDE_BUILD_TESTS=ON \
+    -DTIDE_BUILD_BENCH=ON -DTIDE_BUILD_EXAMPLES=ON &&
+    run build cmake --build build-gpu -j "$jobs"
+}
+
+tests() {
+  run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 900
+  run cuda_tests build-gpu/tests/tide_cuda_tests
+  run cuda_fault build-gpu/tests/tide_cuda_fault_test
+}
+
+sanitize() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    log "compute-sanitizer: not on PATH, skipped"
+    return
+  fi
+  run memcheck timeout 560 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    --leak-check full build-gpu/tests/tide_cuda_tests --gtest_brief=1
+}
+
+experiments() {
+  local tide=build-gpu/examples/tide
+  run demo "$tide" demo --device cuda
+  run bench_async "$tide" bench-async --device cuda --runs 3
+  run loop "$tide" loop --device cuda --n 10000 --runs 3
+  run mlp_memory "$tide" mlp-memory --device cuda --policy all --batches 50 \
+    --csv "$report_dir/mlp_memory_cuda.csv"
+}
+
+bench() {
+  run bench_cuda build-gpu/bench/tide_bench_cuda --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out_format=json \
+    --benchmark_out="$report_dir/tide_bench_cuda.json"
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    python3 bench/torch_cuda_anchor.py --reps 5 >"$report_dir/torch_cuda.json" ||
+      log "torch anchor failed"
+  else
+    log "PyTorch with CUDA: not available, no anchor"
+  fi
+  run summary python3 bench/summarize_cuda.py "$report_dir"
+}
+
+: >"$report"
+log "# tide gpu_check: $stage, $(date -u +'%Y-%m-%d %H:%M UTC')"
+log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi: not available')"
+log "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
+deps
+case "$stage" in
+  build) build ;;
+  test) tests ;;
+  sanitize) sanitize ;;
+  experiments) experiments ;;
+  bench) bench ;;
+  all) build && { tests; sanitize; experiments; bench; } ;;
+  *) echo "usage: bash scripts/gpu_check.sh [all|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
+esac
+log "gpu_check $stage: $([ $status -eq 0 ] && echo passed || echo FAILED)"
+exit $status
