@@ -6,7 +6,7 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 75 80 86 CACHE STRING "CUDA architectures")
+      set(CMAKE_CUDA_ARCHITECTURES 75 80 86 90 CACHE STRING "CUDA architectures")
     endif()
     enable_language(CUDA)
     # CMake 3.25 knows no C++20 flag for nvcc; nvcc >= 12 accepts -std=c++20.

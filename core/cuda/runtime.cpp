@@ -215,8 +215,9 @@ Allocator& device_allocator(Device d) {
 
 bool runs_host_kernels(int index) {
   if (index < 0 || index >= kMaxGpus) return false;
-  DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire);
-  return r && r->api().runs_host_kernels();
+  if (DeviceRuntime* r = g_runtimes[size_t(index)].load(std::memory_order_acquire)) [[likely]]
+    return r->api().runs_host_kernels();
+  return available(index) && DeviceRuntime::get(index).api().runs_host_kernels();
 }
 
 namespace {
