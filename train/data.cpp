@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "ops/creation.h"
 
@@ -34,6 +35,13 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Throws "[op] ..." saying why when d is a GPU this process cannot use (the runtime
+// explains: no CUDA in this build, no such device, the driver's error); otherwise starts
+// the GPU's runtime, so the batches' first op finds the device ready.
+void check_device(Device d, const char* op) {
+  if (d.is_cuda()) cuda::DeviceRuntime::get(d.index, op);
+}
+
 }  // namespace
 
 // ---- SyntheticSource -----------------------------------------------------------------------
@@ -44,6 +52,7 @@ SyntheticSource::SyntheticSource(const SyntheticOptions& o) : opt_(o) {
              o.features_, ", ", o.batch_size_, ")");
   TIDE_CHECK(is_floating(o.dtype_), "synthetic", "dtype ", o.dtype_,
              " is not floating");
+  check_device(o.device_, "synthetic");
   reset(0);
 }
 
@@ -56,8 +65,8 @@ std::optional<Batch> SyntheticSource::next_batch() {
   if (pos_ >= opt_.examples_) return std::nullopt;
   int64_t b = std::min(opt_.batch_size_, opt_.examples_ - pos_);
   pos_ += b;
-  return Batch{randn(Shape{b, opt_.features_}, opt_.dtype_, gen_),
-               ones(Shape{b, 1}, opt_.dtype_)};
+  return Batch{randn(Shape{b, opt_.features_}, opt_.dtype_, gen_, opt_.device_),
+               ones(Shape{b, 1}, opt_.dtype_, opt_.device_)};
 }
 
 // ---- IDX files -----------------------------------------------------------------------------
@@ -166,6 +175,7 @@ IdxSource::IdxSource(const IdxOptions& o) : opt_(o) {
   TIDE_CHECK(o.limit_ >= 0, "idx", "limit must be >= 0 (got ", o.limit_, ")");
   TIDE_CHECK(o.images_.empty() == o.labels_.empty(), "idx",
              "give both the images and the labels file, or neither");
+  check_device(o.device_, "idx");
   if (!o.images_.empty()) {
     images_path_ = o.images_;
     labels_path_ = o.labels_;
@@ -233,6 +243,7 @@ std::optional<Batch> IdxSource::next_batch() {
     yd[r] = labels_[size_t(e)];
   }
   pos_ += b;
+  if (!opt_.device_.is_cpu()) return Batch{x.to(opt_.device_), y.to(opt_.device_)};
   return Batch{x, y};
 }
 

@@ -46,7 +46,24 @@ std::string fmt_double(double x) {
 
 const char* kCsvHeader =
     "policy,batch,t_enqueue_s,loss,queue_depth,inflight_bytes,allocator_active,active_delta,"
-    "rss,rss_delta,mode\n";
+    "rss,rss_delta,mode,device\n";
+
+// memory_snapshot() with the allocator of `device` (the CPU's: exactly memory_snapshot()).
+MemorySnapshot snapshot_on(Device device) {
+  if (device.is_cpu()) return memory_snapshot();
+  MemorySnapshot m;
+  m.allocator = Allocator::get(device).stats();
+  m.engine = Engine::get().stats();
+  m.rss_bytes = process_rss_bytes();
+  return m;
+}
+
+void check_mode(Mode mode, Device device) {
+  if (mode == Mode::traced && !device.is_cpu())
+    throw Error("trainer", "the model is on " + device.str() +
+                               ": traced mode runs on the CPU only; the GPU trace executor is "
+                               "not built yet (use eager mode on a GPU)");
+}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -90,12 +107,13 @@ std::string TrainResult::csv(bool header) const {
   if (header) o << kCsvHeader;
   const std::string name = policy.str();
   const char* mode_name = train::name(mode);
+  const std::string dev = device.str();
   for (const StepRecord& r : steps) {
     long long ad = (long long)r.allocator_active - (long long)baseline_active;
     long long rd = (long long)r.rss - (long long)baseline_rss;
     o << name << ',' << r.batch << ',' << fmt_double(r.t_enqueue_s) << ',' << fmt_double(r.loss)
       << ',' << r.queue_depth << ',' << r.inflight_bytes << ',' << r.allocator_active << ','
-      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << '\n';
+      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << ',' << dev << '\n';
   }
   return o.str();
 }
@@ -111,6 +129,11 @@ void write_csv(const std::string& path, const std::vector<TrainResult>& results)
 Trainer::Trainer(nn::Module& model, LossFn loss, Optimizer& optimizer, DataSource& source)
     : model_(model), loss_(std::move(loss)), opt_(optimizer), source_(source) {
   if (!loss_) throw Error("trainer", "the loss function is empty");
+}
+
+Device Trainer::device() const {
+  std::vector<Tensor> params = model_.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
 }
 
 Mode parse_mode(const std::string& s) {
@@ -158,6 +181,9 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   if (pol.kind == SyncPolicy::bounded && pol.k < 1)
     throw Error("trainer", "bounded:K needs K >= 1, got " + std::to_string(pol.k));
 
+  const Device dev = device();
+  check_mode(options.mode, dev);
+
   Engine& eng = Engine::get();
   eng.wait_all();
   eng.reclaim();
@@ -165,10 +191,11 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   TrainResult res;
   res.policy = pol;
   res.mode = options.mode;
+  res.device = dev;
   // The first minibatch of a traced run is eager (warm-up): size the bound on a replay.
   const int sizing_batch = options.mode == Mode::traced ? std::min(2, options.batches) : 1;
   res.steps.reserve(size_t(options.batches));
-  MemorySnapshot base = memory_snapshot();
+  MemorySnapshot base = snapshot_on(dev);
   res.baseline_active = base.allocator.active_bytes;
   res.baseline_rss = base.rss_bytes;
 
@@ -179,7 +206,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   for (int i = 1; i <= options.batches; ++i) {
     const uint64_t queued_before = eng.stats().queued;
     loss = step(options.mode);
-    MemorySnapshot snap = memory_snapshot();
+    MemorySnapshot snap = snapshot_on(dev);
     StepRecord r;
     r.batch = i;
     r.t_enqueue_s = seconds_since(t0);
@@ -206,7 +233,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   res.steps.back().loss = res.final_loss;
   res.total_s = seconds_since(t0);
   eng.reclaim();
-  res.end_active = memory_snapshot().allocator.active_bytes;
+  res.end_active = snapshot_on(dev).allocator.active_bytes;
 
   res.peak_rss = rss_after_sync;
   if (options.mode == Mode::traced) res.trace_arena_bytes = traced_stats().arena_bytes;
@@ -220,6 +247,8 @@ TrainResult Trainer::run(const TrainerOptions& options) {
 }
 
 size_t Trainer::measure_step_bytes(Mode mode) {
+  const Device dev = device();
+  check_mode(mode, dev);
   Engine& eng = Engine::get();
   if (mode == Mode::traced)
     for (int i = 0; i < 2; ++i) step(mode);
@@ -229,7 +258,7 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   auto open = std::make_shared<std::atomic<bool>>(false);
   // With the worker held, a bound on queued ops/bytes or an allocator limit would block
   // this thread for ever: lift them while measuring.
-  Allocator& alloc = Allocator::get();
+  Allocator& alloc = Allocator::get(dev);
   struct Opener {  // opens the gate, drains and restores the bounds, also on error
     std::shared_ptr<std::atomic<bool>> g;
     Engine& eng;
@@ -249,11 +278,13 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   eng.set_max_inflight_ops(0);
   eng.set_max_inflight_bytes(0);
   alloc.set_limit(0);
-  eng.submit(Device::cpu(), "trainer_gate", {}, {}, [g = open] { g->wait(false); },
+  // On a GPU the gate holds the stream's worker, so the step's kernels are not launched
+  // (and its storages not released) until it opens.
+  eng.submit(dev, "trainer_gate", {}, {}, [g = open] { g->wait(false); },
              std::source_location::current());
-  const size_t before = memory_snapshot().allocator.active_bytes;
+  const size_t before = alloc.stats().active_bytes;
   Tensor loss = step(mode);
-  const size_t after = memory_snapshot().allocator.active_bytes;
+  const size_t after = alloc.stats().active_bytes;
   (void)loss;
   return after > before ? after - before : 0;
 }

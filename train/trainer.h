@@ -11,10 +11,20 @@
 //                The previous bound is restored when the run ends (also on error).
 //
 // One minibatch: zero_grad, x/y from the source (the next epoch when it is exhausted),
-// loss = loss_fn(model(x), y), loss.backward(), optimizer.step(). Then a memory_snapshot()
+// loss = loss_fn(model(x), y), loss.backward(), optimizer.step(). Then a memory snapshot
 // is taken (after queueing, before any sync) and stored in a StepRecord.
 //
-// Not done here: traced steps (DESIGN §6), eval passes, learning-rate schedules.
+// Device: the trainer runs where the model lives. It does not take a device: it reads it
+// from the model's first parameter when run() starts (the CPU for a model without
+// parameters), so move the model with Module::to before building the optimizer and give
+// the data source the same device (SyntheticOptions/IdxOptions::device). The allocator
+// bytes it records (StepRecord::allocator_active, the baseline, the peaks) are that
+// device's allocator's: Allocator::get(device), the GPU's memory on a GPU, the same as
+// memory_snapshot() on the CPU. Queue depth and queued bytes are the engine's (all
+// devices); RSS is the process's. Traced mode runs on the CPU only in this version.
+//
+// Not done here: traced steps on a GPU (the CUDA Graph executor), eval passes,
+// learning-rate schedules.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "train/data.h"
@@ -73,6 +84,7 @@ struct StepRecord {
 struct TrainResult {
   Policy policy;
   Mode mode = Mode::eager;
+  Device device = Device::cpu();  // where the model lived (whose allocator was recorded)
   std::vector<StepRecord> steps;
   double total_s = 0;          // wall time of the run including the final sync
   double final_loss = 0;       // the last minibatch's loss (always read)
@@ -100,7 +112,8 @@ struct TrainResult {
   }
 
   // Header line + one row per step: policy,batch,t_enqueue_s,loss,queue_depth,
-  // inflight_bytes,allocator_active,active_delta,rss,rss_delta,mode.
+  // inflight_bytes,allocator_active,active_delta,rss,rss_delta,mode,device
+  // (device: "cpu", "cuda:0", ...).
   // Throws "[trainer]" when the file cannot be written.
   void write_csv(const std::string& path) const;
   // The CSV text write_csv writes (without the header line when `header` is false).
@@ -118,10 +131,11 @@ class Trainer {
   // Keeps references: model, optimizer and source must outlive the Trainer.
   Trainer(nn::Module& model, LossFn loss, Optimizer& optimizer, DataSource& source);
 
-  // Runs options.batches minibatches under options.policy. Waits for all previously
-  // queued work first (so the baseline is clean) and for all of its own at the end.
-  // Throws "[trainer]" for batches < 1 or a bounded policy with k < 1; rethrows failures
-  // of the queued work.
+  // Runs options.batches minibatches under options.policy on the model's device (see the
+  // top of this file). Waits for all previously queued work first (so the baseline is
+  // clean) and for all of its own at the end. Throws "[trainer]" for batches < 1, a
+  // bounded policy with k < 1, or traced mode with the model on a GPU (before running
+  // anything); rethrows failures of the queued work.
   TrainResult run(const TrainerOptions& options);
 
   // Queues one minibatch behind a gate that holds the worker back, measures the allocator
@@ -129,8 +143,12 @@ class Trainer {
   // bytes one queued minibatch holds. Trains one step (use a throwaway model to keep runs
   // comparable). Engine bounds and the allocator limit are lifted while it measures (they
   // would block the queueing behind the gate for ever) and restored after. Traced: two
-  // steps run first (the eager warm-up and the trace), then one replay is measured.
+  // steps run first (the eager warm-up and the trace), then one replay is measured. On a
+  // GPU the gate holds the device's stream back and the GPU's allocator is measured.
   size_t measure_step_bytes(Mode mode = Mode::eager);
+
+  // The device the model lives on now: its first parameter's (the CPU without parameters).
+  Device device() const;
 
   // The traced step's statistics (traces, replays, planned bytes); zeros before a traced
   // run.

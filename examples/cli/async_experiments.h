@@ -6,10 +6,14 @@
 //   S3  10000 x (y = x + 1) synced after every op vs once, with the model t1 + N t2 + t3
 // Prints one table per experiment. Not a benchmark harness: bench/ has the Google Benchmark
 // suites with anchors; these runs favour a readable explanation over statistical rigour.
+// With --device cuda[:N] every tensor the experiments create is created on that GPU (S1's
+// synchronous reference stays on the CPU, like the textbook's NumPy); the tables name the
+// device.
 #pragma once
 
 #include <cstdint>
 
+#include "core/device.h"
 #include "examples/cli/commands.h"
 
 namespace tide::cli {
@@ -20,6 +24,7 @@ struct AsyncSizes {
   int64_t s2_n = 1000;  // S2: the size of the "big" matmuls
   int s3_ops = 10000;   // S3: the number of y = x + 1
   int runs = 3;         // repetitions of each measurement; medians are reported
+  Device device = Device::cpu();  // where tide's tensors are created (--device)
 };
 
 // Applies the command line (--runs N) to `sizes`. Throws UsageError.

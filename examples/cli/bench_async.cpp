@@ -5,8 +5,9 @@
 
 namespace tide::cli {
 
-int bench_async_main(const Args& args) {
+int bench_async_main(const Args& args, const GlobalOptions& global) {
   AsyncSizes sizes;  // the defaults are the textbook's sizes
+  sizes.device = global.device;
   return run_async_experiments(parse_async_args(args, sizes), "tide bench-async (textbook sizes)");
 }
 

@@ -4,8 +4,9 @@
 
 namespace tide::cli {
 
-int demo_main(const Args& args) {
+int demo_main(const Args& args, const GlobalOptions& global) {
   AsyncSizes sizes;
+  sizes.device = global.device;
   sizes.s1_n = 300;
   sizes.s1_iters = 10;
   sizes.s2_n = 400;

@@ -1,13 +1,17 @@
 // The `tide` command: dispatches to one subcommand per file (see commands.h). Options every
 // subcommand accepts: --trace FILE (records the run with tide::profiler::Session and writes
-// a Chrome trace) and --help. Exit codes: 0 success, 1 the run failed (an exception or a
-// failed result check), 2 a bad command line.
+// a Chrome trace), --device D (cpu, cuda or cuda:N: where the experiment runs; checked
+// before the command starts) and --help. Exit codes: 0 success, 1 the run failed (an
+// exception, a failed result check, or a GPU this process cannot use), 2 a bad command
+// line.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
 
+#include "core/cuda/runtime.h"
 #include "examples/cli/commands.h"
 #include "tide.h"
 
@@ -53,22 +57,26 @@ const Command kCommands[] = {
      train_fashion_main},
 };
 
+constexpr const char* kGlobalHelp =
+    "  --device D    run on D: cpu (default), cuda (= cuda:0) or cuda:N; the experiment's\n"
+    "                tensors, model and data are created there (traced mode: CPU only)\n"
+    "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n";
+
 void print_usage(std::ostream& os) {
-  os << "usage: tide <command> [options] [--trace FILE]\n\ncommands:\n";
+  os << "usage: tide <command> [options] [--device D] [--trace FILE]\n\ncommands:\n";
   for (const Command& c : kCommands) {
     std::string name = c.name;
     name.resize(14, ' ');
     os << "  " << name << c.summary << "\n";
   }
   os << "\noptions for every command:\n"
-        "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
-        "  --help        show the command's options\n";
+     << kGlobalHelp << "  --help        show the command's options\n";
 }
 
 void print_command_usage(std::ostream& os, const Command& c) {
-  os << "usage: tide " << c.name << " " << c.usage << " [--trace FILE]\n  " << c.summary << "\n"
-     << c.options
-     << "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n";
+  os << "usage: tide " << c.name << " " << c.usage << " [--device D] [--trace FILE]\n  "
+     << c.summary << "\n"
+     << c.options << kGlobalHelp;
 }
 
 const Command* find_command(const std::string& name) {
@@ -77,7 +85,46 @@ const Command* find_command(const std::string& name) {
   return nullptr;
 }
 
+// Throws tide::Error saying why when this process cannot use d (the runtime explains: no
+// CUDA in this build, no such GPU, the driver's error); starts the GPU's runtime otherwise.
+void check_usable(Device d) {
+  if (d.is_cpu()) return;
+  if (!cuda::available(d.index)) {
+    cuda::DeviceRuntime::get(d.index, "device");  // throws the reason
+    throw Error("device", "cannot use " + d.str() + ": this process has no such GPU");
+  }
+  cuda::DeviceRuntime::get(d.index, "device");
+}
+
 }  // namespace
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda") return Device::cuda(0);
+  const std::string pre = "cuda:";
+  if (s.rfind(pre, 0) == 0) {
+    const std::string n = s.substr(pre.size());
+    if (!n.empty() && n.size() <= 6 &&
+        std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return Device::cuda(std::stoi(n));
+  }
+  throw UsageError("--device needs cpu, cuda or cuda:N (N = 0, 1, ...), got '" + s + "'");
+}
+
+std::string device_label(Device d) {
+  if (d.is_cpu()) return "cpu";
+  std::string name = cuda::DeviceRuntime::get(d.index, "device").api().name();
+  const std::string suffix = " (" + d.str() + ")";  // the real device's name ends with it
+  if (name.size() > suffix.size() && name.ends_with(suffix))
+    name.resize(name.size() - suffix.size());
+  return d.str() + " (" + name + ")";
+}
+
+std::string traced_mode_unsupported(Device d) {
+  if (d.is_cpu()) return {};
+  return "traced mode runs on the CPU only; the GPU trace executor is not built yet (use "
+         "--mode eager with --device " + d.str() + ")";
+}
 
 std::string take_option_value(const Args& args, size_t& i) {
   if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
@@ -97,13 +144,23 @@ long long take_int_option(const Args& args, size_t& i, long long min_value) {
 }
 
 int main(int argc, char** argv) {
-  std::string command, trace;
-  bool help = false;
+  std::string command, trace, device_arg;
+  bool help = false, device_given = false;
   Args rest;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       help = true;
+    } else if (a == "--device") {
+      if (i + 1 >= argc) {
+        std::cerr << "tide: --device needs a value (cpu, cuda or cuda:N)\n";
+        return 2;
+      }
+      device_arg = argv[++i];
+      device_given = true;
+    } else if (a.rfind("--device=", 0) == 0) {
+      device_arg = a.substr(9);
+      device_given = true;
     } else if (a == "--trace") {
       if (i + 1 >= argc) {
         std::cerr << "tide: --trace needs a file name\n";
@@ -137,9 +194,24 @@ int main(int argc, char** argv) {
     print_command_usage(std::cout, *cmd);
     return 0;
   }
+  GlobalOptions global;
+  try {
+    if (device_given) global.device = parse_device(device_arg);
+  } catch (const UsageError& e) {
+    std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
+    print_command_usage(std::cerr, *cmd);
+    return 2;
+  }
+  try {
+    check_usable(global.device);  // before any work: one line saying why, exit 1
+  } catch (const std::exception& e) {
+    std::cerr << "tide " << cmd->name << ": error: --device " << device_arg << ": " << e.what()
+              << "\n";
+    return 1;
+  }
   try {
     profiler::Session session(trace);  // records nothing when trace is empty
-    return cmd->run(rest);
+    return cmd->run(rest, global);
   } catch (const UsageError& e) {
     std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
     print_command_usage(std::cerr, *cmd);

@@ -7,6 +7,9 @@
 // (bytes one queued minibatch holds x minibatches in flight) next to the measured one.
 // --mode traced (or all) runs the same step captured once with trace::function and
 // replayed per minibatch, so eager and traced time and memory sit in one table and chart.
+// --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
+// synthetic batches are created there; memory is then the GPU allocator's (the Trainer
+// records the allocator of the model's device). Traced mode is CPU-only: refused on a GPU.
 //
 // Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
 // queued; it is driven from the data source (the Trainer calls next_batch once per
@@ -56,22 +59,26 @@ class CountingSource : public train::DataSource {
   train::DataSource& inner_;
 };
 
+// The model, data, optimizer and trainer of one run, on `device` (the same weights and data
+// on every device: the initialisation draws on the CPU and is copied, the data is Philox).
 struct Experiment {
   Generator gen{kModelSeed};
   std::shared_ptr<nn::Sequential> net;
-  train::SyntheticSource data{
-      train::SyntheticOptions().examples(1024).features(512).batch_size(1024).seed(0)};
+  train::SyntheticSource data;
   CountingSource source{data};
   std::unique_ptr<train::SGD> opt;
   std::unique_ptr<train::Trainer> trainer;
 
-  Experiment() {
+  explicit Experiment(Device device)
+      : data(train::SyntheticOptions().examples(1024).features(512).batch_size(1024).seed(0).device(
+            device)) {
     net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
         std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
         std::make_shared<nn::ReLU>(),
         std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen),
         std::make_shared<nn::ReLU>(),
         std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen)});
+    net->to(device);  // before the optimizer, whose state is made where the parameters are
     opt = std::make_unique<train::SGD>(net->parameters(), train::SGDOptions(0.005));
     trainer = std::make_unique<train::Trainer>(*net, nn::l2_loss, *opt, source);
   }
@@ -81,7 +88,8 @@ std::string mb(double bytes) { return format_fixed(bytes / kMB, 1); }
 
 }  // namespace
 
-int mlp_memory_main(const Args& args) {
+int mlp_memory_main(const Args& args, const GlobalOptions& global) {
+  const Device device = global.device;
   std::string policy_arg = "all", mode_arg = "eager", csv, svg;
   long long batches = 100;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -121,15 +129,18 @@ int mlp_memory_main(const Args& args) {
       throw UsageError(std::string("--mode: ") + e.what());
     }
   }
+  if (!device.is_cpu() &&
+      std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end())
+    throw UsageError("--mode " + mode_arg + ": " + traced_mode_unsupported(device));
 
   std::cout << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
-            << batches << " minibatches\n\n";
+            << batches << " minibatches, device: " << device_label(device) << "\n\n";
 
   // Bytes one queued minibatch holds, measured on a throwaway copy (one step queued behind a
   // gate that holds the worker back), per mode.
   size_t step_bytes[2] = {0, 0};
   for (train::Mode m : modes) {
-    Experiment probe;
+    Experiment probe(device);
     step_bytes[int(m)] = probe.trainer->measure_step_bytes(m);
   }
   auto label = [](const train::TrainResult& r) {
@@ -141,7 +152,7 @@ int mlp_memory_main(const Args& args) {
   std::vector<train::TrainResult> results;
   for (train::Mode mode : modes)
   for (const train::Policy& p : policies) {
-    Experiment ex;  // same seeds: every run starts from the same weights and data
+    Experiment ex(device);  // same seeds: every run starts from the same weights and data
     train::TrainerOptions o;
     o.batches = n;
     o.policy = p;
@@ -165,7 +176,8 @@ int mlp_memory_main(const Args& args) {
     results.push_back(std::move(r));
   }
 
-  Table t("mlp-memory: sync policies compared (" + std::to_string(n) + " minibatches)",
+  Table t("mlp-memory: sync policies compared (" + std::to_string(n) + " minibatches on " +
+              device.str() + ")",
           {"run", "total", "per batch", "peak queue (ops)", "steps in flight",
            "peak queued MB", "+alloc MB", "+RSS MB"});
   for (const train::TrainResult& r : results)
@@ -177,7 +189,9 @@ int mlp_memory_main(const Args& args) {
          (results.back().mode == train::Mode::traced
               ? " eager, " + std::to_string(results.back().ops_per_step) + " traced (one replay)"
               : std::string()) +
-         "; MB = 2^20 bytes; +alloc/+RSS: peak growth over the value before the run");
+         "; MB = 2^20 bytes; +alloc/+RSS: peak growth over the value before the run" +
+         (device.is_cpu() ? std::string()
+                          : "; alloc = " + device.str() + "'s allocator (RSS: the host process)"));
   t.print();
 
   std::cout << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
@@ -187,7 +201,7 @@ int mlp_memory_main(const Args& args) {
   for (train::Mode m : modes)
     std::cout << mb(double(step_bytes[int(m)])) << " MB " << train::name(m) << "  ";
   std::cout << "\n";
-  Table pred("predicted vs measured growth",
+  Table pred("predicted vs measured growth (" + device.str() + ")",
              {"policy", "steps in flight", "predicted MB", "measured +alloc MB",
               "measured queued MB"});
   for (const train::TrainResult& r : results)
@@ -208,8 +222,9 @@ int mlp_memory_main(const Args& args) {
     std::cout << "\nwrote " << csv << "\n";
   }
   if (!svg.empty()) {
-    train::Chart mem{{"Memory held during training", "minibatch", "allocator active - start (MB)"},
-                     {}};
+    const std::string on = device.is_cpu() ? std::string() : " (" + device.str() + ")";
+    train::Chart mem{
+        {"Memory held during training" + on, "minibatch", "allocator active - start (MB)"}, {}};
     train::Chart tim{{"Time per minibatch (frontend)", "minibatch", "time (ms)"}, {}};
     for (const train::TrainResult& r : results) {
       train::Series sm{label(r), {}, {}}, st{label(r), {}, {}};

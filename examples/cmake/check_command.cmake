@@ -1,10 +1,13 @@
-# Runs a command and checks how it ended: cmake -DCMD=prog [-DARGS=a;b] -DEXPECT=zero|nonzero
+# Runs a command and checks how it ended:
+#   cmake -DCMD=prog [-DARGS=a;b] -DEXPECT=zero|nonzero|<exit code>
 #   [-DEXPECT_OUTPUT=regex] (matched against stdout + stderr)
 #   [-DEXPECT_FILE=path [-DEXPECT_FILE_REGEX=regex]] (the file must be written by the run)
 #   -P check_command.cmake
-# "nonzero" means a normal exit with a code other than 0: a crash (a signal) fails the check.
+# "nonzero" means a normal exit with a code other than 0, a number that exact exit code: a
+# crash (a signal) fails the check either way. Environment variables are set with the
+# test's ENVIRONMENT property (the command inherits them).
 if(NOT DEFINED CMD OR NOT DEFINED EXPECT)
-  message(FATAL_ERROR "check_command.cmake needs -DCMD=... and -DEXPECT=zero|nonzero")
+  message(FATAL_ERROR "check_command.cmake needs -DCMD=... and -DEXPECT=zero|nonzero|<code>")
 endif()
 if(DEFINED EXPECT_FILE)
   file(REMOVE ${EXPECT_FILE})
@@ -21,6 +24,8 @@ if(EXPECT STREQUAL "zero" AND NOT rc EQUAL 0)
   message(FATAL_ERROR "'${CMD} ${ARGS}' exited with ${rc}, expected 0")
 elseif(EXPECT STREQUAL "nonzero" AND rc EQUAL 0)
   message(FATAL_ERROR "'${CMD} ${ARGS}' exited with 0, expected a nonzero exit code")
+elseif(EXPECT MATCHES "^[0-9]+$" AND NOT rc EQUAL EXPECT)
+  message(FATAL_ERROR "'${CMD} ${ARGS}' exited with ${rc}, expected ${EXPECT}")
 endif()
 if(DEFINED EXPECT_OUTPUT AND NOT "${out}${err}" MATCHES "${EXPECT_OUTPUT}")
   message(FATAL_ERROR "the output of '${CMD} ${ARGS}' does not match '${EXPECT_OUTPUT}'")

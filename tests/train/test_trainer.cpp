@@ -185,8 +185,10 @@ TEST(Trainer, WriteCsv) {
   int n = 0;
   std::getline(f, line);
   EXPECT_EQ(line.rfind("policy,batch,t_enqueue_s,loss,", 0), 0u) << line;
+  EXPECT_TRUE(line.ends_with(",mode,device")) << line;  // the device column comes last
   while (std::getline(f, line)) {
     EXPECT_EQ(line.rfind("none,", 0), 0u) << line;
+    EXPECT_TRUE(line.ends_with(",eager,cpu")) << line;
     ++n;
   }
   EXPECT_EQ(n, 7);
