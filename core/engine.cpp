@@ -61,7 +61,7 @@ StreamImpl& Engine::State::add_stream(Device d) {
     throw;
   }
   s.tail_seg = s.reclaim_seg = s.head_seg = new Segment;
-  profiler::detail::register_stream(s.id);
+  profiler::detail::register_stream(s.id, d.str());
   return s;
 }
 

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "core/cuda/runtime.h"
+
 namespace tide {
 
 size_t process_rss_bytes() {
@@ -15,9 +17,16 @@ size_t process_rss_bytes() {
   return size_t(resident) * size_t(sysconf(_SC_PAGESIZE));
 }
 
-MemorySnapshot memory_snapshot() {
+MemorySnapshot memory_snapshot(Device device) {
   MemorySnapshot m;
-  m.allocator = Allocator::get().stats();
+  m.device = device;
+  if (device.is_cuda()) {
+    cuda::DeviceRuntime& rt = cuda::DeviceRuntime::get(device.index, "memory_snapshot");
+    cuda::MemInfo info = rt.api().mem_info();
+    m.device_free_bytes = info.free;
+    m.device_total_bytes = info.total;
+  }
+  m.allocator = Allocator::get(device).stats();
   m.engine = Engine::get().stats();
   m.rss_bytes = process_rss_bytes();
   return m;

@@ -21,6 +21,9 @@ struct Buffers {
   std::deque<std::vector<OpRecord>> streams; // one per stream id; written by its worker only
   std::vector<OpRecord> inline_ops;          // synchronous-mode ops
   std::vector<CounterSample> counters;
+  std::vector<std::string> labels;           // per stream id
+  std::atomic<uint64_t> session{0};
+  std::atomic<detail::GpuSpanSource> gpu_source{nullptr};
 };
 Buffers& buf() {
   static Buffers* b = new Buffers;  // never destroyed: workers may record during exit
@@ -49,11 +52,15 @@ void record_counters(const CounterSample& s) {
   std::lock_guard lock(b.mu);
   b.counters.push_back(s);
 }
-void register_stream(int id) {
+void register_stream(int id, const std::string& label) {
   Buffers& b = buf();
   std::lock_guard lock(b.mu);
   while (int(b.streams.size()) <= id) b.streams.emplace_back();
+  if (int(b.labels.size()) <= id) b.labels.resize(size_t(id) + 1);
+  b.labels[size_t(id)] = label;
 }
+uint64_t session() { return buf().session.load(std::memory_order_acquire); }
+void set_gpu_span_source(GpuSpanSource f) { buf().gpu_source.store(f); }
 }  // namespace detail
 
 void start() {
@@ -64,6 +71,7 @@ void start() {
   b.inline_ops.clear();
   b.counters.clear();
   b.t0.store(raw_now());
+  b.session.fetch_add(1, std::memory_order_acq_rel);
   b.enabled.store(true);
 }
 
@@ -88,25 +96,58 @@ std::vector<CounterSample> counters() {
   return b.counters;
 }
 
+std::vector<GpuSpan> gpu_spans() {
+  Engine::get().synchronize();
+  std::vector<GpuSpan> out;
+  if (detail::GpuSpanSource f = buf().gpu_source.load()) f(out);
+  std::sort(out.begin(), out.end(),
+            [](const GpuSpan& x, const GpuSpan& y) { return x.start_ns < y.start_ns; });
+  return out;
+}
+
 void write_chrome_trace(const std::string& path) {
   std::vector<OpRecord> all = ops();
   std::vector<CounterSample> cs = counters();
+  std::vector<GpuSpan> gpu = gpu_spans();
+  std::vector<std::string> labels;
+  {
+    std::lock_guard lock(buf().mu);
+    labels = buf().labels;
+  }
+  auto label = [&](int s) { return size_t(s) < labels.size() ? labels[size_t(s)] : std::string("?"); };
   std::ofstream f(path);
   TIDE_CHECK(f.good(), "profiler", "cannot open '", path, "' for writing");
   // Chrome trace-event format, times in microseconds. pid 1 = the process; tid 0 is the
-  // frontend (enqueue instants), tid 1+k is stream k, tid 999 the synchronous-mode ops.
+  // frontend (enqueue instants), tid 1+k is stream k's worker (on a GPU: its launches),
+  // tid 2001+k stream k's work on the GPU, tid 999 the synchronous-mode ops.
   auto us = [](int64_t ns) { return double(ns) / 1000.0; };
   char line[512];
   f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   f << R"J({"name":"process_name","ph":"M","pid":1,"args":{"name":"tide"}})J";
   f << ",\n" << R"J({"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"frontend (enqueue)"}})J";
-  int max_stream = -1;
+  int max_stream = -1, max_gpu_stream = -1;
   for (const OpRecord& r : all) max_stream = std::max(max_stream, r.stream);
+  for (const GpuSpan& g : gpu) max_gpu_stream = std::max(max_gpu_stream, g.stream);
   for (int s = 0; s <= max_stream; ++s) {
+    std::string l = label(s);
     std::snprintf(line, sizeof line,
                   ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
-                  "\"args\":{\"name\":\"stream %d (worker)\"}}",
-                  s + 1, s);
+                  "\"args\":{\"name\":\"stream %d (%s %s)\"}}",
+                  s + 1, s, l.c_str(), l == "cpu" ? "worker" : "launcher");
+    f << line;
+  }
+  for (int s = 0; s <= max_gpu_stream; ++s) {
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                  "\"args\":{\"name\":\"stream %d (%s, on the GPU)\"}}",
+                  2001 + s, s, label(s).c_str());
+    f << line;
+  }
+  for (const GpuSpan& g : gpu) {
+    std::snprintf(line, sizeof line,
+                  ",\n{\"name\":\"%s\",\"cat\":\"gpu\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,"
+                  "\"ts\":%.3f,\"dur\":%.3f}",
+                  g.op, 2001 + g.stream, us(g.start_ns), us(g.end_ns - g.start_ns));
     f << line;
   }
   for (const OpRecord& r : all) {

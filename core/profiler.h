@@ -17,6 +17,14 @@ struct OpRecord {
   int64_t start_ns;
   int64_t end_ns;
 };
+// A task's time on a GPU (between a timed event recorded before its launches and one
+// after), on the profiler's clock: start_ns is when the GPU reached the task.
+struct GpuSpan {
+  const char* op;
+  int stream;
+  int64_t start_ns;
+  int64_t end_ns;
+};
 struct CounterSample {
   int64_t t_ns;
   uint64_t queue_depth;
@@ -33,6 +41,10 @@ bool enabled();
 // sorted by enqueue time.
 std::vector<OpRecord> ops();
 std::vector<CounterSample> counters();
+// Waits like ops(), then returns the GPU-side spans of the tasks run on GPU streams since
+// start(), sorted by start. Their clock is the GPU's, placed on the host's by an event the
+// stream recorded when it was idle at its first profiled task (accurate to a few us).
+std::vector<GpuSpan> gpu_spans();
 // Waits like ops(), then writes the Chrome trace. Throws tide::Error("[profiler]") when
 // the file cannot be written.
 void write_chrome_trace(const std::string& path);
@@ -59,7 +71,14 @@ void record_op(const OpRecord& r);
 // of a traced replay); -1 outside a task or in synchronous mode.
 inline thread_local int tl_running_stream = -1;
 void record_counters(const CounterSample& s);  // caller holds the engine lock
-void register_stream(int id);                  // caller holds the engine lock
+// Caller holds the engine lock. `label` names the stream's track ("cpu", "cuda:0").
+void register_stream(int id, const std::string& label);
+// Which profiling session is on (changes with every start()): GPU streams re-anchor their
+// clock when it changes.
+uint64_t session();
+// Where gpu_spans() gets its spans: set by the CUDA runtime when it starts.
+using GpuSpanSource = void (*)(std::vector<GpuSpan>& out);
+void set_gpu_span_source(GpuSpanSource f);
 }  // namespace detail
 
 }  // namespace tide::profiler

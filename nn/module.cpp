@@ -98,7 +98,18 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& [k, m] : children()) y = m->forward(y);
+  const auto& c = children();
+  for (size_t i = 0; i < c.size(); ++i) {
+    // Linear then ReLU on a GPU: one kernel (Linear::forward_fused).
+    auto* lin = dynamic_cast<Linear*>(c[i].second.get());
+    if (lin && y.device().is_cuda() && i + 1 < c.size() &&
+        dynamic_cast<ReLU*>(c[i + 1].second.get())) {
+      y = lin->forward_fused(y, true);
+      ++i;
+      continue;
+    }
+    y = c[i].second->forward(y);
+  }
   return y;
 }
 
@@ -114,15 +125,21 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
     bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward_fused(const Tensor& x, bool relu_after) {
   TIDE_CHECK(x.ndim() == 2 && x.size(1) == opt_.in_features, "Linear", "expected input (N, ",
              opt_.in_features, "), got ", x.shape());
   TIDE_CHECK(x.dtype() == opt_.param_dtype, "Linear", "input dtype ", x.dtype(),
              " differs from the parameters' ", opt_.param_dtype);
+  // On a GPU the bias (and a following ReLU) ride on the GEMM: cuBLASLt's epilogues save a
+  // kernel and a pass over the output. On the CPU the bias add stays a separate
+  // elementwise op, which traced mode fuses with what follows.
+  if (x.device().is_cuda() && bias_.defined()) return linear(x, weight_, bias_, relu_after);
   Tensor y = matmul(x, weight_);
   if (bias_.defined()) y = add(y, bias_);
-  return y;
+  return relu_after ? relu(y) : y;
 }
+
+Tensor Linear::forward(const Tensor& x) { return forward_fused(x, false); }
 
 // ---- activations ----------------------------------------------------------------------------
 

@@ -58,6 +58,41 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   return y;
 }
 
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site site) {
+  const OpId id = OpId::linear;
+  const char* op = op_name(id);
+  check_same(x, w, id);
+  check_same(x, b, id);
+  check_floating(x, op);
+  TIDE_CHECK(x.ndim() == 2 && w.ndim() == 2 && b.ndim() == 1 && x.size(1) == w.size(0) &&
+                 b.size(0) == w.size(1),
+             op, "expected x (N, K) @ w (K, M) + b (M,), got ", describe(x), " @ ", describe(w),
+             " + ", describe(b));
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(1);
+  Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
+  if (m * n > 0)
+    dispatch_floating(x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::Gemm<T> g{x.ref<T>(), w.ref<T>(), y.ref<T>(), m, n, k,
+                         std::max<int64_t>(1, k), std::max<int64_t>(1, n),
+                         std::max<int64_t>(1, n), false, false};
+      kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()}, {y.storage()},
+                     &kernels::cpu::gemm_bias<T>, kernels::GemmBias<T>{g, b.ref<T>(), relu},
+                     kernels::NoExtra{}, site);
+    });
+  bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
+  autograd::record(op, y, {&x, &w, &b},
+                   [x = x.detach(), w = w.detach(), y = y.detach(), relu, need_x,
+                    need_w](const Tensor& g) {
+                     Tensor gy = relu ? relu_grad(g, y) : g;  // y > 0 exactly where x@w+b > 0
+                     Tensor gx, gw;
+                     if (need_x) gx = matmul(gy, w, {false, true});
+                     if (need_w) gw = matmul(x, gy, {true, false});
+                     return Grads{gx, gw, sum(gy, 0)};
+                   });
+  return y;
+}
+
 Tensor transpose(const Tensor& a, Site site) {
   const char* op = "transpose";
   check_defined(a, op);

@@ -19,6 +19,14 @@ struct Gemm {
   int64_t m = 0, n = 0, k = 0, lda = 1, ldb = 1, ldc = 1;
   bool ta = false, tb = false;
 };
+// c = op(a) @ op(b) + bias (one value per column of c, i.e. per output feature), then
+// ReLU when relu: the Linear layer in one kernel (cuBLASLt's bias epilogues on CUDA).
+template <class T>
+struct GemmBias {
+  Gemm<T> g;
+  DataRef<T> bias;
+  bool relu = false;
+};
 // y (cols x rows) = a (rows x cols) transposed.
 template <class T>
 struct Transpose {
@@ -37,6 +45,8 @@ struct SoftmaxRows {
 namespace cpu {
 template <class T>
 void gemm(const KernelContext&, const Gemm<T>&, const NoExtra&);
+template <class T>
+void gemm_bias(const KernelContext&, const GemmBias<T>&, const NoExtra&);
 template <class T>
 void transpose(const KernelContext&, const Transpose<T>&, const NoExtra&);
 template <class T>

@@ -48,6 +48,7 @@ constexpr std::array kTable{
     OpTraits{OpId::transpose, "transpose", K::linalg, N, N, E},
     OpTraits{OpId::softmax, "softmax", K::linalg, N, N, E},
     OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
+    OpTraits{OpId::linear, "linear", K::linalg, N, N, E},
     OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
     OpTraits{OpId::slice, "slice", K::view, N, N, E},
     OpTraits{OpId::select, "select", K::view, N, N, E},

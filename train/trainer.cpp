@@ -48,15 +48,6 @@ const char* kCsvHeader =
     "policy,batch,t_enqueue_s,loss,queue_depth,inflight_bytes,allocator_active,active_delta,"
     "rss,rss_delta,mode,device\n";
 
-// memory_snapshot() with the allocator of `device` (the CPU's: exactly memory_snapshot()).
-MemorySnapshot snapshot_on(Device device) {
-  if (device.is_cpu()) return memory_snapshot();
-  MemorySnapshot m;
-  m.allocator = Allocator::get(device).stats();
-  m.engine = Engine::get().stats();
-  m.rss_bytes = process_rss_bytes();
-  return m;
-}
 
 void check_mode(Mode mode, Device device) {
   if (mode == Mode::traced && !device.is_cpu())
@@ -195,7 +186,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   // The first minibatch of a traced run is eager (warm-up): size the bound on a replay.
   const int sizing_batch = options.mode == Mode::traced ? std::min(2, options.batches) : 1;
   res.steps.reserve(size_t(options.batches));
-  MemorySnapshot base = snapshot_on(dev);
+  MemorySnapshot base = memory_snapshot(dev);
   res.baseline_active = base.allocator.active_bytes;
   res.baseline_rss = base.rss_bytes;
 
@@ -206,7 +197,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   for (int i = 1; i <= options.batches; ++i) {
     const uint64_t queued_before = eng.stats().queued;
     loss = step(options.mode);
-    MemorySnapshot snap = snapshot_on(dev);
+    MemorySnapshot snap = memory_snapshot(dev);
     StepRecord r;
     r.batch = i;
     r.t_enqueue_s = seconds_since(t0);
@@ -233,7 +224,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   res.steps.back().loss = res.final_loss;
   res.total_s = seconds_since(t0);
   eng.reclaim();
-  res.end_active = snapshot_on(dev).allocator.active_bytes;
+  res.end_active = memory_snapshot(dev).allocator.active_bytes;
 
   res.peak_rss = rss_after_sync;
   if (options.mode == Mode::traced) res.trace_arena_bytes = traced_stats().arena_bytes;

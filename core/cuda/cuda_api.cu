@@ -118,6 +118,21 @@ class CudaApi final : public DeviceApi {
     return e;
   }
   void destroy_event(EventHandle e) override { (void)cudaEventDestroy(cudaEvent_t(e)); }
+  EventHandle create_timed_event() override {
+    make_current();
+    cudaEvent_t e = nullptr;
+    TIDE_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  float elapsed_ms(EventHandle a, EventHandle b) override {
+    make_current();
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, cudaEvent_t(a), cudaEvent_t(b)) != cudaSuccess) {
+      (void)cudaGetLastError();  // not ready (or not recorded): not sticky
+      return -1;
+    }
+    return ms;
+  }
   void record(EventHandle e, StreamHandle s) override {
     make_current();
     TIDE_CUDA_CHECK(cudaEventRecord(cudaEvent_t(e), cudaStream_t(s)));

@@ -61,7 +61,9 @@ void CudaStream::run(Engine::Task& t) {
   l.site = t.site;
   l.seq.store(t.seq, std::memory_order_release);
   api_.make_current();
+  EventHandle span = profiler::enabled() ? begin_span() : nullptr;
   t.invoke(t, ctx_);
+  if (span) end_span(t.op, span);
   Status st = api_.last_error();
   if (st.kind == Status::sticky) {
     rt_.fail(st, t.op);
@@ -197,6 +199,49 @@ bool CudaStream::launched_op(uint64_t seq, const char** op, std::source_location
   *site = l.site;
   *order = l.order;
   return l.seq.load(std::memory_order_acquire) == seq;
+}
+
+// ---- profiling ---------------------------------------------------------------------------
+
+EventHandle CudaStream::timed_event() {
+  if (timed_used_ == timed_pool_.size()) timed_pool_.push_back(api_.create_timed_event());
+  return timed_pool_[timed_used_++];
+}
+
+EventHandle CudaStream::begin_span() {
+  std::lock_guard lock(prof_mu_);
+  uint64_t session = profiler::detail::session();
+  if (session != prof_session_) {
+    // A new session: profiler::start() waited for all work, so this stream is idle and the
+    // base event is reached at once; its host time anchors the GPU's clock.
+    prof_session_ = session;
+    spans_.clear();
+    timed_used_ = 0;
+    prof_base_ = timed_event();
+    api_.record(prof_base_, stream_);
+    prof_base_ns_ = profiler::detail::now_ns();
+  }
+  EventHandle e = timed_event();
+  api_.record(e, stream_);
+  return e;
+}
+
+void CudaStream::end_span(const char* op, EventHandle start) {
+  std::lock_guard lock(prof_mu_);
+  EventHandle e = timed_event();
+  api_.record(e, stream_);
+  spans_.push_back({op, start, e});
+}
+
+void CudaStream::collect_spans(std::vector<profiler::GpuSpan>& out) {
+  std::lock_guard lock(prof_mu_);
+  if (prof_session_ != profiler::detail::session()) return;  // from an earlier session
+  for (const TimedSpan& s : spans_) {
+    float a = api_.elapsed_ms(prof_base_, s.start), b = api_.elapsed_ms(prof_base_, s.end);
+    if (a < 0 || b < 0) continue;  // not complete
+    out.push_back({s.op, owner_.id, prof_base_ns_ + int64_t(double(a) * 1e6),
+                   prof_base_ns_ + int64_t(double(b) * 1e6)});
+  }
 }
 
 void CudaStream::abandon() { owner_.advance_completed(owner_.issued.load(std::memory_order_acquire)); }

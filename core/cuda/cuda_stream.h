@@ -15,10 +15,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <source_location>
+#include <vector>
 
 #include "core/cuda/device_api.h"
 #include "core/device_stream.h"
+#include "core/profiler.h"
 
 namespace tide::cuda {
 
@@ -49,6 +52,9 @@ class CudaStream final : public DeviceStream {
                    uint64_t* order) const;
   // Marks every launched task complete (the device failed: nothing will complete).
   void abandon();
+  // Appends the GPU-side spans of the tasks profiled in this profiling session whose
+  // events are complete (the profiler's gpu_spans()).
+  void collect_spans(std::vector<profiler::GpuSpan>& out);
 
  private:
   // The event of a record covering `seq` (recorded after task seq or later), or nullptr.
@@ -84,6 +90,23 @@ class CudaStream final : public DeviceStream {
     std::source_location site;
   };
   Launch launches_[kLaunches];
+
+  // Profiling: a timed event before and after each task's launches, placed on the host's
+  // clock by a base event recorded when the session's first task was launched.
+  EventHandle begin_span();
+  void end_span(const char* op, EventHandle start);
+  EventHandle timed_event();  // under prof_mu_
+  struct TimedSpan {
+    const char* op;
+    EventHandle start, end;
+  };
+  std::mutex prof_mu_;
+  uint64_t prof_session_ = 0;
+  EventHandle prof_base_ = nullptr;
+  int64_t prof_base_ns_ = 0;
+  std::vector<TimedSpan> spans_;
+  std::vector<EventHandle> timed_pool_;
+  size_t timed_used_ = 0;
 };
 
 }  // namespace tide::cuda

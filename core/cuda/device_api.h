@@ -62,6 +62,10 @@ class DeviceApi {
   virtual StreamHandle create_stream() = 0;  // non-blocking: never syncs with the legacy stream
   virtual void destroy_stream(StreamHandle s) = 0;
   virtual EventHandle create_event() = 0;  // timing disabled
+  // An event that records times (the profiler's), and the milliseconds from a's record to
+  // b's once both are complete (cudaEventElapsedTime), else a negative number.
+  virtual EventHandle create_timed_event() = 0;
+  virtual float elapsed_ms(EventHandle a, EventHandle b) = 0;
   virtual void destroy_event(EventHandle e) = 0;
   // Marks the point after all work queued on s so far.
   virtual void record(EventHandle e, StreamHandle s) = 0;

@@ -1,6 +1,7 @@
 #include "core/cuda/fake_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +12,7 @@ namespace tide::cuda {
 struct FakeDevice::Event {
   std::atomic<uint64_t> issued{0};     // records made (at call time)
   std::atomic<uint64_t> completed{0};  // records the stream has reached
+  std::atomic<int64_t> when_ns{0};     // host clock when the last record was reached
 };
 
 struct FakeDevice::Stream {
@@ -201,11 +203,22 @@ EventHandle FakeDevice::create_event() {
 
 void FakeDevice::destroy_event(EventHandle) {}  // events live as long as the fake
 
+float FakeDevice::elapsed_ms(EventHandle a, EventHandle b) {
+  auto* x = static_cast<Event*>(a);
+  auto* y = static_cast<Event*>(b);
+  if (x->completed.load() < x->issued.load() || y->completed.load() < y->issued.load())
+    return -1;
+  return float(double(y->when_ns.load() - x->when_ns.load()) / 1e6);
+}
+
 void FakeDevice::record(EventHandle e, StreamHandle s) {
   auto* ev = static_cast<Event*>(e);
   uint64_t gen = ev->issued.fetch_add(1) + 1;
   log({CallKind::record, s, e, 0});
   enqueue(s, [ev, gen] {
+    ev->when_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count());
     uint64_t c = ev->completed.load();
     while (c < gen && !ev->completed.compare_exchange_weak(c, gen)) {
     }

@@ -68,6 +68,8 @@ class FakeDevice final : public DeviceApi {
   StreamHandle create_stream() override;
   void destroy_stream(StreamHandle s) override;
   EventHandle create_event() override;
+  EventHandle create_timed_event() override { return create_event(); }
+  float elapsed_ms(EventHandle a, EventHandle b) override;
   void destroy_event(EventHandle e) override;
   void record(EventHandle e, StreamHandle s) override;
   void wait(StreamHandle s, EventHandle e) override;

@@ -26,6 +26,8 @@ std::mutex g_mu;  // creation and installation
 std::array<std::atomic<DeviceRuntime*>, kMaxGpus> g_runtimes{};
 std::array<std::shared_ptr<DeviceApi>, kMaxGpus> g_installed;
 
+void collect_gpu_spans(std::vector<profiler::GpuSpan>& out);  // the profiler's source
+
 class DeviceSource final : public BlockSource {
  public:
   DeviceSource(DeviceApi& api, Device d) : api_(api), device_(d) {}
@@ -135,6 +137,7 @@ DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
                                            device().str());
   pinned_ = std::make_unique<Allocator>(Device::cpu(), std::make_unique<PinnedSource>(*api_),
                                         "pinned host memory of " + device().str());
+  profiler::detail::set_gpu_span_source(&collect_gpu_spans);
 }
 
 Failure* DeviceRuntime::failure() const {
@@ -150,6 +153,18 @@ void DeviceRuntime::remove_stream(CudaStream* s) {
   std::lock_guard lock(mu_);
   std::erase(streams_, s);
 }
+
+void DeviceRuntime::collect_spans(std::vector<profiler::GpuSpan>& out) {
+  std::lock_guard lock(mu_);
+  for (CudaStream* s : streams_) s->collect_spans(out);
+}
+
+namespace {
+void collect_gpu_spans(std::vector<profiler::GpuSpan>& out) {
+  for (auto& r : g_runtimes)
+    if (DeviceRuntime* rt = r.load(std::memory_order_acquire)) rt->collect_spans(out);
+}
+}  // namespace
 
 void DeviceRuntime::fail(const Status& st, const char* where) {
   std::lock_guard lock(mu_);

@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "core/cuda/device_api.h"
 #include "core/device_stream.h"
+#include "core/profiler.h"
 
 namespace tide {
 class Failure;
@@ -50,6 +51,8 @@ class DeviceRuntime {
   uint64_t next_launch() { return launches_.fetch_add(1, std::memory_order_relaxed); }
   void add_stream(CudaStream* s);
   void remove_stream(CudaStream* s);
+  // The profiler's GPU spans of this device's streams.
+  void collect_spans(std::vector<profiler::GpuSpan>& out);
 
  private:
   const int index_;

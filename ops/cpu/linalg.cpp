@@ -27,6 +27,25 @@ void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
 }
 
 template <class T>
+void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
+  gemm(ctx, gb.g, x);
+  T* c = gb.g.c.get();
+  const T* bias = gb.bias.get();
+  const int64_t n = gb.g.n, ldc = gb.g.ldc;
+  const bool relu = gb.relu;
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  parallel_for(gb.g.m, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* row = c + r * ldc;
+      for (int64_t j = 0; j < n; ++j) {
+        T v = row[j] + bias[j];
+        row[j] = relu ? (v > T(0) ? v : T(0)) : v;
+      }
+    }
+  });
+}
+
+template <class T>
 void transpose(const KernelContext&, const Transpose<T>& t, const NoExtra&) {
   const T* pa = t.a.get();
   T* py = t.y.get();
@@ -71,6 +90,8 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
 
 template void gemm<float>(const KernelContext&, const Gemm<float>&, const NoExtra&);
 template void gemm<double>(const KernelContext&, const Gemm<double>&, const NoExtra&);
+template void gemm_bias<float>(const KernelContext&, const GemmBias<float>&, const NoExtra&);
+template void gemm_bias<double>(const KernelContext&, const GemmBias<double>&, const NoExtra&);
 template void transpose<float>(const KernelContext&, const Transpose<float>&, const NoExtra&);
 template void transpose<double>(const KernelContext&, const Transpose<double>&, const NoExtra&);
 template void transpose<int32_t>(const KernelContext&, const Transpose<int32_t>&, const NoExtra&);

@@ -2,8 +2,9 @@
 // double, full-precision compute (CUBLAS_COMPUTE_32F never uses TF32; results are compared
 // with the CPU's OpenBLAS at tight tolerances). The algorithm is chosen once per shape,
 // strides, pointer alignments and epilogue by cuBLASLt's heuristic and cached for the
-// process. The plan key carries an epilogue (bias, bias + ReLU) for the Linear layer; no
-// entry uses it yet. Does not batch, does not autotune by timing, does not synchronize.
+// process. The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the
+// Linear layer is one kernel. Does not batch, does not autotune by timing, does not
+// synchronize.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -249,12 +250,37 @@ void gemm(const KernelContext& ctx, const Gemm<T>& g, const NoExtra&) {
   gemm_with_epilogue<T>(ctx, g, Epilogue::none, nullptr);
 }
 
+// c = bias broadcast over the rows (then ReLU): a product with an empty inner dimension.
+template <class T>
+__global__ void fill_rows_with_bias(T* c, const T* bias, int64_t m, int64_t n, int64_t ldc,
+                                    bool relu) {
+  for (int64_t i = global_index(); i < m * n; i += grid_stride()) {
+    T v = bias[i % n];
+    c[(i / n) * ldc + i % n] = relu && v < T(0) ? T(0) : v;
+  }
+}
+
+template <class T>
+void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra&) {
+  const Gemm<T>& g = gb.g;
+  if (g.k == 0) {
+    if (g.m * g.n > 0)
+      fill_rows_with_bias<T><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
+          g.c.get(), gb.bias.get(), g.m, g.n, g.ldc, gb.relu);
+    return;
+  }
+  gemm_with_epilogue<T>(ctx, g, gb.relu ? Epilogue::bias_relu : Epilogue::bias, gb.bias.get());
+}
+
 }  // namespace
 
 void register_matmul(OpList& ops) {
   CudaKernel<Gemm<float>, NoExtra>::fn = &gemm<float>;
   CudaKernel<Gemm<double>, NoExtra>::fn = &gemm<double>;
+  CudaKernel<GemmBias<float>, NoExtra>::fn = &gemm_bias<float>;
+  CudaKernel<GemmBias<double>, NoExtra>::fn = &gemm_bias<double>;
   ops[size_t(OpId::matmul)] = true;
+  ops[size_t(OpId::linear)] = true;
 }
 
 }  // namespace tide::kernels::cuda

@@ -7,6 +7,8 @@
 // stream order, on threads of its own, so work really is asynchronous.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/cuda/cuda_stream.h"
@@ -353,11 +355,56 @@ TEST_F(FakeGpu, ShutdownWaitsForLaunchedWork) {
   EXPECT_EQ(Engine::get().stats().queue_depth, 0u);
 }
 
+TEST_F(FakeGpu, MemorySnapshotOfTheDevice) {
+  Tensor x = on_gpu(std::vector<float>(1000, 1.0f));
+  MemorySnapshot m = memory_snapshot(gpu());
+  EXPECT_EQ(m.device, gpu());
+  EXPECT_EQ(m.allocator.active_bytes, Allocator::get(gpu()).stats().active_bytes);
+  EXPECT_GE(m.allocator.active_bytes, x.nbytes());
+  EXPECT_EQ(m.device_total_bytes, size_t(1) << 32);  // the fake's capacity
+  EXPECT_EQ(m.device_free_bytes, m.device_total_bytes - fake_gpu(kGpu).bytes_in_use());
+  EXPECT_EQ(memory_snapshot().device_total_bytes, 0u) << "the CPU has no device figures";
+}
+
+// The profiler shows GPU streams as tracks of their own: each task's span on the device,
+// after the worker launched it, in stream order.
+TEST_F(FakeGpu, ProfilerRecordsGpuSpansOnTheirOwnTracks) {
+  Tensor x = on_gpu({1, 2, 3});
+  profiler::start();
+  Tensor y = x;
+  for (int i = 0; i < 5; ++i) y = y * 2.0;
+  y.wait_to_read();
+  profiler::stop();
+  std::vector<profiler::GpuSpan> spans = profiler::gpu_spans();
+  std::vector<profiler::OpRecord> launches = profiler::ops();
+  ASSERT_EQ(spans.size(), 5u);
+  int stream = Stream::default_stream(gpu()).id();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_STREQ(spans[i].op, "mul");
+    EXPECT_EQ(spans[i].stream, stream);
+    EXPECT_LE(spans[i].start_ns, spans[i].end_ns);
+    if (i) EXPECT_GE(spans[i].start_ns, spans[i - 1].end_ns) << "stream order";
+  }
+  int64_t first_launch = INT64_MAX;
+  for (const auto& r : launches)
+    if (r.stream == stream) first_launch = std::min(first_launch, r.start_ns);
+  EXPECT_GE(spans[0].start_ns + 200'000, first_launch) << "a GPU span starts after its launch";
+  std::string path = ::testing::TempDir() + "/tide_gpu_trace.json";
+  profiler::write_chrome_trace(path);
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "cuda:8, on the GPU"));
+  EXPECT_TRUE(contains(text, "cuda:8 launcher"));
+  EXPECT_TRUE(contains(text, "\"cat\":\"gpu\""));
+}
+
 TEST(FakeGpuDevices, UnknownDevicesGiveClearErrors) {
   EXPECT_TRUE(contains(error_of([] { (void)zeros({2}, DType::float32, Device::cuda(3)); }),
                        "cuda:3"));
   EXPECT_TRUE(contains(error_of([] { (void)ones({2}).to(Device::cuda(4)); }), "[to]"));
   EXPECT_TRUE(contains(error_of([] { Stream::create(Device::cuda(5)); }), "[stream]"));
+  EXPECT_TRUE(contains(error_of([] { (void)memory_snapshot(Device::cuda(5)); }),
+                       "[memory_snapshot]"));
 }
 
 }  // namespace

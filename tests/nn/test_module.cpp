@@ -258,6 +258,17 @@ TEST(NnModuleTo, MovesParametersInPlaceAndTrainsThere) {
     std::vector<float> a = pc[i].grad().to_vector<float>(), b = pg[i].grad().to_vector<float>();
     for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5) << i << "," << j;
   }
+  // On the GPU, Linear + ReLU ran as one `linear` op (the GEMM's bias+ReLU epilogue).
+  profiler::start();
+  (void)gpu_net->forward(x.to(gpu)).to_vector<float>();
+  profiler::stop();
+  int linear_ops = 0, relu_ops = 0;
+  for (const auto& r : profiler::ops()) {
+    linear_ops += std::string(r.op) == "linear";
+    relu_ops += std::string(r.op) == "relu";
+  }
+  EXPECT_EQ(linear_ops, 1);
+  EXPECT_EQ(relu_ops, 0);
   gpu_net->to(Device::cpu());
   for (size_t i = 0; i < pc.size(); ++i) {
     EXPECT_TRUE(handles[i].device().is_cpu());

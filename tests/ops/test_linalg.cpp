@@ -64,6 +64,47 @@ TIDE_OP_CASES(Linalg, Matmul) {
   return v;
 }
 
+// linear(x, w, b, relu) = x @ w + b (then ReLU): the Linear layer's one-kernel form.
+TIDE_OP_CASES(Linalg, Linear) {
+  std::vector<OpCase> v;
+  for (bool relu : {false, true})
+    v.push_back(OpCase{
+        .op = OpId::linear,
+        .build = [=](const V& x) { return linear(x[0], x[1], x[2], relu); },
+        .ref =
+            [=](const std::vector<Array>& in) {
+              Array y = matmul_ref(in[0], in[1], false, false);
+              int64_t n = in[1].shape[1];
+              for (size_t i = 0; i < y.v.size(); ++i) {
+                y.v[i] += in[2].v[i % size_t(std::max<int64_t>(n, 1))];
+                if (relu && y.v[i] < 0) y.v[i] = 0;
+              }
+              return y;
+            },
+        .shapes =
+            [](std::mt19937& rng) {
+              std::uniform_int_distribution<int64_t> d(1, 9);
+              std::vector<ShapeSet> out;
+              for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{
+                       {d(rng), d(rng), d(rng)}, {1, d(rng), d(rng)}, {d(rng), d(rng), 1},
+                       {3, 0, 4}, {0, 5, 2}, {37, 64, 29}})
+                out.push_back({Shape{m, k}, Shape{k, n}, Shape{n}});
+              return out;
+            },
+        .gen = test::gen_uniform(-1, 1),
+        .tol32 = {1e-5, 1e-5},
+        .grad = true});
+  return v;
+}
+
+TEST(Linalg, LinearChecksItsShapes) {
+  EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({4, 5}), ones({5})), "[linear]", "(2, 3)",
+                    "(4, 5)");
+  EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}), ones({4})), "[linear]", "(4,)");
+  EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}, DType::float64), ones({5})), "[linear]",
+                    "dtypes differ");
+}
+
 TEST(Linalg, MatmulWithEmptyInnerDimIsZero) {
   // (3, 0) @ (0, 4): every output is an empty sum. Run twice so that the second output
   // reuses a cached block full of old values.

@@ -42,6 +42,15 @@ TEST(OpTraits, GradientTestsOnlyForDifferentiableOps) {
   }
 }
 
+// Every op of the table runs on every device the cases run on (the fake GPU here, cuda:0
+// in tide_cuda_tests): a GPU without one of the ops' kernels fails here, naming it.
+TEST(OpTraits, EveryDeviceSupportsEveryOp) {
+  for (Device d : test::case_devices())
+    for (const OpTraits& t : all_ops())
+      EXPECT_TRUE(op_supported(d, t.id)) << t.name << " has no kernel on " << d.str();
+  EXPECT_FALSE(op_supported(Device::cuda(7), OpId::add)) << "a device this process lacks";
+}
+
 // The gap finder must be able to fail: a table with an op nobody tests.
 TEST(OpTraits, CoverageGapsReportsMissingTests) {
   const OpTraits table[] = {
