@@ -109,8 +109,10 @@ void StreamImpl::worker_loop() {
         if (published.load(std::memory_order_acquire) == head) return;
         continue;
       }
-      nudged.store(false, std::memory_order_seq_cst);
-      dev->idle();
+      if (polled) {  // a GPU stream: flush its timeline, record wanted events
+        nudged.store(false, std::memory_order_seq_cst);
+        dev->idle();
+      }
       bool got = detail::spin_until([&] {
         return published.load(std::memory_order_acquire) != head || stop.load() != 0 ||
                nudged.load(std::memory_order_relaxed);

@@ -1,7 +1,7 @@
 // The real DeviceApi over the CUDA runtime and cuBLASLt (CUDA builds only). Every call
 // makes its device current first (cached per thread). Compiled here without a GPU; run
 // by the CUDA tests and scripts/gpu_check.sh where one is.
-#include <cublasLt.h>
+#include "core/cuda/cublaslt.h"
 #include <cuda_runtime.h>
 
 #include <memory>

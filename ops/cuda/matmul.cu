@@ -5,7 +5,7 @@
 // process. The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the
 // Linear layer is one kernel. Does not batch, does not autotune by timing, does not
 // synchronize.
-#include <cublasLt.h>
+#include "core/cuda/cublaslt.h"
 
 #include <cstdint>
 #include <mutex>
