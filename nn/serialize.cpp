@@ -400,7 +400,7 @@ void load(Module& module, const std::string& path) {
       using T = decltype(zero);
       std::vector<T> v(nb / sizeof(T));
       if (nb) std::memcpy(v.data(), src, nb);
-      t.copy_(from_vector<T>(v, t.shape()));
+      t.copy_(from_vector<T>(v, t.shape(), t.device()));  // on the parameter's device
     });
   }
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 
+#include "fake_gpu.h"
 #include "nn/serialize.h"
 #include "tide.h"
 
@@ -92,6 +93,26 @@ TEST(NnSerialize, RoundTripIsBitwise) {
   EXPECT_EQ(b->named_parameters()[0].second.id(), id);  // copied in place
   EXPECT_TRUE(b->named_parameters()[0].second.requires_grad());
   expect_bitwise_equal<float>(*a, *b);
+}
+
+// Parameters on a GPU (the recording fake, cuda:8) save and load like CPU ones: load
+// copies into the parameter on its device.
+TEST(NnSerialize, RoundTripOnAGpu) {
+  test_util::fake_gpu(8);
+  manual_seed(13);
+  auto a = mlp();
+  a->to(Device::cuda(8));
+  const std::string path = tmp("roundtrip_gpu.safetensors");
+  save(*a, path);
+  manual_seed(77);
+  auto b = mlp();
+  b->to(Device::cuda(8));
+  load(*b, path);
+  EXPECT_EQ(b->named_parameters()[0].second.device(), Device::cuda(8));
+  expect_bitwise_equal<float>(*a, *b);
+  auto c = mlp();  // and into a CPU module
+  load(*c, path);
+  expect_bitwise_equal<float>(*a, *c);
 }
 
 TEST(NnSerialize, RoundTripFloat64) {
