@@ -138,6 +138,12 @@ DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
   pinned_ = std::make_unique<Allocator>(Device::cpu(), std::make_unique<PinnedSource>(*api_),
                                         "pinned host memory of " + device().str());
   profiler::detail::set_gpu_span_source(&collect_gpu_spans);
+  // At exit, finish GPU work while the CUDA runtime still stands: its own exit handler was
+  // registered when it started (before this), so this one runs first. Without it the
+  // engine's exit handler would wait on timelines in memory the runtime already freed.
+  static const bool drain_at_exit =
+      (std::atexit([] { Engine::get().shutdown(ShutdownMode::drain); }), true);
+  (void)drain_at_exit;
 }
 
 Failure* DeviceRuntime::failure() const {
