@@ -6,6 +6,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -129,6 +131,10 @@ inline Engine::Task& StreamImpl::slot(uint64_t seq) const {
   while (seq - 1 - g->base >= uint64_t(Segment::kSize)) g = g->next.load(std::memory_order_acquire);
   return g->slots[seq - 1 - g->base];
 }
+
+// `what` without a leading "[op] " (a tide::Error thrown by op's own kernel), so that the
+// failure's message names the op once.
+std::string strip_op(std::string_view what, const char* op);
 
 // Runs (or skips, or cancels) one task on `dev`; `inline_run`: synchronous mode.
 void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool cancel,

@@ -2,8 +2,11 @@
 // runs them through the stream's DeviceStream, and publishes progress. Also the CPU's
 // DeviceStream, where "complete" means the worker ran the task.
 #include <exception>
+#include <string>
+#include <string_view>
 
 #include "core/engine_impl.h"
+#include "core/error.h"
 #include "core/failure.h"
 #include "core/futex.h"
 #include "core/profiler.h"
@@ -51,6 +54,12 @@ std::unique_ptr<DeviceStream> make_cpu_stream(StreamImpl& s) {
 
 void DeviceStream::wait_for(StreamPos pos) { owner_.eng->wait_pos(pos); }
 
+std::string strip_op(std::string_view what, const char* op) {
+  std::string prefix = std::string("[") + op + "] ";
+  if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+  return std::string(what);
+}
+
 void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool cancel,
                   bool inline_run) {
   int stream_id = inline_run ? -1 : dev.context().stream_id;
@@ -70,6 +79,8 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
         profiler::detail::tl_running_stream = stream_id;
         if (inline_run) dev.run_inline(t);
         else dev.run(t);
+      } catch (const Error& e) {  // already "[op] ...": keep the op named once
+        f = Failure::create(t.op, strip_op(e.what(), t.op), t.site);
       } catch (const std::exception& e) {
         f = Failure::create(t.op, e.what(), t.site);
       } catch (...) {

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "core/cuda/runtime.h"
+#include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
 #include "core/tensor.h"
@@ -67,7 +68,7 @@ bool HostKernelIo::inherit_failure() const {
 }
 
 void HostKernelIo::fail(const char* what) const {
-  Failure* f = Failure::create(op, what, site);
+  Failure* f = Failure::create(op, strip_op(what, op), site);
   for (int j = 0; j < num_writes; ++j) storages[num_reads + j]->poison(f);
   f->release();
 }
