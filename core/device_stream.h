@@ -47,7 +47,8 @@ class DeviceStream {
   // Reads the device's progress into the stream's completed counter and returns it
   // (only streams whose completion the device reports: see StreamImpl::polled).
   virtual uint64_t poll() { return 0; }
-  // Called by the worker when it has nothing to do, before it sleeps.
+  // Called by the worker of a GPU stream (StreamImpl::polled) when it has nothing to do,
+  // before it spins or sleeps.
   virtual void idle() {}
 
  protected:
