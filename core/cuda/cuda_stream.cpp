@@ -62,7 +62,16 @@ void CudaStream::run(Engine::Task& t) {
   l.seq.store(t.seq, std::memory_order_release);
   api_.make_current();
   EventHandle span = profiler::enabled() ? begin_span() : nullptr;
-  t.invoke(t, ctx_);
+  try {
+    t.invoke(t, ctx_);
+  } catch (...) {
+    // The entry threw (a CUDA call it checked failed): clear that call's error so the next
+    // op is not blamed for it, and notice a sticky one.
+    Status st = api_.last_error();
+    if (st.kind == Status::sticky) rt_.fail(st, t.op);
+    if (span) end_span(t.op, span);
+    throw;
+  }
   if (span) end_span(t.op, span);
   Status st = api_.last_error();
   if (st.kind == Status::sticky) {

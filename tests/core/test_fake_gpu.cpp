@@ -223,6 +223,21 @@ TEST_F(FakeGpu, ALaunchErrorFailsThatOpAndWhatReadsIt) {
   clear_pending_failures();
 }
 
+// An entry that throws (a CUDA call it checked failed) leaves no error behind for the next
+// op's launch check to be blamed for.
+TEST_F(FakeGpu, AThrowingEntryLeavesNoErrorForTheNextOp) {
+  Tensor x = on_gpu({1, 2});
+  Tensor out = on_gpu({0, 0});
+  fake_gpu(kGpu).fail_next_launch("the throwing entry's own error");
+  Engine::get().submit(gpu(), "throwing_entry", {x.storage()}, {out.storage()},
+                       [] { throw std::runtime_error("a checked CUDA call failed"); },
+                       Site::current());
+  Tensor y = x + 1.0;
+  EXPECT_TRUE(contains(error_of([&] { out.wait_to_read(); }), "a checked CUDA call failed"));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 3})) << "the next op is not blamed";
+  clear_pending_failures();
+}
+
 TEST_F(FakeGpu, AStickyErrorFailsTheDeviceAndNothingWaitsForEver) {
   FakeDevice& dead = fake_gpu(kDeadGpu);
   Device d = Device::cuda(kDeadGpu);
