@@ -86,7 +86,13 @@ void CudaStream::run_inline(Engine::Task& t) {
   KernelContext c = ctx_;
   c.stream_id = -1;
   api_.make_current();
-  t.invoke(t, c);
+  try {
+    t.invoke(t, c);
+  } catch (...) {  // as in run(): leave no error behind for the next op
+    Status st = api_.last_error();
+    if (st.kind == Status::sticky) rt_.fail(st, t.op);
+    throw;
+  }
   Status st = api_.last_error();
   if (!st.failed()) st = api_.synchronize(stream_);  // TIDE_ENGINE=sync: the op's own error
   if (st.kind == Status::sticky) rt_.fail(st, t.op);
