@@ -162,7 +162,15 @@ void Allocator::throw_oom(size_t bytes, const char* op, const char* what) {
                                  cached_.load(), " cached", extra.empty() ? "" : ", ", extra));
 }
 
+namespace {
+// The largest block tide hands out: size classes of larger requests would overflow.
+constexpr size_t kMaxBlock = size_t(1) << 62;
+}  // namespace
+
 StorageRef Allocator::allocate(size_t bytes, const char* op) {
+  if (bytes > kMaxBlock) [[unlikely]]
+    throw Error(op, detail::concat("out of memory on ", name_, ": requested ", bytes,
+                                   " bytes, more than the largest block (2^62 bytes)"));
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
     return c->allocate(bytes, device_, op);
   bool fits = true;
@@ -185,6 +193,9 @@ StorageRef Allocator::allocate(size_t bytes, const char* op) {
 }
 
 StorageRef Allocator::workspace(size_t bytes, const char* op) {
+  if (bytes > kMaxBlock) [[unlikely]]
+    throw Error(op, detail::concat("out of memory on ", name_, ": a workspace of ", bytes,
+                                   " bytes, more than the largest block (2^62 bytes)"));
   bool fits = true;
   Storage* s = try_take(bytes, &fits);
   if (!s) throw_oom(bytes, op, " for a kernel's workspace");

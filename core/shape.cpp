@@ -7,12 +7,29 @@ namespace tide {
 Shape::Shape(std::initializer_list<int64_t> dims)
     : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
+namespace {
+// Refuses an element count above kMaxNumel (checked products: the extents may be up to
+// 2^63 each, and a wrapped product could look small). A zero extent makes any shape empty.
+void check_numel(std::span<const int64_t> dims, const Shape& s) {
+  int64_t n = 1;
+  bool empty = false, over = false;
+  for (int64_t v : dims) {
+    if (v == 0) empty = true;
+    if (over || empty) continue;
+    if (__builtin_mul_overflow(n, v, &n) || n > kMaxNumel) over = true;
+  }
+  TIDE_CHECK(empty || !over, "shape", "shape ", s.str(), " has more than 2^60 elements "
+             "(tide's limit, so that byte counts fit in 64 bits)");
+}
+}  // namespace
+
 Shape::Shape(std::span<const int64_t> dims) {
   TIDE_CHECK(dims.size() <= kMaxDims, "shape", "at most ", kMaxDims, " dims, got ",
              dims.size());
   for (int64_t v : dims) TIDE_CHECK(v >= 0, "shape", "negative extent ", v);
   ndim_ = int(dims.size());
   for (int i = 0; i < ndim_; ++i) d_[i] = dims[i];
+  check_numel(dims, *this);
 }
 
 int64_t Shape::dim(int i) const {
@@ -31,6 +48,12 @@ void Shape::push_back(int64_t v) {
   TIDE_CHECK(ndim_ < kMaxDims, "shape", "at most ", kMaxDims, " dims");
   TIDE_CHECK(v >= 0, "shape", "negative extent ", v);
   d_[ndim_++] = v;
+  try {
+    check_numel(std::span<const int64_t>(d_.data(), size_t(ndim_)), *this);
+  } catch (...) {
+    --ndim_;  // unchanged on failure
+    throw;
+  }
 }
 
 std::array<int64_t, kMaxDims> Shape::strides() const {

@@ -13,11 +13,15 @@
 namespace tide {
 
 inline constexpr int kMaxDims = 8;
+// The most elements a shape may hold: 2^60, so that its byte count (at most 8 bytes an
+// element) and offsets into it fit in 64 bits without a check on every use.
+inline constexpr int64_t kMaxNumel = int64_t(1) << 60;
 
 class Shape {
  public:
   Shape() = default;
-  // Throws tide::Error("[shape]") on a negative extent or more than kMaxDims dims.
+  // Throws tide::Error("[shape]") on a negative extent, more than kMaxDims dims, or more
+  // than kMaxNumel elements (a product that would overflow is refused, never wrapped).
   Shape(std::initializer_list<int64_t> dims);
   explicit Shape(std::span<const int64_t> dims);
   Shape(const std::vector<int64_t>& dims) : Shape(std::span<const int64_t>(dims)) {}

@@ -144,10 +144,13 @@ std::vector<int64_t> parse_idx(std::vector<uint8_t>& bytes, int ndim, const std:
              " bytes, expected ", header, ")");
   std::vector<int64_t> dims(ndim);
   uint64_t count = 1;
+  bool overflow = false;
   for (int i = 0; i < ndim; ++i) {
     dims[i] = be32(bytes.data() + 4 + 4 * i);
-    count *= uint64_t(dims[i]);
+    overflow |= __builtin_mul_overflow(count, uint64_t(dims[i]), &count);
   }
+  TIDE_CHECK(!overflow, "idx", path, ": the header declares more elements than fit in 64 "
+             "bits (a corrupt file)");
   uint64_t have = bytes.size() - header;
   TIDE_CHECK(have >= count, "idx", path, ": truncated data (", have, " bytes after the header, ",
              "expected ", count, ")");

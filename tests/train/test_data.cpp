@@ -304,6 +304,18 @@ TEST_F(IdxTest, Errors) {
   EXPECT_NE(err(IdxOptions().files(im, "")).find("[idx] give both"), std::string::npos);
 }
 
+// A header whose element count wraps in 64 bits (4 x 2^31 x 2^31 = 2^64): once it passed the
+// size check with a small file and crashed in next_batch() (issue 11, item 5).
+TEST_F(IdxTest, AHeaderWhoseSizeWrapsIsRefused) {
+  std::vector<uint8_t> wrap;
+  for (uint32_t v : {0x00000803u, 4u, 0x80000000u, 0x80000000u}) put_be32(wrap, v);
+  std::string msg = error_of([&] {
+    IdxSource s(IdxOptions().files(write("wrap", wrap), write("l3", labels_bytes(3))).limit(2));
+  });
+  EXPECT_NE(msg.find("[idx] "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("more elements than fit in 64 bits"), std::string::npos) << msg;
+}
+
 TEST_F(IdxTest, Gzip) {
 #if TEST_GZIP
   ASSERT_TRUE(idx_gzip_supported());
