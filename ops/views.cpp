@@ -30,15 +30,20 @@ Tensor Tensor::reshape(std::vector<int64_t> dims) const {
   detail::check_defined(*this, "reshape");
   int infer = -1;
   int64_t known = 1;
+  bool empty = false, over = false;  // a checked product: it must not wrap (issue 11, 4)
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1) {
       TIDE_CHECK(infer < 0, "reshape", "only one extent may be -1");
       infer = int(i);
     } else {
       TIDE_CHECK(dims[i] >= 0, "reshape", "negative extent ", dims[i]);
-      known *= dims[i];
+      empty |= dims[i] == 0;
+      if (!over && __builtin_mul_overflow(known, dims[i], &known)) over = true;
     }
   }
+  if (empty) known = 0;
+  TIDE_CHECK(!over || empty, "reshape", "cannot reshape ", shape().str(),
+             ": the new extents multiply past 2^63");
   if (infer >= 0) {
     TIDE_CHECK(known != 0 && numel() % known == 0, "reshape", "cannot infer -1 reshaping ",
                shape().str(), " (", numel(), " elements)");
