@@ -34,7 +34,9 @@ bool wait_for_stall(uint64_t stalls_before, std::vector<std::future<EngineStats>
   return false;
 }
 
-// Samples Engine::stats() from another thread until stopped; keeps the maxima.
+// Samples Engine::stats() from another thread until stopped; keeps the maxima. The
+// constructor returns once the thread has taken its first sample: on a loaded machine a
+// fast test could otherwise finish before the thread ever ran.
 class Watcher {
  public:
   Watcher()
@@ -46,7 +48,9 @@ class Watcher {
             samples_.fetch_add(1);
             std::this_thread::yield();
           }
-        }) {}
+        }) {
+    wait_until([this] { return samples_.load() > 0; });
+  }
   ~Watcher() { stop(); }
   void stop() {
     stop_ = true;
