@@ -369,7 +369,7 @@ bool s3(const AsyncSizes& z) {
 
 AsyncSizes parse_async_args(const Args& args, AsyncSizes sizes) {
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--runs") sizes.runs = int(take_int_option(args, i, 1));
+    if (args[i] == "--runs") sizes.runs = int(take_int_option(args, i, 1, kMaxRuns));
     else throw UsageError("unknown option '" + args[i] + "'");
   }
   return sizes;

@@ -5,6 +5,8 @@
 // examples/CMakeLists.txt.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,7 +28,7 @@ struct Command {
   const char* name;
   const char* summary;  // one line for `tide --help`
   const char* usage;    // the options after the name, for `tide NAME --help`
-  const char* options;  // one line per option, for `tide NAME --help`
+  std::string options;  // one line per option with its bounds, for `tide NAME --help`
   int (*run)(const Args& args, const GlobalOptions& global);  // returns the exit code
 };
 
@@ -38,9 +40,37 @@ struct UsageError : std::runtime_error {
 // The text after option `opt` at args[i + 1]; advances i. Throws UsageError when missing.
 std::string take_option_value(const Args& args, size_t& i);
 
-// The integer after option `opt` at args[i + 1], which must be >= min_value; advances i.
-// Throws UsageError when it is missing or not an integer in range.
-long long take_int_option(const Args& args, size_t& i, long long min_value);
+// The bounds of the numeric options, stated in --help. Each is far above any useful run
+// but keeps the counts in an int and the run (or its memory) finite: the loop's unrolled
+// trace holds n recorded ops (~2.5 KB each), a minibatch of mlp-memory takes ~1 s.
+constexpr int64_t kMaxRuns = 1'000'000;      // --runs
+constexpr int64_t kMaxLoopN = 1'000'000;     // loop --n
+constexpr int64_t kMaxBatches = 10'000;      // mlp-memory --batches and bounded:K
+constexpr int64_t kMaxEpochs = 1'000;        // train --epochs
+constexpr int64_t kMaxBatchSize = 1 << 20;   // train --batch
+constexpr int64_t kMaxSeed = INT64_MAX;      // train --seed
+constexpr double kMaxLr = 1e3;               // train --lr, which must also be > 0
+
+// The integer after option args[i], which must be in [min_value, max_value]; advances i.
+// The whole value must be a decimal integer (no spaces, no sign but '-'). Throws UsageError
+// naming the option and the bounds when it is missing, not an integer or out of range.
+int64_t take_int_option(const Args& args, size_t& i, int64_t min_value, int64_t max_value);
+
+// An output file named by option args[i] (--csv, --svg, --save): takes the value, advances i
+// and checks it with check_output, so that a bad path is reported before any work.
+std::string take_output_option(const Args& args, size_t& i);
+
+// Checks, before the run, that `path` (the value of option `opt`) can be written: an empty
+// path is a UsageError; a path that names a directory, or in a directory that is missing
+// or not writable, throws std::runtime_error naming the path and the reason (strerror).
+// It creates and removes the temporary file write_output will use.
+void check_output(const std::string& opt, const std::string& path);
+
+// Writes `path` by calling write(tmp) with a temporary file in the same directory, then
+// renaming it into place, so a failed write never leaves a partial file at `path`. Throws
+// std::runtime_error naming the option, the path and the reason; removes the temporary.
+void write_output(const std::string& opt, const std::string& path,
+                  const std::function<void(const std::string& tmp)>& write);
 
 // --device's value: "cpu", "cuda" (cuda:0) or "cuda:N". Throws UsageError naming --device
 // for anything else. Does not check that the device exists.

@@ -48,8 +48,8 @@ int loop_main(const Args& args, const GlobalOptions& global) {
   long long n = 10000;
   int runs = 5;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--n") n = take_int_option(args, i, 1);
-    else if (args[i] == "--runs") runs = int(take_int_option(args, i, 1));
+    if (args[i] == "--n") n = take_int_option(args, i, 1, kMaxLoopN);
+    else if (args[i] == "--runs") runs = int(take_int_option(args, i, 1, kMaxRuns));
     else throw UsageError("unknown option '" + args[i] + "'");
   }
   const Device device = global.device;

@@ -1,12 +1,13 @@
 // The `tide` command: dispatches to one subcommand per file (see commands.h). Options every
-// subcommand accepts: --trace FILE (records the run with tide::profiler::Session and writes
-// a Chrome trace), --device D (cpu, cuda or cuda:N: where the experiment runs; checked
-// before the command starts) and --help. Exit codes: 0 success, 1 the run failed (an
-// exception, a failed result check, or a GPU this process cannot use), 2 a bad command
-// line.
+// subcommand accepts: --trace FILE (records the run with the profiler and writes a Chrome
+// trace; the path is checked before the run, see output.cpp), --device D (cpu, cuda or
+// cuda:N: where the experiment runs; checked before the command starts) and --help. Exit
+// codes: 0 success, 1 the run failed (an exception, a failed result check, a GPU this
+// process cannot use, or an output file that cannot be written), 2 a bad command line
+// (including a numeric option out of its bounds, see commands.h).
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
+#include <charconv>
+#include <cstdint>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -19,8 +20,10 @@ namespace tide::cli {
 
 namespace {
 
-constexpr const char* kRunsHelp =
-    "  --runs N      repetitions of each measurement; the median is reported (default 3)\n";
+std::string num(int64_t x) { return std::to_string(x); }
+
+const std::string kRunsHelp = "  --runs N      repetitions of each measurement, 1 to " +
+                              num(kMaxRuns) + "; the median is reported (default 3)\n";
 
 const Command kCommands[] = {
     {"demo", "the asynchronous-computation experiments S1-S3 at small sizes (a few seconds)",
@@ -32,35 +35,43 @@ const Command kCommands[] = {
      "the textbook's n x (y = x + 1): eager with a sync per op / at the end, traced, loop "
      "node, fused",
      "[--n N] [--runs N]",
-     "  --n N         iterations (default 10000)\n"
-     "  --runs N      repetitions of each measurement; the median is reported (default 5)\n",
+     "  --n N         iterations, 1 to " + num(kMaxLoopN) + " (default 10000)\n"
+     "  --runs N      repetitions of each measurement, 1 to " + num(kMaxRuns) +
+         "; the median is reported (default 5)\n",
      loop_main},
     {"mlp-memory",
      "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
      "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] [--batches N] "
      "[--csv F] [--svg F]",
-     "  --policy P    per_batch, none, bounded:K or all (default; bounded:2)\n"
+     "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
+         ") or all (default; bounded:2)\n"
      "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
-     "  --batches N   minibatches per policy (default 100)\n"
+     "  --batches N   minibatches per policy, 1 to " + num(kMaxBatches) +
+         " (default 100; under none\n"
+     "                memory grows with every minibatch queued)\n"
      "  --csv F       write every minibatch's record (one policy column)\n"
      "  --svg F       write memory and time-per-minibatch charts\n",
      mlp_memory_main},
     {"train",
      "train an MLP on Fashion-MNIST (784-256-128-10, Adam) and report test accuracy",
      "fashion-mnist [--epochs N] [--data DIR] [--save F] [--batch N] [--lr X] [--seed S]",
-     "  --epochs N    training epochs (default 15)\n"
+     "  --epochs N    training epochs, 1 to " + num(kMaxEpochs) + " (default 15)\n"
      "  --data DIR    directory of the IDX files (default /usr/share/datasets/fashion-mnist)\n"
      "  --save F      write the trained parameters as safetensors\n"
-     "  --batch N     minibatch size (default 128)\n"
-     "  --lr X        Adam learning rate (default 1e-3)\n"
-     "  --seed S      seed of the initialisation and the shuffling (default 0)\n",
+     "  --batch N     minibatch size, 1 to " + num(kMaxBatchSize) + " (default 128)\n"
+     "  --lr X        Adam learning rate, > 0 and <= " + num(int64_t(kMaxLr)) +
+         " (default 1e-3)\n"
+     "  --seed S      seed of the initialisation and the shuffling, 0 to " + num(kMaxSeed) +
+         " (default 0)\n",
      train_fashion_main},
 };
 
 constexpr const char* kGlobalHelp =
     "  --device D    run on D: cpu (default), cuda (= cuda:0) or cuda:N; the experiment's\n"
     "                tensors, model and data are created there (traced mode: CPU only)\n"
-    "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n";
+      "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
+    "                (every output file: its directory must exist and be writable; checked\n"
+    "                before the run, written through a temporary file renamed into place)\n";
 
 void print_usage(std::ostream& os) {
   os << "usage: tide <command> [options] [--device D] [--trace FILE]\n\ncommands:\n";
@@ -131,21 +142,25 @@ std::string take_option_value(const Args& args, size_t& i) {
   return args[++i];
 }
 
-long long take_int_option(const Args& args, size_t& i, long long min_value) {
+int64_t take_int_option(const Args& args, size_t& i, int64_t min_value, int64_t max_value) {
   const std::string opt = args[i];
   const std::string v = take_option_value(args, i);
-  errno = 0;
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE || x < min_value)
-    throw UsageError(opt + " needs an integer >= " + std::to_string(min_value) + ", got '" + v +
-                     "'");
+  const std::string bounds = std::to_string(min_value) + " and " + std::to_string(max_value);
+  // from_chars, unlike strtoll, skips no spaces and takes no '+'; the whole value must parse.
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  const bool integer = !v.empty() && end == v.data() + v.size() &&
+                       (ec == std::errc() || ec == std::errc::result_out_of_range);
+  if (!integer)
+    throw UsageError(opt + " needs an integer between " + bounds + ", got '" + v + "'");
+  if (ec == std::errc::result_out_of_range || x < min_value || x > max_value)
+    throw UsageError(opt + " must be between " + bounds + ", got " + v);
   return x;
 }
 
 int main(int argc, char** argv) {
   std::string command, trace, device_arg;
-  bool help = false, device_given = false;
+  bool help = false, device_given = false, trace_given = false;
   Args rest;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -167,8 +182,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       trace = argv[++i];
+      trace_given = true;
     } else if (a.rfind("--trace=", 0) == 0) {
       trace = a.substr(8);
+      trace_given = true;
     } else if (command.empty() && !a.empty() && a[0] != '-') {
       command = a;
     } else {
@@ -197,21 +214,7 @@ int main(int argc, char** argv) {
   GlobalOptions global;
   try {
     if (device_given) global.device = parse_device(device_arg);
-  } catch (const UsageError& e) {
-    std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
-    print_command_usage(std::cerr, *cmd);
-    return 2;
-  }
-  try {
-    check_usable(global.device);  // before any work: one line saying why, exit 1
-  } catch (const std::exception& e) {
-    std::cerr << "tide " << cmd->name << ": error: --device " << device_arg << ": " << e.what()
-              << "\n";
-    return 1;
-  }
-  try {
-    profiler::Session session(trace);  // records nothing when trace is empty
-    return cmd->run(rest, global);
+    if (trace_given) check_output("--trace", trace);  // before the run, not after it
   } catch (const UsageError& e) {
     std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
     print_command_usage(std::cerr, *cmd);
@@ -220,6 +223,39 @@ int main(int argc, char** argv) {
     std::cerr << "tide " << cmd->name << ": error: " << e.what() << "\n";
     return 1;
   }
+  try {
+    check_usable(global.device);  // before any work: one line saying why, exit 1
+  } catch (const std::exception& e) {
+    std::cerr << "tide " << cmd->name << ": error: --device " << device_arg << ": " << e.what()
+              << "\n";
+    return 1;
+  }
+  if (trace_given) profiler::start();
+  int rc = 0;
+  try {
+    rc = cmd->run(rest, global);
+  } catch (const UsageError& e) {
+    std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
+    print_command_usage(std::cerr, *cmd);
+    return 2;  // nothing ran: no trace to write
+  } catch (const std::exception& e) {
+    std::cerr << "tide " << cmd->name << ": error: " << e.what() << "\n";
+    rc = 1;
+  }
+  if (trace_given) {
+    // Also after a failed run: its trace shows what ran. A trace that cannot be written
+    // fails the command.
+    profiler::stop();
+    try {
+      write_output("--trace", trace,
+                   [](const std::string& tmp) { profiler::write_chrome_trace(tmp); });
+      std::cerr << "trace written to " << trace << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "tide " << cmd->name << ": error: " << e.what() << "\n";
+      if (rc == 0) rc = 1;
+    }
+  }
+  return rc;
 }
 
 }  // namespace tide::cli

@@ -95,15 +95,15 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--batches") {
-      batches = take_int_option(args, i, 1);
+      batches = take_int_option(args, i, 1, kMaxBatches);
     } else if (a == "--policy") {
       policy_arg = take_option_value(args, i);
     } else if (a == "--mode") {
       mode_arg = take_option_value(args, i);
     } else if (a == "--csv") {
-      csv = take_option_value(args, i);
+      csv = take_output_option(args, i);
     } else if (a == "--svg") {
-      svg = take_option_value(args, i);
+      svg = take_output_option(args, i);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
@@ -117,6 +117,9 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     } catch (const Error& e) {
       throw UsageError(std::string("--policy: ") + e.what());
     }
+    if (policies[0].kind == train::SyncPolicy::bounded && policies[0].k > kMaxBatches)
+      throw UsageError("--policy bounded:K must have K between 1 and " +
+                       std::to_string(kMaxBatches) + ", got " + policy_arg);
   }
 
   std::vector<train::Mode> modes;
@@ -218,7 +221,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   pred.print();
 
   if (!csv.empty()) {
-    train::write_csv(csv, results);
+    write_output("--csv", csv, [&](const std::string& tmp) { train::write_csv(tmp, results); });
     std::cout << "\nwrote " << csv << "\n";
   }
   if (!svg.empty()) {
@@ -239,7 +242,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       mem.series.push_back(std::move(sm));
       tim.series.push_back(std::move(st));
     }
-    train::write_svg(svg, {mem, tim});
+    write_output("--svg", svg,
+                 [&](const std::string& tmp) { train::write_svg(tmp, {mem, tim}); });
     std::cout << (csv.empty() ? "\n" : "") << "wrote " << svg << "\n";
   }
   return 0;

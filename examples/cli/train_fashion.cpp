@@ -14,8 +14,8 @@
 // 0-d tensors on the GPU.
 //
 // Not done here: a learning-rate schedule, data augmentation, or checkpoints per epoch.
+#include <charconv>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -38,14 +38,17 @@ constexpr double kTarget = 0.89;
 // Fashion-MNIST's training-set pixel mean and standard deviation (of pixel/255).
 constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 
-double take_double_option(const Args& args, size_t& i) {
-  const std::string& opt = args[i];
-  if (i + 1 >= args.size()) throw UsageError(opt + " needs a value");
-  const std::string& v = args[++i];
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !(x > 0) || x > 1e3)
-    throw UsageError(opt + " needs a positive number, got '" + v + "'");
+// A number in (0, max_value] after option args[i]; advances i. from_chars: the whole value
+// must parse (no spaces, no '+', no hex); inf and nan fail the range check.
+double take_double_option(const Args& args, size_t& i, double max_value) {
+  const std::string opt = args[i];
+  const std::string v = take_option_value(args, i);
+  double x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !(x > 0) ||
+      x > max_value)
+    throw UsageError(opt + " needs a number > 0 and <= " + format_fixed(max_value, 0) +
+                     ", got '" + v + "'");
   return x;
 }
 
@@ -62,17 +65,17 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--epochs") {
-      epochs = take_int_option(args, i, 1);
+      epochs = take_int_option(args, i, 1, kMaxEpochs);
     } else if (a == "--batch") {
-      batch = take_int_option(args, i, 1);
+      batch = take_int_option(args, i, 1, kMaxBatchSize);
     } else if (a == "--seed") {
-      seed = take_int_option(args, i, 0);
+      seed = take_int_option(args, i, 0, kMaxSeed);
     } else if (a == "--lr") {
-      lr = take_double_option(args, i);
+      lr = take_double_option(args, i, kMaxLr);
     } else if (a == "--data") {
       data_dir = take_option_value(args, i);
     } else if (a == "--save") {
-      save_path = take_option_value(args, i);
+      save_path = take_output_option(args, i);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
@@ -174,7 +177,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   }
 
   if (!save_path.empty()) {
-    nn::save(*net, save_path);
+    write_output("--save", save_path, [&](const std::string& tmp) { nn::save(*net, tmp); });
     std::cout << "saved the model to " << save_path << " (safetensors)\n";
   }
   std::cout << "best test acc " << format_fixed(best_acc, 4) << " (epoch " << best_epoch << "): "
