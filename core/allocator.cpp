@@ -77,6 +77,11 @@ void Storage::poison(Failure* f) {
   if (!failure_.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) f->release();
 }
 
+void Storage::replace_failure(Failure* f) {
+  if (f) f->retain();
+  if (Failure* old = failure_.exchange(f, std::memory_order_acq_rel)) old->release();
+}
+
 void Storage::release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (is_slot()) {
@@ -151,6 +156,7 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
   bump(num_allocs_, 1);
   detail::tl_allocated_bytes += cap;
+  s->requested_ = bytes;
   return s;
 }
 

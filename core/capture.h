@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <source_location>
+#include "core/source_location.h"
 #include <span>
 
 #include "core/device.h"
@@ -29,7 +29,7 @@ class CaptureSink {
   // An op that would have been queued: its kernel, and the storages it reads and writes.
   virtual void record(const char* op, std::span<Storage* const> reads,
                       std::span<Storage* const> writes, Kernel kernel,
-                      std::source_location site) = 0;
+                      tide::SourceLocation site) = 0;
   // A storage for a tensor created while recording.
   virtual StorageRef allocate(size_t bytes, Device device, const char* op) = 0;
   // A host read (item, to_vector, printing, wait_to_read, wait_all): throws tide::Error.

@@ -95,9 +95,42 @@ Segment* Engine::State::new_segment(uint64_t base) {
   return g;
 }
 
+namespace {
+// Positions a task must wait for beyond its Task::kMaxWaits slots. One per stream at most,
+// since a task's waits on one stream collapse into one.
+struct PendingWaits {
+  PendingWaits() {}  // leaves pos uninitialised: this is on every submit's path
+  union {
+    StreamPos pos[kMaxStreams];
+  };
+  int n = 0;
+  static void add(void* self, StreamPos p) {
+    auto& w = *static_cast<PendingWaits*>(self);
+    for (int i = 0; i < w.n; ++i)
+      if (w.pos[i].stream == p.stream) {
+        w.pos[i].seq = std::max(w.pos[i].seq, p.seq);
+        return;
+      }
+    w.pos[w.n++] = p;
+  }
+};
+
+// True when the calling thread is the worker of pos's stream running a task at or before
+// pos: waiting for pos would wait for the waiter itself (issue 11, item 11).
+bool waits_on_itself(StreamPos pos) {
+  const StreamPos running = detail::tl_running_task;
+  return running.stream == pos.stream && pos.seq >= running.seq;
+}
+}  // namespace
+
 void Engine::State::wait_pos(StreamPos pos) {
   StreamImpl* s = pos.stream;
-  if (!s || detail::spin_until([&] { return s->is_complete(pos.seq); })) return;
+  if (!s || s->is_complete(pos.seq)) return;
+  TIDE_CHECK(!waits_on_itself(pos), "sync", "a task running on stream ", s->id, " (op #",
+             detail::tl_running_task.seq, ") waits for op #", pos.seq,
+             " of its own stream, which runs after it: it would wait for ever. A kernel may "
+             "only wait for work queued before it or on other streams");
+  if (detail::spin_until([&] { return s->is_complete(pos.seq); })) return;
   s->dev->block_until(pos.seq);
 }
 
@@ -110,7 +143,7 @@ uint64_t Engine::State::inflight_ops() const {
 bool Engine::State::wait_progress_locked() {
   for (StreamImpl& s : streams) {
     uint64_t c = s.done();
-    if (c < s.submitted) {
+    if (c < s.submitted && !waits_on_itself({&s, c + 1})) {
       mu.unlock();
       wait_pos({&s, c + 1});
       mu.lock();
@@ -183,6 +216,7 @@ void fill_record(Engine::Task& t, const char* op, std::span<Storage* const> read
   t.op = op;
   t.site = site;
   t.is_barrier = false;
+  t.replaces = detail::tl_replacing_write;
   t.num_waits = 0;
   t.num_reads = uint8_t(reads.size());
   t.num_writes = uint8_t(writes.size());
@@ -197,13 +231,28 @@ void Engine::prepare_inline(Task& t, Device device, const char* op,
   std::copy(reads.begin(), reads.end(), t.storages);
   std::copy(writes.begin(), writes.end(), t.storages + reads.size());
   State& st = *s_;
-  std::lock_guard<SpinLock> lock(st.mu);
-  StreamImpl& self = st.current_stream(device);
-  self.dev->check_usable(op);
-  t.stream = &self;
-  // After everything already queued on this stream, and after conflicting work elsewhere.
-  add_wait(t, {&self, self.submitted}, nullptr, wait_on_host, &st);
-  collect_hazards(t, reads, writes, nullptr, wait_on_host, &st);
+  for (;;) {
+    PendingWaits pending;
+    {
+      std::lock_guard<SpinLock> lock(st.mu);
+      bool reading = false;  // a host read of a written storage: let it finish (begin_task)
+      for (Storage* w : writes) reading |= w->host_readers().load(std::memory_order_acquire) != 0;
+      if (reading) {
+        std::this_thread::yield();
+        continue;
+      }
+      StreamImpl& self = st.current_stream(device);
+      self.dev->check_usable(op);
+      t.stream = &self;
+      t.num_waits = 0;
+      // After everything already queued on this stream, and after conflicting work elsewhere.
+      add_wait(t, {&self, self.submitted}, nullptr, &PendingWaits::add, &pending);
+      collect_hazards(t, reads, writes, nullptr, &PendingWaits::add, &pending);
+      if (pending.n == 0) return;
+    }
+    // More streams than the task's wait slots: wait without the lock, then look again.
+    for (int i = 0; i < pending.n; ++i) st.wait_pos(pending.pos[i]);
+  }
 }
 
 void Engine::run_inline(Task& t) {
@@ -216,6 +265,7 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
                                  std::span<Storage* const> writes, Site site) {
   State& st = *s_;
   st.mu.lock();
+retry:
   while (st.shutting_down) {  // workers are being joined: wait until they are restartable
     st.mu.unlock();
     std::this_thread::yield();
@@ -229,7 +279,6 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
     st.mu.unlock();
     throw;
   }
-  if (!self->started) st.start_worker(*self);
   if (st.reclaimer.note_submit()) st.reclaim_locked();
 
   // Backpressure: block (holding the frontend lock) until the bounds allow this task.
@@ -249,8 +298,26 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
         st.reclaim_locked();
       }
       st.bp_stall_ns.fetch_add(uint64_t(detail::steady_ns() - t0), std::memory_order_relaxed);
+      // The stall released the lock: a shutdown may have stopped the workers meanwhile.
+      // Publishing on a stream without a worker would lose the task (issue 11, item 9).
+      while (st.shutting_down) {
+        st.mu.unlock();
+        std::this_thread::yield();
+        st.mu.lock();
+      }
     }
   }
+  if (!self->started) st.start_worker(*self);
+  // A host read of a storage this task writes is in progress (Engine::HostRead): let it
+  // finish first, without the lock; it waits only for work queued before it. (Checked
+  // after the last place above that may release the lock.)
+  for (Storage* w : writes)
+    if (w->host_readers().load(std::memory_order_acquire) != 0) [[unlikely]] {
+      st.mu.unlock();
+      while (w->host_readers().load(std::memory_order_acquire) != 0) std::this_thread::yield();
+      st.mu.lock();
+      goto retry;
+    }
 
   uint64_t seq = self->submitted + 1;
   if (seq - 1 - self->tail_seg->base == Segment::kSize) {
@@ -262,6 +329,19 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
   fill_record(t, op, reads, writes, site);
   t.seq = seq;
   t.stream = self;
+  // Waits that do not fit in the task (more than Task::kMaxWaits other streams) are waited
+  // for here, without the lock (issue 11, item 12: sleeping under it stalled every other
+  // frontend thread); then everything is checked again, since other threads may have
+  // queued work meanwhile. Nothing has changed the hazard state or published the slot yet.
+  PendingWaits pending;
+  collect_hazards(t, reads, writes, self, &PendingWaits::add, &pending);
+  add_takeover_waits(t, reads, writes, self, &PendingWaits::add, &pending);
+  if (pending.n > 0) {
+    st.mu.unlock();
+    for (int i = 0; i < pending.n; ++i) st.wait_pos(pending.pos[i]);
+    st.mu.lock();
+    goto retry;
+  }
   Storage** slot = t.storages;
   for (Storage* s : reads) {
     st.reclaimer.hold(s);
@@ -271,7 +351,7 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
     st.reclaimer.hold(s);
     *slot++ = s;
   }
-  collect_hazards(t, reads, writes, self, wait_on_host, &st);
+  // Its takeover waits are in t already (add_takeover_waits): the callback is not called.
   record_access(t, reads, writes, {self, seq}, wait_on_host, &st);
   return t;
 }
@@ -303,6 +383,35 @@ void Engine::wait_for_write(Storage* s) {
     pos = s->hazard.last_write;
   }
   s_->wait_pos(pos);
+}
+
+Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_to_read");
+  State& st = *Engine::get().s_;
+  // Registered under the lock: a write submitted later waits in its submit until the read
+  // is over (wait_for_host_reads); writes queued before are what the read waits for.
+  StreamPos pos;
+  {
+    std::lock_guard<SpinLock> lock(st.mu);
+    st.reclaim_locked();
+    pos = s->hazard.last_write;
+    s->host_readers().fetch_add(1, std::memory_order_relaxed);
+  }
+  try {
+    st.wait_pos(pos);
+  } catch (...) {
+    s->host_readers().fetch_sub(1, std::memory_order_release);
+    throw;
+  }
+  if (rethrow)
+    if (Failure* f = s->failure()) {
+      try {
+        f->rethrow();  // copies the message while the registration keeps f alive
+      } catch (...) {
+        s->host_readers().fetch_sub(1, std::memory_order_release);
+        throw;
+      }
+    }
 }
 
 bool Engine::write_done(Storage* s) {
@@ -444,7 +553,7 @@ void Stream::wait(const Event& e) const {
   }
   // A task with no storages whose only job is to wait for e on the worker.
   Engine::Task& t = eng.begin_task(impl_->device, "stream_wait", {}, {},
-                                   std::source_location::current());
+                                   tide::SourceLocation::current());
   t.invoke = [](Engine::Task&, const KernelContext&) {};
   t.destroy = [](Engine::Task&) {};
   t.is_barrier = true;

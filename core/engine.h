@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <source_location>
+#include "core/source_location.h"
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -36,7 +36,7 @@
 
 namespace tide {
 
-using Site = std::source_location;
+using Site = tide::SourceLocation;
 class Engine;
 class StreamImpl;
 
@@ -186,6 +186,22 @@ class Engine {
   // wait_for_write, then rethrows s's failure, if any.
   void wait_to_read(Storage* s);
 
+  // A read of s's bytes on the host (item, to_vector, printing): waits for s's last
+  // write, then rethrows its failure (when `rethrow`) and, until destroyed, is registered
+  // as a reader of s: a submit that writes s, by any thread, waits until the read is over
+  // (in the submit, without the engine lock), so the read never sees a half-written value.
+  // Keep it short, and queue nothing that writes s from the reading thread while it lives.
+  class HostRead {
+   public:
+    explicit HostRead(Storage* s, bool rethrow = true);
+    ~HostRead() { s_->host_readers().fetch_sub(1, std::memory_order_release); }
+    HostRead(const HostRead&) = delete;
+    HostRead& operator=(const HostRead&) = delete;
+
+   private:
+    Storage* s_;
+  };
+
   ~Engine();
 
  private:
@@ -208,6 +224,28 @@ class Engine {
 // Engine::get().wait_all().
 inline void wait_all() { Engine::get().wait_all(); }
 
+namespace detail {
+inline thread_local bool tl_replacing_write = false;
+}  // namespace detail
+
+// Marks the ops the calling thread submits in this scope as replacing every byte of the
+// storages they write without depending on their old values (Tensor::copy_ onto a whole
+// tensor): such an op runs although a written storage had failed, and a success clears
+// that failure (a failure of another input replaces it). A storage both read and written
+// by the op counts as written only. Without it a failure is kept by every later write.
+class ReplacingWrite {
+ public:
+  explicit ReplacingWrite(bool on = true) : prev_(detail::tl_replacing_write) {
+    detail::tl_replacing_write = on;
+  }
+  ~ReplacingWrite() { detail::tl_replacing_write = prev_; }
+  ReplacingWrite(const ReplacingWrite&) = delete;
+  ReplacingWrite& operator=(const ReplacingWrite&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // ------------------------------------------------------------------------------------
 // Task record and the inline submit path.
 
@@ -219,6 +257,7 @@ struct Engine::Task {
   Storage* storages[kMaxStorages];   // reads then writes; each holds one reference
   uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
   bool is_barrier = false;           // waits only (Stream::wait)
+  bool replaces = false;             // overwrites every byte of its writes (ReplacingWrite)
   static constexpr int kMaxWaits = 4;
   StreamPos waits[kMaxWaits];        // positions on other streams to wait for first
   uint64_t seq = 0;

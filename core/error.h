@@ -3,7 +3,7 @@
 // for internal invariants: it also throws (never aborts), with the file and line.
 #pragma once
 
-#include <source_location>
+#include "core/source_location.h"
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -35,7 +35,7 @@ std::string concat(const Args&... args) {
   return s.str();
 }
 [[noreturn]] void throw_assert(const char* cond, const std::string& msg,
-                               std::source_location loc);
+                               tide::SourceLocation loc);
 }  // namespace detail
 
 }  // namespace tide
@@ -52,5 +52,5 @@ std::string concat(const Args&... args) {
   do {                                                                           \
     if (!(cond)) [[unlikely]]                                                    \
       ::tide::detail::throw_assert(#cond, ::tide::detail::concat(__VA_ARGS__), \
-                                   std::source_location::current());             \
+                                   ::tide::SourceLocation::current());           \
   } while (0)

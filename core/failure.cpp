@@ -15,7 +15,7 @@ const char* short_file(const char* path) {
 }
 }  // namespace
 
-Failure* Failure::create(std::string op, std::string message, std::source_location site) {
+Failure* Failure::create(std::string op, std::string message, tide::SourceLocation site) {
   return new Failure(std::move(op), std::move(message), site,
                      g_failure_order.fetch_add(1, std::memory_order_relaxed));
 }
@@ -31,7 +31,7 @@ void Failure::rethrow() {
 }
 
 namespace detail {
-void throw_assert(const char* cond, const std::string& msg, std::source_location loc) {
+void throw_assert(const char* cond, const std::string& msg, tide::SourceLocation loc) {
   throw Error("internal", std::string("assertion failed: ") + cond + (msg.empty() ? "" : ": ") +
                               msg + " at " + short_file(loc.file_name()) + ":" +
                               std::to_string(loc.line()));

@@ -5,7 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <source_location>
+#include "core/source_location.h"
 #include <string>
 
 namespace tide {
@@ -13,11 +13,11 @@ namespace tide {
 class Failure {
  public:
   // Creates a failure with one reference held by the caller.
-  static Failure* create(std::string op, std::string message, std::source_location site);
+  static Failure* create(std::string op, std::string message, tide::SourceLocation site);
 
   const std::string& op() const { return op_; }
   const std::string& message() const { return message_; }
-  const std::source_location& site() const { return site_; }
+  const tide::SourceLocation& site() const { return site_; }
   // Global creation order: the smaller, the earlier.
   uint64_t order() const { return order_; }
   // "[op] message (queued at file:line)"
@@ -34,10 +34,10 @@ class Failure {
   }
 
  private:
-  Failure(std::string op, std::string message, std::source_location site, uint64_t order)
+  Failure(std::string op, std::string message, tide::SourceLocation site, uint64_t order)
       : op_(std::move(op)), message_(std::move(message)), site_(site), order_(order) {}
   std::string op_, message_;
-  std::source_location site_;
+  tide::SourceLocation site_;
   uint64_t order_;
   std::atomic<bool> reported_{false};
   std::atomic<int> refs_{1};

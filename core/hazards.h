@@ -2,7 +2,8 @@
 // other streams it must wait for (read-after-write, write-after-read, write-after-write),
 // and the per-storage bookkeeping once it is queued. Within one stream FIFO order already
 // orders everything, so positions on the task's own stream are never waits. Callers hold
-// the engine's frontend lock; nothing here sleeps but the `overflow` callback.
+// the engine's frontend lock; nothing here sleeps but the `overflow` callback (the engine's
+// collects the positions and waits for them after releasing the lock).
 #pragma once
 
 #include <algorithm>
@@ -46,6 +47,28 @@ inline void collect_hazards(Engine::Task& t, std::span<Storage* const> reads,
     add_wait(t, s->hazard.last_write, self, overflow, ctx);
     for (int i = 0; i < s->hazard.num_readers; ++i)
       add_wait(t, s->hazard.readers[i], self, overflow, ctx);
+  }
+}
+
+// The wait record_access will add when a storage t reads has a full reader list of
+// unfinished readers (the takeover below), added now so that a caller can see whether all
+// of t's waits fit before it changes any state. Drops finished readers (as record_access
+// would), which changes nothing else.
+inline void add_takeover_waits(Engine::Task& t, std::span<Storage* const> reads,
+                               std::span<Storage* const> writes, const StreamImpl* self,
+                               WaitOverflow overflow, void* ctx) {
+  for (Storage* s : reads) {
+    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
+    HazardState& h = s->hazard;
+    if (h.num_readers < HazardState::kInlineReaders) continue;
+    bool mine = false;
+    for (int i = 0; i < h.num_readers; ++i) mine |= h.readers[i].stream == self;
+    if (mine) continue;
+    int k = 0;
+    for (int i = 0; i < h.num_readers; ++i)
+      if (!h.readers[i].stream->is_complete(h.readers[i].seq)) h.readers[k++] = h.readers[i];
+    h.num_readers = k;
+    if (k == HazardState::kInlineReaders) add_wait(t, h.readers[0], self, overflow, ctx);
   }
 }
 

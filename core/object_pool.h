@@ -1,7 +1,9 @@
 // PoolAllocator: a std::allocator replacement that recycles blocks through a per-thread
 // free list, so making and dropping tensor handles in a loop (`y = x + 1`) does not call
 // malloc/free per op. Blocks freed on another thread join that thread's list; each list
-// is capped and returns its blocks to the system when its thread exits.
+// is capped and returns its blocks to the system when its thread exits. A block freed on
+// a thread after its list was destroyed (a `static Tensor` dies after the main thread's
+// thread_locals) goes straight back to the system.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,7 @@ template <size_t Size, size_t Align>
 class BlockCache {
  public:
   static void* take() {
+    if (t_list_gone) return ::operator new(Size, std::align_val_t(Align));
     auto& l = list();
     if (!l.blocks.empty()) {
       void* p = l.blocks.back();
@@ -23,6 +26,10 @@ class BlockCache {
     return ::operator new(Size, std::align_val_t(Align));
   }
   static void give(void* p) {
+    if (t_list_gone) {
+      ::operator delete(p, std::align_val_t(Align));
+      return;
+    }
     auto& l = list();
     if (l.blocks.size() < kCap) l.blocks.push_back(p);
     else ::operator delete(p, std::align_val_t(Align));
@@ -34,8 +41,12 @@ class BlockCache {
     std::vector<void*> blocks;
     ~List() {
       for (void* p : blocks) ::operator delete(p, std::align_val_t(Align));
+      t_list_gone = true;
     }
   };
+  // Trivially destructible, so it stays readable after the thread's other thread_locals
+  // (the List) are destroyed.
+  static inline thread_local bool t_list_gone = false;
   static List& list() {
     thread_local List l;
     return l;

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <fstream>
 #include <mutex>
 
@@ -14,12 +13,22 @@
 namespace tide::profiler {
 
 namespace {
+// One stream's records. Its lock is needed although a stream has one worker: a traced
+// replay with several pool threads records its nodes on the replay's stream from each of
+// them, and start() clears the buffer while workers may still append.
+struct StreamBuffer {
+  std::mutex mu;
+  std::vector<OpRecord> ops;
+};
+// Stream ids are dense and bounded by the engine (64); the table is fixed so that a
+// worker never reads a container that register_stream is growing.
+constexpr int kMaxProfiledStreams = 256;
 struct Buffers {
   std::atomic<bool> enabled{false};
   std::atomic<int64_t> t0{0};
-  std::mutex mu;                             // guards `inline_ops`, `counters`, `streams` growth
-  std::deque<std::vector<OpRecord>> streams; // one per stream id; written by its worker only
-  std::vector<OpRecord> inline_ops;          // synchronous-mode ops
+  std::mutex mu;                             // guards `inline_ops`, `counters`, `labels`
+  std::atomic<StreamBuffer*> streams[kMaxProfiledStreams] = {};  // set once, never freed
+  std::vector<OpRecord> inline_ops;          // synchronous-mode ops and unknown streams
   std::vector<CounterSample> counters;
   std::vector<std::string> labels;           // per stream id
   std::atomic<uint64_t> session{0};
@@ -40,11 +49,15 @@ namespace detail {
 int64_t now_ns() { return raw_now() - buf().t0.load(std::memory_order_relaxed); }
 void record_op(const OpRecord& r) {
   Buffers& b = buf();
-  if (r.stream < 0) {
+  StreamBuffer* sb = r.stream >= 0 && r.stream < kMaxProfiledStreams
+                         ? b.streams[r.stream].load(std::memory_order_acquire)
+                         : nullptr;
+  if (sb) {
+    std::lock_guard lock(sb->mu);
+    sb->ops.push_back(r);
+  } else {
     std::lock_guard lock(b.mu);
     b.inline_ops.push_back(r);
-  } else {
-    b.streams[size_t(r.stream)].push_back(r);
   }
 }
 void record_counters(const CounterSample& s) {
@@ -55,7 +68,8 @@ void record_counters(const CounterSample& s) {
 void register_stream(int id, const std::string& label) {
   Buffers& b = buf();
   std::lock_guard lock(b.mu);
-  while (int(b.streams.size()) <= id) b.streams.emplace_back();
+  if (id >= 0 && id < kMaxProfiledStreams && !b.streams[id].load(std::memory_order_relaxed))
+    b.streams[id].store(new StreamBuffer, std::memory_order_release);
   if (int(b.labels.size()) <= id) b.labels.resize(size_t(id) + 1);
   b.labels[size_t(id)] = label;
 }
@@ -67,7 +81,11 @@ void start() {
   Buffers& b = buf();
   Engine::get().synchronize();
   std::lock_guard lock(b.mu);
-  for (auto& s : b.streams) s.clear();
+  for (auto& slot : b.streams)
+    if (StreamBuffer* sb = slot.load(std::memory_order_acquire)) {
+      std::lock_guard stream_lock(sb->mu);
+      sb->ops.clear();
+    }
   b.inline_ops.clear();
   b.counters.clear();
   b.t0.store(raw_now());
@@ -83,7 +101,11 @@ std::vector<OpRecord> ops() {
   Buffers& b = buf();
   std::lock_guard lock(b.mu);
   std::vector<OpRecord> all = b.inline_ops;
-  for (auto& s : b.streams) all.insert(all.end(), s.begin(), s.end());
+  for (auto& slot : b.streams)
+    if (StreamBuffer* sb = slot.load(std::memory_order_acquire)) {
+      std::lock_guard stream_lock(sb->mu);
+      all.insert(all.end(), sb->ops.begin(), sb->ops.end());
+    }
   std::sort(all.begin(), all.end(),
             [](const OpRecord& x, const OpRecord& y) { return x.enqueue_ns < y.enqueue_ns; });
   return all;

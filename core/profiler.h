@@ -64,8 +64,8 @@ class Session {
 
 namespace detail {
 int64_t now_ns();
-// Appends to the buffer of `stream` (single writer: that stream's worker) or, for
-// stream -1, to a locked buffer.
+// Appends to the buffer of `stream` (its worker, or the pool threads of a replay on it;
+// each buffer has its own lock) or, for stream -1, to the synchronous-mode buffer.
 void record_op(const OpRecord& r);
 // The stream of the task the calling worker runs (for spans nested in a task: the nodes
 // of a traced replay); -1 outside a task or in synchronous mode.

@@ -47,7 +47,11 @@ class Storage {
   // rebinds before each replay (trace/executor.cpp). Kernels resolve data() when they run,
   // never at enqueue, so the same recorded kernel works on every binding. Freed with its
   // last reference; never counted by the allocator.
-  static Storage* make_slot(size_t bytes, Device d) { return new Storage(nullptr, bytes, d, kSlot); }
+  static Storage* make_slot(size_t bytes, Device d) {
+    Storage* s = new Storage(nullptr, bytes, d, kSlot);
+    s->requested_ = bytes;
+    return s;
+  }
   bool is_slot() const { return size_class_ == kSlot; }
   // Slots only; the caller orders this against every kernel that uses the slot.
   void rebind(void* data) { data_ = data; }
@@ -71,6 +75,18 @@ class Storage {
   }
   // Records f as this storage's failure unless it already has one; takes a reference.
   void poison(Failure* f);
+  // Makes f (or nullptr: none) this storage's failure whatever it had (a write that
+  // replaced every byte without reading them). Workers only; hazards order it after every
+  // task that read the storage, and the submit after every host read (host_readers).
+  void replace_failure(Failure* f);
+
+  // The bytes asked for when the block was taken (bytes() is the size class's, larger):
+  // a tensor that covers all of them covers everything a failure could have spoiled.
+  size_t requested_bytes() const { return requested_; }
+
+  // Host reads in progress (Engine::HostRead): a submit that writes this storage waits
+  // for them, so that a reader on the host never sees a half-written value.
+  std::atomic<int>& host_readers() { return host_readers_; }
 
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release();  // may return the block to the allocator
@@ -88,6 +104,8 @@ class Storage {
   // Read by workers: kept on their own cache line, apart from the reference count and
   // the hazard state that frontend threads write on every op.
   alignas(64) std::atomic<Failure*> failure_{nullptr};
+  std::atomic<int> host_readers_{0};
+  size_t requested_ = 0;
   void* data_;
   size_t capacity_;
   Device device_;

@@ -1,6 +1,7 @@
 // The stream worker: takes published tasks in order, makes them wait for their hazards,
 // runs them through the stream's DeviceStream, and publishes progress. Also the CPU's
 // DeviceStream, where "complete" means the worker ran the task.
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -64,11 +65,16 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
                   bool inline_run) {
   int stream_id = inline_run ? -1 : dev.context().stream_id;
   int64_t start = profiler::enabled() ? profiler::detail::now_ns() : 0;
-  Failure* inherited = nullptr;
-  for (int i = 0; i < t.num_reads && !inherited; ++i) inherited = t.storages[i]->failure();
   Storage** writes = t.storages + t.num_reads;
+  auto written = [&](Storage* s) { return std::find(writes, writes + t.num_writes, s) != writes + t.num_writes; };
+  Failure* inherited = nullptr;
+  for (int i = 0; i < t.num_reads && !inherited; ++i)
+    if (!t.replaces || !written(t.storages[i])) inherited = t.storages[i]->failure();
   if (inherited) {
-    for (int i = 0; i < t.num_writes; ++i) writes[i]->poison(inherited);
+    for (int i = 0; i < t.num_writes; ++i) {
+      if (t.replaces) writes[i]->replace_failure(inherited);
+      else writes[i]->poison(inherited);
+    }
     eng->failures.fetch_add(1, std::memory_order_relaxed);  // EngineStats: skipped counts
   } else {
     Failure* f = nullptr;
@@ -88,10 +94,16 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
       }
     }
     if (f) {
-      for (int i = 0; i < t.num_writes; ++i) writes[i]->poison(f);
+      for (int i = 0; i < t.num_writes; ++i) {
+        if (t.replaces) writes[i]->replace_failure(f);
+        else writes[i]->poison(f);
+      }
       eng->failures.fetch_add(1, std::memory_order_relaxed);
       if (!cancel) eng->record_failure(f);
       f->release();
+    } else if (t.replaces) {
+      for (int i = 0; i < t.num_writes; ++i)
+        if (writes[i]->failure()) writes[i]->replace_failure(nullptr);
     }
   }
   if (start && !t.is_barrier)

@@ -91,11 +91,22 @@ void Tensor::wait_to_read() const {
 
 bool Tensor::is_ready() const { return Engine::get().write_done(storage()); }
 
+bool Tensor::failed() const {
+  Engine::HostRead read(storage(), false);
+  return storage()->failure() != nullptr;
+}
+
+std::string Tensor::failure_message() const {
+  Engine::HostRead read(storage(), false);
+  const Failure* f = storage()->failure();
+  return f ? f->what() : std::string();
+}
+
 template <class T>
 T Tensor::item() const {
   TIDE_CHECK(numel() == 1, "item", "needs a tensor with one element, got shape ", shape().str());
   refuse_when_tracing("item");
-  wait_to_read();
+  Engine::HostRead read(storage());  // no in-place write may run while we read
   HostView v(*this, "item");
   return dispatch_dtype(dtype(), [&](auto z) { return T(*v.as<decltype(z)>()); });
 }
@@ -103,8 +114,8 @@ T Tensor::item() const {
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   refuse_when_tracing("to_vector");
-  wait_to_read();
   std::vector<T> out(static_cast<size_t>(numel()));
+  Engine::HostRead read(storage());  // no in-place write may run while we copy
   HostView v(*this, "to_vector");
   dispatch_dtype(dtype(), [&](auto z) {
     const auto* p = v.as<decltype(z)>();
@@ -148,7 +159,7 @@ void print_rec(std::ostream& os, const T* p, const Shape& s, int d, int64_t stri
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
   refuse_when_tracing("print");
-  t.wait_to_read();
+  Engine::HostRead read(t.storage());
   HostView v(t, "print");
   os << "Tensor(";
   dispatch_dtype(t.dtype(), [&](auto z) {

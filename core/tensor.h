@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
-#include <source_location>
+#include "core/source_location.h"
 #include <vector>
 
 #include "core/device.h"
@@ -99,7 +99,7 @@ class Tensor {
   // This tensor on `device`: itself when it is there already, else a queued copy through
   // pinned host staging (CPU <-> GPU; GPU -> GPU goes through the host). Differentiable.
   // Does not wait. Throws "[to]" when `device` cannot be used here.
-  Tensor to(Device device, std::source_location site = std::source_location::current()) const;
+  Tensor to(Device device, tide::SourceLocation site = tide::SourceLocation::current()) const;
 
   // ---- sync points -------------------------------------------------------------------
   // Waits for the last write to this tensor, then rethrows the failure of the op that
@@ -107,6 +107,15 @@ class Tensor {
   void wait_to_read() const;
   // True when the last write has executed. Does not wait.
   bool is_ready() const;
+  // Waits for the last write to this tensor only (not the whole queue), then says whether
+  // its storage holds a failure; never throws it. The rule: an op that fails, or is skipped
+  // because an input failed, poisons what it writes; in-place arithmetic (add_, mul_(0),
+  // ...) reads the old values and keeps the failure; copy_ onto a whole tensor from
+  // another one (as nn::load does) replaces it, and so clears it when the source is sound.
+  bool failed() const;
+  // The failure's message, "[op] what (queued at file:line)", or "" when there is none.
+  // Waits like failed(). Does not mark the failure reported (wait_all still sees it).
+  std::string failure_message() const;
   // Waits. The single element, converted to T. Throws "[item]" unless numel() == 1.
   template <class T = float>
   T item() const;
@@ -132,15 +141,15 @@ class Tensor {
   // ---- in-place (defined in ops/elementwise.cpp); queued writes with hazard tracking --
   // this += alpha * other (other broadcast to this shape).
   Tensor& add_(const Tensor& other, double alpha = 1.0,
-               std::source_location site = std::source_location::current());
+               tide::SourceLocation site = tide::SourceLocation::current());
   // this -= alpha * other.
   Tensor& sub_(const Tensor& other, double alpha = 1.0,
-               std::source_location site = std::source_location::current());
+               tide::SourceLocation site = tide::SourceLocation::current());
   // this *= other.
-  Tensor& mul_(const Tensor& other, std::source_location site = std::source_location::current());
-  Tensor& mul_(double s, std::source_location site = std::source_location::current());
+  Tensor& mul_(const Tensor& other, tide::SourceLocation site = tide::SourceLocation::current());
+  Tensor& mul_(double s, tide::SourceLocation site = tide::SourceLocation::current());
   // Overwrites this with src's values (broadcast). Queued.
-  Tensor& copy_(const Tensor& src, std::source_location site = std::source_location::current());
+  Tensor& copy_(const Tensor& src, tide::SourceLocation site = tide::SourceLocation::current());
 
   // Assigning to a temporary (a + b = c) does not compile.
   Tensor(const Tensor&) = default;

@@ -43,10 +43,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   TIDE_CHECK(labels.size(0) == n, "cross_entropy", "logits ", logits.shape(), " and labels ",
              labels.shape(), " disagree on N");
   TIDE_CHECK(n > 0 && c > 0, "cross_entropy", "empty logits ", logits.shape());
-  Tensor lab = labels.dtype() == DType::int64 ? labels : cast(labels, DType::int64);
-  // One-hot mask (N, C): eq on int64 gives float32 0/1.
-  Tensor mask = eq(arange(c, DType::int64, lab.device()).reshape({1, c}), lab.reshape({n, 1}));
-  if (mask.dtype() != logits.dtype()) mask = cast(mask, logits.dtype());
+  TIDE_CHECK(labels.device() == logits.device(), "cross_entropy", "logits on ",
+             logits.device().str(), " and labels on ", labels.device().str());
+  // One kernel, which checks each label against C when it runs (no wait here): a label
+  // outside [0, C) fails the loss on the CPU and makes it NaN on a GPU (ops/linalg.h).
+  Tensor mask = one_hot(labels, c, logits.dtype(), "cross_entropy");
   Tensor logp = log_softmax(logits);
   return div(neg(sum(mul(mask, logp))), double(n));
 }

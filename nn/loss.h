@@ -15,9 +15,12 @@ Tensor l2_loss(const Tensor& pred, const Tensor& target);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 
 // Mean over rows of -log_softmax(logits)[label]. logits: (N, C) float32/float64, N >= 1;
-// labels: (N) int64 (int32 is accepted and widened). Numerically stable for large logits.
-// A label outside [0, C) cannot be checked without waiting: its row contributes 0.
+// labels: (N) int64 or int32 on the logits' device. Numerically stable for large logits.
 // Throws "[cross_entropy]" naming the shapes/dtypes on bad ranks, sizes or dtypes.
+// A label outside [0, C) is found without waiting, when the kernel runs: on the CPU the loss
+// fails, and the first sync that touches it (or its gradients) throws "[cross_entropy]
+// label 200 of row 3 is outside the 10 classes [0, 10)"; on a GPU the loss is NaN instead
+// (train::Trainer stops on a loss that is not finite).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
 
 }  // namespace tide::nn

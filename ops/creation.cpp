@@ -8,7 +8,9 @@
 #include "core/random_scope.h"
 #include "ops/autograd.h"
 #include "ops/creation_kernels.h"
+#include "ops/elementwise.h"
 #include "ops/elementwise_kernels.h"
+#include "ops/functors.h"
 #include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 
@@ -39,6 +41,7 @@ Tensor ones(const Shape& shape, DType dtype, Device device, Site site) {
   return fill_with(OpId::ones, shape, dtype, device, 1.0, 0.0, false, site);
 }
 Tensor full(const Shape& shape, double value, DType dtype, Device device, Site site) {
+  check_scalar_fits(value, dtype, "full", "value", false);
   return fill_with(OpId::full, shape, dtype, device, value, 0.0, false, site);
 }
 
@@ -46,8 +49,18 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
   TIDE_CHECK(step != 0.0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
              "arange", "needs finite start, end and a nonzero step, got (", start, ", ", end,
              ", ", step, ")");
-  double count = std::ceil((end - start) / step);
-  int64_t n = count > 0 ? int64_t(count) : 0;
+  // The count converts to int64 only when it is finite and a shape may hold it (2^60,
+  // core/shape.h); NaN cannot arise from finite inputs but would be refused too.
+  const double count = std::ceil((end - start) / step);
+  TIDE_CHECK(count <= double(kMaxNumel) || count <= 0, "arange", "(start, end, step) = (",
+             format_scalar(start), ", ", format_scalar(end), ", ", format_scalar(step),
+             ") gives ", format_scalar(count), " elements; a tensor holds at most 2^60");
+  const int64_t n = count > 0 ? int64_t(count) : 0;
+  if (n > 0 && !is_floating(dtype)) {
+    // Element i is start + i * step, computed in double as the kernels do.
+    check_scalar_fits(start, dtype, "arange", "the first value", false);
+    check_scalar_fits(start + double(n - 1) * step, dtype, "arange", "the last value", false);
+  }
   return fill_with(OpId::arange, Shape{n}, dtype, device, start, step, true, site);
 }
 
@@ -98,7 +111,7 @@ Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dt
   dispatch_dtype(dtype, [&](auto z) {
     using T = decltype(z);
     T* p = y.data<T>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = T(values[i]);
+    for (size_t i = 0; i < values.size(); ++i) p[i] = fn::convert<T>(values[i]);
   });
   return device.is_cpu() ? y : y.to(device, site);
 }

@@ -2,7 +2,9 @@
 // the family's kernel entries (ops/elementwise_kernels.h) with the functors of functors.h.
 #include "ops/elementwise.h"
 
+#include <charconv>
 #include <cmath>
+#include <string>
 
 #include "ops/autograd.h"
 #include "ops/creation.h"
@@ -14,6 +16,32 @@
 #include "ops/reduce.h"
 
 namespace tide {
+
+namespace detail {
+
+std::string format_scalar(double s) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, s);
+  return std::string(buf, r.ptr);
+}
+
+void check_scalar_fits(double s, DType dtype, const char* op, const char* what, bool integral,
+                       const std::string& context) {
+  if (is_floating(dtype)) return;
+  TIDE_CHECK(std::isfinite(s), op, what, " ", format_scalar(s), " is not finite", context);
+  // int32: [-2^31, 2^31 - 1], both exact doubles. int64: [-2^63, 2^63 - 1]; no double lies
+  // between 2^63 - 1024 and 2^63, so s < 2^63 is the upper bound.
+  const bool fits = dtype == DType::int32 ? s >= -0x1p31 && s <= 0x1p31 - 1
+                                          : s >= -0x1p63 && s < 0x1p63;
+  TIDE_CHECK(fits, op, what, " ", format_scalar(s), " is outside the range of ", dtype,
+             dtype == DType::int32 ? " [-2147483648, 2147483647]"
+                                   : " [-9223372036854775808, 9223372036854775807]",
+             context);
+  TIDE_CHECK(!integral || s == std::trunc(s), op, what, " ", format_scalar(s),
+             " is not an integer", context);
+}
+
+}  // namespace detail
 
 using namespace detail;
 using Grads = std::vector<Tensor>;
@@ -118,19 +146,27 @@ Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   return y;
 }
 
+// What an error about a scalar adds for an integer tensor a.
+std::string for_tensor(const Tensor& a) {
+  return ", for a tensor of " + describe(a) + "; cast the tensor to a floating dtype first";
+}
+
 template <class F>
 Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Site site) {
   const char* op = op_name(id);
   check_defined(a, op);
   check_supported(a, id);
   if (id == OpId::div) check_floating(a, op);
+  // The kernel computes in a's dtype: an integer tensor needs a scalar it holds (its
+  // conversion is undefined otherwise). In range, ceil / floor below stay in range.
+  if (!is_floating(a.dtype()))
+    check_scalar_fits(s, a.dtype(), op, "scalar", !is_mask_op(id), for_tensor(a));
   Tensor y = Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(),
                            a.device(), op);
   if (!is_floating(a.dtype()) && s != std::floor(s)) {
-    // An integer tensor against a fractional scalar: comparisons keep their meaning
-    // (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5 never holds); arithmetic refuses.
-    TIDE_CHECK(is_mask_op(id), op, "scalar ", s, " is not an integer, for a tensor of ",
-               describe(a), "; cast the tensor to a floating dtype first");
+    // An integer tensor against a fractional scalar (arithmetic refused it above):
+    // comparisons keep their meaning (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5
+    // never holds).
     if (id == OpId::lt) queue_scalar(id, f, a, std::ceil(s), scalar_first, y, site);
     else if (id == OpId::gt) queue_scalar(id, f, a, std::floor(s), scalar_first, y, site);
     else queue_scalar(id, fn::Never{}, a, 0.0, scalar_first, y, site);
@@ -349,10 +385,20 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   TIDE_CHECK(s == self.shape(), op, "cannot broadcast ", describe(*other), " into ",
              describe(self));
 }
+
+// add_ / sub_ compute a + T(alpha) * b: an integer tensor needs an alpha its dtype holds.
+void check_alpha(const Tensor& self, double alpha, OpId id) {
+  if (alpha == 1.0 || is_floating(self.dtype())) return;
+  const char* op = op_name(id);
+  check_scalar_fits(alpha, self.dtype(), op, "alpha", true, for_tensor(self));
+  if (id == OpId::sub_)  // computed as a + (-alpha) * b
+    check_scalar_fits(-alpha, self.dtype(), op, "-alpha", true, for_tensor(self));
+}
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
   check_in_place(*this, &other, OpId::add_);
+  check_alpha(*this, alpha, OpId::add_);
   if (alpha == 1.0) queue_binary(OpId::add_, fn::Add{}, *this, other, *this, site);
   else queue_binary(OpId::add_, fn::AddScaled{alpha}, *this, other, *this, site);
   return *this;
@@ -360,6 +406,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
 
 Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
   check_in_place(*this, &other, OpId::sub_);
+  check_alpha(*this, alpha, OpId::sub_);
   if (alpha == 1.0) queue_binary(OpId::sub_, fn::Sub{}, *this, other, *this, site);
   else queue_binary(OpId::sub_, fn::AddScaled{-alpha}, *this, other, *this, site);
   return *this;
@@ -373,12 +420,19 @@ Tensor& Tensor::mul_(const Tensor& other, Site site) {
 
 Tensor& Tensor::mul_(double s, Site site) {
   check_in_place(*this, nullptr, OpId::mul_);
+  if (!is_floating(dtype()))
+    check_scalar_fits(s, dtype(), op_name(OpId::mul_), "scalar", true, for_tensor(*this));
   queue_scalar(OpId::mul_, fn::Mul{}, *this, s, false, *this, site);
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src, Site site) {
   check_in_place(*this, &src, OpId::copy_);
+  // Onto every byte its storage was made for, from another storage: the old values do not
+  // matter, so the copy replaces a failure of this tensor (core/engine.h, ReplacingWrite).
+  const bool whole = offset() == 0 && nbytes() == storage()->requested_bytes() &&
+                     src.storage() != storage();
+  ReplacingWrite replacing(whole);
   queue_binary(OpId::copy_, fn::Second{}, *this, src, *this, site);
   return *this;
 }

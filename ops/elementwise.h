@@ -3,7 +3,17 @@
 // neg and comparisons accept every dtype; exp, log, sqrt, pow, sigmoid, tanh, div need a
 // floating dtype. Comparisons give masks of 0/1 in the input's dtype (float32 for
 // integer inputs). All queued; none waits.
+//
+// Scalars with integer tensors: the scalar is computed in the tensor's dtype, so it must be
+// one that dtype holds. Every tensor-scalar op (comparisons included) and the factor of
+// mul_ and the alpha of add_ / sub_ throw "[op] scalar 1e+30 is outside the range of int32
+// [-2147483648, 2147483647], for a tensor of ..." for a value outside the range, and
+// "... is not finite ..." for NaN and infinities, at the call. Arithmetic also refuses a
+// fractional scalar; a comparison keeps its meaning (x < 0.5 is x < 1). Floating tensors
+// take any double. Float-to-integer conversion of tensors: see cast (ops/creation.h).
 #pragma once
+
+#include <string>
 
 #include "core/engine.h"
 #include "core/tensor.h"
@@ -64,5 +74,16 @@ inline Tensor operator-(double s, At a) { return rsub(s, a.t, a.site); }
 inline Tensor operator*(double s, At a) { return mul(a.t, s, a.site); }
 inline Tensor operator/(double s, At a) { return rdiv(s, a.t, a.site); }
 inline Tensor operator-(At a) { return neg(a.t, a.site); }
+
+namespace detail {
+// Shared by the front-ends (not for users): throws "[op] <what> <s> is not finite",
+// "... is outside the range of int32 [-2147483648, 2147483647]" or, with `integral`,
+// "... is not an integer", each followed by `context`, unless the integer dtype `dtype`
+// holds s. Does nothing for floating dtypes.
+void check_scalar_fits(double s, DType dtype, const char* op, const char* what, bool integral,
+                       const std::string& context = {});
+// s as the shortest text that reads back as s ("1e+30", "0.5", "2147483648", "nan").
+std::string format_scalar(double s);
+}  // namespace detail
 
 }  // namespace tide

@@ -96,6 +96,29 @@ struct Pow {
 };
 struct Identity { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a; } };
 
+// ---- conversions between dtypes (cast, from_data, integer fills) -----------------------------
+
+// a as an O. Float to integer saturates, where C++'s conversion is undefined: NaN -> 0,
+// values at or beyond the range (infinities included) -> O's min or max, others truncate
+// toward zero. Every other pair is C++'s conversion: integer to integer wraps (C++20, as
+// NumPy), to float rounds to nearest. The CPU and CUDA casts both call this, so they agree.
+template <class O, class T> TIDE_HOST_DEVICE O convert(T a) {
+  if constexpr (std::is_floating_point_v<T> && std::is_integral_v<O>) {
+    static_assert(sizeof(O) == 4 || sizeof(O) == 8, "int32 or int64");
+    // 2^31 or 2^63: exact in float and double; every value strictly between -lim and lim
+    // truncates to one O holds.
+    constexpr T lim = sizeof(O) == 4 ? T(2147483648.0) : T(9223372036854775808.0);
+    constexpr O max = sizeof(O) == 4 ? O(2147483647) : O(9223372036854775807LL);
+    constexpr O min = O(-max - 1);
+    if (a != a) return O(0);
+    if (a >= lim) return max;
+    if (a <= -lim) return min;
+    return O(a);
+  } else {
+    return O(a);
+  }
+}
+
 // ---- fused optimizer updates (ops/optim.h) ------------------------------------------------
 // One element of an in-place update: the state (p, buf / m, v) by reference, the gradient
 // by value. A kernel first calls factors() once with the lr (and step count) it read from

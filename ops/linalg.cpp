@@ -1,8 +1,13 @@
-// matmul, transpose and the row-wise softmax / log_softmax: checks, shapes and gradients
-// over the linear-algebra kernel entries (ops/linalg_kernels.h).
+// matmul, linear, one-hot rows, transpose and the row-wise softmax / log_softmax: checks,
+// shapes and gradients over the linear-algebra kernel entries (ops/linalg_kernels.h).
 #include "ops/linalg.h"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
 
 #include "ops/autograd.h"
 #include "ops/elementwise.h"
@@ -15,6 +20,55 @@ namespace tide {
 
 using namespace detail;
 using Grads = std::vector<Tensor>;
+
+namespace {
+
+// cblas_?gemm takes int sizes (and the plan cache and heuristics of cuBLASLt are only
+// exercised with them): a product whose sizes or row strides pass 2^31 - 1 is refused at
+// the call, before its output is allocated. Splitting it into int-sized GEMMs is not
+// implemented; the one rule keeps the CPU and the GPU alike.
+// (A template on `desc`, not a std::function: this runs on every matmul's enqueue path,
+// which allocates nothing in steady state.)
+template <class Desc>
+void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char*, int64_t>> sizes,
+                      const Desc& desc) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  for (const auto& [name, v] : sizes)
+    TIDE_CHECK(v <= kMax, op, name, " = ", v, " exceeds the 32-bit dimension limit of BLAS: ",
+               desc(), " (every dimension and row stride must be at most ", kMax, ")");
+}
+
+// kernels::queue (ops/kernel_entry.h) under a task name of the caller's instead of the op
+// table's, so that the one-hot of a loss fails as "[cross_entropy] label ...": the same
+// seam, with `name` a string literal that outlives the task. `id` selects the kernel and
+// names the op when the device has none.
+template <class Args, class Extra>
+void queue_named(const char* name, OpId id, Device device, std::initializer_list<Storage*> reads,
+                 std::initializer_list<Storage*> writes, kernels::KernelFn<Args, Extra> cpu,
+                 const Args& args, const Extra& x, Site site) {
+  bool on_host = false;
+  kernels::KernelFn<Args, Extra> fn = kernels::select(id, device, cpu, &on_host);
+  if (on_host) [[unlikely]] {  // a test's fake GPU: the CPU kernel in stream order
+    kernels::HostKernelIo io(reads, writes, name, site);
+    Engine::get().submit(device, name, reads, writes,
+                         [fn, args, x, io](const KernelContext& ctx) {
+                           kernels::run_on_host(ctx, [fn, args, x, io] {
+                             if (io.inherit_failure()) return;
+                             try {
+                               fn(cpu_kernel_context(), args, x);
+                             } catch (const std::exception& e) {
+                               io.fail(e.what());
+                             }
+                           });
+                         },
+                         site);
+    return;
+  }
+  Engine::get().submit(device, name, reads, writes,
+                       [fn, args, x](const KernelContext& ctx) { fn(ctx, args, x); }, site);
+}
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   const char* op = "matmul";
@@ -30,10 +84,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   int64_t kb = opt.trans_b ? b.shape()[1] : b.shape()[0];
   int64_t n = opt.trans_b ? b.shape()[0] : b.shape()[1];
   TIDE_CHECK(k == kb, op, "inner dimensions differ: ", desc());
-  Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
   int64_t lda = std::max<int64_t>(1, a.shape()[1]);
   int64_t ldb = std::max<int64_t>(1, b.shape()[1]);
   int64_t ldc = std::max<int64_t>(1, n);
+  // An empty output computes nothing: no GEMM, no limit.
+  if (m > 0 && n > 0)
+    check_blas_sizes(op, {{"m", m}, {"n", n}, {"k", k}, {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}},
+                     desc);
+  Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
   if (m * n > 0) {
     dispatch_floating(a.dtype(), [&](auto z) {
       using T = decltype(z);
@@ -69,6 +127,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
              op, "expected x (N, K) @ w (K, M) + b (M,), got ", describe(x), " @ ", describe(w),
              " + ", describe(b));
   const int64_t m = x.size(0), k = x.size(1), n = w.size(1);
+  if (m > 0 && n > 0)
+    check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}}, [&] {
+      return describe(x) + " @ " + describe(w) + " + " + describe(b);
+    });
   Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
   if (m * n > 0)
     dispatch_floating(x.dtype(), [&](auto z) {
@@ -90,6 +152,32 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                      if (need_w) gw = matmul(x, gy, {true, false});
                      return Grads{gx, gw, sum(gy, 0)};
                    });
+  return y;
+}
+
+Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* op, Site site) {
+  check_defined(labels, op);
+  // The kernel is registered wherever eq (the comparison it fuses with an arange) is.
+  check_supported(labels, OpId::eq);
+  TIDE_CHECK(labels.ndim() == 1 && !is_floating(labels.dtype()), op,
+             "labels must be (N) int32 or int64, got ", describe(labels));
+  TIDE_CHECK(classes >= 1, op, "needs at least one class, got ", classes);
+  TIDE_CHECK(is_floating(dtype), op, "one-hot rows need a floating dtype, got ", dtype);
+  const int64_t n = labels.size(0);
+  Tensor y = Tensor::empty({n, classes}, dtype, labels.device(), op);
+  if (n == 0) return y;
+  dispatch_floating(dtype, [&](auto z) {
+    using T = decltype(z);
+    auto run = [&](auto zl) {
+      using L = decltype(zl);
+      queue_named(op, OpId::eq, labels.device(), {labels.storage()}, {y.storage()},
+                  &kernels::cpu::one_hot_rows<T, L>,
+                  kernels::OneHotRows<T, L>{labels.ref<L>(), y.ref<T>(), n, classes},
+                  kernels::NoExtra{}, site);
+    };
+    if (labels.dtype() == DType::int32) run(int32_t{});
+    else run(int64_t{});
+  });
   return y;
 }
 

@@ -1,5 +1,5 @@
 // Matrix products and row-wise ops: matmul through CBLAS (sgemm/dgemm), transpose,
-// softmax and log_softmax along the last axis. All queued; none waits.
+// softmax and log_softmax along the last axis, one-hot rows. All queued; none waits.
 #pragma once
 
 #include "core/engine.h"
@@ -13,15 +13,29 @@ struct MatmulOptions {
 };
 
 // op(a) @ op(b) for 2-D float32/float64 tensors. Throws "[matmul]" naming both shapes
-// when ranks, dtypes or inner dimensions do not match.
+// when ranks, dtypes or inner dimensions do not match, and, before anything is allocated,
+// when a product with a nonempty output has a dimension past 2^31 - 1 (BLAS takes int
+// sizes: "... exceeds the 32-bit dimension limit of BLAS"; the same on every device).
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
               Site site = Site::current());
 // x @ w + b (b: one value per column, broadcast over rows), then ReLU when `relu`: the
 // Linear layer as one kernel (on CUDA, cuBLASLt's bias / bias+ReLU epilogues; on the CPU a
 // GEMM and one pass over the rows). x (N, K), w (K, M), b (M,), all float32 or float64 on
-// one device. Differentiable in x, w and b. Throws "[linear]" naming the shapes otherwise.
+// one device. Differentiable in x, w and b. Throws "[linear]" naming the shapes otherwise,
+// and for N, K or M past 2^31 - 1 as matmul does.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu = false,
               Site site = Site::current());
+// One-hot rows: (N, classes) of `dtype` (float32 or float64), 1 at column labels[i] and 0
+// elsewhere; labels (N) int32 or int64. Not differentiable. The labels are on the device, so
+// their range is checked when the kernel runs, without a wait: a label outside
+// [0, classes) fails the op on the CPU ("[op] label 200 of row 3 is outside the 10 classes
+// [0, 10)", thrown by the first sync that touches the result or anything computed from
+// it); a CUDA kernel cannot throw, so on a GPU that row is NaN instead (a loss over it is
+// NaN). `op` names the op in errors (a string literal: a loss passes its own name). Throws
+// "[op]" at the call for labels that are not 1-D integers, classes < 1 or a non-floating
+// dtype.
+Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype = DType::float32,
+               const char* op = "one_hot", Site site = Site::current());
 // The transpose of a 2-D tensor, materialised (queued copy).
 Tensor transpose(const Tensor& a, Site site = Site::current());
 // exp(x - max) / sum(exp(x - max)) over the last axis (floating, rank >= 1).

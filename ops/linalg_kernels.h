@@ -1,6 +1,6 @@
-// The linear-algebra family's kernel entries (ops/kernel_entry.h): GEMM, transpose and the
-// row-wise softmax. CPU implementations in ops/cpu/linalg.cpp (OpenBLAS through CBLAS),
-// CUDA's in ops/cuda/matmul.cu (cuBLASLt) and ops/cuda/rows.cu.
+// The linear-algebra family's kernel entries (ops/kernel_entry.h): GEMM, transpose, the
+// row-wise softmax and one-hot rows. CPU implementations in ops/cpu/linalg.cpp (OpenBLAS
+// through CBLAS), CUDA's in ops/cuda/matmul.cu (cuBLASLt; one-hot rows) and ops/cuda/rows.cu.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,8 @@
 namespace tide::kernels {
 
 // Row-major c (m x n) = op(a) @ op(b), op = transpose when ta / tb; lda, ldb, ldc are the
-// row strides (elements) of a, b and c as stored. k may be 0 (c = 0).
+// row strides (elements) of a, b and c as stored. k may be 0 (c = 0). Every size is at most
+// 2^31 - 1 (BLAS takes int; the front-ends refuse more).
 template <class T>
 struct Gemm {
   DataRef<T> a, b, c;
@@ -42,7 +43,20 @@ struct SoftmaxRows {
   bool log = false;
 };
 
+// Row i of y (rows x classes) is 1 at column labels[i] and 0 elsewhere: the targets of a
+// classification loss. A label outside [0, classes) fails the CPU entry (an error naming the
+// first such label, its row and the class count); the CUDA entry cannot throw, so it fills
+// that row with NaN instead (a loss over it is NaN).
+template <class T, class L>
+struct OneHotRows {
+  DataRef<L> labels;
+  DataRef<T> y;
+  int64_t rows = 0, classes = 0;
+};
+
 namespace cpu {
+template <class T, class L>
+void one_hot_rows(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&);
 template <class T>
 void gemm(const KernelContext&, const Gemm<T>&, const NoExtra&);
 template <class T>

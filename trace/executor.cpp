@@ -67,7 +67,7 @@ uint64_t run_program(const Graph& g, Order order, const std::function<void(size_
 
 void submit_wide(const char* op, const std::vector<Storage*>& reads,
                  const std::vector<Storage*>& writes, std::function<void()> fn,
-                 std::source_location site) {
+                 tide::SourceLocation site) {
   Engine& eng = Engine::get();
   if (reads.size() + writes.size() <= size_t(Engine::kMaxStorages)) {
     eng.submit(Device::cpu(), op, std::span<Storage* const>(reads), std::span<Storage* const>(writes),
@@ -194,7 +194,7 @@ void CallBindings::finish() const {
 }
 
 std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                           std::source_location site, size_t* allocated) {
+                           tide::SourceLocation site, size_t* allocated) {
   CallBindings c = prepare_call(*gp, args);
   if (allocated) *allocated += c.allocated;
   std::vector<Tensor> result = std::move(c.result);

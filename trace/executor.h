@@ -7,7 +7,7 @@
 
 #include <memory>
 #include <functional>
-#include <source_location>
+#include "core/source_location.h"
 #include <span>
 #include <string>
 #include <vector>
@@ -52,7 +52,7 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args);
 // tensors for arguments, captures or state returned as they are. Adds the bytes it
 // allocated (outputs only) to *allocated. Does not wait.
 std::vector<Tensor> replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
-                           std::source_location site, size_t* allocated = nullptr);
+                           tide::SourceLocation site, size_t* allocated = nullptr);
 
 enum class Order {
   planned,  // g.streams > 1: independent branches at once (trace/parallel.h)
@@ -74,6 +74,6 @@ std::string node_failure(const Graph& g, size_t i, const char* what);
 // the same stream carry the hazards of the rest (before and after the main task).
 void submit_wide(const char* op, const std::vector<Storage*>& reads,
                  const std::vector<Storage*>& writes, std::function<void()> fn,
-                 std::source_location site);
+                 tide::SourceLocation site);
 
 }  // namespace tide::trace

@@ -80,7 +80,7 @@ RetraceReason reason_for(const Signature& before, const Signature& after) {
 }
 }  // namespace
 
-FunctionCore::FunctionCore(Options o, std::source_location site)
+FunctionCore::FunctionCore(Options o, tide::SourceLocation site)
     : opt_(std::move(o)), site_(site) {
   TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ",
              opt_.cache_budget);

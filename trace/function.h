@@ -38,7 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <source_location>
+#include "core/source_location.h"
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -128,7 +128,7 @@ namespace detail {
 // The type-erased part of trace::function (trace/function.cpp).
 class FunctionCore {
  public:
-  FunctionCore(Options o, std::source_location site);
+  FunctionCore(Options o, tide::SourceLocation site);
   ~FunctionCore();
 
   using Body = std::function<std::vector<Tensor>(std::span<const Tensor> tensor_args)>;
@@ -148,7 +148,7 @@ class FunctionCore {
   static std::string sig_key(const Signature& sig);
 
   Options opt_;
-  std::source_location site_;
+  tide::SourceLocation site_;
   std::list<std::unique_ptr<Entry>> cache_;  // most recently used first
   FunctionStats stats_;
   std::vector<int64_t> trace_calls_;  // call numbers that traced
@@ -242,7 +242,7 @@ struct Outputs<std::pair<A, B>> {
 template <class F>
 class Function {
  public:
-  Function(F f, Options o, std::source_location site)
+  Function(F f, Options o, tide::SourceLocation site)
       : f_(std::make_shared<F>(std::move(f))),
         core_(std::make_shared<detail::FunctionCore>(std::move(o), site)) {}
 
@@ -293,7 +293,7 @@ class Function {
 // `site` (the caller) names the replay task in errors and the profiler.
 template <class F>
 Function<std::decay_t<F>> function(F&& f, Options o = {},
-                                   std::source_location site = std::source_location::current()) {
+                                   tide::SourceLocation site = tide::SourceLocation::current()) {
   return Function<std::decay_t<F>>(std::forward<F>(f), std::move(o), site);
 }
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <source_location>
+#include "core/source_location.h"
 #include <string>
 #include <vector>
 
@@ -50,7 +50,7 @@ struct LoopProgram;
 
 struct Node {
   const char* op = "";
-  std::source_location site;
+  tide::SourceLocation site;
   std::vector<int> reads, writes;  // value ids
   tide::detail::Kernel kernel;     // plain nodes: the recorded CPU kernel
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion

@@ -158,7 +158,7 @@ Generator* substream_generator(const Graph& body) {
 }
 
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
-                                const std::vector<Tensor>& state, std::source_location site) {
+                                const std::vector<Tensor>& state, tide::SourceLocation site) {
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
   std::vector<Tensor> ph, next;
@@ -281,7 +281,7 @@ std::vector<Tensor> eager_substream_loop(int64_t n, const LoopBody& body,
 }
 
 std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vector<Tensor> state,
-                             std::source_location site) {
+                             tide::SourceLocation site) {
   check_state(state, "loop");
   if (tide::detail::CaptureSink* c = tide::detail::capturing()) {
     auto* outer = dynamic_cast<Recorder*>(c);
@@ -313,19 +313,19 @@ LoopBody single(const std::function<Tensor(const Tensor&)>& f) {
 }  // namespace
 
 std::vector<Tensor> loop(int64_t n, const LoopBody& body, std::vector<Tensor> state,
-                         std::source_location site) {
+                         tide::SourceLocation site) {
   return run_loop(count_of(n), body, std::move(state), site);
 }
 std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tensor> state,
-                         std::source_location site) {
+                         tide::SourceLocation site) {
   return run_loop(count_of(n), body, std::move(state), site);
 }
 Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
-            std::source_location site) {
+            tide::SourceLocation site) {
   return run_loop(count_of(n), single(body), {state}, site)[0];
 }
 Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
-            const Tensor& state, std::source_location site) {
+            const Tensor& state, tide::SourceLocation site) {
   return run_loop(count_of(n), single(body), {state}, site)[0];
 }
 

@@ -44,7 +44,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <source_location>
+#include "core/source_location.h"
 #include <vector>
 
 #include "core/tensor.h"
@@ -57,14 +57,14 @@ using LoopBody = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // dtype, a body that returns a different number of tensors or other shapes/dtypes than
 // the state, or an empty state.
 std::vector<Tensor> loop(int64_t n, const LoopBody& body, std::vector<Tensor> state,
-                         std::source_location site = std::source_location::current());
+                         tide::SourceLocation site = tide::SourceLocation::current());
 std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tensor> state,
-                         std::source_location site = std::source_location::current());
+                         tide::SourceLocation site = tide::SourceLocation::current());
 
 // One state tensor.
 Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
-            std::source_location site = std::source_location::current());
+            tide::SourceLocation site = tide::SourceLocation::current());
 Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
-            const Tensor& state, std::source_location site = std::source_location::current());
+            const Tensor& state, tide::SourceLocation site = tide::SourceLocation::current());
 
 }  // namespace tide::trace

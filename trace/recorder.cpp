@@ -78,7 +78,7 @@ Tensor Recorder::placeholder(const Tensor& arg) {
 
 void Recorder::record(const char* op, std::span<Storage* const> reads,
                       std::span<Storage* const> writes, tide::detail::Kernel kernel,
-                      std::source_location site) {
+                      tide::SourceLocation site) {
   for (std::span<Storage* const> list : {reads, writes})
     for (Storage* s : list)
       TIDE_CHECK(s->device().is_cpu(), op, "runs on ", s->device().str(), " inside ", what_,

@@ -42,7 +42,7 @@ class Recorder final : public tide::detail::CaptureSink {
   // CaptureSink
   void record(const char* op, std::span<Storage* const> reads,
               std::span<Storage* const> writes, tide::detail::Kernel kernel,
-              std::source_location site) override;
+              tide::SourceLocation site) override;
   StorageRef allocate(size_t bytes, Device device, const char* op) override;
   [[noreturn]] void host_read(const char* op) override;
   const uint64_t* random_counter(Generator& gen, uint64_t numel) override;

@@ -23,7 +23,7 @@ bool planned_elsewhere(ValueKind k) {
 }  // namespace
 
 std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                                  Fusion fusion, std::source_location site) {
+                                  Fusion fusion, tide::SourceLocation site) {
   Graph& g = *gp;
   TIDE_CHECK(!g.reference.empty() || g.nodes.empty(), "trace",
              "verify needs the recorded nodes (trace with Options::verify)");

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <memory>
-#include <source_location>
+#include "core/source_location.h"
 #include <span>
 #include <vector>
 
@@ -20,6 +20,6 @@ namespace tide::trace {
 // run's outputs. Throws tide::Error("[trace] verify: ...") naming the first node (op and
 // where it was traced) whose result differs from eager, bit for bit. Needs g.reference.
 std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
-                                  Fusion fusion, std::source_location site);
+                                  Fusion fusion, tide::SourceLocation site);
 
 }  // namespace tide::trace

@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <string>
 
 #include "core/engine.h"
 #include "core/error.h"
@@ -54,6 +55,17 @@ void check_mode(Mode mode, Device device) {
     throw Error("trainer", "the model is on " + device.str() +
                                ": traced mode runs on the CPU only; the GPU trace executor is "
                                "not built yet (use eager mode on a GPU)");
+}
+
+// A loss that is not finite ends the run: recording NaN and going on would train the
+// parameters into NaN and return as if it had worked. On a GPU this is also how an invalid
+// label shows (cross_entropy's kernel makes its loss NaN; the CPU fails the loss instead).
+void check_finite_loss(double loss, int batch, int batches) {
+  if (std::isfinite(loss)) return;
+  throw Error("trainer", "the loss of minibatch " + std::to_string(batch) + " of " +
+                             std::to_string(batches) + " is not finite (" + fmt_double(loss) +
+                             "): the run diverged or the data is invalid (e.g. a label "
+                             "outside the model's classes); stopping");
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -213,7 +225,10 @@ TrainResult Trainer::run(const TrainerOptions& options) {
         eng.set_max_inflight_ops(res.bound_ops);
       }
     }
-    if (pol.kind == SyncPolicy::per_batch) r.loss = loss.item<double>();
+    if (pol.kind == SyncPolicy::per_batch) {
+      r.loss = loss.item<double>();
+      check_finite_loss(r.loss, i, options.batches);
+    }
     res.steps.push_back(r);
   }
   eng.wait_all();
@@ -221,6 +236,9 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   // buffers allocated at enqueue are only touched (resident) when the worker writes them.
   const size_t rss_after_sync = process_rss_bytes();
   res.final_loss = loss.item<double>();
+  // Without per-batch reads the last loss is the first one seen: a NaN earlier on has
+  // reached the parameters, and so this one, by now.
+  check_finite_loss(res.final_loss, options.batches, options.batches);
   res.steps.back().loss = res.final_loss;
   res.total_s = seconds_since(t0);
   eng.reclaim();
@@ -272,7 +290,7 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   // On a GPU the gate holds the stream's worker, so the step's kernels are not launched
   // (and its storages not released) until it opens.
   eng.submit(dev, "trainer_gate", {}, {}, [g = open] { g->wait(false); },
-             std::source_location::current());
+             tide::SourceLocation::current());
   const size_t before = alloc.stats().active_bytes;
   Tensor loss = step(mode);
   const size_t after = alloc.stats().active_bytes;

@@ -135,7 +135,9 @@ class Trainer {
   // top of this file). Waits for all previously queued work first (so the baseline is
   // clean) and for all of its own at the end. Throws "[trainer]" for batches < 1, a
   // bounded policy with k < 1, or traced mode with the model on a GPU (before running
-  // anything); rethrows failures of the queued work.
+  // anything); rethrows failures of the queued work (e.g. "[cross_entropy] label 200 ..."
+  // on the CPU). Throws "[trainer] the loss of minibatch i of N is not finite ..." when a
+  // loss it reads (every one under per_batch, the last otherwise) is NaN or infinite.
   TrainResult run(const TrainerOptions& options);
 
   // Queues one minibatch behind a gate that holds the worker back, measures the allocator

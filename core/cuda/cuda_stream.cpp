@@ -206,7 +206,7 @@ void CudaStream::block_until(uint64_t seq) {
   }
 }
 
-bool CudaStream::launched_op(uint64_t seq, const char** op, std::source_location* site,
+bool CudaStream::launched_op(uint64_t seq, const char** op, tide::SourceLocation* site,
                              uint64_t* order) const {
   const Launch& l = launches_[seq % kLaunches];
   if (l.seq.load(std::memory_order_acquire) != seq) return false;

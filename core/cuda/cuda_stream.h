@@ -16,7 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <source_location>
+#include "core/source_location.h"
 #include <vector>
 
 #include "core/cuda/device_api.h"
@@ -48,7 +48,7 @@ class CudaStream final : public DeviceStream {
   StreamImpl& owner() const { return owner_; }
   // The op, site and device-wide launch order of launched task seq, if it is still in the
   // recent-launch ring.
-  bool launched_op(uint64_t seq, const char** op, std::source_location* site,
+  bool launched_op(uint64_t seq, const char** op, tide::SourceLocation* site,
                    uint64_t* order) const;
   // Marks every launched task complete (the device failed: nothing will complete).
   void abandon();
@@ -87,7 +87,7 @@ class CudaStream final : public DeviceStream {
     std::atomic<uint64_t> seq{0};
     uint64_t order = 0;  // device-wide launch order
     const char* op = nullptr;
-    std::source_location site;
+    tide::SourceLocation site;
   };
   Launch launches_[kLaunches];
 

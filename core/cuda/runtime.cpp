@@ -178,7 +178,7 @@ void DeviceRuntime::fail(const Status& st, const char* where) {
   // The ops that may have caused it: launched on this device and not complete.
   uint64_t in_flight = 0;
   const char* first_op = nullptr;
-  std::source_location first_site;
+  tide::SourceLocation first_site;
   uint64_t first_order = UINT64_MAX;
   for (CudaStream* s : streams_) {
     uint64_t done = s->owner().completed.load(std::memory_order_acquire);
@@ -186,7 +186,7 @@ void DeviceRuntime::fail(const Status& st, const char* where) {
     if (issued <= done) continue;
     in_flight += issued - done;
     const char* op = nullptr;
-    std::source_location site;
+    tide::SourceLocation site;
     uint64_t order = 0;
     if (s->launched_op(done + 1, &op, &site, &order) && order < first_order) {
       first_op = op;

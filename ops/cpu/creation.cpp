@@ -5,6 +5,7 @@
 
 #include "core/philox.h"
 #include "core/thread_pool.h"
+#include "ops/functors.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -16,10 +17,11 @@ void fill(const KernelContext&, const Fill<T>& a, const NoExtra&) {
   T* p = a.out.get();
   const Fill<T> f = a;
   parallel_for(a.n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    // convert: the front-ends check the values; saturating keeps a stray one defined.
     if (f.range)
-      for (int64_t i = lo; i < hi; ++i) p[i] = T(f.value + double(i) * f.step);
+      for (int64_t i = lo; i < hi; ++i) p[i] = fn::convert<T>(f.value + double(i) * f.step);
     else
-      for (int64_t i = lo; i < hi; ++i) p[i] = T(f.value);
+      for (int64_t i = lo; i < hi; ++i) p[i] = fn::convert<T>(f.value);
   });
 }
 

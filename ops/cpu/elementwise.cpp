@@ -37,7 +37,7 @@ void convert(const KernelContext&, const Convert<O, T>& a, const NoExtra&) {
   const T* pa = a.a.get();
   O* po = a.out.get();
   parallel_for(a.n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) po[i] = O(pa[i]);
+    for (int64_t i = lo; i < hi; ++i) po[i] = fn::convert<O>(pa[i]);
   });
 }
 

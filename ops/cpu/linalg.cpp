@@ -1,10 +1,12 @@
-// CPU implementations of the linear-algebra entries (ops/linalg_kernels.h).
+// CPU implementations of the linear-algebra entries (ops/linalg_kernels.h). The GEMM casts
+// its sizes to int for CBLAS: the front-ends (ops/linalg.cpp) refuse sizes past 2^31 - 1.
 #include "ops/linalg_kernels.h"
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include "core/thread_pool.h"
@@ -13,6 +15,29 @@
 namespace tide::kernels::cpu {
 
 using tide::detail::kParallelGrain;
+
+template <class T, class L>
+void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra&) {
+  const L* labels = o.labels.get();
+  T* y = o.y.get();
+  const int64_t rows = o.rows, classes = o.classes;
+  // Checked before anything is written; the engine turns the throw into the op's failure.
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t v = int64_t(labels[r]);
+    if (v < 0 || v >= classes)
+      throw std::runtime_error(tide::detail::concat("label ", v, " of row ", r,
+                                                    " is outside the ", classes, " classes [0, ",
+                                                    classes, ")"));
+  }
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes));
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* row = y + r * classes;
+      std::fill(row, row + classes, T(0));
+      row[labels[r]] = T(1);
+    }
+  });
+}
 
 template <class T>
 void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
@@ -88,6 +113,13 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
   });
 }
 
+#define TIDE_ONE_HOT(T, L) \
+  template void one_hot_rows<T, L>(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&);
+TIDE_ONE_HOT(float, int32_t)
+TIDE_ONE_HOT(float, int64_t)
+TIDE_ONE_HOT(double, int32_t)
+TIDE_ONE_HOT(double, int64_t)
+#undef TIDE_ONE_HOT
 template void gemm<float>(const KernelContext&, const Gemm<float>&, const NoExtra&);
 template void gemm<double>(const KernelContext&, const Gemm<double>&, const NoExtra&);
 template void gemm_bias<float>(const KernelContext&, const GemmBias<float>&, const NoExtra&);

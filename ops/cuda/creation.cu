@@ -9,6 +9,7 @@
 #include "ops/creation_kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
+#include "ops/functors.h"
 
 namespace tide::kernels::cuda {
 
@@ -18,7 +19,7 @@ namespace {
 
 template <class T>
 __global__ void fill_kernel(T* out, int64_t n, double value) {
-  const T v = T(value);
+  const T v = fn::convert<T>(value);
   for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = v;
 }
 
@@ -27,7 +28,7 @@ __global__ void fill_kernel(T* out, int64_t n, double value) {
 template <class T>
 __global__ void range_kernel(T* out, int64_t n, double value, double step) {
   for (int64_t i = global_index(); i < n; i += grid_stride())
-    out[i] = T(__dadd_rn(value, __dmul_rn(double(i), step)));
+    out[i] = fn::convert<T>(__dadd_rn(value, __dmul_rn(double(i), step)));
 }
 
 // One Philox block per four consecutive elements, as the CPU loop.

@@ -93,7 +93,7 @@ __global__ void unary_scalar(const T* a, T* out, int64_t begin, int64_t n, F f) 
 
 template <class O, class T>
 __global__ void convert_kernel(const T* a, O* out, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = O(a[i]);
+  for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = fn::convert<O>(a[i]);
 }
 
 // ---- entries --------------------------------------------------------------------------

@@ -4,8 +4,11 @@
 // strides, pointer alignments and epilogue by cuBLASLt's heuristic and cached for the
 // process. The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the
 // Linear layer is one kernel. Does not batch, does not autotune by timing, does not
-// synchronize.
+// synchronize. Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the
+// CPU). Also here: the one-hot rows of a classification loss (one small kernel).
 #include "core/cuda/cublaslt.h"
+
+#include <math_constants.h>
 
 #include <cstdint>
 #include <mutex>
@@ -272,9 +275,32 @@ void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra&) 
   gemm_with_epilogue<T>(ctx, g, gb.relu ? Epilogue::bias_relu : Epilogue::bias, gb.bias.get());
 }
 
+// One-hot rows (OneHotRows): the loss's targets. A kernel cannot throw, so a label outside
+// [0, classes) makes its whole row NaN: the loss computed from it is NaN (the CPU entry
+// fails the op instead; see ops/linalg.h one_hot).
+template <class T, class L>
+__global__ void one_hot_kernel(const L* labels, T* y, int64_t rows, int64_t classes) {
+  for (int64_t i = global_index(); i < rows * classes; i += grid_stride()) {
+    const int64_t r = i / classes, c = i % classes;
+    const int64_t v = int64_t(labels[r]);
+    y[i] = v < 0 || v >= classes ? T(CUDART_NAN) : T(v == c ? 1 : 0);
+  }
+}
+
+template <class T, class L>
+void one_hot_rows(const KernelContext& ctx, const OneHotRows<T, L>& o, const NoExtra&) {
+  if (o.rows * o.classes == 0) return;
+  one_hot_kernel<T, L><<<blocks_for(o.rows * o.classes), kThreads, 0, stream_of(ctx)>>>(
+      o.labels.get(), o.y.get(), o.rows, o.classes);
+}
+
 }  // namespace
 
 void register_matmul(OpList& ops) {
+  CudaKernel<OneHotRows<float, int32_t>, NoExtra>::fn = &one_hot_rows<float, int32_t>;
+  CudaKernel<OneHotRows<float, int64_t>, NoExtra>::fn = &one_hot_rows<float, int64_t>;
+  CudaKernel<OneHotRows<double, int32_t>, NoExtra>::fn = &one_hot_rows<double, int32_t>;
+  CudaKernel<OneHotRows<double, int64_t>, NoExtra>::fn = &one_hot_rows<double, int64_t>;
   CudaKernel<Gemm<float>, NoExtra>::fn = &gemm<float>;
   CudaKernel<Gemm<double>, NoExtra>::fn = &gemm<double>;
   CudaKernel<GemmBias<float>, NoExtra>::fn = &gemm_bias<float>;

@@ -302,5 +302,77 @@ TEST_F(Errors, AllocationOverTheLimitWaitsForQueuedWork) {
   EXPECT_EQ(v.back(), 7.0f);
 }
 
+// Issue 11 item 11: a kernel that syncs on work queued after it on its own stream used to
+// deadlock silently. The wait is refused: the kernel's op fails with a message that says
+// why, and the stream goes on (the later op still runs).
+TEST_F(Errors, AKernelWaitingForWorkQueuedAfterItOnItsStreamThrows) {
+  Tensor y = zeros({1});
+  Engine::get().synchronize();
+  Gate gate;
+  Tensor hold = zeros({1});
+  gate.hold(hold);
+  Tensor k = zeros({1});
+  debug::gate(k, [y] { (void)y.item(); });  // runs after y.add_ below was queued
+  y.add_(ones({1}));
+  gate.open();
+  const std::string m = error_of([&] { k.wait_to_read(); });
+  EXPECT_TRUE(contains(m, "of its own stream, which runs after it")) << m;
+  EXPECT_EQ(y.item(), 1.0f);
+  // Engine::synchronize() inside a kernel waits for the kernel itself: refused the same way.
+  Tensor k2 = zeros({1});
+  debug::gate(k2, [] { Engine::get().synchronize(); });
+  EXPECT_TRUE(contains(error_of([&] { k2.wait_to_read(); }), "it would wait for ever"));
+  EXPECT_FALSE(gate.timed_out());
+}
+
+// Issue 11 item 13: a failure used to be permanent. copy_ onto a whole tensor from a sound
+// one replaces it; in-place arithmetic (which reads the old values) keeps it; a copy_ into
+// part of the storage keeps it; failed() answers without syncing on the whole queue.
+TEST_F(Errors, CopyOntoAWholeFailedTensorReplacesTheFailure) {
+  Tensor x = zeros({4});
+  debug::fail(ones({1}), x, "poisoned");
+  EXPECT_TRUE(x.failed());
+  EXPECT_TRUE(contains(x.failure_message(), "poisoned"));
+  x.mul_(0.0);  // reads the old (failed) values: still failed
+  EXPECT_TRUE(x.failed());
+  x.copy_(full({4}, 2.0));
+  EXPECT_FALSE(x.failed());
+  EXPECT_EQ(x.failure_message(), "");
+  EXPECT_EQ(x.to_vector(), std::vector<float>(4, 2.0f));
+  x.add_(ones({4}));  // later work on it runs again
+  EXPECT_EQ(x.to_vector(), std::vector<float>(4, 3.0f));
+  // A failed source replaces the failure with its own.
+  Tensor bad = zeros({4});
+  debug::fail(ones({1}), bad, "source failed");
+  x.copy_(bad);
+  EXPECT_TRUE(contains(error_of([&] { x.wait_to_read(); }), "source failed"));
+  clear_pending_failures();
+}
+
+TEST_F(Errors, PartialWritesAndSelfCopiesKeepTheFailure) {
+  Tensor x = zeros({4, 2});
+  debug::fail(ones({1}), x, "poisoned");
+  x.slice(0, 2).copy_(ones({2, 2}));  // half the storage: the other half is still spoiled
+  EXPECT_TRUE(x.failed());
+  x.copy_(x);  // reads itself: nothing sound to replace the values with
+  EXPECT_TRUE(x.failed());
+  clear_pending_failures();
+}
+
+TEST_F(Errors, FailedWaitsOnlyForTheTensorsOwnWrite) {
+  Tensor x = zeros({2});
+  debug::fail(ones({1}), x, "poisoned");
+  Gate gate;
+  Tensor other = zeros({1});
+  {
+    StreamGuard g(test_stream(0));
+    gate.hold(other);  // unrelated work held on another stream
+  }
+  EXPECT_TRUE(x.failed());  // returns although the queue is not empty
+  EXPECT_FALSE(other.is_ready());
+  gate.open();
+  clear_pending_failures();
+}
+
 }  // namespace
 }  // namespace tide

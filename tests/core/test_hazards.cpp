@@ -209,6 +209,49 @@ TEST_F(Hazards, SubmitDoesNotBlockWithManyReaderStreams) {
   EXPECT_EQ(x.to_vector(), (std::vector<float>{3, 3}));
 }
 
+// Issue 11 item 12: a task that must wait for more streams than its Task::kMaxWaits slots
+// waits for the rest in its submit; that wait used to sleep holding the engine's frontend
+// lock, so every other thread's submit stalled with it. Another thread's submit must
+// return while the wide task's submit is still waiting.
+TEST_F(Hazards, WaitingOnManyStreamsDoesNotHoldTheFrontendLock) {
+  constexpr int kStreams = 5;  // one more than the wait slots
+  std::vector<std::unique_ptr<Gate>> gates;
+  std::vector<Tensor> written;
+  for (int i = 0; i < kStreams; ++i) {
+    gates.push_back(std::make_unique<Gate>());
+    StreamGuard g(test_stream(i));
+    Tensor t = zeros({1});
+    gates.back()->hold(t);  // the last write of t is held on stream i
+    written.push_back(t);
+  }
+  Tensor out = zeros({1});
+  Flag wide_returned;
+  std::thread wide([&] {
+    std::vector<Storage*> reads;
+    for (const Tensor& t : written) reads.push_back(t.storage());
+    Storage* w = out.storage();
+    Engine::get().submit(Device::cpu(), "read_five", std::span<Storage* const>(reads),
+                         std::span<Storage* const>(&w, 1), [] {}, Site::current());
+    wide_returned.set();
+  });
+  std::this_thread::sleep_for(50ms);  // lets the wide submit reach its wait (not asserted)
+  Flag returned;
+  std::thread other([&] {
+    Tensor y = add(ones({1}), 1.0);  // the default stream; no hazard with the wide task
+    returned.set();
+  });
+  const bool did_return = returned.wait_for(3s);
+  const bool wide_was_waiting = !wide_returned.is_set();
+  for (auto& g : gates) g->open();
+  wide.join();
+  other.join();
+  EXPECT_TRUE(did_return) << "a submit stalled while another thread's submit waited for "
+                             "more streams than a task's wait slots";
+  EXPECT_TRUE(wide_was_waiting) << "the wide submit returned before its streams were opened";
+  out.wait_to_read();
+  for (auto& g : gates) EXPECT_FALSE(g->timed_out());
+}
+
 TEST_F(Hazards, ChainsAlternatingBetweenStreams) {
   Stream a = test_stream(0), b = test_stream(1);
   Tensor x = zeros({64});

@@ -1,10 +1,13 @@
 // Shutdown (DESIGN §3): drain runs queued work first, cancel skips what has not started
 // (its outputs fail with "cancelled"); both return with 100 000 ops queued, and the engine
-// restarts on the next submit. Tensors dropped while their ops are queued are safe.
+// restarts on the next submit. Tensors dropped while their ops are queued are safe. A
+// submit stalled by backpressure across a shutdown still runs; a static Tensor outlives
+// the thread-local caches at exit safely.
 //
 // The gate that holds the stream here waits, bounded, until shutdown has told the worker
 // to stop (engine_impl.h exposes the flag for such white-box checks), so that the 100 000
 // ops are certainly still queued when shutdown starts.
+#include <future>
 #include <thread>
 
 #include "core/engine_impl.h"
@@ -168,6 +171,53 @@ TEST_F(Shutdown, DroppedTensorsWithAShutdownInBetween) {
   EXPECT_TRUE(held->saw.load());
   Engine::get().synchronize();
   EXPECT_EQ(Engine::get().stats().inflight_bytes, 0u);
+}
+
+// Issue 11 item 9: a submit stalled on max_inflight_ops while another thread shuts the
+// engine down used to be published on a stream whose worker had gone: it never ran and an
+// item() on it waited for ever. Repeated, since the stalled thread and the stopping
+// worker race. A lost task is rescued (a later submit restarts the worker) so that the
+// test fails instead of hanging.
+TEST_F(Shutdown, SubmitStalledByBackpressureRunsAfterAShutdown) {
+  Engine& eng = Engine::get();
+  for (int round = 0; round < 20; ++round) {
+    Tensor tag = zeros({1});
+    eng.synchronize();
+    eng.set_max_inflight_ops(2);
+    auto held = hold_until_shutdown(tag, 1);
+    ASSERT_TRUE(held->entered.wait_for());
+    const uint64_t stalls = eng.stats().backpressure_stalls;
+    auto stalled = std::async(std::launch::async, [] {
+      Tensor a = ones({1});     // the second op in flight
+      Tensor b = add(a, 1.0);   // over the bound: stalls until the gate has run
+      return b.item();
+    });
+    ASSERT_TRUE(wait_until([&] { return eng.stats().backpressure_stalls > stalls; }));
+    eng.shutdown(ShutdownMode::drain);
+    const bool ran = stalled.wait_for(kWaitTimeout) == std::future_status::ready;
+    eng.set_max_inflight_ops(0);
+    if (!ran) {
+      ADD_FAILURE() << "round " << round << ": the stalled submit never ran after the shutdown";
+      zeros({1}).item();  // restarts the worker, which then runs the lost task
+    }
+    EXPECT_EQ(stalled.get(), 2.0f) << "round " << round;
+  }
+}
+
+// Issue 11 item 7: a static Tensor is destroyed after the main thread's thread_locals
+// (the TensorImpl block cache): freeing its impl must not use the destroyed cache.
+// The child process exits through std::exit, which runs both; ASan reports a
+// use-after-free there as a crash.
+TEST(ShutdownDeathTest, StaticTensorOutlivesTheThreadLocalCacheAtExit) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        static Tensor kept = add(ones({16}), 1.0);
+        static Tensor view = kept.reshape({4, 4});
+        if (sum(view).item() != 32.0f) std::exit(3);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 
+#include "error_of.h"
+#include "fake_gpu.h"
 #include "nn/loss.h"
 #include "tide.h"
 
@@ -129,6 +131,44 @@ TEST(NnLoss, CrossEntropyErrors) {
   expect_error([&] { cross_entropy(zeros({3, 4}, DType::int64), y); }, {"[cross_entropy]"});
   expect_error([&] { cross_entropy(zeros({0, 4}), zeros({0}, DType::int64)); },
                {"[cross_entropy]", "empty"});
+}
+
+// Issue 11 item 17: a label outside [0, C) once made its row contribute 0 to the loss (a
+// file of labels 200 trained to "loss 0.0000" and exited 0). The labels are on the device,
+// so the check runs with the kernel, without a wait: the loss (and everything computed from
+// it) fails, and the first sync that touches it throws, naming the label and the classes.
+// On the CPU and on the fake GPU (which runs the CPU kernels); a real GPU makes the loss
+// NaN instead (tests/ops/test_linalg.cpp, OneHot).
+TEST(NnLoss, CrossEntropyLabelOutOfRangeFailsAtTheSync) {
+  test_util::fake_gpu(8);
+  for (Device d : {Device::cpu(), Device::cuda(8)}) {
+    for (int64_t bad : {int64_t(200), int64_t(-1), int64_t(10), int64_t(1) << 40}) {
+      SCOPED_TRACE(d.str() + " label " + std::to_string(bad));
+      Tensor logits = zeros({3, 10}, DType::float32, d).requires_grad_();
+      Tensor labels = from_vector<int64_t>({3, bad, 0}, {3}, d);
+      Tensor loss;
+      ASSERT_NO_THROW(loss = cross_entropy(logits, labels)) << "the check must not wait";
+      std::string e = test_util::error_of([&] { (void)loss.item<float>(); });
+      EXPECT_NE(e.find("[cross_entropy]"), std::string::npos) << e;
+      EXPECT_NE(e.find("label " + std::to_string(bad)), std::string::npos) << e;
+      EXPECT_NE(e.find("10 classes"), std::string::npos) << e;
+      EXPECT_NE(e.find("row 1"), std::string::npos) << e;
+      // The gradient is computed from the failed loss: it fails too.
+      loss.backward();
+      EXPECT_NE(test_util::error_of([&] { (void)logits.grad().to_vector<float>(); })
+                    .find("label " + std::to_string(bad)),
+                std::string::npos);
+    }
+    // int32 labels are checked the same way.
+    Tensor l32 = from_vector<int32_t>({200}, {1}, d);
+    std::string e = test_util::error_of(
+        [&] { (void)cross_entropy(zeros({1, 10}, DType::float64, d), l32).item<double>(); });
+    EXPECT_NE(e.find("label 200"), std::string::npos) << e;
+    // Valid labels at both ends of the range still work.
+    Tensor ok = from_vector<int64_t>({0, 9}, {2}, d);
+    EXPECT_NEAR(cross_entropy(zeros({2, 10}, DType::float32, d), ok).item<float>(), std::log(10.0),
+                1e-6);
+  }
 }
 
 }  // namespace

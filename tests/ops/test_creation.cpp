@@ -4,6 +4,8 @@
 // Not here: Philox itself against published vectors (tests/core), the allocator.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <numeric>
 
 #include "core/thread_pool.h"
@@ -19,6 +21,32 @@ using test::ShapeSet;
 using V = std::vector<Tensor>;
 
 const DType kAllTypes[] = {DType::float32, DType::float64, DType::int32, DType::int64};
+
+// A float converted to an integer dtype by tide's rule (ops/creation.h, cast): NaN -> 0,
+// values beyond the range (infinities included) -> the max or min, else truncated.
+double saturated(double a, DType to) {
+  const double lim = to == DType::int32 ? 0x1p31 : 0x1p63;
+  if (std::isnan(a)) return 0;
+  if (a >= lim) return to == DType::int32 ? lim - 1 : lim;  // 2^63 - 1 reads back as 2^63
+  if (a <= -lim) return -lim;
+  return std::trunc(a);
+}
+
+// Values a float-to-integer cast must define: NaN, infinities, the edges of int32 and int64
+// and beyond, fractions near zero; then ordinary values.
+test::GenFn gen_special_floats() {
+  return [](std::mt19937& rng, int64_t n, int) {
+    const double special[] = {NAN,         INFINITY,     -INFINITY, 1e30,  -1e30,  3e9,
+                              -3e9,        0x1p31,       -0x1p31,   0x1p31 - 128, 1e19,
+                              -1e19,       0x1p63,       -0x1p63,   0.75,  -0.75,  -0.0,
+                              2147483647.5, -2147483648.5};
+    std::uniform_real_distribution<double> u(-1e6, 1e6);
+    std::vector<double> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = i < std::size(special) ? special[i] : u(rng);
+    return v;
+  };
+}
 
 // ---- fills -----------------------------------------------------------------------------------
 
@@ -66,6 +94,65 @@ TIDE_OP_TEST(Creation, Arange, {OpId::arange, Check::value}) {
   for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(big[i], double(i));
   EXPECT_TIDE_ERROR(arange(0.0, 5.0, 0.0), "[arange]", "step");
   EXPECT_TIDE_ERROR(arange(0.0, INFINITY, 1.0), "[arange]");
+}
+
+// Issue 11 item 14: the element count (end - start) / step was converted to int64 whatever
+// its size: arange(0, 1e300, 1e-300) asked for int64(1e600), undefined behaviour that gave
+// garbage or negative extents. The count must be finite and at most 2^60 (core/shape.h).
+TEST(CreationErrors, ArangeCountMustBeFiniteAndWithinTheShapeLimit) {
+  const uint64_t queued = Engine::get().stats().queued;
+  EXPECT_TIDE_ERROR(arange(0.0, 1e300, 1e-300), "[arange]", "(0, 1e+300, 1e-300)",
+                    "inf elements", "2^60");
+  EXPECT_TIDE_ERROR(arange(0.0, 1e300, 1e-300, DType::float64), "[arange]", "elements");
+  EXPECT_TIDE_ERROR(arange(-1e308, 1e308, 1.0), "[arange]", "inf elements");  // end - start
+  EXPECT_TIDE_ERROR(arange(1e308, -1e308, -1e-10), "[arange]", "elements");
+  EXPECT_TIDE_ERROR(arange(0.0, 1e19, 1.0), "[arange]", "1e+19 elements");  // past int64
+  EXPECT_TIDE_ERROR(arange(0.0, 0x1p60 + 0x1p50, 1.0), "[arange]", "2^60");
+  EXPECT_TIDE_ERROR(arange(0.0, 1.0, 1e-300), "[arange]", "elements");
+  EXPECT_TIDE_ERROR(arange(0.0, 1.0, NAN), "[arange]", "step");
+  EXPECT_TIDE_ERROR(arange(NAN, 1.0, 1.0), "[arange]");
+  EXPECT_EQ(Engine::get().stats().queued, queued) << "nothing is queued";
+  // A negative count is an empty range (NumPy's rule), as before.
+  EXPECT_EQ(arange(1e300, 0.0, 1e-300).shape(), (Shape{0}));
+  EXPECT_EQ(arange(0.0, -1e19, 1.0).shape(), (Shape{0}));
+}
+
+// An integer range whose values leave the dtype is refused (its last value was converted
+// with undefined behaviour); at the range's edges it is exact.
+TEST(CreationErrors, ArangeValuesMustFitAnIntegerDtype) {
+  EXPECT_TIDE_ERROR(arange(0.0, 4e9, 1e9, DType::int32), "[arange]", "3e+09",
+                    "outside the range of int32");
+  EXPECT_TIDE_ERROR(arange(-3e9, 0.0, 1e9, DType::int32), "[arange]", "-3e+09", "int32");
+  EXPECT_TIDE_ERROR(arange(2147483647.0, 2147483649.0, 1.0, DType::int32), "[arange]",
+                    "2147483648");
+  EXPECT_TIDE_ERROR(arange(0.0, 1e19, 5e17, DType::int64), "[arange]", "9.5e+18", "int64");
+  EXPECT_EQ(arange(2147483645.0, 2147483648.0, 1.0, DType::int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{2147483645, 2147483646, 2147483647}));
+  EXPECT_EQ(arange(-2147483648.0, -2147483646.0, 1.0, DType::int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{-2147483647 - 1, -2147483647}));
+  EXPECT_EQ(arange(0.0, 4e9, 1e9, DType::int64).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 1000000000, 2000000000, 3000000000}));
+  // Float dtypes hold any finite value (float32 rounds).
+  EXPECT_EQ(arange(0.0, 4e9, 1e9).to_vector<float>(), (std::vector<float>{0, 1e9f, 2e9f, 3e9f}));
+}
+
+// full() into an integer dtype: a value the dtype cannot hold is refused; a fractional one
+// truncates toward zero, as cast does.
+TEST(CreationErrors, FullValueMustFitAnIntegerDtype) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_TIDE_ERROR(full({2}, 1e30, DType::int32), "[full]", "1e+30",
+                    "outside the range of int32");
+  EXPECT_TIDE_ERROR(full({2}, 2147483648.0, DType::int32), "[full]", "2147483648");
+  EXPECT_TIDE_ERROR(full({2}, 9223372036854775808.0, DType::int64), "[full]", "int64");
+  EXPECT_TIDE_ERROR(full({2}, nan, DType::int64), "[full]", "nan", "not finite");
+  EXPECT_TIDE_ERROR(full({2}, -inf, DType::int32), "[full]", "-inf");
+  EXPECT_EQ(full({2}, -2147483648.0, DType::int32).to_vector<int32_t>(),
+            std::vector<int32_t>(2, -2147483647 - 1));
+  EXPECT_EQ(full({1}, -9223372036854775808.0, DType::int64).to_vector<int64_t>(),
+            std::vector<int64_t>(1, std::numeric_limits<int64_t>::min()));
+  EXPECT_EQ(full({2}, -2.75, DType::int64).to_vector<int64_t>(), std::vector<int64_t>(2, -2));
+  EXPECT_TRUE(std::isnan(full({1}, nan).item<float>()));  // floating dtypes take anything
 }
 
 TIDE_OP_TEST(Creation, FromData, {OpId::from_data, Check::value}) {
@@ -164,7 +251,52 @@ TIDE_OP_CASES(Creation, Cast) {
                .out_dtype = [](DType) { return DType::int32; }};
   v.push_back(ints);
   v.push_back(trunc);
+  // Issue 11 item 14: floats to integers saturate (NaN -> 0, beyond the range and +-inf ->
+  // the max / min), in the shared functor, so the CPU and every GPU give these values.
+  for (DType to : {DType::int32, DType::int64})
+    v.push_back(OpCase{.op = OpId::cast,
+                       .build = [to](const V& x) { return cast(x[0], to); },
+                       .ref = test::ref_unary([to](double a) { return saturated(a, to); }),
+                       .gen = gen_special_floats(),
+                       .out_dtype = [to](DType) { return to; }});
   return v;
+}
+
+// The cases above at the exact edges, compared as integers (a double cannot tell
+// 2^63 - 1 from 2^63), on the CPU and the case devices.
+TEST(Creation, CastFromFloatSaturates) {
+  const float fnan = std::numeric_limits<float>::quiet_NaN();
+  const float finf = std::numeric_limits<float>::infinity();
+  const int32_t imax = std::numeric_limits<int32_t>::max();
+  const int32_t imin = std::numeric_limits<int32_t>::min();
+  const int64_t lmax = std::numeric_limits<int64_t>::max();
+  const int64_t lmin = std::numeric_limits<int64_t>::min();
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices) {
+    SCOPED_TRACE(d.str());
+    Tensor f = from_vector<float>({fnan, finf, -finf, 1e30f, -1e30f, 2147483648.0f,
+                                   -2147483648.0f, 2147483520.0f, -2.9f, 2.9f, -0.0f},
+                                  Shape{11}, d);
+    EXPECT_EQ(cast(f, DType::int32).to_vector<int32_t>(),
+              (std::vector<int32_t>{0, imax, imin, imax, imin, imax, imin, 2147483520, -2, 2, 0}));
+    EXPECT_EQ(cast(f, DType::int64).to_vector<int64_t>(),
+              (std::vector<int64_t>{0, lmax, lmin, lmax, lmin, 2147483648, -2147483648,
+                                    2147483520, -2, 2, 0}));
+    Tensor g = from_vector<double>({NAN, INFINITY, -INFINITY, 0x1p63, -0x1p63, 0x1p63 - 1024,
+                                    1e300, 2147483647.9, -2147483648.9},
+                                   Shape{9}, d);
+    EXPECT_EQ(cast(g, DType::int64).to_vector<int64_t>(),
+              (std::vector<int64_t>{0, lmax, lmin, lmax, lmin, 9223372036854774784, lmax,
+                                    2147483647, -2147483648}));
+    EXPECT_EQ(cast(g, DType::int32).to_vector<int32_t>(),
+              (std::vector<int32_t>{0, imax, imin, imax, imin, imax, imax, imax, imin}));
+  }
+  // from_data converts its doubles by the same rule.
+  EXPECT_EQ(from_data({NAN, 1e30, -1e30, 2.5, -2.5}, Shape{5}, DType::int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, imax, imin, 2, -2}));
+  EXPECT_EQ(from_data({INFINITY, -1e19}, Shape{2}, DType::int64).to_vector<int64_t>(),
+            (std::vector<int64_t>{lmax, lmin}));
 }
 
 TEST(Creation, CastBetweenFloatsIsDifferentiableIntegerCastIsNot) {
@@ -313,8 +445,8 @@ TIDE_OP_CASES(Views, ReshapeSliceSelect) {
   // slice rows [1, 3) of (4, 2, 3), an empty slice and the full range
   for (auto [b, e] : {std::pair{1, 3}, std::pair{2, 2}, std::pair{0, 4}}) {
     v.push_back({.op = OpId::slice,
-                 .build = [b, e](const V& x) { return x[0].slice(b, e); },
-                 .ref = [b, e](const std::vector<Array>& in) {
+                 .build = [b = b, e = e](const V& x) { return x[0].slice(b, e); },
+                 .ref = [b = b, e = e](const std::vector<Array>& in) {
                    return Array{Shape{e - b, 2, 3},
                                 {in[0].v.begin() + b * 6, in[0].v.begin() + e * 6}};
                  },

@@ -416,6 +416,62 @@ TEST(ElementwiseErrors, InPlaceOnALeafRequiringGrad) {
   EXPECT_EQ(w.to_vector<float>(), std::vector<float>(6, 1.0f));
 }
 
+// Issue 11 item 14: a scalar combined with an integer tensor is converted to the tensor's
+// dtype, which is undefined behaviour for NaN, infinities and values out of its range
+// (add(int32 [1, 2, 3], 1e30) once gave -2147483647...). Refused at the call, for every op.
+TEST(ElementwiseErrors, ScalarsAnIntegerTensorCannotHold) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (Device d : {Device::cpu(), test::case_devices()[0]}) {
+    SCOPED_TRACE(d.str());
+    Tensor i = from_vector<int32_t>({1, 2, 3}, Shape{3}, d);
+    Tensor l = from_vector<int64_t>({1, 2, 3}, Shape{3}, d);
+    Tensor j = from_vector<int32_t>({4, 5}, Shape{2}, d);
+    Tensor one = ones({2}, DType::int32, d);
+    const uint64_t queued = Engine::get().stats().queued;
+    EXPECT_TIDE_ERROR(add(i, 1e30), "[add]", "scalar 1e+30", "outside the range of int32",
+                      "(3,) int32");
+    EXPECT_TIDE_ERROR(i + 2147483648.0, "[add]", "scalar 2147483648", "int32");
+    EXPECT_TIDE_ERROR(sub(i, -2147483649.0), "[sub]", "-2147483649", "int32");
+    EXPECT_TIDE_ERROR(rsub(3e9, i), "[sub]", "scalar 3e+09", "int32");
+    EXPECT_TIDE_ERROR(mul(l, 9223372036854775808.0), "[mul]", "9223372036854775808", "int64");
+    EXPECT_TIDE_ERROR(maximum(l, -1e19), "[maximum]", "-1e+19", "int64");
+    EXPECT_TIDE_ERROR(add(i, nan), "[add]", "scalar nan", "not finite", "(3,) int32");
+    EXPECT_TIDE_ERROR(add(l, inf), "[add]", "scalar inf", "not finite");
+    EXPECT_TIDE_ERROR(sub(l, -inf), "[sub]", "scalar -inf");
+    // Comparisons too: x < 1e30 or x == NaN cannot be computed in the tensor's dtype.
+    EXPECT_TIDE_ERROR(lt(i, 1e30), "[lt]", "1e+30", "int32");
+    EXPECT_TIDE_ERROR(gt(l, -inf), "[gt]", "-inf", "int64");
+    EXPECT_TIDE_ERROR(eq(i, nan), "[eq]", "nan", "int32");
+    EXPECT_TIDE_ERROR(lt(i, 2147483647.5), "[lt]", "int32");
+    // In place: mul_'s factor and the alpha of add_ / sub_ are converted the same way (a
+    // fractional factor was once truncated: x.mul_(0.5) zeroed an integer tensor).
+    EXPECT_TIDE_ERROR(j.mul_(0.5), "[mul_]", "scalar 0.5", "not an integer", "(2,) int32");
+    EXPECT_TIDE_ERROR(j.mul_(1e10), "[mul_]", "1e+10", "int32");
+    EXPECT_TIDE_ERROR(j.mul_(nan), "[mul_]", "nan");
+    EXPECT_TIDE_ERROR(j.add_(one, 0.5), "[add_]", "alpha 0.5", "not an integer");
+    EXPECT_TIDE_ERROR(j.add_(one, inf), "[add_]", "alpha inf", "not finite");
+    EXPECT_TIDE_ERROR(j.sub_(one, -3e9), "[sub_]", "alpha -3e+09", "int32");
+    EXPECT_EQ(Engine::get().stats().queued, queued) << "nothing was queued";
+    EXPECT_EQ(j.to_vector<int32_t>(), (std::vector<int32_t>{4, 5}));
+
+    // The extremes of each range are accepted, and computed exactly.
+    Tensor ext = from_vector<int32_t>({-2147483647 - 1, 0, 2147483647}, Shape{3}, d);
+    EXPECT_EQ(eq(ext, 2147483647.0).to_vector<float>(), (std::vector<float>{0, 0, 1}));
+    EXPECT_EQ(eq(ext, -2147483648.0).to_vector<float>(), (std::vector<float>{1, 0, 0}));
+    EXPECT_EQ(lt(l, -9223372036854775808.0).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+    EXPECT_EQ(add(l, -3.0).to_vector<int64_t>(), (std::vector<int64_t>{-2, -1, 0}));
+    j.mul_(3.0);
+    j.add_(one, -2.0);
+    EXPECT_EQ(j.to_vector<int32_t>(), (std::vector<int32_t>{10, 13}));
+    // Floating tensors take any double, NaN and infinities included.
+    Tensor f = from_vector<float>({1, 2}, Shape{2}, d);
+    EXPECT_EQ(add(f, 1e30).to_vector<float>(), (std::vector<float>{1e30f, 1e30f}));
+    EXPECT_TRUE(std::isnan(add(f, nan).to_vector<float>()[0]));
+    EXPECT_EQ(lt(f, inf).to_vector<float>(), (std::vector<float>{1, 1}));
+  }
+}
+
 TEST(ElementwiseErrors, UndefinedTensor) {
   Tensor u;
   EXPECT_TIDE_ERROR(add(u, ones({2})), "[add]");

@@ -4,6 +4,9 @@
 #include <array>
 #include <cmath>
 
+#include "core/allocator.h"
+#include "core/cuda/runtime.h"
+#include "error_of.h"
 #include "tests/ops/op_harness.h"
 
 namespace tide {
@@ -143,6 +146,113 @@ TEST(LinalgErrors, Matmul) {
                     "(2, 3)", "int32");
   // The accepted form works (a^T @ b).
   EXPECT_EQ(matmul(a, b, {true, false}).shape(), (Shape{128, 10}));
+}
+
+// Issue 11 item 6: cblas and cuBLASLt take 32-bit dimensions and row strides. A product
+// with one past 2^31 - 1 is refused at the call, before its output is allocated or anything
+// is queued (it once allocated the 8 GiB output, then passed m = -2^31 to sgemm).
+TEST(LinalgErrors, DimensionsPastTheBlasLimitAreRefusedBeforeAllocating) {
+  const int64_t big = int64_t(1) << 31;
+  // Operands with no elements: only the outputs would be large.
+  Tensor tall = zeros({big, 0}), wide = zeros({0, big}), col = zeros({0, 1}), row = zeros({1, 0});
+  Tensor bias = zeros({1});
+  Engine::get().synchronize();
+  const uint64_t allocs = Allocator::get().stats().num_allocs;
+  const uint64_t queued = Engine::get().stats().queued;
+  const char* limit = "exceeds the 32-bit dimension limit of BLAS";
+  EXPECT_TIDE_ERROR(matmul(tall, col), "[matmul]", limit, "2147483648", "(2147483648, 0)",
+                    "(0, 1)");
+  EXPECT_TIDE_ERROR(matmul(wide, col, {true, false}), "[matmul]", limit, "2147483648");
+  EXPECT_TIDE_ERROR(matmul(row, wide), "[matmul]", limit, "(0, 2147483648)");
+  EXPECT_TIDE_ERROR(matmul(row, tall, {false, true}), "[matmul]", limit);
+  EXPECT_TIDE_ERROR(linear(tall, col, bias), "[linear]", limit, "(2147483648, 0)");
+  EXPECT_TIDE_ERROR(linear(tall, col, bias, true), "[linear]", limit);
+  EXPECT_EQ(Allocator::get().stats().num_allocs, allocs) << "an output was allocated";
+  EXPECT_EQ(Engine::get().stats().queued, queued) << "a kernel was queued";
+  // An empty product computes nothing and passes nothing to BLAS: accepted.
+  EXPECT_EQ(matmul(tall, zeros({0, 0})).shape(), (Shape{big, 0}));
+  EXPECT_EQ(matmul(zeros({0, 0}), wide).shape(), (Shape{0, big}));
+}
+
+// ---- one-hot rows ---------------------------------------------------------------------------
+
+// Values for int32 and int64 labels, float32 and float64 rows, on the CPU and the case
+// devices; the rows are written whole (a cached block full of junk is reused).
+TEST(Linalg, OneHot) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices)
+    for (DType lt : {DType::int32, DType::int64})
+      for (DType dt : {DType::float32, DType::float64}) {
+        SCOPED_TRACE(d.str() + " " + std::string(name(lt)) + " -> " + std::string(name(dt)));
+        full({4, 5}, 7.0, dt, d).wait_to_read();
+        Tensor y = one_hot(from_data({2, 0, 4, 2}, Shape{4}, lt, d), 5, dt);
+        EXPECT_EQ(y.shape(), (Shape{4, 5}));
+        EXPECT_EQ(y.dtype(), dt);
+        EXPECT_EQ(y.device(), d);
+        EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{0, 0, 1, 0, 0,  //
+                                                              1, 0, 0, 0, 0,  //
+                                                              0, 0, 0, 0, 1,  //
+                                                              0, 0, 1, 0, 0}));
+      }
+  EXPECT_EQ(one_hot(zeros({0}, DType::int64), 3).shape(), (Shape{0, 3}));
+  EXPECT_EQ(one_hot(zeros({1}, DType::int64), 1).to_vector<float>(), std::vector<float>{1});
+}
+
+// A label outside [0, classes) is found when the kernel runs (the call does not wait for
+// the labels): the CPU fails the op, naming the label, its row and the classes, and the
+// first sync that touches the result or anything computed from it throws; a real GPU's
+// kernel cannot throw, so it makes that row NaN.
+TEST(LinalgErrors, OneHotLabelOutsideTheClasses) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices) {
+    const bool fails = d.is_cpu() || cuda::runs_host_kernels(d.index);
+    for (int64_t bad : {int64_t(200), int64_t(-1), int64_t(10), int64_t(1) << 33}) {
+      SCOPED_TRACE(d.str() + " label " + std::to_string(bad));
+      Tensor labels = from_vector<int64_t>({1, 9, bad, bad}, Shape{4}, d);
+      Tensor y;
+      ASSERT_NO_THROW(y = one_hot(labels, 10, DType::float32, "my_loss"));
+      Tensor s = sum(y);  // computed from the failed rows
+      if (fails) {
+        test::expect_contains(test_util::error_of([&] { (void)y.to_vector<float>(); }),
+                              {"[my_loss] label " + std::to_string(bad), "of row 2",
+                               "outside the 10 classes [0, 10)", "test_linalg.cpp"},
+                              "one_hot");
+        EXPECT_NE(test_util::error_of([&] { (void)s.item<float>(); })
+                      .find("label " + std::to_string(bad)),
+                  std::string::npos);
+      } else {
+        std::vector<float> v = y.to_vector<float>();
+        for (int c = 0; c < 10; ++c) {
+          EXPECT_EQ(v[size_t(c)], c == 1 ? 1.0f : 0.0f);
+          EXPECT_TRUE(std::isnan(v[size_t(20 + c)])) << c;
+        }
+        EXPECT_TRUE(std::isnan(s.item<float>()));
+      }
+    }
+    // int32 labels, and float64 rows.
+    Tensor l32 = from_vector<int32_t>({-5}, Shape{1}, d);
+    Tensor y = one_hot(l32, 3, DType::float64);
+    if (fails)
+      EXPECT_NE(test_util::error_of([&] { (void)y.to_vector<double>(); })
+                    .find("[one_hot] label -5"),
+                std::string::npos);
+    else
+      EXPECT_TRUE(std::isnan(y.to_vector<double>()[0]));
+  }
+}
+
+TEST(LinalgErrors, OneHotArguments) {
+  Tensor l = zeros({3}, DType::int64), f = zeros({3}), col = zeros({3, 1}, DType::int64);
+  const uint64_t queued = Engine::get().stats().queued;
+  EXPECT_TIDE_ERROR(one_hot(f, 4), "[one_hot]", "(3,) float32");
+  EXPECT_TIDE_ERROR(one_hot(col, 4), "[one_hot]", "(3, 1) int64");
+  EXPECT_TIDE_ERROR(one_hot(l, 0), "[one_hot]", "at least one class", "0");
+  EXPECT_TIDE_ERROR(one_hot(l, 4, DType::int32), "[one_hot]", "floating", "int32");
+  EXPECT_TIDE_ERROR(one_hot(f, 4, DType::float32, "my_loss"), "[my_loss]", "(3,) float32");
+  EXPECT_TIDE_ERROR(one_hot(Tensor(), 4), "[one_hot]");
+  EXPECT_EQ(Engine::get().stats().queued, queued) << "nothing was queued";
 }
 
 // ---- transpose -----------------------------------------------------------------------------

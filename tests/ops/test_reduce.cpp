@@ -211,8 +211,8 @@ TIDE_OP_CASES(Reduce, SumTo) {
   for (auto [from, to] : pairs) {
     v.push_back(OpCase{
         .op = OpId::sum,
-        .build = [to](const V& x) { return sum_to(x[0], to); },
-        .ref = [to](const std::vector<Array>& in) {
+        .build = [to = to](const V& x) { return sum_to(x[0], to); },
+        .ref = [to = to](const std::vector<Array>& in) {
           Array r{to, std::vector<double>(static_cast<size_t>(to.numel()), 0.0)};
           const Shape& s = in[0].shape;
           int lead = s.ndim() - to.ndim();
@@ -231,7 +231,7 @@ TIDE_OP_CASES(Reduce, SumTo) {
           }
           return r;
         },
-        .shapes = [from](std::mt19937&) { return std::vector<ShapeSet>{{from}}; },
+        .shapes = [from = from](std::mt19937&) { return std::vector<ShapeSet>{{from}}; },
         .grad = true});
   }
   return v;
