@@ -74,9 +74,10 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   TIDE_CHECK(requires_grad(), "backward",
              "the tensor does not require grad (no input of the ops behind it did)");
   if (grad.defined())
-    TIDE_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "backward",
-               "gradient of shape ", grad.shape().str(), " ", grad.dtype(),
-               " for an output of shape ", shape().str(), " ", dtype());
+    TIDE_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+               "backward", "gradient of shape ", grad.shape().str(), " ", grad.dtype(), " on ",
+               grad.device().str(), " for an output of shape ", shape().str(), " ", dtype(),
+               " on ", device().str());
   else
     TIDE_CHECK(numel() == 1, "backward",
                "needs a gradient argument for a non-scalar output of shape ", shape().str());

@@ -20,9 +20,21 @@ namespace tide::fn {
 // Integers compute transcendental functions in double.
 template <class T> using Real = std::conditional_t<std::is_floating_point_v<T>, T, double>;
 
-struct Add { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a + b; } };
-struct Sub { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a - b; } };
-struct Mul { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a * b; } };
+// Integer arithmetic wraps around (two's complement), as NumPy's and PyTorch's does: it is
+// computed in the unsigned type, where wrapping is defined (signed overflow is undefined
+// behaviour), and converted back (modular since C++20). Floating types compute as written.
+template <class T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>>
+struct WrapType { using type = T; };
+template <class T> struct WrapType<T, true> { using type = std::make_unsigned_t<T>; };
+template <class T> using Wrap = typename WrapType<T>::type;
+template <class T> TIDE_HOST_DEVICE T wrap_add(T a, T b) { return T(Wrap<T>(a) + Wrap<T>(b)); }
+template <class T> TIDE_HOST_DEVICE T wrap_sub(T a, T b) { return T(Wrap<T>(a) - Wrap<T>(b)); }
+template <class T> TIDE_HOST_DEVICE T wrap_mul(T a, T b) { return T(Wrap<T>(a) * Wrap<T>(b)); }
+template <class T> TIDE_HOST_DEVICE T wrap_neg(T a) { return T(Wrap<T>(0) - Wrap<T>(a)); }
+
+struct Add { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_add(a, b); } };
+struct Sub { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_sub(a, b); } };
+struct Mul { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_mul(a, b); } };
 struct Div { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a / b; } };
 struct Maximum {
   // NaN-propagating, like NumPy's maximum.
@@ -52,12 +64,14 @@ struct Never {
 // a + alpha * b (add_ / sub_ with alpha)
 struct AddScaled {
   double alpha;
-  template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a + T(alpha) * b; }
+  template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const {
+    return wrap_add(a, wrap_mul(T(alpha), b));
+  }
 };
 // Second operand only (copy_)
 struct Second { template <class T> TIDE_HOST_DEVICE T operator()(T, T b) const { return b; } };
 
-struct Neg { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return -a; } };
+struct Neg { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return wrap_neg(a); } };
 struct Exp {
   template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::exp(Real<T>(a))); }
 };
@@ -67,7 +81,7 @@ struct Log {
 struct Sqrt {
   template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::sqrt(Real<T>(a))); }
 };
-struct Abs { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a < T(0) ? -a : a; } };
+struct Abs { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a < T(0) ? wrap_neg(a) : a; } };
 struct Relu { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a > T(0) ? a : T(0); } };
 // relu's gradient in one pass: g where the input a was positive, else 0.
 struct ReluGrad {

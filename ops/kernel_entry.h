@@ -67,15 +67,18 @@ void run_on_host(const KernelContext& ctx, std::function<void()> fn);
 
 // Queues the entry on the calling thread's current stream of `device`: the task reads and
 // writes the listed storages and calls the device's implementation with (ctx, args, x).
+// The task (and a failure of it) is named `name` when given, a string literal that
+// outlives it (the one-hot rows of a loss fail as "[cross_entropy]"), else by the op.
 template <class Args, class Extra>
 void queue(OpId op, Device device, std::initializer_list<Storage*> reads,
            std::initializer_list<Storage*> writes, KernelFn<Args, Extra> cpu, const Args& args,
-           const Extra& x, Site site) {
+           const Extra& x, Site site, const char* name = nullptr) {
   bool on_host = false;
   KernelFn<Args, Extra> fn = select(op, device, cpu, &on_host);
+  if (!name) name = op_name(op);
   if (on_host) [[unlikely]] {
-    HostKernelIo io(reads, writes, op_name(op), site);
-    Engine::get().submit(device, op_name(op), reads, writes,
+    HostKernelIo io(reads, writes, name, site);
+    Engine::get().submit(device, name, reads, writes,
                          [fn, args, x, io](const KernelContext& ctx) {
                            run_on_host(ctx, [fn, args, x, io] {
                              if (io.inherit_failure()) return;
@@ -89,7 +92,7 @@ void queue(OpId op, Device device, std::initializer_list<Storage*> reads,
                          site);
     return;
   }
-  Engine::get().submit(device, op_name(op), reads, writes,
+  Engine::get().submit(device, name, reads, writes,
                        [fn, args, x](const KernelContext& ctx) { fn(ctx, args, x); }, site);
 }
 

@@ -38,36 +38,6 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
                desc(), " (every dimension and row stride must be at most ", kMax, ")");
 }
 
-// kernels::queue (ops/kernel_entry.h) under a task name of the caller's instead of the op
-// table's, so that the one-hot of a loss fails as "[cross_entropy] label ...": the same
-// seam, with `name` a string literal that outlives the task. `id` selects the kernel and
-// names the op when the device has none.
-template <class Args, class Extra>
-void queue_named(const char* name, OpId id, Device device, std::initializer_list<Storage*> reads,
-                 std::initializer_list<Storage*> writes, kernels::KernelFn<Args, Extra> cpu,
-                 const Args& args, const Extra& x, Site site) {
-  bool on_host = false;
-  kernels::KernelFn<Args, Extra> fn = kernels::select(id, device, cpu, &on_host);
-  if (on_host) [[unlikely]] {  // a test's fake GPU: the CPU kernel in stream order
-    kernels::HostKernelIo io(reads, writes, name, site);
-    Engine::get().submit(device, name, reads, writes,
-                         [fn, args, x, io](const KernelContext& ctx) {
-                           kernels::run_on_host(ctx, [fn, args, x, io] {
-                             if (io.inherit_failure()) return;
-                             try {
-                               fn(cpu_kernel_context(), args, x);
-                             } catch (const std::exception& e) {
-                               io.fail(e.what());
-                             }
-                           });
-                         },
-                         site);
-    return;
-  }
-  Engine::get().submit(device, name, reads, writes,
-                       [fn, args, x](const KernelContext& ctx) { fn(ctx, args, x); }, site);
-}
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
@@ -157,8 +127,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
 
 Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* op, Site site) {
   check_defined(labels, op);
-  // The kernel is registered wherever eq (the comparison it fuses with an arange) is.
-  check_supported(labels, OpId::eq);
+  check_supported(labels, OpId::one_hot);
   TIDE_CHECK(labels.ndim() == 1 && !is_floating(labels.dtype()), op,
              "labels must be (N) int32 or int64, got ", describe(labels));
   TIDE_CHECK(classes >= 1, op, "needs at least one class, got ", classes);
@@ -170,10 +139,10 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* o
     using T = decltype(z);
     auto run = [&](auto zl) {
       using L = decltype(zl);
-      queue_named(op, OpId::eq, labels.device(), {labels.storage()}, {y.storage()},
-                  &kernels::cpu::one_hot_rows<T, L>,
-                  kernels::OneHotRows<T, L>{labels.ref<L>(), y.ref<T>(), n, classes},
-                  kernels::NoExtra{}, site);
+      kernels::queue(OpId::one_hot, labels.device(), {labels.storage()}, {y.storage()},
+                     &kernels::cpu::one_hot_rows<T, L>,
+                     kernels::OneHotRows<T, L>{labels.ref<L>(), y.ref<T>(), n, classes},
+                     kernels::NoExtra{}, site, op);
     };
     if (labels.dtype() == DType::int32) run(int32_t{});
     else run(int64_t{});

@@ -49,6 +49,7 @@ constexpr std::array kTable{
     OpTraits{OpId::softmax, "softmax", K::linalg, N, N, E},
     OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
     OpTraits{OpId::linear, "linear", K::linalg, N, N, E},
+    OpTraits{OpId::one_hot, "one_hot", K::linalg, N, N, N},
     OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
     OpTraits{OpId::slice, "slice", K::view, N, N, E},
     OpTraits{OpId::select, "select", K::view, N, N, E},

@@ -23,7 +23,7 @@ enum class OpId : uint16_t {
   // reductions
   sum, mean, max, argmax,
   // linear algebra and rows
-  matmul, transpose, softmax, log_softmax, linear,
+  matmul, transpose, softmax, log_softmax, linear, one_hot,
   // views (no kernel)
   reshape, slice, select,
   // test and demo helpers (ops/debug.h)

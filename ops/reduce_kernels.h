@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
 #include "ops/kernel_types.h"
@@ -17,6 +19,18 @@ enum class ReduceKind : uint8_t { sum, mean, max, argmax };
 struct ReduceGeometry {
   int64_t outer = 1, n = 1, inner = 1;
 };
+
+// What a sum accumulates in: double for floating types; for integers uint64_t, where a
+// sum that passes the range wraps around (two's complement, as NumPy's and PyTorch's do)
+// instead of being undefined behaviour; converting it to the output type wraps likewise.
+template <class T>
+using SumAcc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+// An accumulator as a double (a mean): an integer one is read as signed.
+template <class A>
+TIDE_HOST_DEVICE double acc_to_double(A s) {
+  if constexpr (std::is_unsigned_v<A>) return double(int64_t(s));
+  else return double(s);
+}
 
 // y[o * inner + i] = reduce over k < n of x[(o * n + k) * inner + i]. Sums accumulate in
 // double (floating) or int64; max and argmax: the first NaN wins, else the first maximum.

@@ -1,5 +1,6 @@
 #include "trace/recorder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/allocator.h"
@@ -19,6 +20,17 @@ const char* name(ValueKind k) {
   }
   return "?";
 }
+
+namespace {
+constexpr unsigned char kUnfilled = 0xA5;  // recording-time memory no host code wrote
+
+bool host_filled(const Storage& backing, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(backing.data());
+  for (size_t i = 0; i < bytes; ++i)
+    if (p[i] != kUnfilled) return true;
+  return false;
+}
+}  // namespace
 
 Recorder::Recorder(std::string what) : what_(std::move(what)), g_(std::make_shared<Graph>()) {}
 
@@ -48,6 +60,8 @@ StorageRef Recorder::allocate(size_t bytes, Device device, const char* op) {
     tide::detail::CapturePause pause;  // the recorder's own memory is a real allocation
     block = Allocator::get(device).allocate(bytes, op);
   }
+  // Poison the recording-time memory so finish() can tell what host code filled (see there).
+  if (device.is_cpu() && bytes) std::memset(block->data(), kUnfilled, bytes);
   Storage* slot = Storage::make_slot(bytes, device);
   block->retain();  // the slot owns one reference until finish() decides
   slot->own_backing(block.get());
@@ -140,6 +154,17 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
     for (int v : n.reads) ++g.values[size_t(v)].num_readers;
     for (int v : n.writes) ++g.values[size_t(v)].num_writers;
   }
+  // Per value: the first node touching it, and whether that node reads it.
+  std::vector<int> first(g.values.size(), -1);
+  std::vector<bool> read_first(g.values.size(), false);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (const std::vector<int>* list : {&g.nodes[n].reads, &g.nodes[n].writes})
+      for (int v : *list)
+        if (first[size_t(v)] < 0 || first[size_t(v)] == int(n)) {
+          first[size_t(v)] = int(n);
+          if (list == &g.nodes[n].reads) read_first[size_t(v)] = true;
+        }
+  std::vector<std::vector<Node>> inits(g.nodes.size());  // per node: to run before it
   for (size_t i = 0; i < g.values.size(); ++i) {
     Value& v = g.values[i];
     if (!created_[i]) continue;  // inputs and captures are what they are
@@ -151,9 +176,41 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
     else v.kind = ValueKind::intermediate;
     if (v.kind == ValueKind::intermediate || v.kind == ValueKind::output ||
         v.kind == ValueKind::dead) {
-      if (Storage* b = v.storage->drop_backing()) b->release();
+      Storage* b = v.storage->drop_backing();
+      // Host data a node then writes in place (from_data(...) then c.add_(x)): the host
+      // fill ran once, at trace time, into memory the plan drops (the value gets an arena
+      // range or a fresh output buffer per call), so a replay would see whatever that
+      // memory held. Keep a private copy of the trace-time bytes and copy it into the
+      // value's buffer, on every replay, just before the first node touching it: as
+      // eager does, where the fill runs on every call. Host-filled: the first node reads
+      // the value, or its memory is no longer all kUnfilled (a partial first write).
+      if (b && v.kind != ValueKind::dead && first[i] >= 0 && b->device().is_cpu() &&
+          (read_first[i] || host_filled(*b, v.bytes))) {
+        auto bytes = std::make_shared<std::vector<unsigned char>>(
+            static_cast<const unsigned char*>(b->data()),
+            static_cast<const unsigned char*>(b->data()) + v.bytes);
+        Node init;
+        init.op = "host_data";
+        init.site = g.nodes[size_t(first[i])].site;
+        init.writes.push_back(int(i));
+        init.kernel = [bytes, slot = v.storage.get()](const KernelContext&) {
+          std::memcpy(slot->data(), bytes->data(), bytes->size());
+        };
+        init.fused_ops = 0;
+        ++v.num_writers;
+        inits[size_t(first[i])].push_back(std::move(init));
+      }
+      if (b) b->release();
       v.storage->rebind(nullptr);
     }
+  }
+  if (std::any_of(inits.begin(), inits.end(), [](auto& l) { return !l.empty(); })) {
+    std::vector<Node> nodes;
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      for (Node& init : inits[n]) nodes.push_back(std::move(init));
+      nodes.push_back(std::move(g.nodes[n]));
+    }
+    g.nodes = std::move(nodes);
   }
   return std::move(g_);
 }

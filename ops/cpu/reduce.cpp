@@ -17,7 +17,7 @@ using tide::detail::kParallelGrain;
 
 namespace {
 
-template <class T> using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+template <class T> using Acc = SumAcc<T>;
 
 // Sums x[k*stride], k < n, blockwise in a fixed order.
 template <class T>
@@ -55,7 +55,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       });
       Acc<T> s = 0;
       for (int64_t b = 0; b < blocks; ++b) s += part[b];
-      y[0] = kind == ReduceKind::mean ? O(double(s) * scale) : O(s);
+      y[0] = kind == ReduceKind::mean ? O(acc_to_double(s) * scale) : O(s);
       return;
     }
     int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
@@ -74,7 +74,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
         }
         for (int64_t i = 0; i < g.inner; ++i)
           y[o * g.inner + i] =
-              kind == ReduceKind::mean ? O(double(acc[i]) * scale) : O(acc[i]);
+              kind == ReduceKind::mean ? O(acc_to_double(acc[i]) * scale) : O(acc[i]);
       }
     });
     return;

@@ -307,6 +307,7 @@ void register_matmul(OpList& ops) {
   CudaKernel<GemmBias<double>, NoExtra>::fn = &gemm_bias<double>;
   ops[size_t(OpId::matmul)] = true;
   ops[size_t(OpId::linear)] = true;
+  ops[size_t(OpId::one_hot)] = true;
 }
 
 }  // namespace tide::kernels::cuda

@@ -31,7 +31,7 @@ namespace {
 constexpr int64_t kMinCubRow = 128;
 
 template <class T>
-using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+using Acc = SumAcc<T>;
 
 template <class T>
 __host__ __device__ __forceinline__ bool is_nan(T v) {
@@ -56,7 +56,7 @@ template <class A, class O>
 struct FinishSum {
   bool mean;
   double scale;
-  __host__ __device__ O operator()(A s) const { return mean ? O(double(s) * scale) : O(s); }
+  __host__ __device__ O operator()(A s) const { return mean ? O(acc_to_double(s) * scale) : O(s); }
 };
 
 // An element and its flat index in the input.
@@ -124,7 +124,7 @@ __global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double
     const T* p = x + o * g.n * g.inner + i;
     Acc<T> s = 0;
     for (int64_t k = 0; k < g.n; ++k) s += Acc<T>(p[k * g.inner]);
-    y[j] = mean ? O(double(s) * scale) : O(s);
+    y[j] = mean ? O(acc_to_double(s) * scale) : O(s);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../core/test_support.h"
+#include "../fake_gpu.h"
 #include "core/profiler.h"
 
 namespace tide {
@@ -128,6 +129,27 @@ TEST_F(Backward, BackwardErrors) {
   EXPECT_TRUE(contains(error_of([&] { y.backward(from_data({1, 2}, {2}, DType::float64)); }),
                        "[backward]"));
   EXPECT_FALSE(x.grad().defined());
+}
+
+// Found by the random API driver: a gradient on another device was accepted, failed
+// halfway through backward ("[mul] devices differ") and left a partial grad; on a leaf it
+// left a grad on the wrong device. Refused at the call, before anything is queued.
+TEST_F(Backward, AGradientOnAnotherDeviceIsRefusedAtTheCall) {
+  test_util::fake_gpu(8);
+  Tensor x = from_vector(std::vector<float>{1, 2, 3}, Shape{3}, Device::cuda(8));
+  x.requires_grad_();
+  Tensor y = exp(x) + x * 2.0;
+  Tensor cpu_grad = ones({3});
+  const uint64_t queued = Engine::get().stats().queued;
+  const std::string m = error_of([&] { y.backward(cpu_grad); });
+  EXPECT_TRUE(contains(m, "[backward]")) << m;
+  EXPECT_TRUE(contains(m, "cuda:8")) << m;
+  EXPECT_EQ(Engine::get().stats().queued, queued);
+  EXPECT_FALSE(x.grad().defined());
+  Tensor leaf = from_vector(std::vector<float>{1, 2, 3}, Shape{3}, Device::cuda(8));
+  leaf.requires_grad_();
+  EXPECT_TRUE(contains(error_of([&] { leaf.backward(ones({3})); }), "[backward]"));
+  EXPECT_FALSE(leaf.grad().defined());
 }
 
 TEST_F(Backward, SecondBackwardThroughAFreedGraphThrows) {

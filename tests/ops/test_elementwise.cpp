@@ -478,5 +478,31 @@ TEST(ElementwiseErrors, UndefinedTensor) {
   EXPECT_TIDE_ERROR(exp(u), "[exp]");
 }
 
+// Found by the random API driver: integer overflow in a kernel was undefined behaviour
+// (UBSan stopped the process). Integer arithmetic wraps around, as NumPy's and PyTorch's
+// does, on every device (the functors are shared with CUDA).
+TEST(Elementwise, IntegerOverflowWrapsAround) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  for (Device d : devices) {
+    Tensor big = from_vector(std::vector<int32_t>{kMax, kMin}, Shape{2}, d);
+    EXPECT_EQ(add(big, big).to_vector<int32_t>(), (std::vector<int32_t>{-2, 0})) << d.str();
+    EXPECT_EQ(sub(big, from_vector(std::vector<int32_t>{-1, 1}, Shape{2}, d)).to_vector<int32_t>(),
+              (std::vector<int32_t>{kMin, kMax}))
+        << d.str();
+    EXPECT_EQ(mul(big, 2.0).to_vector<int32_t>(), (std::vector<int32_t>{-2, 0})) << d.str();
+    EXPECT_EQ(neg(big).to_vector<int32_t>(), (std::vector<int32_t>{-kMax, kMin})) << d.str();
+    EXPECT_EQ(abs(big).to_vector<int32_t>(), (std::vector<int32_t>{kMax, kMin})) << d.str();
+    Tensor x = clone(big);
+    x.add_(big);
+    EXPECT_EQ(x.to_vector<int32_t>(), (std::vector<int32_t>{-2, 0})) << d.str();
+    constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+    Tensor s = sum(from_vector(std::vector<int64_t>{kMax64, 1}, Shape{2}, d));
+    EXPECT_EQ(s.item<int64_t>(), std::numeric_limits<int64_t>::min()) << d.str();
+  }
+}
+
 }  // namespace
 }  // namespace tide

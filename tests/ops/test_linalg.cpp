@@ -178,7 +178,7 @@ TEST(LinalgErrors, DimensionsPastTheBlasLimitAreRefusedBeforeAllocating) {
 
 // Values for int32 and int64 labels, float32 and float64 rows, on the CPU and the case
 // devices; the rows are written whole (a cached block full of junk is reused).
-TEST(Linalg, OneHot) {
+TIDE_OP_TEST(Linalg, OneHot, {OpId::one_hot, Check::value}) {
   std::vector<Device> devices = test::case_devices();
   devices.insert(devices.begin(), Device::cpu());
   for (Device d : devices)
