@@ -1,5 +1,5 @@
 // save/load of a module's named parameters in the safetensors format:
-//   8 bytes: little-endian uint64 header length N
+//   8 bytes: little-endian uint64 header length N (at most 100,000,000)
 //   N bytes: JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...}
 //            (optionally "__metadata__": {...}); offsets are relative to the data section
 //   rest:    raw little-endian element data
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "nn/module.h"
 
@@ -19,10 +20,17 @@ void save(const Module& module, const std::string& path);
 // Reads `path` and copies each tensor into the module's parameter of the same name, in
 // place (queued copies under NoGrad; the parameter handles stay the same). Everything is
 // validated before anything is copied, so a failed load leaves the module unchanged.
+// The file is read only as far as its header declares (a device such as /dev/zero or a
+// pipe is read no further), and every length and offset is checked before it is used.
 // Throws tide::Error "[load] <path>: ..." naming the problem: file missing or truncated,
-// header length beyond the file, malformed JSON, bad entry fields, unsupported dtype,
-// offsets out of range, overlapping or not matching the shape, and names missing from the
-// file or not in the module, shape or dtype mismatches.
+// header length beyond the file or the limit, malformed JSON, bad entry fields,
+// unsupported dtype, offsets out of range, overlapping or not matching the shape, and
+// names missing from the file or not in the module, shape or dtype mismatches; also when
+// memory runs out. Nothing else escapes.
 void load(Module& module, const std::string& path);
+
+// The same from a whole file's bytes in memory (what load reads from disk); `name` stands
+// for the path in error messages.
+void load_bytes(Module& module, std::string_view bytes, const std::string& name);
 
 }  // namespace tide::nn

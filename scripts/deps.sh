@@ -12,8 +12,11 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # dataset-fashion-mnist: the IDX files (about 30 MB) under /usr/share/datasets/fashion-mnist
 # that `tide train fashion-mnist` and the train suite's Fashion-MNIST test read; without it
 # that test skips.
+# clang and libclang-rt-dev: CI's Clang build, the libFuzzer targets (scripts/fuzz.sh); the
+# sanitizer and libFuzzer runtimes are in libclang-rt-dev, only recommended by clang.
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest
-                   libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist)
+                   libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist
+                   clang libclang-rt-dev)
 : "${TIDE_START:=$(date +%s)}"
 export TIDE_START
 

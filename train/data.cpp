@@ -9,7 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
+#include <optional>
 #include <random>
+#include <span>
+#include <stdexcept>
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -80,44 +84,143 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::error_code ec;
-  TIDE_CHECK(std::filesystem::exists(path, ec), "idx", "file not found: ", path);
-  TIDE_CHECK(!std::filesystem::is_directory(path, ec), "idx", path, " is a directory");
-  std::vector<uint8_t> out;
-  if (ends_with(path, ".gz")) {
+// Bytes in order from memory, a file or a gzip stream. read() returns fewer bytes than
+// asked only at the end, and throws "[idx]" on a read error or corrupt compressed data.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual size_t read(uint8_t* dst, size_t n) = 0;
+  // The bytes left, where known (memory, a plain regular file): sizes are checked against
+  // it before anything is allocated. A gzip stream, a device or a pipe has none.
+  virtual std::optional<uint64_t> remaining() const { return std::nullopt; }
+};
+
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(std::span<const uint8_t> b) : b_(b) {}
+  size_t read(uint8_t* dst, size_t n) override {
+    n = std::min(n, b_.size() - pos_);
+    if (n) std::memcpy(dst, b_.data() + pos_, n);
+    pos_ += n;
+    return n;
+  }
+  std::optional<uint64_t> remaining() const override { return b_.size() - pos_; }
+
+ private:
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+class FileSource : public ByteSource {
+ public:
+  explicit FileSource(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    TIDE_CHECK(in_.good(), "idx", "cannot open ", path, ": ", std::strerror(errno));
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) {
+      uintmax_t n = std::filesystem::file_size(path, ec);
+      if (!ec) left_ = uint64_t(n);
+    }
+  }
+  size_t read(uint8_t* dst, size_t n) override {
+    if (n == 0) return 0;
+    in_.read(reinterpret_cast<char*>(dst), std::streamsize(n));
+    TIDE_CHECK(!in_.bad(), "idx", "error reading ", path_);
+    size_t got = size_t(in_.gcount());
+    if (left_) *left_ -= std::min<uint64_t>(*left_, got);
+    return got;
+  }
+  std::optional<uint64_t> remaining() const override { return left_; }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  std::optional<uint64_t> left_;
+};
+
 #if TIDE_IDX_GZIP
-    gzFile f = gzopen(path.c_str(), "rb");
-    TIDE_CHECK(f != nullptr, "idx", "cannot open ", path, ": ", std::strerror(errno));
-    std::array<uint8_t, 1 << 16> chunk;
-    for (;;) {
-      int got = gzread(f, chunk.data(), unsigned(chunk.size()));
+class GzFileSource : public ByteSource {
+ public:
+  explicit GzFileSource(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {
+    TIDE_CHECK(f_ != nullptr, "idx", "cannot open ", path, ": ", std::strerror(errno));
+  }
+  ~GzFileSource() override { gzclose(f_); }
+  GzFileSource(const GzFileSource&) = delete;
+  GzFileSource& operator=(const GzFileSource&) = delete;
+  size_t read(uint8_t* dst, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      int got = gzread(f_, dst + done, unsigned(std::min<size_t>(n - done, size_t(1) << 30)));
       if (got < 0) {
         int code = 0;
-        std::string msg = gzerror(f, &code);
-        gzclose(f);
-        throw Error("idx", path + ": corrupt gzip data (" + msg + ")");
+        throw Error("idx", path_ + ": corrupt gzip data (" + gzerror(f_, &code) + ")");
       }
       if (got == 0) break;
-      out.insert(out.end(), chunk.data(), chunk.data() + got);
+      done += size_t(got);
     }
-    gzclose(f);
-    return out;
-#else
-    throw Error("idx", path + ": gzip files need tide built with zlib (TIDE_HAVE_ZLIB); "
-                              "gunzip the file or point the source at the plain file");
-#endif
+    return done;
   }
-  std::ifstream in(path, std::ios::binary);
-  TIDE_CHECK(in.good(), "idx", "cannot open ", path, ": ", std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff n = in.tellg();
-  in.seekg(0, std::ios::beg);
-  out.resize(size_t(std::max<std::streamoff>(n, 0)));
-  if (!out.empty()) in.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size()));
-  TIDE_CHECK(in.good() || in.eof(), "idx", "error reading ", path);
-  return out;
-}
+
+ private:
+  std::string path_;
+  gzFile f_;
+};
+
+// A gzip stream in memory; members follow one another as in a .gz file, and what follows
+// the last one is ignored, as gzread does.
+class GzMemorySource : public ByteSource {
+ public:
+  GzMemorySource(std::span<const uint8_t> b, const std::string& name) : b_(b), name_(name) {
+    zs_.zalloc = Z_NULL;
+    zs_.zfree = Z_NULL;
+    zs_.opaque = Z_NULL;
+    if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) throw std::bad_alloc();
+  }
+  ~GzMemorySource() override { inflateEnd(&zs_); }
+  GzMemorySource(const GzMemorySource&) = delete;
+  GzMemorySource& operator=(const GzMemorySource&) = delete;
+  size_t read(uint8_t* dst, size_t n) override {
+    size_t done = 0;
+    while (done < n && !end_) {
+      if (zs_.avail_in == 0) {
+        size_t take = std::min<size_t>(b_.size() - pos_, size_t(1) << 30);
+        zs_.next_in = const_cast<Bytef*>(b_.data() + pos_);
+        zs_.avail_in = uInt(take);
+        pos_ += take;
+      }
+      zs_.next_out = dst + done;
+      zs_.avail_out = uInt(std::min<size_t>(n - done, size_t(1) << 30));
+      const uInt before = zs_.avail_out;
+      int rc = inflate(&zs_, Z_NO_FLUSH);
+      done += size_t(before - zs_.avail_out);
+      if (rc == Z_STREAM_END) {
+        // Another member follows when the next bytes are gzip's magic (what is left of
+        // the buffer is contiguous from next_in).
+        const uint8_t* next = zs_.next_in;
+        const size_t left = zs_.avail_in + (b_.size() - pos_);
+        if (left >= 2 && next[0] == 0x1f && next[1] == 0x8b)
+          inflateReset(&zs_);
+        else
+          end_ = true;
+      } else if (rc == Z_BUF_ERROR && zs_.avail_in == 0 && pos_ == b_.size()) {
+        throw Error("idx", name_ + ": corrupt gzip data (unexpected end of file)");
+      } else if (rc == Z_MEM_ERROR) {
+        throw std::bad_alloc();
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw Error("idx", name_ + ": corrupt gzip data (" +
+                               (zs_.msg ? zs_.msg : "inflate error " + std::to_string(rc)) + ")");
+      }
+    }
+    return done;
+  }
+
+ private:
+  std::span<const uint8_t> b_;
+  std::string name_;
+  size_t pos_ = 0;
+  z_stream zs_{};
+  bool end_ = false;
+};
+#endif
 
 uint32_t be32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
@@ -129,38 +232,89 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// Checks the header of a uint8 IDX file of `ndim` dimensions; returns the dimensions and
-// removes the header from `bytes`.
-std::vector<int64_t> parse_idx(std::vector<uint8_t>& bytes, int ndim, const std::string& path,
-                               const char* what) {
-  uint32_t want = 0x00000800u | uint32_t(ndim);
-  TIDE_CHECK(bytes.size() >= 4, "idx", path, ": truncated header (", bytes.size(),
-             " bytes; expected an IDX ", what, " file)");
-  uint32_t magic = be32(bytes.data());
-  TIDE_CHECK(magic == want, "idx", path, ": bad magic ", hex32(magic), " (expected ",
+// Most trailing bytes counted after the data, where the size is not known in advance.
+constexpr uint64_t kTrailingCountLimit = uint64_t(1) << 20;
+
+// Reads a uint8 IDX array of `ndim` dimensions: the header first, then exactly the
+// elements it declares, checked against the bytes left (where known) before they are
+// allocated, and read in growing steps where not, so that memory grows only with what is
+// there.
+IdxArray decode(ByteSource& src, int ndim, const std::string& name) {
+  TIDE_CHECK(ndim >= 1 && ndim <= kMaxDims, "idx", name, ": ", ndim,
+             " dimensions asked for (1 to ", kMaxDims, ")");
+  const char* what = ndim == 3 ? "images" : ndim == 1 ? "labels" : "data";
+  const uint32_t want = 0x00000800u | uint32_t(ndim);
+  uint8_t head[4 + 4 * kMaxDims];
+  size_t got = src.read(head, 4);
+  TIDE_CHECK(got == 4, "idx", name, ": truncated header (", got, " bytes; expected an IDX ",
+             what, " file)");
+  const uint32_t magic = be32(head);
+  TIDE_CHECK(magic == want, "idx", name, ": bad magic ", hex32(magic), " (expected ",
              hex32(want), " for uint8 ", what, ")");
-  size_t header = 4 + 4 * size_t(ndim);
-  TIDE_CHECK(bytes.size() >= header, "idx", path, ": truncated header (", bytes.size(),
+  const size_t header = 4 + 4 * size_t(ndim);
+  got = src.read(head + 4, header - 4);
+  TIDE_CHECK(4 + got == header, "idx", name, ": truncated header (", 4 + got,
              " bytes, expected ", header, ")");
-  std::vector<int64_t> dims(ndim);
+  IdxArray a;
+  a.dims.resize(size_t(ndim));
   uint64_t count = 1;
   bool overflow = false;
   for (int i = 0; i < ndim; ++i) {
-    dims[i] = be32(bytes.data() + 4 + 4 * i);
-    overflow |= __builtin_mul_overflow(count, uint64_t(dims[i]), &count);
+    a.dims[size_t(i)] = be32(head + 4 + 4 * i);
+    overflow |= __builtin_mul_overflow(count, uint64_t(a.dims[size_t(i)]), &count);
   }
-  TIDE_CHECK(!overflow, "idx", path, ": the header declares more elements than fit in 64 "
+  TIDE_CHECK(!overflow, "idx", name, ": the header declares more elements than fit in 64 "
              "bits (a corrupt file)");
-  uint64_t have = bytes.size() - header;
-  TIDE_CHECK(have >= count, "idx", path, ": truncated data (", have, " bytes after the header, ",
-             "expected ", count, ")");
-  TIDE_CHECK(have == count, "idx", path, ": ", have - count,
-             " unexpected trailing bytes after ", count, " bytes of data");
-  bytes.erase(bytes.begin(), bytes.begin() + std::ptrdiff_t(header));
-  return dims;
+  if (std::optional<uint64_t> have = src.remaining()) {
+    TIDE_CHECK(*have >= count, "idx", name, ": truncated data (", *have,
+               " bytes after the header, expected ", count, ")");
+    TIDE_CHECK(*have == count, "idx", name, ": ", *have - count,
+               " unexpected trailing bytes after ", count, " bytes of data");
+    a.data.resize(size_t(count));
+    got = src.read(a.data.data(), a.data.size());
+    TIDE_CHECK(got == count, "idx", name, ": truncated data (", got,
+               " bytes after the header, expected ", count, "; did the file change?)");
+    return a;
+  }
+  while (a.data.size() < count) {
+    // Steps that double from 64 KiB up to 64 MiB: a stream shorter than its header says
+    // costs at most about twice what it holds.
+    const size_t old = a.data.size();
+    const size_t step = size_t(std::min<uint64_t>(
+        count - old, std::clamp<uint64_t>(old, uint64_t(64) << 10, uint64_t(64) << 20)));
+    a.data.resize(old + step);
+    got = src.read(a.data.data() + old, step);
+    TIDE_CHECK(got == step, "idx", name, ": truncated data (", old + got,
+               " bytes after the header, expected ", count, ")");
+  }
+  // Counts what follows, up to a limit: an endless stream is not read to its end.
+  uint64_t extra = 0;
+  std::array<uint8_t, 4096> sink;
+  while (extra <= kTrailingCountLimit) {
+    got = src.read(sink.data(), sink.size());
+    if (got == 0) break;
+    extra += got;
+  }
+  TIDE_CHECK(extra == 0, "idx", name, ": ", (extra > kTrailingCountLimit ? "more than " : ""),
+             std::min(extra, kTrailingCountLimit), " unexpected trailing bytes after ", count,
+             " bytes of data");
+  return a;
 }
 
-// <dir>/<base>.gz if it exists, else <dir>/<base> (which may not exist: read_file says so).
+// Runs fn, turning an allocation failure (a machine short of memory) into "[idx]" naming
+// the file: nothing but tide::Error leaves the loader.
+template <class Fn>
+auto guarded(const std::string& name, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    throw Error("idx", name + ": out of memory while reading");
+  } catch (const std::length_error&) {
+    throw Error("idx", name + ": a size in the file is too large to hold in memory");
+  }
+}
+
+// <dir>/<base>.gz if it exists, else <dir>/<base> (which may not exist: read_idx says so).
 std::string resolve(const std::string& dir, const std::string& base) {
   std::filesystem::path p = std::filesystem::path(dir) / base;
   std::error_code ec;
@@ -171,14 +325,44 @@ std::string resolve(const std::string& dir, const std::string& base) {
 
 }  // namespace
 
+IdxArray decode_idx(std::span<const uint8_t> bytes, int ndim, const std::string& name) {
+  return guarded(name, [&] {
+    if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) {
+#if TIDE_IDX_GZIP
+      GzMemorySource src(bytes, name);
+      return decode(src, ndim, name);
+#else
+      throw Error("idx", name + ": gzip data needs tide built with zlib (TIDE_HAVE_ZLIB)");
+#endif
+    }
+    MemorySource src(bytes);
+    return decode(src, ndim, name);
+  });
+}
+
+IdxArray read_idx(const std::string& path, int ndim) {
+  return guarded(path, [&] {
+    std::error_code ec;
+    TIDE_CHECK(std::filesystem::exists(path, ec), "idx", "file not found: ", path);
+    TIDE_CHECK(!std::filesystem::is_directory(path, ec), "idx", path, " is a directory");
+    if (ends_with(path, ".gz")) {
+#if TIDE_IDX_GZIP
+      GzFileSource src(path);
+      return decode(src, ndim, path);
+#else
+      throw Error("idx", path + ": gzip files need tide built with zlib (TIDE_HAVE_ZLIB); "
+                                "gunzip the file or point the source at the plain file");
+#endif
+    }
+    FileSource src(path);
+    return decode(src, ndim, path);
+  });
+}
+
 IdxSource::IdxSource(const IdxOptions& o) : opt_(o) {
-  TIDE_CHECK(o.batch_size_ > 0, "idx", "batch size must be positive (got ", o.batch_size_, ")");
-  TIDE_CHECK(std::isfinite(o.std_) && o.std_ > 0, "idx", "std must be positive (got ", o.std_,
-             ")");
-  TIDE_CHECK(o.limit_ >= 0, "idx", "limit must be >= 0 (got ", o.limit_, ")");
+  check_options();
   TIDE_CHECK(o.images_.empty() == o.labels_.empty(), "idx",
              "give both the images and the labels file, or neither");
-  check_device(o.device_, "idx");
   if (!o.images_.empty()) {
     images_path_ = o.images_;
     labels_path_ = o.labels_;
@@ -191,21 +375,50 @@ IdxSource::IdxSource(const IdxOptions& o) : opt_(o) {
     images_path_ = resolve(o.dir_, o.split_ + "-images-idx3-ubyte");
     labels_path_ = resolve(o.dir_, o.split_ + "-labels-idx1-ubyte");
   }
-  pixels_ = read_file(images_path_);
-  std::vector<int64_t> idims = parse_idx(pixels_, 3, images_path_, "images");
-  labels_ = read_file(labels_path_);
-  std::vector<int64_t> ldims = parse_idx(labels_, 1, labels_path_, "labels");
-  TIDE_CHECK(idims[0] == ldims[0], "idx", idims[0], " images in ", images_path_, " but ",
-             ldims[0], " labels in ", labels_path_);
-  n_ = idims[0];
-  rows_ = idims[1];
-  cols_ = idims[2];
-  if (o.limit_ > 0 && o.limit_ < n_) {
-    n_ = o.limit_;
+  IdxArray images = read_idx(images_path_, 3);
+  IdxArray labels = read_idx(labels_path_, 1);
+  init(std::move(images), std::move(labels));
+}
+
+IdxSource::IdxSource(IdxArray images, IdxArray labels, const IdxOptions& o)
+    : opt_(o), images_path_("(images in memory)"), labels_path_("(labels in memory)") {
+  check_options();
+  init(std::move(images), std::move(labels));
+}
+
+void IdxSource::check_options() const {
+  const IdxOptions& o = opt_;
+  TIDE_CHECK(o.batch_size_ > 0, "idx", "batch size must be positive (got ", o.batch_size_, ")");
+  TIDE_CHECK(std::isfinite(o.std_) && o.std_ > 0, "idx", "std must be positive (got ", o.std_,
+             ")");
+  TIDE_CHECK(o.limit_ >= 0, "idx", "limit must be >= 0 (got ", o.limit_, ")");
+  check_device(o.device_, "idx");
+}
+
+void IdxSource::init(IdxArray images, IdxArray labels) {
+  auto numel = [](const IdxArray& a) {
+    uint64_t n = 1;
+    for (int64_t d : a.dims)
+      if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n)) return ~uint64_t(0);
+    return n;
+  };
+  TIDE_CHECK(images.dims.size() == 3 && numel(images) == images.data.size(), "idx",
+             images_path_, ": images must be (n, rows, cols) with n*rows*cols bytes");
+  TIDE_CHECK(labels.dims.size() == 1 && numel(labels) == labels.data.size(), "idx",
+             labels_path_, ": labels must be (n) with n bytes");
+  TIDE_CHECK(images.dims[0] == labels.dims[0], "idx", images.dims[0], " images in ",
+             images_path_, " but ", labels.dims[0], " labels in ", labels_path_);
+  n_ = images.dims[0];
+  rows_ = images.dims[1];
+  cols_ = images.dims[2];
+  pixels_ = std::move(images.data);
+  labels_ = std::move(labels.data);
+  if (opt_.limit_ > 0 && opt_.limit_ < n_) {
+    n_ = opt_.limit_;
     pixels_.resize(size_t(n_ * rows_ * cols_));
     labels_.resize(size_t(n_));
   }
-  reset(0);
+  guarded(labels_path_, [&] { reset(0); });
 }
 
 void IdxSource::reset(uint64_t epoch) {

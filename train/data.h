@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -118,18 +119,40 @@ struct IdxOptions {
 // True when .gz files can be read (tide was built with zlib).
 bool idx_gzip_supported();
 
+// One uint8 IDX array: its extents and its elements in row-major order.
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;
+};
+
+// Decodes an IDX file of uint8 elements in `ndim` dimensions (3: images, 1: labels) from its
+// bytes in memory, gunzipping them first when they start with gzip's magic. `name` stands
+// for the path in messages. Throws "[idx] <name>: ..." for a bad magic, a truncated header
+// or data, trailing bytes, corrupt gzip data, gzip without zlib support, and when memory
+// runs out; nothing else escapes.
+IdxArray decode_idx(std::span<const uint8_t> bytes, int ndim, const std::string& name);
+
+// The same from a file (gunzipped when its name ends in .gz). The file is read only as far
+// as its header declares, with the declared size checked against the file's before it is
+// allocated; a device or pipe (/dev/zero) is read in steps and never to an endless end.
+// Also throws "[idx]" for a missing, unreadable or directory path.
+IdxArray read_idx(const std::string& path, int ndim);
+
 // MNIST-format IDX images (magic 0x00000803, uint8 N×rows×cols) and labels (0x00000801,
 // uint8 N), big-endian header. x: float32 as set by normalize; y: int64 of shape (batch,);
 // both on options.device_.
 // With shuffle, epoch e visits the examples in a permutation drawn from
 // std::mt19937_64(seed, e) by a fixed Fisher-Yates, so the order is the same everywhere.
-// The constructor reads and decodes both files and throws "[idx] ..." naming the file for a
-// missing or unreadable file, a bad magic, a truncated or oversized file, a gzip file
-// without zlib support, or image and label counts that differ; "[idx]" also for a
-// non-positive batch size or std, or a device this process cannot use.
+// The constructor reads and decodes both files (read_idx) and throws "[idx] ..." naming the
+// file for a missing or unreadable file, a bad magic, a truncated or oversized file, a gzip
+// file without zlib support, memory running out, or image and label counts that differ;
+// "[idx]" also for a non-positive batch size or std, or a device this process cannot use.
 class IdxSource : public DataSource {
  public:
   explicit IdxSource(const IdxOptions& options = IdxOptions());
+  // From arrays already decoded (decode_idx): images (n, rows, cols), labels (n); the
+  // files named in options are not read. Throws "[idx]" as above.
+  IdxSource(IdxArray images, IdxArray labels, const IdxOptions& options = IdxOptions());
   int64_t size() const override { return n_; }
   int64_t batch_size() const override { return opt_.batch_size_; }
   void reset(uint64_t epoch) override;
@@ -143,6 +166,9 @@ class IdxSource : public DataSource {
   const std::string& labels_path() const { return labels_path_; }
 
  private:
+  void check_options() const;
+  void init(IdxArray images, IdxArray labels);
+
   IdxOptions opt_;
   std::string images_path_, labels_path_;
   int64_t n_ = 0, rows_ = 0, cols_ = 0;

@@ -4,8 +4,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
+#include <string_view>
+#include <thread>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fake_gpu.h"
 #include "nn/serialize.h"
@@ -204,6 +211,175 @@ TEST(NnSerialize, HeaderLengthBeyondFile) {
   expect_load_error(*m, p, {"header length 1000000 exceeds"});
   write_bytes(p, make_file(h, std::string(16, '\0'), ~uint64_t(1)));  // 2^64 - 2
   expect_load_error(*m, p, {"exceeds"});
+  write_bytes(p, make_file(h, std::string(16, '\0'), uint64_t(1) << 63));
+  expect_load_error(*m, p, {"header length 9223372036854775808 exceeds the file (86 bytes)"});
+}
+
+// Issue 11: load read a device such as /dev/zero until memory ran out. Now it reads the
+// 8-byte length (0), then a header of that length, and refuses the empty header.
+TEST(NnSerialize, DevZeroIsRefusedAtOnce) {
+  if (!std::filesystem::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
+  auto m = small();
+  expect_load_error(*m, "/dev/zero", {"bad JSON header at byte 0", "unexpected end of header"});
+  expect_load_error(*m, ::testing::TempDir(), {"is a directory"});
+}
+
+// A header length within the file but beyond 100 MB is refused before it is allocated (a
+// sparse file: no disk is used).
+TEST(NnSerialize, HeaderLengthBeyondTheLimit) {
+  auto m = small();
+  const std::string p = tmp("hdrlimit.safetensors");
+  write_bytes(p, make_file("", "", 150'000'000));
+  std::filesystem::resize_file(p, 200'000'000);
+  expect_load_error(*m, p, {"header length 150000000 exceeds the limit of 100000000 bytes"});
+  std::filesystem::remove(p);
+  // In memory: the same checks, with the buffer's size for the file's.
+  std::string bytes = make_file("", "", uint64_t(1) << 63);
+  try {
+    load_bytes(*m, bytes, "mem");
+    ADD_FAILURE() << "accepted a header length of 2^63";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[load] mem: header length 9223372036854775808 exceeds"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A file whose header is cut short, and one whose data is: named as truncated.
+TEST(NnSerialize, TruncatedHeaderAndData) {
+  auto m = small();
+  const std::string p = tmp("trunc2.safetensors");
+  std::string h = R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  std::string whole = make_file(h, std::string(16, '\0'));
+  write_bytes(p, whole.substr(0, 8 + h.size() / 2));
+  expect_load_error(*m, p, {"header length 62 exceeds the file (39 bytes)"});
+  write_bytes(p, whole.substr(0, whole.size() - 1));
+  expect_load_error(*m, p, {"'weight'", "[0, 16] out of range", "has 15 bytes"});
+}
+
+// Through a pipe the size is unknown: the loader reads as far as the header says, and
+// names a pipe that ends early as truncated.
+TEST(NnSerialize, LoadsFromAPipe) {
+  signal(SIGPIPE, SIG_IGN);  // the writer must not be killed if the reader stops early
+  const std::string fifo = tmp("pipe_" + std::to_string(::getpid()));
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto a = small(), b = small();
+  const std::string good = tmp("pipe_src.safetensors");
+  save(*a, good);
+  const std::string bytes = read_bytes(good);
+  auto through_pipe = [&](const std::string& content, const std::function<void()>& reader) {
+    std::thread w([&] { write_bytes(fifo, content); });
+    reader();
+    w.join();
+  };
+  through_pipe(bytes + "ignored trailing bytes", [&] { load(*b, fifo); });
+  expect_bitwise_equal<float>(*a, *b);
+  through_pipe(bytes.substr(0, bytes.size() - 3), [&] {
+    expect_load_error(*b, fifo, {"file truncated: the entries need 16 bytes of data, the file has 13"});
+  });
+  through_pipe(bytes.substr(0, 20), [&] {
+    expect_load_error(*b, fifo, {"file truncated: header length"});
+  });
+  std::filesystem::remove(fifo);
+}
+
+TEST(NnSerialize, LoadBytesMatchesLoad) {
+  manual_seed(21);
+  auto a = mlp();
+  const std::string path = tmp("bytes.safetensors");
+  save(*a, path);
+  const std::string bytes = read_bytes(path);
+  auto b = mlp();
+  load_bytes(*b, bytes, "buffer");
+  expect_bitwise_equal<float>(*a, *b);
+  try {
+    load_bytes(*b, std::string_view(bytes).substr(0, bytes.size() - 1), "buffer");
+    ADD_FAILURE() << "accepted a truncated buffer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[load] buffer: entry '2.bias'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Three parameters, the middle one empty: saved at [8, 8], where the next one starts.
+struct WithEmpty : Module {
+  WithEmpty() {
+    register_parameter("a", full({2}, 1.0));
+    register_parameter("empty", zeros({0}));
+    register_parameter("b", full({3}, 2.0));
+  }
+};
+
+// An empty tensor at the offset where the next one starts does not overlap it, whatever
+// order the header lists them in (the overlap check sorted by begin only, so an empty
+// entry sorted after its neighbour was reported as overlapping it).
+TEST(NnSerialize, EmptyTensorsOverlapNothing) {
+  WithEmpty a;
+  const std::string p = tmp("empty.safetensors");
+  save(a, p);
+  WithEmpty b;
+  load(b, p);
+  std::vector<float> data = {5, 6, 7, 8, 9};
+  std::string raw(reinterpret_cast<const char*>(data.data()), 20);
+  write_bytes(p, make_file(R"({"b":{"dtype":"F32","shape":[3],"data_offsets":[8,20]},)"
+                           R"("empty":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                           raw));
+  load(b, p);
+  auto ps = b.named_parameters();
+  EXPECT_EQ(ps[0].second.to_vector<float>(), (std::vector<float>{5, 6}));
+  EXPECT_EQ(ps[2].second.to_vector<float>(), (std::vector<float>{7, 8, 9}));
+  // A real overlap is still found, behind an empty entry and a longer one.
+  write_bytes(p, make_file(R"({"b":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+                           R"("empty":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                           raw));
+  expect_load_error(b, p, {"entries 'b' and 'a' overlap"});
+}
+
+// What the schema-directed reader accepts and skips, and what it refuses.
+TEST(NnSerialize, HeaderJsonDetails) {
+  auto m = small();
+  const std::string p = tmp("json.safetensors");
+  std::vector<float> vals = {1, 2, 3, 4};
+  std::string data(reinterpret_cast<const char*>(vals.data()), 16);
+  // Metadata of any JSON (skipped), unknown keys in an entry (skipped), escapes in names.
+  write_bytes(p, make_file(R"({"__metadata__":{"n":[1.5e3,-2,{"x":[true,false,null]}],)"
+                           R"("s":"\ud83d\ude00 \ud800"},)"
+                           R"("w\u0065ight":{"extra":{"a":[[]]},"dtype":"F32","shape":[2,2],)"
+                           R"("data_offsets":[0,16]}})",
+                           data));
+  load(*m, p);
+  EXPECT_EQ(m->weight().to_vector<float>(), vals);
+  struct Case {
+    std::string header, message;
+  };
+  const std::string e = R"("weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})";
+  for (const Case& c : std::vector<Case>{
+           {"{" + e + "," + e + "}", "duplicate key \"weight\""},
+           {R"({"weight":{"dtype":"F32","dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})",
+            "duplicate key \"dtype\""},
+           {R"({"weight":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,4],"data_offsets":[0,16]}})",
+            "shape has more than 8 dims"},
+           {R"({"weight":{"dtype":"F32","shape":[2,-2],"data_offsets":[0,16]}})",
+            "shape extents must be integers >= 0"},
+           {R"({"weight":{"dtype":"F32","shape":[2,"2"],"data_offsets":[0,16]}})",
+            "shape extents must be integers >= 0"},
+           {R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16,32]}})",
+            "data_offsets must be [begin, end]"},
+           {R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[-16,0]}})",
+            "bad data_offsets [-16, 0]"},
+           {R"({"__metadata__":{"a":)" + std::string(100, '[') + "}", "nesting deeper than 64"},
+           {R"({"__metadata__":[]})", "__metadata__ is not an object"},
+           {"{" + e + "} {}", "unexpected trailing characters"},
+           {"{\"w\x01\":1}", "control character in string"},
+           {R"({"weight\q":1})", "bad escape"},
+           {R"({"__metadata__":{"x":1.}})", "expected a digit"},
+       }) {
+    write_bytes(p, make_file(c.header, data));
+    expect_load_error(*m, p, {c.message});
+  }
 }
 
 TEST(NnSerialize, OffsetsOutOfRangeOrOverlapping) {

@@ -8,8 +8,13 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <unistd.h>
+#include <thread>
+#include <utility>
 #include <vector>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "error_of.h"
 #include "tide.h"
@@ -316,6 +321,102 @@ TEST_F(IdxTest, AHeaderWhoseSizeWrapsIsRefused) {
   EXPECT_NE(msg.find("more elements than fit in 64 bits"), std::string::npos) << msg;
 }
 
+// Issue 11: a device or pipe has no size to check the header against; the loader reads
+// only what the header declares. /dev/zero has a magic of 0.
+TEST_F(IdxTest, DevZeroIsRefusedAtOnce) {
+  if (!fs::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
+  std::string lb = write("l", labels_bytes(2));
+  std::string msg = error_of([&] { IdxSource s(IdxOptions().files("/dev/zero", lb)); });
+  EXPECT_NE(msg.find("[idx] /dev/zero: bad magic 0x00000000"), std::string::npos) << msg;
+}
+
+// A header declaring far more data than the file holds is refused before the data is
+// allocated: 2^31 x 2^31 x 1 bytes, read from a file, from memory and (gzipped) in steps.
+TEST_F(IdxTest, AHugeDeclaredSizeIsNotAllocated) {
+  std::vector<uint8_t> huge;
+  for (uint32_t v : {0x00000803u, 0x80000000u, 0x80000000u, 1u, 0x01020304u}) put_be32(huge, v);
+  std::string msg = error_of([&] { read_idx(write("huge", huge), 3); });
+  EXPECT_NE(msg.find("truncated data (4 bytes after the header, expected 4611686018427387904)"),
+            std::string::npos) << msg;
+  msg = error_of([&] { decode_idx(huge, 3, "mem"); });
+  EXPECT_NE(msg.find("[idx] mem: truncated data (4 bytes"), std::string::npos) << msg;
+}
+
+// Through a pipe: the same decoding, truncation and trailing bytes found by reading.
+TEST_F(IdxTest, ReadsFromAPipe) {
+  signal(SIGPIPE, SIG_IGN);  // the writer must not be killed if the reader stops early
+  const std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto through_pipe = [&](const std::vector<uint8_t>& content) {
+    IdxArray a;
+    std::string msg;
+    std::thread w([&] {
+      std::ofstream(fifo, std::ios::binary)
+          .write(reinterpret_cast<const char*>(content.data()), std::streamsize(content.size()));
+    });
+    try {
+      a = read_idx(fifo, 1);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    w.join();
+    return std::make_pair(a, msg);
+  };
+  auto [a, msg] = through_pipe(labels_bytes(12));
+  EXPECT_EQ(msg, "");
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{12}));
+  EXPECT_EQ(a.data.size(), 12u);
+  EXPECT_EQ(a.data[11], 1);
+  std::vector<uint8_t> cut = labels_bytes(12);
+  cut.resize(cut.size() - 2);
+  msg = through_pipe(cut).second;
+  EXPECT_NE(msg.find("truncated data (10 bytes after the header, expected 12)"),
+            std::string::npos) << msg;
+  std::vector<uint8_t> extra = labels_bytes(12);
+  extra.resize(extra.size() + 3);
+  msg = through_pipe(extra).second;
+  EXPECT_NE(msg.find("3 unexpected trailing bytes after 12 bytes of data"), std::string::npos)
+      << msg;
+}
+
+// decode_idx on bytes in memory gives what the file gives; IdxSource takes its arrays.
+TEST_F(IdxTest, DecodeFromMemoryAndSourceFromArrays) {
+  IdxArray im = decode_idx(images_bytes(5, 2, 3), 3, "im");
+  EXPECT_EQ(im.dims, (std::vector<int64_t>{5, 2, 3}));
+  EXPECT_EQ(im.data.size(), 30u);
+  EXPECT_EQ(im.data[7], 8);  // example 1, pixel 1
+  IdxArray lb = decode_idx(labels_bytes(5), 1, "lb");
+  IdxSource src(im, lb, IdxOptions().shuffle(false).batch_size(5));
+  EXPECT_EQ(src.size(), 5);
+  EXPECT_EQ(src.next_batch()->y.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  std::vector<uint8_t> extra = labels_bytes(5);
+  extra.push_back(0);
+  EXPECT_NE(error_of([&] { decode_idx(extra, 1, "lb"); })
+                .find("[idx] lb: 1 unexpected trailing bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_idx(labels_bytes(5), 3, "lb"); })
+                .find("[idx] lb: bad magic 0x00000801 (expected 0x00000803"),
+            std::string::npos);
+  // Arrays that do not agree with their dims, or with each other.
+  IdxArray bad = im;
+  bad.data.pop_back();
+  EXPECT_NE(error_of([&] { IdxSource s(bad, lb); }).find("images must be (n, rows, cols)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { IdxSource s(im, decode_idx(labels_bytes(4), 1, "l4")); })
+                .find("[idx] 5 images in "),
+            std::string::npos);
+}
+
+// Images of no pixels (rows or cols 0) make batches of shape (b, 0).
+TEST_F(IdxTest, ZeroPixelImages) {
+  IdxSource src(decode_idx(images_bytes(3, 0, 4), 3, "im"), decode_idx(labels_bytes(3), 1, "lb"),
+                IdxOptions().shuffle(false).batch_size(2).flatten(false));
+  auto b = src.next_batch();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->x.shape(), (Shape{2, 0, 4}));
+  EXPECT_EQ(b->y.to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+}
+
 TEST_F(IdxTest, Gzip) {
 #if TEST_GZIP
   ASSERT_TRUE(idx_gzip_supported());
@@ -347,6 +448,43 @@ TEST_F(IdxTest, Gzip) {
   });
   EXPECT_NE(msg.find("[idx] "), std::string::npos) << msg;
   EXPECT_NE(msg.find("bad.gz"), std::string::npos) << msg;
+
+  // The same bytes in memory; a gzip member followed by another, and garbage after the last.
+  std::vector<uint8_t> whole;
+  {
+    std::ifstream in((dir_ / "train-images-idx3-ubyte.gz").string(), std::ios::binary);
+    whole.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  IdxArray a = decode_idx(whole, 3, "mem.gz");
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{6, 2, 3}));
+  EXPECT_EQ(a.data, decode_idx(images_bytes(6, 2, 3), 3, "plain").data);
+  msg = error_of([&] { decode_idx(gz, 3, "half.gz"); });
+  EXPECT_NE(msg.find("[idx] half.gz: corrupt gzip data"), std::string::npos) << msg;
+  std::vector<uint8_t> labels = labels_bytes(6), first(labels.begin(), labels.begin() + 9),
+                       second(labels.begin() + 9, labels.end());
+  auto gzip = [](const std::vector<uint8_t>& raw) {
+    std::vector<uint8_t> out(compressBound(uLong(raw.size())) + 32);
+    z_stream zs{};
+    EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    zs.next_in = const_cast<Bytef*>(raw.data());
+    zs.avail_in = uInt(raw.size());
+    zs.next_out = out.data();
+    zs.avail_out = uInt(out.size());
+    EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    return out;
+  };
+  std::vector<uint8_t> two = gzip(first), tail = gzip(second);
+  two.insert(two.end(), tail.begin(), tail.end());
+  two.push_back('x');
+  EXPECT_EQ(decode_idx(two, 1, "two.gz").data, decode_idx(labels, 1, "plain").data);
+  // A gzipped header that declares 2^62 bytes is read in steps and found truncated.
+  std::vector<uint8_t> huge;
+  for (uint32_t v : {0x00000803u, 0x80000000u, 0x80000000u, 1u}) put_be32(huge, v);
+  msg = error_of([&] { decode_idx(gzip(huge), 3, "huge.gz"); });
+  EXPECT_NE(msg.find("truncated data (0 bytes after the header, expected 4611686018427387904)"),
+            std::string::npos) << msg;
 #else
   EXPECT_FALSE(idx_gzip_supported());
   std::string path = write("x.gz", {0x1f, 0x8b});
