@@ -184,7 +184,7 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
       // value's buffer, on every replay, just before the first node touching it: as
       // eager does, where the fill runs on every call. Host-filled: the first node reads
       // the value, or its memory is no longer all kUnfilled (a partial first write).
-      if (b && v.kind != ValueKind::dead && first[i] >= 0 && b->device().is_cpu() &&
+      if (b && v.bytes > 0 && v.kind != ValueKind::dead && first[i] >= 0 && b->device().is_cpu() &&
           (read_first[i] || host_filled(*b, v.bytes))) {
         auto bytes = std::make_shared<std::vector<unsigned char>>(
             static_cast<const unsigned char*>(b->data()),

@@ -43,6 +43,14 @@ Tensor partial_overwrite(const Tensor& x) {
   return c * 1.0 + x;
 }
 
+// Empty host data written in place: nothing to copy (UBSan caught a memcpy from a null
+// pointer when the copy node was made for it).
+Tensor add_into_empty_host_data(const Tensor& x) {
+  Tensor c = from_vector(std::vector<float>{}, Shape{0});
+  c.add_(x);
+  return c;
+}
+
 void check(Tensor (*body)(const Tensor&), const Shape& shape) {
   for (const trace::Options& o : variants()) {
     auto f = trace::function(body, o);
@@ -57,6 +65,8 @@ void check(Tensor (*body)(const Tensor&), const Shape& shape) {
 TEST(TraceHostData, ReadThenWrittenInPlaceEqualsEager) { check(read_then_mul, Shape{3}); }
 
 TEST(TraceHostData, WrittenInPlaceAndReturnedEqualsEager) { check(add_into_host_data, Shape{3}); }
+
+TEST(TraceHostData, EmptyHostDataWrittenInPlace) { check(add_into_empty_host_data, Shape{0}); }
 
 TEST(TraceHostData, PartialFirstWriteKeepsTheOtherHostValues) {
   check(partial_overwrite, Shape{3, 2});
