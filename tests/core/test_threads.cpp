@@ -134,6 +134,7 @@ TEST_F(Threads, HostReadsAreNotTornByAnotherThreadsInPlaceWrites) {
   constexpr int64_t n = 1 << 16;
   Tensor x = zeros({n});
   x.wait_to_read();
+  Engine::get().set_max_inflight_ops(64);  // the writer runs at most this far ahead
   std::atomic<bool> done{false};
   std::thread writer([&] {
     for (int k = 1; !done.load(); ++k) x.copy_(full({n}, double(k % 1000)));
