@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "error_of.h"
+#include "idx_files.h"
 #include "tide.h"
 #include "train/data.h"
 
@@ -34,55 +35,19 @@ namespace fs = std::filesystem;
 namespace {
 
 using tide::test_util::error_of;
+using tide::test_util::IdxFilesTest;
+using tide::test_util::images_bytes;
+using tide::test_util::labels_bytes;
+using tide::test_util::put_be32;
 
-void put_be32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
-}
-
-// Pixel (e, k) of example e is (7*e + k) % 256, label e % 10.
-std::vector<uint8_t> images_bytes(uint32_t n, uint32_t rows, uint32_t cols) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x803);
-  put_be32(b, n);
-  put_be32(b, rows);
-  put_be32(b, cols);
-  for (uint32_t e = 0; e < n; ++e)
-    for (uint32_t k = 0; k < rows * cols; ++k) b.push_back(uint8_t((7 * e + k) % 256));
-  return b;
-}
-
-std::vector<uint8_t> labels_bytes(uint32_t n) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x801);
-  put_be32(b, n);
-  for (uint32_t e = 0; e < n; ++e) b.push_back(uint8_t(e % 10));
-  return b;
-}
-
-class IdxTest : public ::testing::Test {
+class IdxTest : public IdxFilesTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tide_idx_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) {
-    std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    return path;
-  }
   // The standard pair of files for `split` in dir_.
   void write_split(const std::string& split, uint32_t n, uint32_t rows = 2, uint32_t cols = 3) {
     write(split + "-images-idx3-ubyte", images_bytes(n, rows, cols));
     write(split + "-labels-idx1-ubyte", labels_bytes(n));
   }
   IdxOptions opts() const { return IdxOptions().dir(dir_.string()); }
-
-  fs::path dir_;
 };
 
 }  // namespace

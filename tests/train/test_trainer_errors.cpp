@@ -4,18 +4,15 @@
 // policy, instead of recording NaN or 0 and returning normally.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "error_of.h"
+#include "idx_files.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -24,48 +21,23 @@
 
 using namespace tide;
 using namespace tide::train;
-namespace fs = std::filesystem;
 
 namespace {
 
 using tide::test_util::error_of;
 
-void put_be32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
-}
-
 // A Fashion-MNIST-like pair of IDX files (n images of 4x4) in a fresh directory; label e is
 // e % 10, except that example `bad_at` has label `bad`.
-class BadLabels : public ::testing::Test {
+class BadLabels : public test_util::IdxFilesTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tide_trainer_errors_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+  IdxOptions write_pair(uint32_t n, uint32_t bad_at, uint8_t bad) {
+    std::vector<uint8_t> labels = test_util::labels_bytes(n);
+    labels[test_util::kLabelsHeader + bad_at] = bad;
+    return IdxOptions()
+        .files(write("images", test_util::images_bytes(n, 4, 4)), write("labels", labels))
+        .batch_size(8)
+        .shuffle(false);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  IdxOptions write(uint32_t n, uint32_t bad_at, uint8_t bad) {
-    std::vector<uint8_t> im, lb;
-    put_be32(im, 0x803);
-    put_be32(im, n);
-    put_be32(im, 4);
-    put_be32(im, 4);
-    for (uint32_t e = 0; e < n; ++e)
-      for (uint32_t k = 0; k < 16; ++k) im.push_back(uint8_t((13 * e + 7 * k) % 256));
-    put_be32(lb, 0x801);
-    put_be32(lb, n);
-    for (uint32_t e = 0; e < n; ++e) lb.push_back(e == bad_at ? bad : uint8_t(e % 10));
-    std::string ip = (dir_ / "images").string(), lp = (dir_ / "labels").string();
-    std::ofstream(ip, std::ios::binary)
-        .write(reinterpret_cast<const char*>(im.data()), std::streamsize(im.size()));
-    std::ofstream(lp, std::ios::binary)
-        .write(reinterpret_cast<const char*>(lb.data()), std::streamsize(lb.size()));
-    return IdxOptions().files(ip, lp).batch_size(8).shuffle(false);
-  }
-
-  fs::path dir_;
 };
 
 TrainResult train_mlp(DataSource& source, Policy policy, int batches) {
@@ -87,14 +59,14 @@ TrainResult train_mlp(DataSource& source, Policy policy, int batches) {
 TEST_F(BadLabels, AnOutOfRangeLabelStopsTrainingUnderEveryPolicy) {
   for (Policy p : {Policy::per_batch(), Policy::none(), Policy::bounded(2)}) {
     SCOPED_TRACE(p.str());
-    IdxSource source(write(32, 11, 200));  // in the second minibatch
+    IdxSource source(write_pair(32, 11, 200));  // in the second minibatch
     std::string e = error_of([&] { train_mlp(source, p, 4); });
     EXPECT_NE(e.find("[cross_entropy]"), std::string::npos) << e;
     EXPECT_NE(e.find("label 200"), std::string::npos) << e;
     EXPECT_NE(e.find("10 classes"), std::string::npos) << e;
   }
   // The same data with the label in range trains normally.
-  IdxSource good(write(32, 11, 3));
+  IdxSource good(write_pair(32, 11, 3));
   TrainResult r = train_mlp(good, Policy::per_batch(), 4);
   for (const StepRecord& s : r.steps) EXPECT_TRUE(std::isfinite(s.loss)) << s.batch;
 }
