@@ -134,6 +134,22 @@ void Engine::State::wait_pos(StreamPos pos) {
   s->dev->block_until(pos.seq);
 }
 
+void Engine::State::sync_pos(StreamPos pos) {
+  StreamImpl* s = pos.stream;
+  if (!s || s->is_complete(pos.seq)) return;
+  if (s->polled || waits_on_itself(pos)) return wait_pos(pos);
+  // Run the tasks up to pos here while the worker does not (it may be asleep, or waiting
+  // for a core); while it does, watch for it to stop before pos. Spinning and then
+  // sleeping as wait_pos does when it keeps the token.
+  auto done = [&] {
+    if (s->is_complete(pos.seq)) return true;
+    if (s->runnable_here(pos.seq)) s->run_published(pos.seq, false);
+    return s->is_complete(pos.seq);
+  };
+  if (detail::spin_until(done)) return;
+  s->dev->block_until(pos.seq);
+}
+
 uint64_t Engine::State::inflight_ops() const {
   uint64_t n = 0;
   for (const StreamImpl& s : streams) n += s.submitted - s.done();
@@ -145,7 +161,7 @@ bool Engine::State::wait_progress_locked() {
     uint64_t c = s.done();
     if (c < s.submitted && !waits_on_itself({&s, c + 1})) {
       mu.unlock();
-      wait_pos({&s, c + 1});
+      sync_pos({&s, c + 1});
       mu.lock();
       return true;
     }
@@ -382,7 +398,7 @@ void Engine::wait_for_write(Storage* s) {
     s_->reclaim_locked();
     pos = s->hazard.last_write;
   }
-  s_->wait_pos(pos);
+  s_->sync_pos(pos);
 }
 
 Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
@@ -398,7 +414,7 @@ Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
     s->host_readers().fetch_add(1, std::memory_order_relaxed);
   }
   try {
-    st.wait_pos(pos);
+    st.sync_pos(pos);
   } catch (...) {
     s->host_readers().fetch_sub(1, std::memory_order_release);
     throw;
@@ -433,7 +449,7 @@ void Engine::synchronize() {
     std::lock_guard<SpinLock> lock(s_->mu);
     for (StreamImpl& s : s_->streams) tails[n++] = {&s, s.submitted};
   }
-  for (int i = 0; i < n; ++i) s_->wait_pos(tails[i]);
+  for (int i = 0; i < n; ++i) s_->sync_pos(tails[i]);
   std::lock_guard<SpinLock> lock(s_->mu);
   s_->reclaim_locked();
 }
@@ -572,7 +588,7 @@ uint64_t Stream::executed() const { return impl_->done(); }
 
 bool Event::query() const { return !pos_.stream || pos_.stream->is_complete(pos_.seq); }
 void Event::synchronize() const {
-  if (pos_.stream) pos_.stream->eng->wait_pos(pos_);
+  if (pos_.stream) pos_.stream->eng->sync_pos(pos_);
 }
 
 StreamGuard::StreamGuard(const Stream& s) : prev_(tl_current_stream) {

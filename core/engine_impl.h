@@ -68,7 +68,15 @@ class StreamImpl {
   // Bumped with every completion a worker publishes; hosts sleep on it (a futex needs a
   // 32-bit word).
   std::atomic<uint32_t> completed_epoch{0};
-  Segment* head_seg = nullptr;  // worker only
+  // The run token: whoever holds it runs this stream's next published tasks, in order --
+  // the worker, or a thread waiting on the host for one of them while the worker does not
+  // run (issue 12: a hand-off to a descheduled worker cost a time slice under load).
+  // `issued` and `head_seg` belong to the holder.
+  alignas(64) std::atomic<bool> running{false};
+  // White-box tests: while set, the worker takes no work, as if it could not get a core, so
+  // that only waiters run tasks. Clearing it must be followed by wake().
+  std::atomic<bool> worker_held{false};
+  Segment* head_seg = nullptr;
 
   bool is_complete(uint64_t seq) const {
     if (completed.load(std::memory_order_acquire) >= seq) return true;
@@ -85,6 +93,15 @@ class StreamImpl {
   // The slot of task seq; valid while seq is queued and not reclaimed.
   Engine::Task& slot(uint64_t seq) const;
   void worker_loop();
+  // Takes the run token if it is free and runs published tasks in order until `until` has
+  // run (the worker: all of them). Returns false when another thread held the token.
+  // `by_worker`: a waiter that leaves work behind wakes a sleeping worker.
+  bool run_published(uint64_t until, bool by_worker);
+  // A CPU stream's next task could be run by the calling thread now (the token is free).
+  bool runnable_here(uint64_t seq) const {
+    return !polled && !running.load(std::memory_order_relaxed) &&
+           issued.load(std::memory_order_relaxed) < seq;
+  }
   // Wakes the worker if it sleeps; only the caller that clears `sleeping` pays the syscall.
   void wake();
   // Makes an idle worker call dev->idle() again (a device request arrived).
@@ -115,11 +132,15 @@ struct Engine::State {
   Segment* new_segment(uint64_t base);
   // Blocks until pos has executed: spin, then sleep (the device decides how).
   void wait_pos(StreamPos pos);
+  // A host sync on pos (item, to_vector, synchronize, events): on a CPU stream whose worker
+  // is not running, runs the tasks up to pos on the calling thread (same order, same
+  // kernels, so the results are bit-identical); otherwise as wait_pos.
+  void sync_pos(StreamPos pos);
   // Caller holds mu. Releases the storages of executed tasks; returns how many tasks.
   size_t reclaim_locked() { return reclaimer.reclaim(streams, free_segments); }
   uint64_t inflight_ops() const;
   // Caller holds mu. Waits, with mu released, until some stream with queued work makes
-  // progress; false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
+  // progress (running its next task itself, as sync_pos does); false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
   bool wait_progress_locked();
   void start_worker(StreamImpl& s);
   void record_failure(Failure* f);

@@ -2,6 +2,8 @@
 // runs them through the stream's DeviceStream, and publishes progress. Also the CPU's
 // DeviceStream, where "complete" means the worker ran the task.
 #include <algorithm>
+#include <cstdint>
+#include <thread>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -53,7 +55,8 @@ std::unique_ptr<DeviceStream> make_cpu_stream(StreamImpl& s) {
   return std::make_unique<CpuStream>(s);
 }
 
-void DeviceStream::wait_for(StreamPos pos) { owner_.eng->wait_pos(pos); }
+// A task on another CPU stream whose worker does not run is run here (sync_pos).
+void DeviceStream::wait_for(StreamPos pos) { owner_.eng->sync_pos(pos); }
 
 std::string strip_op(std::string_view what, const char* op) {
   std::string prefix = std::string("[") + op + "] ";
@@ -123,33 +126,17 @@ void StreamImpl::nudge() {
   wake();
 }
 
-void StreamImpl::worker_loop() {
+bool StreamImpl::run_published(uint64_t until, bool by_worker) {
+  bool expected = false;
+  if (!running.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+    return false;
   uint64_t head = issued.load(std::memory_order_relaxed);
-  for (;;) {
-    uint64_t pub = published.load(std::memory_order_acquire);
-    if (head == pub) {
-      if (stop.load(std::memory_order_acquire)) {
-        if (published.load(std::memory_order_acquire) == head) return;
-        continue;
-      }
-      if (polled) {  // a GPU stream: flush its timeline, record wanted events
-        nudged.store(false, std::memory_order_seq_cst);
-        dev->idle();
-      }
-      bool got = detail::spin_until([&] {
-        return published.load(std::memory_order_acquire) != head || stop.load() != 0 ||
-               nudged.load(std::memory_order_relaxed);
-      });
-      if (!got) {
-        uint32_t e = wake_epoch.load(std::memory_order_seq_cst);
-        sleeping.store(true, std::memory_order_seq_cst);
-        if (published.load(std::memory_order_seq_cst) == head && stop.load() == 0 &&
-            !nudged.load(std::memory_order_seq_cst))
-          detail::futex_wait(&wake_epoch, e);
-        sleeping.store(false, std::memory_order_relaxed);
-      }
-      continue;
-    }
+  // A waiter may run a task inside another stream's task (its worker waiting on this one):
+  // keep that task's identity for the rest of it.
+  const StreamPos outer_task = detail::tl_running_task;
+  const int outer_stream = profiler::detail::tl_running_stream;
+  while (head < until && head < published.load(std::memory_order_acquire)) {
     if (head - head_seg->base == Segment::kSize)
       head_seg = head_seg->next.load(std::memory_order_acquire);
     Engine::Task& t = head_seg->slots[head - head_seg->base];
@@ -157,9 +144,53 @@ void StreamImpl::worker_loop() {
       if (!t.waits[i].stream->is_complete(t.waits[i].seq)) dev->wait_for(t.waits[i]);
     detail::tl_running_task = {this, head + 1};
     execute_task(t, eng, *dev, stop.load(std::memory_order_relaxed) == 2, false);
-    detail::tl_running_task = {};
     ++head;
     dev->retire(head);  // the slot may be reclaimed from here on
+  }
+  detail::tl_running_task = outer_task;
+  profiler::detail::tl_running_stream = outer_stream;
+  // seq_cst, with the worker's seq_cst `sleeping` store and token load: either it sees the
+  // token free or we see it asleep, so work left behind is never stranded.
+  running.store(false, std::memory_order_seq_cst);
+  if (!by_worker && published.load(std::memory_order_seq_cst) > head &&
+      sleeping.load(std::memory_order_seq_cst))
+    wake();
+  return true;
+}
+
+void StreamImpl::worker_loop() {
+  // Work the worker can take: published tasks not yet run, and nobody else running them.
+  auto has_work = [this](std::memory_order o) {
+    return published.load(o) != issued.load(o) && !running.load(o) &&
+           !worker_held.load(std::memory_order_relaxed);
+  };
+  for (;;) {
+    if (published.load(std::memory_order_acquire) != issued.load(std::memory_order_acquire)) {
+      bool held = worker_held.load(std::memory_order_relaxed) && !stop.load();
+      if (!held && run_published(UINT64_MAX, true)) continue;
+    } else if (stop.load(std::memory_order_acquire)) {
+      return;  // drained (or cancelled): nothing published is left to run
+    }
+    if (stop.load(std::memory_order_acquire)) {  // a waiter holds the token: let it finish
+      std::this_thread::yield();
+      continue;
+    }
+    if (polled) {  // a GPU stream: flush its timeline, record wanted events
+      nudged.store(false, std::memory_order_seq_cst);
+      dev->idle();
+    }
+    bool got = detail::spin_until([&] {
+      return has_work(std::memory_order_acquire) || stop.load() != 0 ||
+             nudged.load(std::memory_order_relaxed);
+    });
+    if (!got) {
+      uint32_t e = wake_epoch.load(std::memory_order_seq_cst);
+      sleeping.store(true, std::memory_order_seq_cst);
+      if (!has_work(std::memory_order_seq_cst) && stop.load() == 0 &&
+          !nudged.load(std::memory_order_seq_cst))
+        detail::futex_wait(&wake_epoch, e);
+      sleeping.store(false, std::memory_order_relaxed);
+    }
   }
 }
 

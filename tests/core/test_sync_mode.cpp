@@ -27,6 +27,9 @@ class SyncMode : public EngineTest {};
   return ::testing::AssertionSuccess();
 }
 
+// The thread that runs the next op. It waits by polling is_ready(), not by a host sync: a
+// sync may run the op itself when the worker is not running (Engine::State::sync_pos), and
+// these tests ask who runs it when nobody waits.
 std::thread::id run_thread_of_next_op() {
   std::thread::id id;
   std::mutex mu;
@@ -35,7 +38,7 @@ std::thread::id run_thread_of_next_op() {
     std::lock_guard lock(mu);
     id = std::this_thread::get_id();
   });
-  t.wait_to_read();
+  while (!t.is_ready()) std::this_thread::yield();
   std::lock_guard lock(mu);
   return id;
 }
