@@ -11,9 +11,11 @@
 // The textbook MLP step, its GEMM floor and the trainer policies live in bench_mlp.cpp;
 // the libtorch anchors in bench_torch.cpp (built only with -DTIDE_BENCH_LIBTORCH=ON).
 #include <benchmark/benchmark.h>
+#include <time.h>
 #include <cblas.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +111,29 @@ void BM_SyncEveryOp(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_SyncEveryOp)->UseRealTime();
+
+// What an idle program costs: one op and a sync, then 1 s of sleep; the process's CPU time
+// during the sleep (all threads: the worker's spin and yield after the op, the pool's).
+// Reported as `cpu_ms`, the CPU milliseconds burnt in that idle second; a worker that kept
+// spinning would show ~1000.
+void BM_IdleSecondCpuTime(benchmark::State& state) {
+  auto cpu_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e9 + double(ts.tv_nsec);
+  };
+  Tensor x = tide::ones({1, 2});
+  double burnt = 0;
+  for (auto _ : state) {
+    Tensor y = x + 1;
+    y.wait_to_read();
+    double c0 = cpu_ns();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    burnt += cpu_ns() - c0;
+  }
+  state.counters["cpu_ms"] = burnt / 1e6 / double(state.iterations());
+}
+BENCHMARK(BM_IdleSecondCpuTime)->UseRealTime()->Iterations(2)->Unit(benchmark::kMillisecond);
 
 // ---- anchor: the thread hand-off a sync round trip cannot beat ------------------------------
 

@@ -102,6 +102,10 @@ class Tensor {
   Tensor to(Device device, tide::SourceLocation site = tide::SourceLocation::current()) const;
 
   // ---- sync points -------------------------------------------------------------------
+  // A sync on a CPU tensor whose stream's worker is not running (asleep, or waiting for a
+  // core on a loaded machine) runs the queued ops up to the awaited one on the calling
+  // thread: the same kernels in the same order, so results are bit-identical, and the
+  // hand-off's wake-up is not paid. Later ops are left to the worker.
   // Waits for the last write to this tensor, then rethrows the failure of the op that
   // produced it, if any (with the op and the place it was queued).
   void wait_to_read() const;
