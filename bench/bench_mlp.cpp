@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/blas_threads.h"  // the BLAS's thread count, whichever library TIDE_BLAS chose
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -75,14 +76,14 @@ std::shared_ptr<tide::nn::Sequential> textbook_mlp(tide::Generator& gen) {
 // after; 0 leaves a setting as tide chose it at startup.
 class ThreadConfig {
  public:
-  ThreadConfig(int pool, int blas) : pool_(tide::num_threads()), blas_(openblas_get_num_threads()) {
+  ThreadConfig(int pool, int blas) : pool_(tide::num_threads()), blas_(tide::blas_num_threads()) {
     if (pool > 0) tide::set_num_threads(pool);
-    if (blas > 0) openblas_set_num_threads(blas);
+    if (blas > 0) tide::set_blas_num_threads(blas);
   }
   ~ThreadConfig() {
     tide::wait_all();
     tide::set_num_threads(pool_);
-    openblas_set_num_threads(blas_);
+    tide::set_blas_num_threads(blas_);
   }
   ThreadConfig(const ThreadConfig&) = delete;
   ThreadConfig& operator=(const ThreadConfig&) = delete;
@@ -107,7 +108,7 @@ void cpu_counter(benchmark::State& state, double cpu_s) {
 
 void thread_counters(benchmark::State& state) {
   state.counters["pool_threads"] = tide::num_threads();
-  state.counters["blas_threads"] = openblas_get_num_threads();
+  state.counters["blas_threads"] = tide::blas_num_threads();
 }
 
 // ---- one eager training step -------------------------------------------------------------
@@ -258,7 +259,7 @@ void BM_TextbookGemmFloor(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   set_step_gflops(state);  // the needed FLOPs, also for with_dX: its rate is the useful rate
   state.counters["gemms"] = double(gemms.size());
-  state.counters["blas_threads"] = openblas_get_num_threads();
+  state.counters["blas_threads"] = tide::blas_num_threads();
 }
 BENCHMARK(BM_TextbookGemmFloor)
     ->ArgName("with_dX")
@@ -301,10 +302,10 @@ void BM_ElementwiseAfterGemm(benchmark::State& state) {
       gemm.run(kStepGemms[0]);
     } else {  // the same GEMM (same cache pollution) on one thread, OpenBLAS's worker asleep
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      int blas = openblas_get_num_threads();
-      openblas_set_num_threads(1);
+      int blas = tide::blas_num_threads();
+      tide::set_blas_num_threads(1);
       gemm.run(kStepGemms[0]);
-      openblas_set_num_threads(blas);
+      tide::set_blas_num_threads(blas);
     }
     state.ResumeTiming();
     for (int i = 0; i < 8; ++i) c = a + b;

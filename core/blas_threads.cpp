@@ -1,18 +1,33 @@
-// OpenBLAS's thread count, set once at startup (see blas_threads.h for the rule and why it
-// does not follow set_num_threads). The OpenBLAS calls are weak references resolved at run
-// time, so a build against another CBLAS still links and simply reports openblas = false.
+// The BLAS's thread count, set once at startup (see blas_threads.h for the rule and why it
+// does not follow set_num_threads). OpenBLAS's and BLIS's calls are weak references
+// resolved at run time, so a build against either (or another CBLAS) links, and the one
+// present is the one used.
 #include "core/blas_threads.h"
 
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
+
+#ifndef TIDE_BLAS_NAME  // CMake sets it from TIDE_BLAS
+#define TIDE_BLAS_NAME "openblas"
+#endif
 
 extern "C" {
 void openblas_set_num_threads(int) __attribute__((weak));
 int openblas_get_num_threads(void) __attribute__((weak));
 char* openblas_get_config(void) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
+// BLIS 0.9: dim_t and gint_t are int64_t; arch_t is an enum.
+void bli_thread_set_num_threads(int64_t) __attribute__((weak));
+int64_t bli_thread_get_num_threads(void) __attribute__((weak));
+char* bli_info_get_version_str(void) __attribute__((weak));
+int64_t bli_info_get_enable_openmp(void) __attribute__((weak));
+int64_t bli_info_get_enable_pthreads(void) __attribute__((weak));
+int bli_arch_query_id(void) __attribute__((weak));
+char* bli_arch_string(int) __attribute__((weak));
 }
 
 namespace tide {
@@ -34,21 +49,56 @@ bool env_set(const char* name) {
   return v && *v;
 }
 
+bool any_env(std::initializer_list<const char*> names) {
+  return std::any_of(names.begin(), names.end(), env_set);
+}
+
+bool have_openblas() { return openblas_set_num_threads && openblas_get_num_threads; }
+bool have_blis() { return bli_thread_set_num_threads && bli_thread_get_num_threads; }
+
+// BLIS says -1 while nothing set a count: it then runs one thread.
+int blis_threads() { return int(std::max<int64_t>(1, bli_thread_get_num_threads())); }
+
+std::string blis_config() {
+  std::string c =
+      std::string("BLIS ") + (bli_info_get_version_str ? bli_info_get_version_str() : "?");
+  if (bli_arch_query_id && bli_arch_string)
+    c += std::string(" arch ") + bli_arch_string(bli_arch_query_id());
+  if (bli_info_get_enable_openmp && bli_info_get_enable_openmp()) c += " openmp";
+  else if (bli_info_get_enable_pthreads && bli_info_get_enable_pthreads()) c += " pthreads";
+  else c += " single-threaded";
+  return c;
+}
+
 BlasThreadsInfo configure_once() {
   BlasThreadsInfo info;
-  info.openblas = openblas_set_num_threads && openblas_get_num_threads;
-  if (!info.openblas) return info;
-  if (openblas_get_config) info.config = openblas_get_config();
-  info.default_threads = info.threads = openblas_get_num_threads();
-  // OpenBLAS reads these itself at load time (OMP_NUM_THREADS only in its OpenMP build,
-  // but a user who set it meant something): an explicit choice wins.
-  info.from_env = env_set("OPENBLAS_NUM_THREADS") || env_set("GOTO_NUM_THREADS") ||
-                  env_set("OMP_NUM_THREADS");
-  if (info.from_env) return info;
-  int want = std::max(1, std::min(info.default_threads, usable_cores()));
-  if (want != info.default_threads) {
-    openblas_set_num_threads(want);
-    info.threads = openblas_get_num_threads();
+  info.configured = TIDE_BLAS_NAME;
+  if (have_openblas()) {
+    info.library = "OpenBLAS";
+    if (openblas_get_config) info.config = openblas_get_config();
+    if (openblas_get_corename) info.config += std::string(" core ") + openblas_get_corename();
+    info.default_threads = info.threads = openblas_get_num_threads();
+    // OpenBLAS reads these itself at load time (OMP_NUM_THREADS only in its OpenMP build,
+    // but a user who set it meant something).
+    info.from_env = any_env({"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"});
+    if (info.from_env) return info;
+    int want = std::max(1, std::min(info.default_threads, usable_cores()));
+    if (want != info.default_threads) {
+      openblas_set_num_threads(want);
+      info.threads = openblas_get_num_threads();
+    }
+  } else if (have_blis()) {
+    info.library = "BLIS";
+    // Threads first: that call initialises BLIS, which its arch query (in blis_config)
+    // needs when BLIS_ARCH_TYPE is set.
+    info.default_threads = info.threads = blis_threads();
+    info.config = blis_config();
+    // BLIS 0.9 reads BLIS_NUM_THREADS, else OMP_NUM_THREADS, or the per-loop ways.
+    info.from_env = any_env({"BLIS_NUM_THREADS", "OMP_NUM_THREADS", "BLIS_JC_NT", "BLIS_PC_NT",
+                             "BLIS_IC_NT", "BLIS_JR_NT", "BLIS_IR_NT"});
+    if (info.from_env) return info;
+    bli_thread_set_num_threads(usable_cores());  // no default of its own: see the header
+    info.threads = blis_threads();
   }
   return info;
 }
@@ -58,8 +108,22 @@ BlasThreadsInfo configure_once() {
 BlasThreadsInfo configure_blas_threads() {
   static const BlasThreadsInfo first = configure_once();  // thread-safe, once
   BlasThreadsInfo now = first;
-  if (now.openblas) now.threads = openblas_get_num_threads();
+  now.threads = blas_num_threads();
   return now;
+}
+
+int blas_num_threads() {
+  if (have_openblas()) return openblas_get_num_threads();
+  if (have_blis()) return blis_threads();
+  return 0;
+}
+
+bool set_blas_num_threads(int n) {
+  if (n < 1) return false;
+  if (have_openblas()) openblas_set_num_threads(n);
+  else if (have_blis()) bli_thread_set_num_threads(n);
+  else return false;
+  return true;
 }
 
 namespace {

@@ -12,6 +12,9 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # dataset-fashion-mnist: the IDX files (about 30 MB) under /usr/share/datasets/fashion-mnist
 # that `tide train fashion-mnist` and the train suite's Fashion-MNIST test read; without it
 # that test skips.
+# Not listed, because the default build does not need them: libblis-dev for -DTIDE_BLAS=blis
+# (cmake/Blas.cmake), and the GEMM libraries that tide_bench_gemm_libs compares
+# (-DTIDE_BENCH_GEMM_LIBS=ON; bench/CMakeLists.txt has the apt-get line).
 # clang and libclang-rt-dev: CI's Clang build, the libFuzzer targets (scripts/fuzz.sh); the
 # sanitizer and libFuzzer runtimes are in libclang-rt-dev, only recommended by clang.
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest

@@ -1,6 +1,6 @@
-// The intra-op pool (core/thread_pool.h) and OpenBLAS's thread count (core/blas_threads.h):
+// The intra-op pool (core/thread_pool.h) and the BLAS's thread count (core/blas_threads.h):
 // every index covered once at any thread count, exceptions reaching the caller, concurrent
-// callers, helpers that stop using CPU once idle, and OpenBLAS's count being fixed at
+// callers, helpers that stop using CPU once idle, and the BLAS's count being fixed at
 // startup so that set_num_threads never changes a GEMM's bits.
 #include <time.h>
 
@@ -113,11 +113,14 @@ TEST_F(ThreadPool, IdleHelpersStopUsingCpu) {
 }
 
 TEST_F(ThreadPool, BlasThreadsAreSetOnceAndDoNotFollowThePool) {
+  // The library found at run time is the one CMake chose (TIDE_BLAS, cmake/Blas.cmake).
   BlasThreadsInfo info = configure_blas_threads();
-  ASSERT_TRUE(info.openblas) << "tide links OpenBLAS (CMake: BLA_VENDOR OpenBLAS)";
+  const std::string want = info.configured == "blis" ? "BLIS" : "OpenBLAS";
+  ASSERT_EQ(info.library, want) << "TIDE_BLAS=" << info.configured << "; " << info.config;
   EXPECT_GE(info.threads, 1);
   if (!info.from_env) EXPECT_LE(info.threads, usable_cores());
-  EXPECT_NE(info.config.find("OpenBLAS"), std::string::npos) << info.config;
+  EXPECT_NE(info.config.find(want), std::string::npos) << info.config;
+  EXPECT_EQ(blas_num_threads(), info.threads);
   set_num_threads(1);
   EXPECT_EQ(configure_blas_threads().threads, info.threads);
   set_num_threads(3);

@@ -1,0 +1,57 @@
+# The BLAS behind tide's CPU GEMMs (ops/cpu/linalg.cpp calls cblas_sgemm / cblas_dgemm).
+#   TIDE_BLAS=openblas  (default) OpenBLAS, libopenblas-dev. On Debian the library that runs
+#                       is the libopenblas.so.0 alternative: the pthread build unless
+#                       update-alternatives chose openmp or serial.
+#   TIDE_BLAS=blis      BLIS through its CBLAS layer, libblis-dev (Debian: the OpenMP build
+#                       by default, the libblis.so.4 alternative; libblis-pthread-dev beside).
+# Why OpenBLAS is the default: bench/RESULTS.md, "GEMM libraries" (tide_bench_gemm_libs).
+# oneDNN, libxsmm and Eigen were measured too but have no CBLAS; ATLAS has one but Debian's
+# generic build ran the MLP step's GEMMs at ~10 % of OpenBLAS's rate, so it is not offered.
+#
+# Sets BLAS::BLAS (FindBLAS), TIDE_CBLAS_INCLUDE_DIR (the folder holding that library's
+# cblas.h) and TIDE_BLAS_VENDOR (FindBLAS's BLA_VENDOR, which tideConfig.cmake reuses).
+set(TIDE_BLAS openblas CACHE STRING "BLAS for the CPU GEMMs: openblas or blis")
+set_property(CACHE TIDE_BLAS PROPERTY STRINGS openblas blis)
+
+if(TIDE_BLAS STREQUAL "openblas")
+  set(TIDE_BLAS_VENDOR OpenBLAS)
+  set(_tide_cblas_suffixes openblas)
+  set(_tide_blas_package libopenblas-dev)
+elseif(TIDE_BLAS STREQUAL "blis")
+  set(TIDE_BLAS_VENDOR FLAME)
+  # Debian has no unsuffixed BLIS cblas.h; the variants' headers declare the same calls.
+  set(_tide_cblas_suffixes blis blis-openmp blis-pthread)
+  set(_tide_blas_package "libblis-dev")
+else()
+  message(FATAL_ERROR "TIDE_BLAS='${TIDE_BLAS}': expected openblas or blis")
+endif()
+
+set(BLA_VENDOR ${TIDE_BLAS_VENDOR})
+find_package(BLAS)
+if(NOT BLAS_FOUND)
+  message(FATAL_ERROR "TIDE_BLAS=${TIDE_BLAS}: ${TIDE_BLAS_VENDOR} BLAS not found "
+                      "(Debian: apt-get install ${_tide_blas_package})")
+endif()
+# OpenBLAS keeps the cache entry TIDE_CBLAS_INCLUDE_DIR it always had (a -D of it still
+# wins); BLIS has its own entry, so switching TIDE_BLAS in a build folder takes effect.
+if(TIDE_BLAS STREQUAL "openblas")
+  find_path(TIDE_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES ${_tide_cblas_suffixes})
+  set(_tide_cblas_dir ${TIDE_CBLAS_INCLUDE_DIR})
+else()
+  # The multiarch folder's own cblas.h is OpenBLAS's on Debian: look in the BLIS folders
+  # first.
+  find_path(TIDE_BLIS_CBLAS_INCLUDE_DIR cblas.h
+            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE} /usr/local/include
+            PATH_SUFFIXES ${_tide_cblas_suffixes} NO_DEFAULT_PATH)
+  find_path(TIDE_BLIS_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES ${_tide_cblas_suffixes})
+  set(_tide_cblas_dir ${TIDE_BLIS_CBLAS_INCLUDE_DIR})
+endif()
+if(NOT _tide_cblas_dir)
+  message(FATAL_ERROR "TIDE_BLAS=${TIDE_BLAS}: cblas.h not found "
+                      "(Debian: apt-get install ${_tide_blas_package})")
+endif()
+set(TIDE_CBLAS_INCLUDE_DIR ${_tide_cblas_dir})  # for BLIS, shadows the OpenBLAS entry
+message(STATUS "tide BLAS: ${TIDE_BLAS} (${BLAS_LIBRARIES}; ${TIDE_CBLAS_INCLUDE_DIR}/cblas.h)")
+unset(_tide_cblas_dir)
+unset(_tide_cblas_suffixes)
+unset(_tide_blas_package)
