@@ -143,7 +143,7 @@ void Engine::State::sync_pos(StreamPos pos) {
   // sleeping as wait_pos does when it keeps the token.
   auto done = [&] {
     if (s->is_complete(pos.seq)) return true;
-    if (s->runnable_here(pos.seq)) s->run_published(pos.seq, false);
+    if (s->runnable_here(pos.seq)) s->run_published(pos.seq);
     return s->is_complete(pos.seq);
   };
   if (detail::spin_until(done)) return;

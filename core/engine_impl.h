@@ -94,9 +94,9 @@ class StreamImpl {
   Engine::Task& slot(uint64_t seq) const;
   void worker_loop();
   // Takes the run token if it is free and runs published tasks in order until `until` has
-  // run (the worker: all of them). Returns false when another thread held the token.
-  // `by_worker`: a waiter that leaves work behind wakes a sleeping worker.
-  bool run_published(uint64_t until, bool by_worker);
+  // run (the worker: all of them). Returns false when another thread held the token. Work
+  // left behind wakes the worker if it sleeps (never the case when the worker calls it).
+  bool run_published(uint64_t until);
   // A CPU stream's next task could be run by the calling thread now (the token is free).
   bool runnable_here(uint64_t seq) const {
     return !polled && !running.load(std::memory_order_relaxed) &&
@@ -134,13 +134,16 @@ struct Engine::State {
   void wait_pos(StreamPos pos);
   // A host sync on pos (item, to_vector, synchronize, events): on a CPU stream whose worker
   // is not running, runs the tasks up to pos on the calling thread (same order, same
-  // kernels, so the results are bit-identical); otherwise as wait_pos.
+  // kernels, so the results are bit-identical); otherwise as wait_pos. Never with mu held:
+  // kernels may allocate, and the allocator's reclaim takes mu (wait_pos is for callers
+  // that hold it).
   void sync_pos(StreamPos pos);
   // Caller holds mu. Releases the storages of executed tasks; returns how many tasks.
   size_t reclaim_locked() { return reclaimer.reclaim(streams, free_segments); }
   uint64_t inflight_ops() const;
   // Caller holds mu. Waits, with mu released, until some stream with queued work makes
-  // progress (running its next task itself, as sync_pos does); false if nothing is queued. Syncs, stats and other frontends go on meanwhile.
+  // progress (running its next task itself, as sync_pos does); false if nothing is
+  // queued. Syncs, stats and other frontends go on meanwhile.
   bool wait_progress_locked();
   void start_worker(StreamImpl& s);
   void record_failure(Failure* f);

@@ -3,10 +3,10 @@
 // DeviceStream, where "complete" means the worker ran the task.
 #include <algorithm>
 #include <cstdint>
-#include <thread>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "core/engine_impl.h"
 #include "core/error.h"
@@ -126,7 +126,7 @@ void StreamImpl::nudge() {
   wake();
 }
 
-bool StreamImpl::run_published(uint64_t until, bool by_worker) {
+bool StreamImpl::run_published(uint64_t until) {
   bool expected = false;
   if (!running.compare_exchange_strong(expected, true, std::memory_order_acquire,
                                        std::memory_order_relaxed))
@@ -152,22 +152,21 @@ bool StreamImpl::run_published(uint64_t until, bool by_worker) {
   // seq_cst, with the worker's seq_cst `sleeping` store and token load: either it sees the
   // token free or we see it asleep, so work left behind is never stranded.
   running.store(false, std::memory_order_seq_cst);
-  if (!by_worker && published.load(std::memory_order_seq_cst) > head &&
-      sleeping.load(std::memory_order_seq_cst))
+  if (published.load(std::memory_order_seq_cst) > head && sleeping.load(std::memory_order_seq_cst))
     wake();
   return true;
 }
 
 void StreamImpl::worker_loop() {
+  // A held worker (tests) still drains at shutdown.
+  auto held = [this] { return worker_held.load(std::memory_order_relaxed) && !stop.load(); };
   // Work the worker can take: published tasks not yet run, and nobody else running them.
-  auto has_work = [this](std::memory_order o) {
-    return published.load(o) != issued.load(o) && !running.load(o) &&
-           !worker_held.load(std::memory_order_relaxed);
+  auto has_work = [&](std::memory_order o) {
+    return published.load(o) != issued.load(o) && !running.load(o) && !held();
   };
   for (;;) {
     if (published.load(std::memory_order_acquire) != issued.load(std::memory_order_acquire)) {
-      bool held = worker_held.load(std::memory_order_relaxed) && !stop.load();
-      if (!held && run_published(UINT64_MAX, true)) continue;
+      if (!held() && run_published(UINT64_MAX)) continue;
     } else if (stop.load(std::memory_order_acquire)) {
       return;  // drained (or cancelled): nothing published is left to run
     }
