@@ -14,6 +14,7 @@
 
 #include "error_of.h"
 #include "fake_gpu.h"
+#include "idx_files.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -60,10 +61,6 @@ struct Tiny {
   std::unique_ptr<Trainer> trainer;
 };
 
-void put_be32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
-}
-
 }  // namespace
 
 TEST(GpuData, SyntheticBatchesAreMadeOnTheDeviceWithTheCpuNumbers) {
@@ -86,23 +83,12 @@ TEST(GpuData, IdxBatchesAreCopiedToTheDevice) {
   const Device d = gpu();
   fs::path dir = fs::temp_directory_path() / ("tide_idx_gpu_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const uint32_t n = 10, rows = 2, cols = 3;
-  std::vector<uint8_t> img, lab;
-  put_be32(img, 0x803);
-  put_be32(img, n);
-  put_be32(img, rows);
-  put_be32(img, cols);
-  for (uint32_t e = 0; e < n; ++e)
-    for (uint32_t k = 0; k < rows * cols; ++k) img.push_back(uint8_t((7 * e + k) % 256));
-  put_be32(lab, 0x801);
-  put_be32(lab, n);
-  for (uint32_t e = 0; e < n; ++e) lab.push_back(uint8_t(e % 10));
   auto write = [&](const char* name, const std::vector<uint8_t>& bytes) {
     std::ofstream((dir / name).string(), std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   };
-  write("train-images-idx3-ubyte", img);
-  write("train-labels-idx1-ubyte", lab);
+  write("train-images-idx3-ubyte", test_util::images_bytes(10, 2, 3));
+  write("train-labels-idx1-ubyte", test_util::labels_bytes(10));
 
   auto opts = IdxOptions().dir(dir.string()).batch_size(4).shuffle(true).seed(5).normalize(0.5, 0.25);
   IdxSource cpu(opts), dev(IdxOptions(opts).device(d));
