@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <sys/sysinfo.h>
+
 #include "core/capture.h"
 #include "core/cuda/runtime.h"
 #include "core/engine_impl.h"
@@ -40,6 +42,11 @@ class HeapSource final : public BlockSource {
     return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   }
   void release(void* p, size_t) override { std::free(p); }
+  size_t capacity() override {
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return 0;
+    return size_t(si.totalram + si.totalswap) * si.mem_unit;
+  }
 };
 
 int64_t now_ns() {
@@ -84,13 +91,40 @@ void Storage::replace_failure(Failure* f) {
 
 void Storage::release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (is_slot()) {
+  if (is_slot() || is_deferred()) {
     if (Failure* f = failure_.load(std::memory_order_acquire)) f->release();
-    if (owned_) owned_->release();
+    if (Storage* b = owned_.load(std::memory_order_acquire)) {
+      // The engine tracked the users on this storage, not on its block: hand them over,
+      // so that a GPU block is not reused on another stream before they passed it.
+      if (is_deferred()) b->hazard = hazard;
+      b->release();
+    }
     delete this;
     return;
   }
   owner_->free_block(this);
+}
+
+bool Storage::running_a_task() { return detail::tl_running_task.stream != nullptr; }
+
+void* Storage::materialize(const char* op, bool may_wait) const {
+  if (Storage* b = owned_.load(std::memory_order_acquire)) {
+    void* p = b->data();
+    data_.store(p, std::memory_order_relaxed);
+    return p;
+  }
+  if (!op) op = "alloc";
+  StorageRef block = may_wait ? owner_->allocate_block(requested_, op)
+                              : owner_->allocate_now(requested_, op, " for an output allocated at execution");
+  Storage* expected = nullptr;
+  Storage* b = block.get();
+  if (owned_.compare_exchange_strong(expected, b, std::memory_order_acq_rel))
+    block.take();  // ours now; released with this storage
+  else
+    b = expected;  // another thread won: ours goes back to the cache
+  void* p = b->data();
+  data_.store(p, std::memory_order_relaxed);
+  return p;
 }
 
 void Storage::reset_for_reuse() {
@@ -173,12 +207,37 @@ namespace {
 constexpr size_t kMaxBlock = size_t(1) << 62;
 }  // namespace
 
-StorageRef Allocator::allocate(size_t bytes, const char* op) {
+void Allocator::check_size(size_t bytes, const char* op) const {
   if (bytes > kMaxBlock) [[unlikely]]
     throw Error(op, detail::concat("out of memory on ", name_, ": requested ", bytes,
                                    " bytes, more than the largest block (2^62 bytes)"));
+}
+
+StorageRef Allocator::allocate(size_t bytes, const char* op) {
+  check_size(bytes, op);
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
     return c->allocate(bytes, device_, op);
+  return allocate_block(bytes, op);
+}
+
+StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
+  check_size(bytes, op);
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    return c->allocate(bytes, device_, op);
+  // What can never succeed fails now, where the caller asked, not later in a task.
+  size_t cap = capacity_.load(std::memory_order_relaxed);
+  if (cap == SIZE_MAX) capacity_.store(cap = source_->capacity(), std::memory_order_relaxed);
+  const size_t block = round_size(bytes), limit = limit_.load(std::memory_order_relaxed);
+  if (limit && block > limit) throw_oom(bytes, op, ", more than the limit");
+  if (cap && block > cap)
+    throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_,
+                                        " has").c_str());
+  auto* s = new Storage(nullptr, round_size(bytes), device_, Storage::kDeferred, this);
+  s->requested_ = bytes;
+  return StorageRef::adopt(s);
+}
+
+StorageRef Allocator::allocate_block(size_t bytes, const char* op) {
   bool fits = true;
   if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
   // Over the limit or out of memory: let queued work finish and release what it holds,
@@ -202,9 +261,13 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
   if (bytes > kMaxBlock) [[unlikely]]
     throw Error(op, detail::concat("out of memory on ", name_, ": a workspace of ", bytes,
                                    " bytes, more than the largest block (2^62 bytes)"));
+  return allocate_now(bytes, op, " for a kernel's workspace");
+}
+
+StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what) {
   bool fits = true;
   Storage* s = try_take(bytes, &fits);
-  if (!s) throw_oom(bytes, op, " for a kernel's workspace");
+  if (!s) throw_oom(bytes, op, what);
   if (tagged_) s->hazard.last_write = detail::tl_running_task;  // see the header
   return StorageRef::adopt(s);
 }
@@ -229,7 +292,7 @@ size_t Allocator::flush_cache_locked() {
       bump(cached_, -s->capacity_);
       freed += s->capacity_;
       if (Failure* f = s->failure_.exchange(nullptr)) f->release();
-      source_->release(s->data_, s->capacity_);
+      source_->release(s->data_.load(std::memory_order_relaxed), s->capacity_);
       delete s;
     }
     list.resize(k);

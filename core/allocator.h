@@ -3,7 +3,8 @@
 // cache when freed, so a training loop reaches a steady state with no system allocations.
 // Stats are always on and cheap (relaxed atomics).
 //
-// Allocation happens on the frontend, when an op is called. With a limit set, a request
+// Allocation happens on the frontend, when an op is called (or, with the engine allocating
+// at execution, when its task runs: allocate_deferred). With a limit set, a request
 // that would pass it first waits for queued work to finish and release its storages
 // (memory-pressure backpressure, counted as a stall); it throws tide::Error("[op] out of
 // memory ...") only when the limit is still passed with nothing left in flight. When the
@@ -63,6 +64,9 @@ class BlockSource {
   virtual void release(void* p, size_t bytes) = 0;
   // What an out-of-memory message adds about the memory itself (a GPU's free bytes).
   virtual std::string describe() { return {}; }
+  // The most it could ever hand out (a GPU's total memory; the host's memory and swap),
+  // or 0 when unknown: a deferred request larger than that fails at the call.
+  virtual size_t capacity() { return 0; }
 };
 
 class Allocator {
@@ -85,6 +89,17 @@ class Allocator {
   // queued work when a limit is set (see above). Throws tide::Error("[op] out of memory")
   // naming the request, the limit, the bytes in use and cached (and a GPU's free bytes).
   StorageRef allocate(size_t bytes, const char* op = "alloc");
+
+  // A deferred storage of `bytes` bytes: it holds no memory (and counts nowhere in the
+  // stats) until first used, when it takes a block as allocate() would -- on the worker of
+  // the first task that names it, before that task runs, without waiting: over the limit
+  // or out of memory, that task fails with "[op] out of memory ... for an output allocated
+  // at execution" and the failure surfaces at the next sync, as any kernel error does.
+  // A first use outside a task (Tensor::data, a host read) may wait as allocate() does.
+  // Throws "[op] out of memory" at once for a request that could never succeed: larger
+  // than the limit, or than the memory behind the allocator. While tracing, as allocate().
+  // See Engine::set_allocation.
+  StorageRef allocate_deferred(size_t bytes, const char* op = "alloc");
 
   // Scratch memory for a kernel while it runs on a worker. Never waits (a worker cannot
   // wait for its own stream); throws tide::Error("[op] out of memory ...") at once when
@@ -119,6 +134,12 @@ class Allocator {
   static Allocator& cpu();
   static Allocator& get_other(Device d);
   void free_block(Storage* s);
+  void check_size(size_t bytes, const char* op) const;
+  // allocate() without the capture check: a block now, waiting for queued work if needed.
+  StorageRef allocate_block(size_t bytes, const char* op);
+  // A block now or an out-of-memory error saying `what` it was for; never waits. A GPU
+  // block is tagged with the running task (workspaces, deferred storages on a worker).
+  StorageRef allocate_now(size_t bytes, const char* op, const char* what);
   // A block of the class for `bytes`: from the cache, else from the source. *fits is false
   // when the limit refuses; nullptr with *fits true when the source has no memory.
   Storage* try_take(size_t bytes, bool* fits);
@@ -131,6 +152,7 @@ class Allocator {
   const std::unique_ptr<BlockSource> source_;
   const std::string name_;
   const bool tagged_;  // blocks carry stream tags (GPU memory)
+  std::atomic<size_t> capacity_{SIZE_MAX};  // source_->capacity(), read once (SIZE_MAX: not yet)
   SpinLock mu_;        // free lists; held for a few instructions
   std::vector<Storage*> cache_[kNumClasses];
   std::atomic<size_t> active_{0}, peak_{0}, cached_{0}, limit_{0};

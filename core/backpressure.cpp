@@ -9,7 +9,7 @@ size_t added_bytes(std::span<Storage* const> reads, std::span<Storage* const> wr
   auto count = [&](Storage* s, std::span<Storage* const> seen_before) {
     if (s->hazard.queued_refs) return;
     if (std::find(seen_before.begin(), seen_before.end(), s) != seen_before.end()) return;
-    n += s->bytes();
+    if (s->resident()) n += s->bytes();  // as Reclaimer::hold will count it
   };
   for (size_t i = 0; i < reads.size(); ++i) count(reads[i], reads.first(i));
   for (size_t i = 0; i < writes.size(); ++i) {

@@ -150,6 +150,17 @@ void Engine::State::sync_pos(StreamPos pos) {
   s->dev->block_until(pos.seq);
 }
 
+void Engine::State::host_sync(StreamPos pos) {
+  if (!alloc_at_execution.load(std::memory_order_relaxed) || detail::tl_running_task.stream)
+    return sync_pos(pos);
+  StreamImpl* s = pos.stream;
+  while (s && !s->is_complete(pos.seq)) {
+    sync_pos({s, std::min(pos.seq, s->done() + kSyncReclaimEvery)});
+    std::lock_guard<SpinLock> lock(mu);
+    reclaim_locked();
+  }
+}
+
 uint64_t Engine::State::inflight_ops() const {
   uint64_t n = 0;
   for (const StreamImpl& s : streams) n += s.submitted - s.done();
@@ -200,6 +211,12 @@ Engine::Engine() : s_(new State) {
     TIDE_CHECK(v == "sync" || v == "async", "engine", "TIDE_ENGINE must be 'sync' or 'async', got '",
                v, "'");
     s_->synchronous = v == "sync";
+  }
+  if (const char* m = std::getenv("TIDE_ALLOC")) {
+    std::string v = m;
+    TIDE_CHECK(v == "enqueue" || v == "execution", "engine",
+               "TIDE_ALLOC must be 'enqueue' or 'execution', got '", v, "'");
+    s_->alloc_at_execution = v == "execution";
   }
   Allocator::set_stream_of(&allocation_stream);
   Allocator::set_reclaim([] {
@@ -398,7 +415,7 @@ void Engine::wait_for_write(Storage* s) {
     s_->reclaim_locked();
     pos = s->hazard.last_write;
   }
-  s_->sync_pos(pos);
+  s_->host_sync(pos);
 }
 
 Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
@@ -414,7 +431,7 @@ Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
     s->host_readers().fetch_add(1, std::memory_order_relaxed);
   }
   try {
-    st.sync_pos(pos);
+    st.host_sync(pos);
   } catch (...) {
     s->host_readers().fetch_sub(1, std::memory_order_release);
     throw;
@@ -449,7 +466,7 @@ void Engine::synchronize() {
     std::lock_guard<SpinLock> lock(s_->mu);
     for (StreamImpl& s : s_->streams) tails[n++] = {&s, s.submitted};
   }
-  for (int i = 0; i < n; ++i) s_->sync_pos(tails[i]);
+  for (int i = 0; i < n; ++i) s_->host_sync(tails[i]);
   std::lock_guard<SpinLock> lock(s_->mu);
   s_->reclaim_locked();
 }
@@ -531,6 +548,15 @@ uint64_t Engine::max_inflight_ops() const { return s_->max_ops.load(); }
 size_t Engine::max_inflight_bytes() const { return s_->max_bytes.load(); }
 void Engine::set_synchronous(bool on) { s_->synchronous.store(on); }
 bool Engine::synchronous() const { return s_->synchronous.load(); }
+void Engine::set_allocation(Allocation a) {
+  s_->alloc_at_execution.store(a == Allocation::at_execution);
+}
+Allocation Engine::allocation() const {
+  return s_->alloc_at_execution.load() ? Allocation::at_execution : Allocation::at_enqueue;
+}
+bool Engine::allocates_at_execution() const {
+  return s_->alloc_at_execution.load(std::memory_order_relaxed) && !run_synchronously();
+}
 
 // ---- streams and events --------------------------------------------------------------
 
@@ -588,7 +614,7 @@ uint64_t Stream::executed() const { return impl_->done(); }
 
 bool Event::query() const { return !pos_.stream || pos_.stream->is_complete(pos_.seq); }
 void Event::synchronize() const {
-  if (pos_.stream) pos_.stream->eng->sync_pos(pos_);
+  if (pos_.stream) pos_.stream->eng->host_sync(pos_);
 }
 
 StreamGuard::StreamGuard(const Stream& s) : prev_(tl_current_stream) {

@@ -127,6 +127,22 @@ struct EngineStats {
 
 enum class ShutdownMode { drain, cancel };
 
+// When an op's output memory is taken (issue 12, part 3).
+//   at_enqueue   (the default) when the op is called: queued work holds its outputs, so
+//                running ahead costs memory (the `none` policy of mlp-memory holds every
+//                queued minibatch's activations), and an allocator limit stalls the caller
+//                until queued work frees enough.
+//   at_execution when the op runs, on its stream's worker, as MXNet's engine does: queued
+//                work holds no memory until it runs, and blocks come back as executed work
+//                is reclaimed (host syncs reclaim while they wait). An allocation that
+//                fails there (out of memory, or over an allocator limit: a worker cannot
+//                wait for its own queue) fails the op, and the failure surfaces at the next
+//                sync. On a GPU "runs" means "is launched" (blocks come back as the GPU
+//                completes work), so the saving is the work the worker has not launched.
+// Applies to tensors created while it is set; synchronous mode and traces allocate as
+// before. Results are identical either way.
+enum class Allocation { at_enqueue, at_execution };
+
 class Engine {
  public:
   // The process-wide engine. Reads TIDE_ENGINE (sync|async) on first use.
@@ -141,6 +157,13 @@ class Engine {
   // Process-wide synchronous mode (the TIDE_ENGINE=sync setting).
   void set_synchronous(bool on);
   bool synchronous() const;
+  // Where outputs are allocated (see Allocation; the TIDE_ALLOC=enqueue|execution setting).
+  // Takes effect for tensors created afterwards; does not wait.
+  void set_allocation(Allocation a);
+  Allocation allocation() const;
+  // True when an output the calling thread creates now is allocated at execution: the
+  // setting is at_execution and the thread is not in synchronous mode.
+  bool allocates_at_execution() const;
 
   // Blocks until every stream has executed all queued work, then rethrows the earliest
   // failure no sync has reported yet (and marks all pending failures reported).

@@ -115,6 +115,7 @@ struct Engine::State {
   std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
   std::atomic<uint64_t> max_ops{0}, max_bytes{0};
   std::atomic<bool> synchronous{false};
+  std::atomic<bool> alloc_at_execution{false};
   bool shutting_down = false;  // under mu
   Reclaimer reclaimer;
   std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0}, failures{0};
@@ -138,6 +139,12 @@ struct Engine::State {
   // kernels may allocate, and the allocator's reclaim takes mu (wait_pos is for callers
   // that hold it).
   void sync_pos(StreamPos pos);
+  // A sync of a frontend thread (item, synchronize, events): sync_pos, and when outputs are
+  // allocated at execution, a reclaim after every few tasks that complete meanwhile, so
+  // that the blocks they held come back while the workers still allocate. Within a task
+  // (a kernel that syncs) as sync_pos: workers never take mu.
+  void host_sync(StreamPos pos);
+  static constexpr uint64_t kSyncReclaimEvery = 8;
   // Caller holds mu. Releases the storages of executed tasks; returns how many tasks.
   size_t reclaim_locked() { return reclaimer.reclaim(streams, free_segments); }
   uint64_t inflight_ops() const;

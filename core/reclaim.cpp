@@ -23,7 +23,7 @@ size_t Reclaimer::reclaim(std::deque<StreamImpl>& streams, std::vector<Segment*>
       int k = t.num_reads + t.num_writes;
       for (int i = 0; i < k; ++i) {
         Storage* st = t.storages[i];
-        if (--st->hazard.queued_refs == 0) add_inflight(-int64_t(st->bytes()));
+        if (--st->hazard.queued_refs == 0) add_inflight(-int64_t(st->hazard.queued_bytes));
         st->release();
       }
       ++n;

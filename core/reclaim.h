@@ -25,12 +25,16 @@ class Reclaimer {
   static constexpr int kReclaimEvery = 32;
   static constexpr size_t kReclaimBytes = size_t(1) << 20;
 
-  // Takes a reference to s for a task being queued.
+  // Takes a reference to s for a task being queued. A storage counts its bytes from its
+  // first queued task to its last one's reclaim -- if it holds them then: a deferred
+  // storage without its block yet (allocation at execution) counts nothing.
   void hold(Storage* s) {
     s->retain();
     if (s->hazard.queued_refs++ == 0) {
-      add_inflight(int64_t(s->bytes()));
-      bytes_since_ += s->bytes();
+      size_t b = s->resident() ? s->bytes() : 0;
+      s->hazard.queued_bytes = b;
+      add_inflight(int64_t(b));
+      bytes_since_ += b;
     }
   }
   // Counts one submit; true when a batch is due.
@@ -39,7 +43,7 @@ class Reclaimer {
   // their payloads); segments the workers have left go to `free_segments`. Returns how
   // many tasks it reclaimed.
   size_t reclaim(std::deque<StreamImpl>& streams, std::vector<Segment*>& free_segments);
-  // Bytes of storages referenced by queued, unreclaimed tasks.
+  // Bytes of storages referenced by queued, unreclaimed tasks (as hold() counts them).
   size_t inflight_bytes() const { return inflight_.load(std::memory_order_relaxed); }
 
  private:

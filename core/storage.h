@@ -38,11 +38,34 @@ struct HazardState {
   StreamPos readers[kInlineReaders];  // reads since last_write, one entry per stream
   int num_readers = 0;
   uint32_t queued_refs = 0;  // queued tasks referring to this storage
+  size_t queued_bytes = 0;   // what the reclaimer counted for it (core/reclaim.h)
 };
 
 class Storage {
  public:
-  void* data() const { return data_; }
+  // The memory. A deferred storage without a block yet takes one now (see materialize);
+  // every other storage just returns its pointer (a slot's may be null until bound).
+  void* data() const {
+    void* p = data_.load(std::memory_order_relaxed);
+    if (p || !is_deferred()) [[likely]] return p;
+    return materialize(nullptr, !running_a_task());
+  }
+  // A deferred storage (Engine::set_allocation(Allocation::at_execution)): made by
+  // Allocator::allocate_deferred with no memory, it takes its block from its allocator on
+  // first use -- before the first task that names it runs, on that task's worker
+  // (execute_task), or at the first other access to data() (a host fill, a read of a
+  // never-written tensor). It gives the block back with its last reference.
+  bool is_deferred() const { return size_class_ == kDeferred; }
+  // False only for a deferred storage that has no block yet: the bytes it does not hold.
+  bool resident() const {
+    return !is_deferred() || data_.load(std::memory_order_acquire) != nullptr;
+  }
+  // Deferred storages: takes the block if there is none yet (thread-safe: when two threads
+  // race, one block wins and the other goes back to the cache) and returns its data. With
+  // `may_wait` the allocation may wait for queued work as Allocator::allocate does; without
+  // (inside a task: a worker cannot wait for its own stream) it fails at once. Throws
+  // tide::Error("[op] out of memory ...") naming `op` (nullptr: "alloc").
+  void* materialize(const char* op, bool may_wait) const;
   // A slot: a storage that owns no memory and whose data pointer the trace executor
   // rebinds before each replay (trace/executor.cpp). Kernels resolve data() when they run,
   // never at enqueue, so the same recorded kernel works on every binding. Freed with its
@@ -54,15 +77,15 @@ class Storage {
   }
   bool is_slot() const { return size_class_ == kSlot; }
   // Slots only; the caller orders this against every kernel that uses the slot.
-  void rebind(void* data) { data_ = data; }
+  void rebind(void* data) { data_.store(data, std::memory_order_relaxed); }
   // Slots only: makes `block` (an allocator storage) this slot's memory, owned until the
   // slot is freed or drop_backing() is called.
   void own_backing(Storage* block) {
-    owned_ = block;
-    data_ = block->data();
+    owned_.store(block, std::memory_order_relaxed);
+    data_.store(block->data(), std::memory_order_relaxed);
   }
   // Slots only: gives up the owned block (returns it, with its reference, or nullptr).
-  Storage* drop_backing() { return std::exchange(owned_, nullptr); }
+  Storage* drop_backing() { return owned_.exchange(nullptr, std::memory_order_relaxed); }
   size_t bytes() const { return capacity_; }
   Device device() const { return device_; }
 
@@ -99,19 +122,26 @@ class Storage {
   Storage(void* data, size_t capacity, Device d, int size_class, Allocator* owner = nullptr)
       : data_(data), capacity_(capacity), device_(d), size_class_(size_class), owner_(owner) {}
   void reset_for_reuse();
+  // True on a thread running a task (a worker, or a waiter running one): materialize may
+  // not wait there.
+  static bool running_a_task();
   static constexpr int kSlot = -1;
+  static constexpr int kDeferred = -2;
 
   // Read by workers: kept on their own cache line, apart from the reference count and
   // the hazard state that frontend threads write on every op.
   alignas(64) std::atomic<Failure*> failure_{nullptr};
   std::atomic<int> host_readers_{0};
   size_t requested_ = 0;
-  void* data_;
+  // Atomic for deferred storages, whose block two threads may take at once (materialize);
+  // relaxed loads cost what plain ones do.
+  mutable std::atomic<void*> data_;
   size_t capacity_;
   Device device_;
   int size_class_;
   Allocator* owner_ = nullptr;  // the allocator the block returns to
-  Storage* owned_ = nullptr;    // slots: the block they own, if any
+  // Slots and deferred storages: the block they own, if any.
+  mutable std::atomic<Storage*> owned_{nullptr};
   alignas(64) std::atomic<int> refs_{1};
 };
 
@@ -143,6 +173,8 @@ class StorageRef {
   }
   Storage* get() const { return p_; }
   Storage* operator->() const { return p_; }
+  // Gives the reference up to the caller (who must release it); leaves this empty.
+  Storage* take() { return std::exchange(p_, nullptr); }
   explicit operator bool() const { return p_ != nullptr; }
 
  private:

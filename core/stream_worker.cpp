@@ -86,6 +86,10 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
     } else {
       try {
         profiler::detail::tl_running_stream = stream_id;
+        // Outputs allocated at execution take their blocks now, on this thread, so that a
+        // failure fails this op (Engine::set_allocation).
+        for (int i = 0; i < t.num_reads + t.num_writes; ++i)
+          if (!t.storages[i]->resident()) [[unlikely]] t.storages[i]->materialize(t.op, false);
         if (inline_run) dev.run_inline(t);
         else dev.run(t);
       } catch (const Error& e) {  // already "[op] ...": keep the op named once

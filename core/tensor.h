@@ -42,7 +42,9 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // A new tensor with uninitialised contents; allocates at the call (may wait on memory
-  // pressure, see Allocator). For op implementations and host fills.
+  // pressure, see Allocator), or, when the engine allocates at execution
+  // (Engine::set_allocation), when the first task that uses it runs or data() is first
+  // called. For op implementations and host fills.
   static Tensor empty(const Shape& shape, DType dtype = DType::float32,
                       Device device = Device::cpu(), const char* op = "empty");
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
@@ -47,7 +48,7 @@ std::string fmt_double(double x) {
 
 const char* kCsvHeader =
     "policy,batch,t_enqueue_s,loss,queue_depth,inflight_bytes,allocator_active,active_delta,"
-    "rss,rss_delta,mode,device\n";
+    "rss,rss_delta,mode,device,alloc\n";
 
 
 void check_mode(Mode mode, Device device) {
@@ -116,7 +117,8 @@ std::string TrainResult::csv(bool header) const {
     long long rd = (long long)r.rss - (long long)baseline_rss;
     o << name << ',' << r.batch << ',' << fmt_double(r.t_enqueue_s) << ',' << fmt_double(r.loss)
       << ',' << r.queue_depth << ',' << r.inflight_bytes << ',' << r.allocator_active << ','
-      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << ',' << dev << '\n';
+      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << ',' << dev << ','
+      << alloc_name(allocation) << '\n';
   }
   return o.str();
 }
@@ -146,6 +148,10 @@ Mode parse_mode(const std::string& s) {
 }
 
 const char* name(Mode m) { return m == Mode::eager ? "eager" : "traced"; }
+
+const char* alloc_name(Allocation a) {
+  return a == Allocation::at_enqueue ? "enqueue" : "execution";
+}
 
 Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   opt_.zero_grad();
@@ -195,12 +201,17 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   res.policy = pol;
   res.mode = options.mode;
   res.device = dev;
+  res.allocation = eng.allocation();
   // The first minibatch of a traced run is eager (warm-up): size the bound on a replay.
   const int sizing_batch = options.mode == Mode::traced ? std::min(2, options.batches) : 1;
   res.steps.reserve(size_t(options.batches));
   MemorySnapshot base = memory_snapshot(dev);
   res.baseline_active = base.allocator.active_bytes;
   res.baseline_rss = base.rss_bytes;
+  // Allocated at execution, the peak comes while the workers run, not when a step is
+  // queued: the allocator's own peak sees it.
+  Allocator& alloc = Allocator::get(dev);
+  alloc.reset_peak();
 
   OpBoundGuard bound_guard;  // restores the previous bound (a no-op for other policies)
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -232,6 +243,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
     res.steps.push_back(r);
   }
   eng.wait_all();
+  res.peak_active = alloc.stats().peak_bytes;
   // RSS once the queued work has run but before its storages are reclaimed: pages of
   // buffers allocated at enqueue are only touched (resident) when the worker writes them.
   const size_t rss_after_sync = process_rss_bytes();
@@ -296,6 +308,24 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   const size_t after = alloc.stats().active_bytes;
   (void)loss;
   return after > before ? after - before : 0;
+}
+
+size_t Trainer::measure_step_peak(Mode mode) {
+  const Device dev = device();
+  check_mode(mode, dev);
+  Engine& eng = Engine::get();
+  if (mode == Mode::traced)
+    for (int i = 0; i < 2; ++i) step(mode);
+  eng.wait_all();
+  eng.reclaim();
+  Allocator& alloc = Allocator::get(dev);
+  const size_t before = alloc.stats().active_bytes;
+  alloc.reset_peak();
+  Tensor loss = step(mode);
+  eng.wait_all();
+  const size_t peak = alloc.stats().peak_bytes;
+  (void)loss;
+  return peak > before ? peak - before : 0;
 }
 
 }  // namespace tide::train

@@ -64,6 +64,8 @@ enum class Mode { eager, traced };
 // "eager" | "traced"; throws "[trainer]" for anything else.
 Mode parse_mode(const std::string& s);
 const char* name(Mode m);
+// "enqueue" | "execution": the engine's Allocation setting, as the CSV writes it.
+const char* alloc_name(Allocation a);
 
 struct TrainerOptions {
   int batches = 100;  // minibatches to run, >= 1
@@ -85,6 +87,7 @@ struct TrainResult {
   Policy policy;
   Mode mode = Mode::eager;
   Device device = Device::cpu();  // where the model lived (whose allocator was recorded)
+  Allocation allocation = Allocation::at_enqueue;  // the engine's setting during the run
   std::vector<StepRecord> steps;
   double total_s = 0;          // wall time of the run including the final sync
   double final_loss = 0;       // the last minibatch's loss (always read)
@@ -92,7 +95,9 @@ struct TrainResult {
                                // of the second, the first replay)
   size_t baseline_active = 0;  // allocator active bytes before the first minibatch
   size_t baseline_rss = 0;     // RSS before the first minibatch
-  size_t peak_active = 0;      // max allocator_active over the records (absolute)
+  size_t peak_active = 0;      // the allocator's peak during the run, up to the final sync
+                               // (absolute; allocated at execution, it comes while the
+                               // workers run rather than when a step is queued)
   size_t peak_rss = 0;         // max rss over the records and right after the final sync
   uint64_t peak_queue_depth = 0;
   size_t peak_inflight_bytes = 0;
@@ -112,8 +117,8 @@ struct TrainResult {
   }
 
   // Header line + one row per step: policy,batch,t_enqueue_s,loss,queue_depth,
-  // inflight_bytes,allocator_active,active_delta,rss,rss_delta,mode,device
-  // (device: "cpu", "cuda:0", ...).
+  // inflight_bytes,allocator_active,active_delta,rss,rss_delta,mode,device,alloc
+  // (device: "cpu", "cuda:0", ...; alloc: "enqueue" or "execution").
   // Throws "[trainer]" when the file cannot be written.
   void write_csv(const std::string& path) const;
   // The CSV text write_csv writes (without the header line when `header` is false).
@@ -138,6 +143,9 @@ class Trainer {
   // anything); rethrows failures of the queued work (e.g. "[cross_entropy] label 200 ..."
   // on the CPU). Throws "[trainer] the loss of minibatch i of N is not finite ..." when a
   // loss it reads (every one under per_batch, the last otherwise) is NaN or infinite.
+  // Resets the allocator's peak (TrainResult::peak_active is the run's). Runs under the
+  // engine's Allocation setting as it is; an out-of-memory failure of an output allocated
+  // at execution is rethrown like any failure of the queued work.
   TrainResult run(const TrainerOptions& options);
 
   // Queues one minibatch behind a gate that holds the worker back, measures the allocator
@@ -148,6 +156,11 @@ class Trainer {
   // steps run first (the eager warm-up and the trace), then one replay is measured. On a
   // GPU the gate holds the device's stream back and the GPU's allocator is measured.
   size_t measure_step_bytes(Mode mode = Mode::eager);
+  // Trains one step and waits for it: the allocator's peak during the step over the active
+  // bytes before it -- what a step needs while it runs. With outputs allocated at
+  // execution a queued step holds almost nothing (measure_step_bytes), and this is what
+  // running ahead costs on top of it. Resets the allocator's peak. Traced: as above.
+  size_t measure_step_peak(Mode mode = Mode::eager);
 
   // The device the model lives on now: its first parameter's (the CPU without parameters).
   Device device() const;

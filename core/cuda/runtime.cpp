@@ -37,6 +37,7 @@ class DeviceSource final : public BlockSource {
     MemInfo m = api_.mem_info();
     return tide::detail::concat(device_.str(), " has ", m.free, " bytes free of ", m.total);
   }
+  size_t capacity() override { return api_.mem_info().total; }
 
  private:
   DeviceApi& api_;

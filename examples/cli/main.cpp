@@ -41,11 +41,13 @@ const Command kCommands[] = {
      loop_main},
     {"mlp-memory",
      "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
-     "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] [--batches N] "
-     "[--csv F] [--svg F]",
+     "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] "
+     "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F]",
      "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
          ") or all (default; bounded:2)\n"
      "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
+     "  --alloc A     when outputs are allocated: enqueue (when an op is queued), execution\n"
+     "                (when it runs, on the worker) or all (default: both, side by side)\n"
      "  --batches N   minibatches per policy, 1 to " + num(kMaxBatches) +
          " (default 100; under none\n"
      "                memory grows with every minibatch queued)\n"

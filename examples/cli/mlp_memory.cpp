@@ -7,6 +7,10 @@
 // (bytes one queued minibatch holds x minibatches in flight) next to the measured one.
 // --mode traced (or all) runs the same step captured once with trace::function and
 // replayed per minibatch, so eager and traced time and memory sit in one table and chart.
+// --alloc enqueue|execution|all: the engine's Allocation setting (outputs allocated when an
+// op is queued, or when it runs on the worker, as MXNet does); `all` (the default) runs every
+// policy under both, and the prediction adds, allocated at execution, what one running step
+// needs (Trainer::measure_step_peak), since a queued step then holds almost nothing.
 // --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
 // synthetic batches are created there; memory is then the GPU allocator's (the Trainer
 // records the allocator of the model's device). Traced mode is CPU-only: refused on a GPU.
@@ -86,11 +90,25 @@ struct Experiment {
 
 std::string mb(double bytes) { return format_fixed(bytes / kMB, 1); }
 
+// The engine's Allocation setting for a scope, restored after (also on error).
+class AllocationScope {
+ public:
+  explicit AllocationScope(Allocation a) : prev_(Engine::get().allocation()) {
+    Engine::get().set_allocation(a);
+  }
+  ~AllocationScope() { Engine::get().set_allocation(prev_); }
+  AllocationScope(const AllocationScope&) = delete;
+  AllocationScope& operator=(const AllocationScope&) = delete;
+
+ private:
+  Allocation prev_;
+};
+
 }  // namespace
 
 int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   const Device device = global.device;
-  std::string policy_arg = "all", mode_arg = "eager", csv, svg;
+  std::string policy_arg = "all", mode_arg = "eager", alloc_arg = "all", csv, svg;
   long long batches = 100;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -100,6 +118,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       policy_arg = take_option_value(args, i);
     } else if (a == "--mode") {
       mode_arg = take_option_value(args, i);
+    } else if (a == "--alloc") {
+      alloc_arg = take_option_value(args, i);
     } else if (a == "--csv") {
       csv = take_output_option(args, i);
     } else if (a == "--svg") {
@@ -132,6 +152,11 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       throw UsageError(std::string("--mode: ") + e.what());
     }
   }
+  std::vector<Allocation> allocs;
+  if (alloc_arg == "all") allocs = {Allocation::at_enqueue, Allocation::at_execution};
+  else if (alloc_arg == "enqueue") allocs = {Allocation::at_enqueue};
+  else if (alloc_arg == "execution") allocs = {Allocation::at_execution};
+  else throw UsageError("--alloc must be enqueue, execution or all, got '" + alloc_arg + "'");
   if (!device.is_cpu() &&
       std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end())
     throw UsageError("--mode " + mode_arg + ": " + traced_mode_unsupported(device));
@@ -140,21 +165,32 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
             << batches << " minibatches, device: " << device_label(device) << "\n\n";
 
   // Bytes one queued minibatch holds, measured on a throwaway copy (one step queued behind a
-  // gate that holds the worker back), per mode.
-  size_t step_bytes[2] = {0, 0};
-  for (train::Mode m : modes) {
-    Experiment probe(device);
-    step_bytes[int(m)] = probe.trainer->measure_step_bytes(m);
-  }
+  // gate that holds the worker back), per mode and allocation; allocated at execution, also
+  // the peak of one running step (what the workers need on top of the queue).
+  size_t step_bytes[2][2] = {}, step_peak[2][2] = {};
+  for (train::Mode m : modes)
+    for (Allocation a : allocs) {
+      AllocationScope scope(a);
+      Experiment probe(device);
+      step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
+      if (a == Allocation::at_execution) step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
+    }
+  const bool both = allocs.size() > 1;
   auto label = [](const train::TrainResult& r) {
     return r.policy.str() + (r.mode == train::Mode::traced ? " traced" : "");
+  };
+  // The charts' series: the tables have an "alloc at" column instead.
+  auto series_label = [&](const train::TrainResult& r) {
+    return label(r) + (both && r.allocation == Allocation::at_execution ? " @exec" : "");
   };
 
   const int n = int(batches);
   const int mid = std::max(1, n / 2);
   std::vector<train::TrainResult> results;
   for (train::Mode mode : modes)
+  for (Allocation alloc : allocs)
   for (const train::Policy& p : policies) {
+    AllocationScope scope(alloc);
     Experiment ex(device);  // same seeds: every run starts from the same weights and data
     train::TrainerOptions o;
     o.batches = n;
@@ -167,7 +203,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       r = ex.trainer->run(o);
       ex.source.bar = nullptr;
     }  // the bar ends its line before the results are printed
-    std::cout << "policy " << label(r) << ":\n";
+    std::cout << "policy " << label(r) << ", outputs allocated at "
+              << (r.allocation == Allocation::at_execution ? "execution" : "enqueue") << ":\n";
     if (mid < n)
       std::cout << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
                 << " sec\n";
@@ -181,10 +218,11 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
 
   Table t("mlp-memory: sync policies compared (" + std::to_string(n) + " minibatches on " +
               device.str() + ")",
-          {"run", "total", "per batch", "peak queue (ops)", "steps in flight",
+          {"run", "alloc at", "total", "per batch", "peak queue (ops)", "steps in flight",
            "peak queued MB", "+alloc MB", "+RSS MB"});
   for (const train::TrainResult& r : results)
-    t.row({label(r), format_seconds(r.total_s), format_seconds(r.total_s / n),
+    t.row({label(r), train::alloc_name(r.allocation), format_seconds(r.total_s),
+           format_seconds(r.total_s / n),
            std::to_string(r.peak_queue_depth), format_fixed(r.peak_steps_in_flight(), 1),
            mb(double(r.peak_inflight_bytes)), mb(double(r.increased_active())),
            mb(double(r.increased_rss()))});
@@ -192,32 +230,48 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
          (results.back().mode == train::Mode::traced
               ? " eager, " + std::to_string(results.back().ops_per_step) + " traced (one replay)"
               : std::string()) +
-         "; MB = 2^20 bytes; +alloc/+RSS: peak growth over the value before the run" +
+         "; MB = 2^20 bytes; +alloc/+RSS: peak growth over the value before the run (+alloc: "
+         "the allocator's peak, up to the final sync); queued MB: bytes held by queued work "
+         "(allocated at execution, outputs count only once allocated)" +
          (device.is_cpu() ? std::string()
                           : "; alloc = " + device.str() + "'s allocator (RSS: the host process)"));
   t.print();
 
   std::cout << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
-               "in flight).\n"
+               "in flight)\n"
+               "  [+ what one running step needs, when outputs are allocated at execution].\n"
             << "  bytes one queued minibatch holds (one step queued behind a held-back "
                "worker): ";
   for (train::Mode m : modes)
-    std::cout << mb(double(step_bytes[int(m)])) << " MB " << train::name(m) << "  ";
+    for (Allocation a : allocs)
+      std::cout << mb(double(step_bytes[int(m)][int(a)])) << " MB " << train::name(m) << " @"
+                << train::alloc_name(a) << "  ";
   std::cout << "\n";
+  if (std::find(allocs.begin(), allocs.end(), Allocation::at_execution) != allocs.end()) {
+    std::cout << "  one running step's peak, allocated at execution: ";
+    for (train::Mode m : modes)
+      std::cout << mb(double(step_peak[int(m)][int(Allocation::at_execution)])) << " MB "
+                << train::name(m) << "  ";
+    std::cout << "\n";
+  }
   Table pred("predicted vs measured growth (" + device.str() + ")",
-             {"policy", "steps in flight", "predicted MB", "measured +alloc MB",
+             {"policy", "alloc at", "steps in flight", "predicted MB", "measured +alloc MB",
               "measured queued MB"});
-  for (const train::TrainResult& r : results)
-    pred.row({label(r), format_fixed(r.peak_steps_in_flight(), 1),
-              mb(double(r.trace_arena_bytes) +
-                 double(step_bytes[int(r.mode)]) * r.peak_steps_in_flight()),
+  for (const train::TrainResult& r : results) {
+    const int m = int(r.mode), a = int(r.allocation);
+    pred.row({label(r), train::alloc_name(r.allocation), format_fixed(r.peak_steps_in_flight(), 1),
+              mb(double(r.trace_arena_bytes) + double(step_bytes[m][a]) * r.peak_steps_in_flight() +
+                 double(step_peak[m][a])),
               mb(double(r.increased_active())),
               mb(double(r.peak_inflight_bytes))});
+  }
   pred.note("steps in flight = peak queue depth / engine tasks per minibatch; per_batch keeps "
             "under two (item() waits for the forward pass only), bounded:K at most K, none as "
             "many as the frontend ran ahead. Traced: predicted = the arena (allocated once, at "
             "the trace) + bytes per queued replay x replays in flight; the measured growth also "
-            "holds the gradients and the first minibatch, which runs eagerly as the warm-up");
+            "holds the gradients and the first minibatch, which runs eagerly as the warm-up. "
+            "Allocated at execution, a queued step holds almost nothing, and the growth is one "
+            "running step's peak plus what executed work holds until it is reclaimed");
   pred.print();
 
   if (!csv.empty()) {
@@ -230,7 +284,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
         {"Memory held during training" + on, "minibatch", "allocator active - start (MB)"}, {}};
     train::Chart tim{{"Time per minibatch (frontend)", "minibatch", "time (ms)"}, {}};
     for (const train::TrainResult& r : results) {
-      train::Series sm{label(r), {}, {}}, st{label(r), {}, {}};
+      train::Series sm{series_label(r), {}, {}}, st{series_label(r), {}, {}};
       double prev = 0;
       for (const train::StepRecord& s : r.steps) {
         sm.x.push_back(s.batch);

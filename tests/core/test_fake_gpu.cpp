@@ -92,6 +92,33 @@ TEST_F(FakeGpu, CompleteMeansTheDeviceWroteTheTimelineNotLaunched) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 3}));
 }
 
+// Allocated at execution, a GPU output takes its block when the worker launches its op,
+// tagged with that task, and gives it back once the device ran everything that used it.
+TEST_F(FakeGpu, OutputsAllocatedAtExecutionTakeTheirBlocksAtLaunch) {
+  Tensor x = on_gpu({1, 2});
+  Stream s = Stream::default_stream(gpu());
+  Allocator& alloc = Allocator::get(gpu());
+  Engine::get().set_allocation(Allocation::at_execution);  // EngineTest restores it
+  Engine::get().reclaim();
+  const size_t before = alloc.stats().active_bytes;
+  s.impl()->worker_held.store(true);  // the worker launches nothing yet
+  Tensor y = x + 1.0;
+  EXPECT_FALSE(y.storage()->resident());
+  EXPECT_EQ(alloc.stats().active_bytes, before) << "a queued op took device memory";
+  fake_gpu(kGpu).pause(handle_of(s));
+  s.impl()->worker_held.store(false);
+  s.impl()->wake();
+  ASSERT_TRUE(launched_all(s));
+  EXPECT_TRUE(y.storage()->resident()) << "the launch did not take the block";
+  EXPECT_FALSE(y.is_ready()) << "the device has not run it";
+  EXPECT_EQ(alloc.stats().active_bytes, before + y.storage()->bytes());
+  fake_gpu(kGpu).resume(handle_of(s));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 3}));
+  y = Tensor();
+  Engine::get().reclaim();
+  EXPECT_EQ(alloc.stats().active_bytes, before);
+}
+
 TEST_F(FakeGpu, OneEventRecordAndOneWaitPerCrossStreamHazard) {
   FakeDevice& fake = fake_gpu(kGpu);
   Stream a = gpu_stream(0), b = gpu_stream(1);

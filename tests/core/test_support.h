@@ -165,6 +165,10 @@ class EngineTest : public ::testing::Test {
     saved_sync_ = e.synchronous();
     saved_ops_ = e.max_inflight_ops();
     saved_bytes_ = e.max_inflight_bytes();
+    saved_alloc_ = e.allocation();
+    // The engine suite checks allocation at enqueue (the default) unless a test says
+    // otherwise, also when TIDE_ALLOC=execution runs the other suites that way.
+    e.set_allocation(Allocation::at_enqueue);
     e.set_synchronous(false);
     e.set_max_inflight_ops(0);
     e.set_max_inflight_bytes(0);
@@ -179,10 +183,12 @@ class EngineTest : public ::testing::Test {
     e.synchronize();  // gates are open by now: their destructors ran
     clear_pending_failures();
     e.set_synchronous(saved_sync_);
+    e.set_allocation(saved_alloc_);
   }
 
  private:
   bool saved_sync_ = false;
+  Allocation saved_alloc_ = Allocation::at_enqueue;
   uint64_t saved_ops_ = 0;
   size_t saved_bytes_ = 0;
 };

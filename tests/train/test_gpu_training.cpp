@@ -159,8 +159,10 @@ TEST(GpuTrainer, TrainsLikeTheCpuAndRecordsTheGpuAllocator) {
 
   // The CSV names the device.
   std::string csv = rg.csv();
-  EXPECT_NE(csv.find(",mode,device\n"), std::string::npos) << csv.substr(0, 200);
-  EXPECT_NE(csv.find(",eager,cuda:8\n"), std::string::npos) << csv.substr(0, 400);
+  EXPECT_NE(csv.find(",mode,device,alloc\n"), std::string::npos) << csv.substr(0, 200);
+  const std::string row_tail =
+      std::string(",eager,cuda:8,") + alloc_name(Engine::get().allocation()) + "\n";
+  EXPECT_NE(csv.find(row_tail), std::string::npos) << csv.substr(0, 400);
 
   // Weights agree too (read back through pinned staging).
   std::vector<float> wc = on_cpu.model->weight().to_vector<float>();

@@ -390,4 +390,43 @@ TEST_F(PolicyMemory, MeasureStepBytesWorksWithBoundsAndRestoresThem) {
   alloc.set_limit(0);
   EXPECT_EQ(measured, ref_.step_bytes);
 }
+
+// Outputs allocated at execution (Engine::set_allocation): the same run under `none`, with
+// the worker held while every minibatch is queued, holds almost nothing queued, and once the
+// worker runs, no more than a few running steps' worth at the peak -- where allocated at
+// enqueue it holds N x step bytes. Same results, same bytes left behind.
+TEST_F(PolicyMemory, NoneAllocatedAtExecutionHoldsNothingQueued) {
+  constexpr int N = 8;
+  double enqueue_loss = 0;
+  {
+    Rig rig;
+    enqueue_loss = rig.run(Policy::none(), N).final_loss;
+  }
+  Engine::get().set_allocation(Allocation::at_execution);  // EngineTest restores it
+  Rig probe;
+  EXPECT_LT(probe.trainer.measure_step_bytes(), ref_.step_bytes / 10)
+      << "a queued minibatch still holds its outputs";
+  const size_t step_peak = probe.trainer.measure_step_peak();
+  EXPECT_GT(step_peak, 0u);
+  Rig rig;
+  Gate gate(kGatedRunTimeout);
+  Tensor gate_t = zeros(Shape{1});
+  rig.source.hook = [&](int i) {
+    if (i == 1) gate.hold(gate_t);
+    if (i == N) gate.open();
+  };
+  TrainResult r = rig.run(Policy::none(), N);
+  ASSERT_FALSE(gate.timed_out());
+  EXPECT_EQ(r.allocation, Allocation::at_execution);
+  const double step = double(ref_.step_bytes);
+  for (int i = 1; i < N; ++i) {  // the worker is held: nothing has taken memory
+    const StepRecord& s = r.steps[size_t(i - 1)];
+    EXPECT_EQ(s.queue_depth, 1 + uint64_t(i) * ref_.ops) << "minibatch " << i;
+    EXPECT_LT(held(s, r), 0.1 * step) << "minibatch " << i;
+  }
+  EXPECT_LT(double(r.increased_active()), 3.0 * double(step_peak))
+      << "at enqueue this run holds " << N << " x " << ref_.step_bytes << " bytes";
+  EXPECT_EQ(r.final_loss, enqueue_loss);
+  expect_returns_to_reference(r);
+}
 }  // namespace
