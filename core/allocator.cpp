@@ -265,6 +265,9 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
 }
 
 StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what) {
+  // Executed work may hold blocks the frontend has not reclaimed yet (it may be busy, or
+  // asleep in a sync): give them back first, if that needs no waiting.
+  if (try_reclaim_) try_reclaim_();
   bool fits = true;
   Storage* s = try_take(bytes, &fits);
   if (!s) throw_oom(bytes, op, what);

@@ -150,17 +150,6 @@ void Engine::State::sync_pos(StreamPos pos) {
   s->dev->block_until(pos.seq);
 }
 
-void Engine::State::host_sync(StreamPos pos) {
-  if (!alloc_at_execution.load(std::memory_order_relaxed) || detail::tl_running_task.stream)
-    return sync_pos(pos);
-  StreamImpl* s = pos.stream;
-  while (s && !s->is_complete(pos.seq)) {
-    sync_pos({s, std::min(pos.seq, s->done() + kSyncReclaimEvery)});
-    std::lock_guard<SpinLock> lock(mu);
-    reclaim_locked();
-  }
-}
-
 uint64_t Engine::State::inflight_ops() const {
   uint64_t n = 0;
   for (const StreamImpl& s : streams) n += s.submitted - s.done();
@@ -219,6 +208,13 @@ Engine::Engine() : s_(new State) {
     s_->alloc_at_execution = v == "execution";
   }
   Allocator::set_stream_of(&allocation_stream);
+  Allocator::set_try_reclaim([] {  // workers too: try_lock never waits for a frontend
+    State& st = *Engine::get().s_;
+    if (!st.mu.try_lock()) return false;
+    size_t n = st.reclaim_locked();
+    st.mu.unlock();
+    return n > 0;
+  });
   Allocator::set_reclaim([] {
     State& st = *Engine::get().s_;
     std::lock_guard<SpinLock> lock(st.mu);
@@ -415,7 +411,7 @@ void Engine::wait_for_write(Storage* s) {
     s_->reclaim_locked();
     pos = s->hazard.last_write;
   }
-  s_->host_sync(pos);
+  s_->sync_pos(pos);
 }
 
 Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
@@ -431,7 +427,7 @@ Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
     s->host_readers().fetch_add(1, std::memory_order_relaxed);
   }
   try {
-    st.host_sync(pos);
+    st.sync_pos(pos);
   } catch (...) {
     s->host_readers().fetch_sub(1, std::memory_order_release);
     throw;
@@ -466,7 +462,7 @@ void Engine::synchronize() {
     std::lock_guard<SpinLock> lock(s_->mu);
     for (StreamImpl& s : s_->streams) tails[n++] = {&s, s.submitted};
   }
-  for (int i = 0; i < n; ++i) s_->host_sync(tails[i]);
+  for (int i = 0; i < n; ++i) s_->sync_pos(tails[i]);
   std::lock_guard<SpinLock> lock(s_->mu);
   s_->reclaim_locked();
 }
@@ -614,7 +610,7 @@ uint64_t Stream::executed() const { return impl_->done(); }
 
 bool Event::query() const { return !pos_.stream || pos_.stream->is_complete(pos_.seq); }
 void Event::synchronize() const {
-  if (pos_.stream) pos_.stream->eng->host_sync(pos_);
+  if (pos_.stream) pos_.stream->eng->sync_pos(pos_);
 }
 
 StreamGuard::StreamGuard(const Stream& s) : prev_(tl_current_stream) {

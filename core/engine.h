@@ -10,10 +10,11 @@
 // for conflicting work on other streams (read-after-write, write-after-read,
 // write-after-write) and keeps those storages alive until it has run.
 //
-// Hot path: submit() takes one uncontended frontend lock (never taken by workers), writes
-// a fixed-size record into a segmented single-consumer queue and allocates nothing in
-// steady state. Completed records are reclaimed (their storages released) by frontend
-// threads on their next submit or sync, so the allocator is never touched by a worker.
+// Hot path: submit() takes one uncontended frontend lock (workers never wait for it),
+// writes a fixed-size record into a segmented single-consumer queue and allocates nothing
+// in steady state. Completed records are reclaimed (their storages released) by frontend
+// threads on their next submit or sync -- and by a worker about to allocate (an output
+// allocated at execution, a workspace), if it gets the lock at once.
 // Waiting, on either side, spins briefly before it blocks.
 #pragma once
 
@@ -134,7 +135,8 @@ enum class ShutdownMode { drain, cancel };
 //                until queued work frees enough.
 //   at_execution when the op runs, on its stream's worker, as MXNet's engine does: queued
 //                work holds no memory until it runs, and blocks come back as executed work
-//                is reclaimed (host syncs reclaim while they wait). An allocation that
+//                is reclaimed (by the worker itself before it allocates, unless a
+//                frontend holds the engine lock just then). An allocation that
 //                fails there (out of memory, or over an allocator limit: a worker cannot
 //                wait for its own queue) fails the op, and the failure surfaces at the next
 //                sync. On a GPU "runs" means "is launched" (blocks come back as the GPU

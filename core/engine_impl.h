@@ -109,7 +109,9 @@ class StreamImpl {
 };
 
 struct Engine::State {
-  SpinLock mu;  // frontend lock: submit, reclaim, hazard state. Never taken by workers.
+  // Frontend lock: submit, reclaim, hazard state. Workers never wait for it: they only
+  // try_lock it to reclaim executed work before they allocate.
+  SpinLock mu;
   std::deque<StreamImpl> streams;
   std::vector<Segment*> free_segments;
   std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
@@ -139,12 +141,6 @@ struct Engine::State {
   // kernels may allocate, and the allocator's reclaim takes mu (wait_pos is for callers
   // that hold it).
   void sync_pos(StreamPos pos);
-  // A sync of a frontend thread (item, synchronize, events): sync_pos, and when outputs are
-  // allocated at execution, a reclaim after every few tasks that complete meanwhile, so
-  // that the blocks they held come back while the workers still allocate. Within a task
-  // (a kernel that syncs) as sync_pos: workers never take mu.
-  void host_sync(StreamPos pos);
-  static constexpr uint64_t kSyncReclaimEvery = 8;
   // Caller holds mu. Releases the storages of executed tasks; returns how many tasks.
   size_t reclaim_locked() { return reclaimer.reclaim(streams, free_segments); }
   uint64_t inflight_ops() const;
