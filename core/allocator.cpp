@@ -115,7 +115,8 @@ void* Storage::materialize(const char* op, bool may_wait) const {
   }
   if (!op) op = "alloc";
   StorageRef block = may_wait ? owner_->allocate_block(requested_, op)
-                              : owner_->allocate_now(requested_, op, " for an output allocated at execution");
+                              : owner_->allocate_now(requested_, op,
+                                                     " for an output allocated at execution", true);
   Storage* expected = nullptr;
   Storage* b = block.get();
   if (owned_.compare_exchange_strong(expected, b, std::memory_order_acq_rel))
@@ -261,13 +262,14 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
   if (bytes > kMaxBlock) [[unlikely]]
     throw Error(op, detail::concat("out of memory on ", name_, ": a workspace of ", bytes,
                                    " bytes, more than the largest block (2^62 bytes)"));
-  return allocate_now(bytes, op, " for a kernel's workspace");
+  return allocate_now(bytes, op, " for a kernel's workspace", false);
 }
 
-StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what) {
+StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what,
+                                   bool reclaim_first) {
   // Executed work may hold blocks the frontend has not reclaimed yet (it may be busy, or
   // asleep in a sync): give them back first, if that needs no waiting.
-  if (try_reclaim_) try_reclaim_();
+  if (reclaim_first && try_reclaim_) try_reclaim_();
   bool fits = true;
   Storage* s = try_take(bytes, &fits);
   if (!s) throw_oom(bytes, op, what);

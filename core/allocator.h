@@ -130,8 +130,8 @@ class Allocator {
   static void set_stream_of(StreamFn f) { stream_of_ = f; }
   // Called by the engine: releases the storages of executed work now if that needs no
   // waiting (the engine lock is free); true when it did. A worker calls it before it takes
-  // a block (an output allocated at execution, a workspace), so that memory comes back
-  // as the worker goes, whatever the frontend is doing.
+  // the block of an output allocated at execution, so that memory comes back as the
+  // worker goes, whatever the frontend is doing.
   using TryReclaimFn = bool (*)();
   static void set_try_reclaim(TryReclaimFn f) { try_reclaim_ = f; }
 
@@ -143,10 +143,10 @@ class Allocator {
   void check_size(size_t bytes, const char* op) const;
   // allocate() without the capture check: a block now, waiting for queued work if needed.
   StorageRef allocate_block(size_t bytes, const char* op);
-  // A block now or an out-of-memory error saying `what` it was for; never waits (but
-  // releases executed work first when it can: try_reclaim_). A GPU block is tagged with
-  // the running task (workspaces, deferred storages on a worker).
-  StorageRef allocate_now(size_t bytes, const char* op, const char* what);
+  // A block now or an out-of-memory error saying `what` it was for; never waits (but with
+  // `reclaim_first` releases executed work first when it can: try_reclaim_). A GPU block
+  // is tagged with the running task (workspaces, deferred storages on a worker).
+  StorageRef allocate_now(size_t bytes, const char* op, const char* what, bool reclaim_first);
   // A block of the class for `bytes`: from the cache, else from the source. *fits is false
   // when the limit refuses; nullptr with *fits true when the source has no memory.
   Storage* try_take(size_t bytes, bool* fits);

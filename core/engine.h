@@ -13,8 +13,8 @@
 // Hot path: submit() takes one uncontended frontend lock (workers never wait for it),
 // writes a fixed-size record into a segmented single-consumer queue and allocates nothing
 // in steady state. Completed records are reclaimed (their storages released) by frontend
-// threads on their next submit or sync -- and by a worker about to allocate (an output
-// allocated at execution, a workspace), if it gets the lock at once.
+// threads on their next submit or sync -- and by a worker about to take the block of an
+// output allocated at execution, if it gets the lock at once.
 // Waiting, on either side, spins briefly before it blocks.
 #pragma once
 
@@ -135,7 +135,7 @@ enum class ShutdownMode { drain, cancel };
 //                until queued work frees enough.
 //   at_execution when the op runs, on its stream's worker, as MXNet's engine does: queued
 //                work holds no memory until it runs, and blocks come back as executed work
-//                is reclaimed (by the worker itself before it allocates, unless a
+//                is reclaimed (by the worker itself before it takes a block, unless a
 //                frontend holds the engine lock just then). An allocation that
 //                fails there (out of memory, or over an allocator limit: a worker cannot
 //                wait for its own queue) fails the op, and the failure surfaces at the next

@@ -110,7 +110,7 @@ class StreamImpl {
 
 struct Engine::State {
   // Frontend lock: submit, reclaim, hazard state. Workers never wait for it: they only
-  // try_lock it to reclaim executed work before they allocate.
+  // try_lock it to reclaim executed work before an output allocated at execution.
   SpinLock mu;
   std::deque<StreamImpl> streams;
   std::vector<Segment*> free_segments;

@@ -1,7 +1,7 @@
 // Reclaim (DESIGN §3): a queued task holds a reference to every storage it reads or writes
 // until it is complete; frontend threads release those references in batches, under the
-// engine lock (and a worker about to allocate, when the lock is free:
-// Allocator::set_try_reclaim). Also counts the bytes held
+// engine lock (and a worker about to take the block of an output allocated at execution,
+// when the lock is free: Allocator::set_try_reclaim). Also counts the bytes held
 // by queued work (each storage once, however many tasks hold it) and recycles the
 // segments of task slots. Callers hold the engine lock; nothing here blocks.
 #pragma once

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tide in build/ (Release, with tests, benchmarks and examples, CUDA when nvcc is
-# found) and runs the test suite. Benchmarks are compiled, not run.
+# found) and runs the test suite, then the op-level suites again with outputs allocated at
+# execution. Benchmarks are compiled, not run.
 # Usage: bash scripts/test.sh   (TIDE_JOBS=N sets the build parallelism, default nproc)
 set -euo pipefail
 # shellcheck source=scripts/deps.sh
@@ -13,4 +14,10 @@ tide_configure build -DCMAKE_BUILD_TYPE=Release -DTIDE_BUILD_TESTS=ON -DTIDE_BUI
 tide_build build
 tide_log "ctest build"
 ctest --test-dir build --output-on-failure --no-tests=error
+# The ops, autograd, nn, trace and API suites once more with outputs allocated at execution
+# (Engine::set_allocation): their results must not change. The engine and train suites
+# check each allocation mode's memory behaviour themselves.
+tide_log "ctest build, TIDE_ALLOC=execution"
+TIDE_ALLOC=execution ctest --test-dir build --output-on-failure --no-tests=error \
+  -L "ops|autograd|nn|trace|api"
 tide_log "tests passed"
