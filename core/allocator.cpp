@@ -12,8 +12,13 @@
 #include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
+#include "core/object_pool.h"
 
 namespace tide {
+
+// Deferred storages are made per op output on the frontend and mostly released there
+// (reclaim): a per-thread free list instead of malloc/free each time.
+using StorageObjects = detail::BlockCache<sizeof(Storage), alignof(Storage)>;
 
 namespace {
 constexpr size_t kMinBlock = 64;
@@ -99,7 +104,12 @@ void Storage::release() {
       if (is_deferred()) b->hazard = hazard;
       b->release();
     }
-    delete this;
+    if (is_deferred()) {  // one per op output: recycled, not freed (allocate_deferred)
+      this->~Storage();
+      StorageObjects::give(this);
+    } else {
+      delete this;
+    }
     return;
   }
   owner_->free_block(this);
@@ -233,7 +243,8 @@ StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
   if (cap && block > cap)
     throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_,
                                         " has").c_str());
-  auto* s = new Storage(nullptr, round_size(bytes), device_, Storage::kDeferred, this);
+  auto* s = new (StorageObjects::take())
+      Storage(nullptr, round_size(bytes), device_, Storage::kDeferred, this);
   s->requested_ = bytes;
   return StorageRef::adopt(s);
 }
@@ -265,11 +276,27 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
   return allocate_now(bytes, op, " for a kernel's workspace", false);
 }
 
+namespace {
+// Per thread: blocks taken for outputs allocated at execution since this thread last
+// reclaimed. A worker reclaims in batches, as the frontend does (core/reclaim.h): every
+// kReclaimEvery blocks, or once kReclaimBytes were taken.
+thread_local int tl_taken_since_reclaim = 0;
+thread_local size_t tl_bytes_since_reclaim = 0;
+constexpr int kReclaimEvery = 32;
+constexpr size_t kReclaimBytes = size_t(1) << 20;
+}  // namespace
+
 StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what,
                                    bool reclaim_first) {
   // Executed work may hold blocks the frontend has not reclaimed yet (it may be busy, or
-  // asleep in a sync): give them back first, if that needs no waiting.
-  if (reclaim_first && try_reclaim_) try_reclaim_();
+  // asleep in a sync): give them back first, if a batch is due and that needs no waiting.
+  if (reclaim_first && try_reclaim_ &&
+      (++tl_taken_since_reclaim >= kReclaimEvery ||
+       (tl_bytes_since_reclaim += bytes) >= kReclaimBytes) &&
+      try_reclaim_()) {
+    tl_taken_since_reclaim = 0;
+    tl_bytes_since_reclaim = 0;
+  }
   bool fits = true;
   Storage* s = try_take(bytes, &fits);
   if (!s) throw_oom(bytes, op, what);
