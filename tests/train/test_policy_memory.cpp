@@ -393,10 +393,11 @@ TEST_F(PolicyMemory, MeasureStepBytesWorksWithBoundsAndRestoresThem) {
 
 // Outputs allocated at execution (Engine::set_allocation): the same run under `none`, with
 // the worker held while every minibatch is queued, holds almost nothing queued, and once the
-// worker runs, no more than a few running steps' worth at the peak -- where allocated at
-// enqueue it holds N x step bytes. Same results, same bytes left behind.
+// worker runs, a few steps' worth at the peak (a worker reclaims every 32 blocks or 1 MiB,
+// and this rig's blocks are small) -- where allocated at enqueue it holds N x step bytes.
+// Same results, same bytes left behind.
 TEST_F(PolicyMemory, NoneAllocatedAtExecutionHoldsNothingQueued) {
-  constexpr int N = 8;
+  constexpr int N = 16;
   double enqueue_loss = 0;
   {
     Rig rig;
@@ -424,7 +425,7 @@ TEST_F(PolicyMemory, NoneAllocatedAtExecutionHoldsNothingQueued) {
     EXPECT_EQ(s.queue_depth, 1 + uint64_t(i) * ref_.ops) << "minibatch " << i;
     EXPECT_LT(held(s, r), 0.1 * step) << "minibatch " << i;
   }
-  EXPECT_LT(double(r.increased_active()), 3.0 * double(step_peak))
+  EXPECT_LT(double(r.increased_active()), 0.25 * N * step)
       << "at enqueue this run holds " << N << " x " << ref_.step_bytes << " bytes";
   EXPECT_EQ(r.final_loss, enqueue_loss);
   expect_returns_to_reference(r);
