@@ -267,7 +267,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   return res;
 }
 
-size_t Trainer::measure_step_bytes(Mode mode) {
+Device Trainer::settle(Mode mode) {
   const Device dev = device();
   check_mode(mode, dev);
   Engine& eng = Engine::get();
@@ -275,6 +275,12 @@ size_t Trainer::measure_step_bytes(Mode mode) {
     for (int i = 0; i < 2; ++i) step(mode);
   eng.wait_all();
   eng.reclaim();
+  return dev;
+}
+
+size_t Trainer::measure_step_bytes(Mode mode) {
+  const Device dev = settle(mode);
+  Engine& eng = Engine::get();
   if (eng.synchronous()) return 0;  // a gate would run (and block) inline
   auto open = std::make_shared<std::atomic<bool>>(false);
   // With the worker held, a bound on queued ops/bytes or an allocator limit would block
@@ -311,13 +317,8 @@ size_t Trainer::measure_step_bytes(Mode mode) {
 }
 
 size_t Trainer::measure_step_peak(Mode mode) {
-  const Device dev = device();
-  check_mode(mode, dev);
+  const Device dev = settle(mode);
   Engine& eng = Engine::get();
-  if (mode == Mode::traced)
-    for (int i = 0; i < 2; ++i) step(mode);
-  eng.wait_all();
-  eng.reclaim();
   Allocator& alloc = Allocator::get(dev);
   const size_t before = alloc.stats().active_bytes;
   alloc.reset_peak();

@@ -172,6 +172,9 @@ class Trainer {
  private:
   Tensor step(Mode mode = Mode::eager);
   Tensor compute(const Tensor& x, const Tensor& y);
+  // Before a measurement: checks the mode, runs a traced mode's warm-up and trace (two
+  // steps), waits for all work and reclaims it. Returns the model's device.
+  Device settle(Mode mode);
 
   nn::Module& model_;
   LossFn loss_;

@@ -23,33 +23,21 @@ class AllocAtExecution : public EngineTest {
  protected:
   void SetUp() override {
     EngineTest::SetUp();
-    saved_ = Engine::get().allocation();
-    Engine::get().set_allocation(Allocation::at_execution);
+    Engine::get().set_allocation(Allocation::at_execution);  // EngineTest restores it
   }
   void TearDown() override {
-    for (StreamImpl* s : held_) release(s);
+    holds_.release_all();
     EngineTest::TearDown();
-    Engine::get().set_allocation(saved_);
   }
-  // The white-box switch of test_waiter_runs.cpp: the worker takes no work while held.
-  StreamImpl* hold(const Stream& st) {
-    StreamImpl* s = st.impl();
-    s->worker_held.store(true);
-    held_.push_back(s);
-    return s;
-  }
-  static void release(StreamImpl* s) {
-    s->worker_held.store(false);
-    s->wake();
-  }
+  StreamImpl* hold(const Stream& st) { return holds_.hold(st); }
+  static void release(StreamImpl* s) { WorkerHolds::release(s); }
   static size_t active() {
     Engine::get().reclaim();
     return Allocator::get().stats().active_bytes;
   }
 
  private:
-  Allocation saved_ = Allocation::at_enqueue;
-  std::vector<StreamImpl*> held_;
+  WorkerHolds holds_;
 };
 
 // A chain with a matmul, a reduction, views, an in-place update and a broadcast.

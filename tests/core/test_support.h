@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/engine_impl.h"
 #include "error_of.h"
 #include "tide.h"
 
@@ -191,6 +192,34 @@ class EngineTest : public ::testing::Test {
   Allocation saved_alloc_ = Allocation::at_enqueue;
   uint64_t saved_ops_ = 0;
   size_t saved_bytes_ = 0;
+};
+
+// Holds streams' workers with the white-box switch StreamImpl::worker_held, as if they
+// could not get a core (only threads that sync run their tasks meanwhile); releases them
+// when destroyed.
+class WorkerHolds {
+ public:
+  WorkerHolds() = default;
+  ~WorkerHolds() { release_all(); }
+  WorkerHolds(const WorkerHolds&) = delete;
+  WorkerHolds& operator=(const WorkerHolds&) = delete;
+  StreamImpl* hold(const Stream& st) {
+    StreamImpl* s = st.impl();
+    s->worker_held.store(true);
+    held_.push_back(s);
+    return s;
+  }
+  static void release(StreamImpl* s) {
+    s->worker_held.store(false);
+    s->wake();
+  }
+  void release_all() {
+    for (StreamImpl* s : held_) release(s);
+    held_.clear();
+  }
+
+ private:
+  std::vector<StreamImpl*> held_;
 };
 
 // ---- watchdog ------------------------------------------------------------------------

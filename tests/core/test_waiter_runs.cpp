@@ -19,22 +19,14 @@ using namespace testing_support;
 class WaiterRuns : public EngineTest {
  protected:
   void TearDown() override {
-    for (StreamImpl* s : held_) release(s);
+    holds_.release_all();
     EngineTest::TearDown();
   }
-  StreamImpl* hold(const Stream& st) {
-    StreamImpl* s = st.impl();
-    s->worker_held.store(true);
-    held_.push_back(s);
-    return s;
-  }
-  static void release(StreamImpl* s) {
-    s->worker_held.store(false);
-    s->wake();
-  }
+  StreamImpl* hold(const Stream& st) { return holds_.hold(st); }
+  static void release(StreamImpl* s) { WorkerHolds::release(s); }
 
  private:
-  std::vector<StreamImpl*> held_;
+  WorkerHolds holds_;
 };
 
 // The id of the thread that runs an op queued on the current stream.
