@@ -68,8 +68,11 @@ class Tensor {
   // The first element, resolved when a kernel runs: what kernel closures capture.
   template <class T>
   DataRef<T> ref() const { return {storage(), offset()}; }
-  // Pointer to the first element now. Does not wait. Host code that waited, and host fills
-  // of fresh tensors only: kernel closures capture ref() (traced replays rebind storages).
+  // Pointer to the first element now. Does not wait for queued work, but a tensor made
+  // while outputs are allocated at execution takes its memory here if no task has yet
+  // (which may wait on memory pressure, as Tensor::empty may). Host code that waited, and
+  // host fills of fresh tensors only: kernel closures capture ref() (traced replays rebind
+  // storages).
   template <class T>
   T* data() const {
     return static_cast<T*>(storage()->data()) + offset();
