@@ -100,9 +100,9 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   const auto& c = children();
   for (size_t i = 0; i < c.size(); ++i) {
-    // Linear then ReLU on a GPU: one kernel (Linear::forward_fused).
+    // Linear then ReLU: one op (Linear::forward_fused).
     auto* lin = dynamic_cast<Linear*>(c[i].second.get());
-    if (lin && y.device().is_cuda() && i + 1 < c.size() &&
+    if (lin && i + 1 < c.size() &&
         dynamic_cast<ReLU*>(c[i + 1].second.get())) {
       y = lin->forward_fused(y, true);
       ++i;
@@ -130,10 +130,10 @@ Tensor Linear::forward_fused(const Tensor& x, bool relu_after) {
              opt_.in_features, "), got ", x.shape());
   TIDE_CHECK(x.dtype() == opt_.param_dtype, "Linear", "input dtype ", x.dtype(),
              " differs from the parameters' ", opt_.param_dtype);
-  // On a GPU the bias (and a following ReLU) ride on the GEMM: cuBLASLt's epilogues save a
-  // kernel and a pass over the output. On the CPU the bias add stays a separate
-  // elementwise op, which traced mode fuses with what follows.
-  if (x.device().is_cuda() && bias_.defined()) return linear(x, weight_, bias_, relu_after);
+  // The bias (and a following ReLU) ride on the GEMM: cuBLASLt's epilogues on a GPU, one
+  // pass over the output right after OpenBLAS's GEMM on the CPU. Either saves a kernel, a
+  // pass over the output and an intermediate tensor.
+  if (bias_.defined()) return linear(x, weight_, bias_, relu_after);
   Tensor y = matmul(x, weight_);
   if (bias_.defined()) y = add(y, bias_);
   return relu_after ? relu(y) : y;

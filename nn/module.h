@@ -125,9 +125,9 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out) : Linear(LinearOptions(in, out)) {}
   // Throws "[Linear]" naming the shapes unless x is (N, in) with the weight's dtype.
   Tensor forward(const Tensor& x) override;
-  // forward, then ReLU when relu_after: on a GPU with a bias, one `linear` op (the GEMM's
-  // bias / bias+ReLU epilogue); elsewhere matmul, add, relu. Sequential calls it for a
-  // Linear followed by a ReLU.
+  // forward, then ReLU when relu_after: with a bias, one `linear` op (the GEMM with its
+  // bias / bias+ReLU epilogue, on every device); without, matmul then relu. Sequential
+  // calls it for a Linear followed by a ReLU.
   Tensor forward_fused(const Tensor& x, bool relu_after);
   std::string name() const override { return "Linear"; }
   const Tensor& weight() const { return weight_; }
