@@ -231,6 +231,11 @@ StorageRef Allocator::allocate(size_t bytes, const char* op) {
   return allocate_block(bytes, op);
 }
 
+StorageRef Allocator::allocate_output(size_t bytes, const char* op) {
+  return Engine::get().allocates_at_execution() ? allocate_deferred(bytes, op)
+                                                : allocate(bytes, op);
+}
+
 StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
   check_size(bytes, op);
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
@@ -243,8 +248,7 @@ StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
   if (cap && block > cap)
     throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_,
                                         " has").c_str());
-  auto* s = new (StorageObjects::take())
-      Storage(nullptr, round_size(bytes), device_, Storage::kDeferred, this);
+  auto* s = new (StorageObjects::take()) Storage(nullptr, block, device_, Storage::kDeferred, this);
   s->requested_ = bytes;
   return StorageRef::adopt(s);
 }
@@ -278,12 +282,10 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
 
 namespace {
 // Per thread: blocks taken for outputs allocated at execution since this thread last
-// reclaimed. A worker reclaims in batches, as the frontend does (core/reclaim.h): every
-// kReclaimEvery blocks, or once kReclaimBytes were taken.
+// reclaimed. A worker reclaims in the frontend's batches (Reclaimer::kReclaimEvery blocks,
+// or once Reclaimer::kReclaimBytes were taken).
 thread_local int tl_taken_since_reclaim = 0;
 thread_local size_t tl_bytes_since_reclaim = 0;
-constexpr int kReclaimEvery = 32;
-constexpr size_t kReclaimBytes = size_t(1) << 20;
 }  // namespace
 
 StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what,
@@ -291,8 +293,8 @@ StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* wha
   // Executed work may hold blocks the frontend has not reclaimed yet (it may be busy, or
   // asleep in a sync): give them back first, if a batch is due and that needs no waiting.
   if (reclaim_first && try_reclaim_ &&
-      (++tl_taken_since_reclaim >= kReclaimEvery ||
-       (tl_bytes_since_reclaim += bytes) >= kReclaimBytes) &&
+      (++tl_taken_since_reclaim >= Reclaimer::kReclaimEvery ||
+       (tl_bytes_since_reclaim += bytes) >= Reclaimer::kReclaimBytes) &&
       try_reclaim_()) {
     tl_taken_since_reclaim = 0;
     tl_bytes_since_reclaim = 0;

@@ -100,6 +100,9 @@ class Allocator {
   // than the limit, or than the memory behind the allocator. While tracing, as allocate().
   // See Engine::set_allocation.
   StorageRef allocate_deferred(size_t bytes, const char* op = "alloc");
+  // An op's output: allocate_deferred when the engine allocates at execution for the
+  // calling thread (Engine::allocates_at_execution), else allocate.
+  StorageRef allocate_output(size_t bytes, const char* op);
 
   // Scratch memory for a kernel while it runs on a worker. Never waits (a worker cannot
   // wait for its own stream); throws tide::Error("[op] out of memory ...") at once when

@@ -21,10 +21,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char*
   impl->shape = shape;
   impl->dtype = dtype;
   impl->device = device;
-  const size_t bytes = size_t(shape.numel()) * size_of(dtype);
-  Allocator& a = Allocator::get(device);
-  impl->storage = Engine::get().allocates_at_execution() ? a.allocate_deferred(bytes, op)
-                                                         : a.allocate(bytes, op);
+  impl->storage =
+      Allocator::get(device).allocate_output(size_t(shape.numel()) * size_of(dtype), op);
   return Tensor(std::move(impl));
 }
 

@@ -153,9 +153,7 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
       if (it == fresh.end()) {
         // A fresh output per call, taken when the replay runs if outputs are allocated
         // at execution (it counts in `allocated` either way: the replay will hold it).
-        Allocator& a = Allocator::get(v.storage->device());
-        StorageRef f = Engine::get().allocates_at_execution() ? a.allocate_deferred(v.bytes, "trace")
-                                                              : a.allocate(v.bytes, "trace");
+        StorageRef f = Allocator::get(v.storage->device()).allocate_output(v.bytes, "trace");
         c.allocated += f->bytes();
         (v.kind == ValueKind::output ? c.outputs : c.copies).push_back({v.storage.get(), f.get()});
         add_unique(c.writes, f.get());

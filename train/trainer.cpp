@@ -259,7 +259,6 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   res.peak_rss = rss_after_sync;
   if (options.mode == Mode::traced) res.trace_arena_bytes = traced_stats().arena_bytes;
   for (const StepRecord& r : res.steps) {
-    res.peak_active = std::max(res.peak_active, r.allocator_active);
     res.peak_rss = std::max(res.peak_rss, r.rss);
     if (r.batch >= sizing_batch) res.peak_queue_depth = std::max(res.peak_queue_depth, r.queue_depth);
     res.peak_inflight_bytes = std::max(res.peak_inflight_bytes, r.inflight_bytes);

@@ -204,7 +204,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       ex.source.bar = nullptr;
     }  // the bar ends its line before the results are printed
     std::cout << "policy " << label(r) << ", outputs allocated at "
-              << (r.allocation == Allocation::at_execution ? "execution" : "enqueue") << ":\n";
+              << train::alloc_name(r.allocation) << ":\n";
     if (mid < n)
       std::cout << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
                 << " sec\n";
