@@ -5,7 +5,8 @@
 //               to the same on the CPU: the frontend never calls the driver;
 //   tiny ops    10000 dependent `y = y + 1` on one element, queued then synced: executed
 //               throughput (PyTorch eager's is in bench/torch_cuda_anchor.py);
-//   matmul      4096^3 float32 through tide against a direct cublasSgemm on a stream;
+//   matmul      4096^3 float32 through tide against a direct cublasSgemm on a stream, same
+//               random operands; one product per wait, and eight per wait (the kernels' rate);
 //   bandwidth   add of 64M floats (12 bytes per element moved) against a device-to-device
 //               copy of 64M floats (8 bytes per element);
 //   MLP step    the textbook MLP (bench_mlp.cpp's sizes) eager on cuda:0, one sync per step.
@@ -99,15 +100,37 @@ void BM_CudaMatmul4096(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaMatmul4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The anchor: cublasSgemm on a non-blocking stream, FP32 compute (no TF32), as tide uses.
-void BM_CublasSgemm4096(benchmark::State& state) {
-  float *a, *b, *c;
-  size_t bytes = size_t(kN * kN) * sizeof(float);
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&b, bytes));
-  CHECK_CUDA(cudaMalloc(&c, bytes));
-  CHECK_CUDA(cudaMemset(a, 0, bytes));
-  CHECK_CUDA(cudaMemset(b, 0, bytes));
+// Eight products queued per wait: the kernels' own rate, without one wait's wake-up per
+// product (time per iteration is for the eight).
+constexpr int kQueued = 8;
+void BM_CudaMatmul4096x8(benchmark::State& state) {
+  tide::Generator gen(1);
+  Tensor a = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  Tensor b = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  Tensor c = tide::matmul(a, b);
+  c.wait_to_read();
+  for (auto _ : state) {
+    for (int i = 0; i < kQueued; ++i) c = tide::matmul(a, b);
+    c.wait_to_read();
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(
+      2.0 * kN * kN * kN * 1e-12 * kQueued * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CudaMatmul4096x8)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The anchor: cublasSgemm on a non-blocking stream, FP32 compute (no TF32), as tide uses,
+// on the same random operands as tide's (a GPU draws less power on zeros and runs faster).
+// `per_sync` products are queued per cudaStreamSynchronize (1, or 8 beside ...x8).
+void cublas_sgemm_4096(benchmark::State& state, int per_sync) {
+  tide::Generator gen(1);
+  Tensor ta = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  Tensor tb = tide::randn({kN, kN}, DType::float32, gen, kGpu);
+  ta.wait_to_read();
+  tb.wait_to_read();
+  const float* a = ta.data<float>();
+  const float* b = tb.data<float>();
+  float* c;
+  CHECK_CUDA(cudaMalloc(&c, size_t(kN * kN) * sizeof(float)));
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t h;
@@ -115,24 +138,26 @@ void BM_CublasSgemm4096(benchmark::State& state) {
   cublasSetStream(h, s);
   cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
   const float one = 1, zero = 0;
-  auto gemm = [&] {
+  auto gemm = [&] {  // row-major c = a @ b as column-major c^T = b^T a^T
     cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(kN), int(kN), int(kN), &one, b, int(kN), a,
                 int(kN), &zero, c, int(kN));
   };
   gemm();
   CHECK_CUDA(cudaStreamSynchronize(s));
   for (auto _ : state) {
-    gemm();
+    for (int i = 0; i < per_sync; ++i) gemm();
     CHECK_CUDA(cudaStreamSynchronize(s));
   }
-  set_flops(state);
+  state.counters["TFLOP/s"] = benchmark::Counter(
+      2.0 * kN * kN * kN * 1e-12 * per_sync * double(state.iterations()), benchmark::Counter::kIsRate);
   cublasDestroy(h);
   cudaStreamDestroy(s);
-  cudaFree(a);
-  cudaFree(b);
   cudaFree(c);
 }
+void BM_CublasSgemm4096(benchmark::State& state) { cublas_sgemm_4096(state, 1); }
+void BM_CublasSgemm4096x8(benchmark::State& state) { cublas_sgemm_4096(state, kQueued); }
 BENCHMARK(BM_CublasSgemm4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CublasSgemm4096x8)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- bandwidth: 64M floats -----------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 // Device: where a tensor lives (cpu, or cuda with an index).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -7,6 +7,8 @@
 // product of the trailing extents (the receptive field).
 #pragma once
 
+#include <cstdint>
+
 #include "core/rng.h"
 #include "core/tensor.h"
 

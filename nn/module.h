@@ -8,6 +8,7 @@
 // then each submodule's, depth first.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>

@@ -8,6 +8,7 @@
 // op_supported() answers beforehand. Not a public header.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <string>

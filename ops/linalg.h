@@ -2,6 +2,8 @@
 // softmax and log_softmax along the last axis, one-hot rows. All queued; none waits.
 #pragma once
 
+#include <cstdint>
+
 #include "core/engine.h"
 #include "core/tensor.h"
 

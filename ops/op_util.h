@@ -2,6 +2,8 @@
 // is queued) and the queueing shorthand. Not a public header.
 #pragma once
 
+#include <cstdint>
+
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/tensor.h"

@@ -72,8 +72,12 @@ sanitize() {
     log "compute-sanitizer: not on PATH, skipped"
     return
   fi
+  # Access errors only. Not reported: API errors (the out-of-memory tests provoke
+  # cudaMalloc failures on purpose; tide handles them) and leaks at exit (each stream keeps
+  # its 32 MiB cuBLASLt workspace and timeline, and the allocators their caches, for the
+  # process's life: 140 MB in 1355 blocks after the CUDA tests on an H200, 2026-11-26).
   run memcheck timeout 560 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    --leak-check full build-gpu/tests/tide_cuda_tests --gtest_brief=1
+    --report-api-errors no build-gpu/tests/tide_cuda_tests --gtest_brief=1
 }
 
 experiments() {

@@ -5,6 +5,7 @@
 // the failing node, like eager errors.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <functional>
 #include "core/source_location.h"

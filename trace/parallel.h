@@ -5,6 +5,8 @@
 // identical to a sequential replay; only independent nodes overlap.
 #pragma once
 
+#include <cstdint>
+
 #include "trace/graph.h"
 
 namespace tide::trace {

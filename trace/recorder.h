@@ -5,6 +5,7 @@
 // graph, not yet fused or planned.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

@@ -5,6 +5,10 @@
 #include <string>
 #include <thread>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "core/cuda/runtime.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
@@ -44,10 +48,22 @@ void CudaStream::throw_failed(const char* what) const {
   throw std::runtime_error(std::string(what) + (f ? f->what() : std::string("device failed")));
 }
 
-void CudaStream::check_usable(const char* op) const {
-  if (Failure* f = rt_.failure())
-    throw Error(op, "cannot queue work on " + owner_.device.str() +
-                        ", which failed earlier: " + f->what());
+void CudaStream::check_usable(const char* op) const { rt_.check_usable(op); }
+
+Status CudaStream::fail_if_sticky(const char* op) {
+  Status st = api_.last_error();  // also clears a launch error
+  if (st.kind == Status::sticky) {
+    // An earlier op's asynchronous fault, reported at this launch: fail the device and
+    // give this op the device's message, which names the first op that may have caused it.
+    rt_.fail(st, op);
+    throw_failed("");
+  }
+  return st;
+}
+
+void CudaStream::check_launch(const char* op) {
+  Status st = fail_if_sticky(op);
+  if (st.failed()) throw std::runtime_error(st.message);  // a launch error: this op's own
 }
 
 // ---- the worker ------------------------------------------------------------------------
@@ -66,19 +82,13 @@ void CudaStream::run(Engine::Task& t) {
     t.invoke(t, ctx_);
   } catch (...) {
     // The entry threw (a CUDA call it checked failed): clear that call's error so the next
-    // op is not blamed for it, and notice a sticky one.
-    Status st = api_.last_error();
-    if (st.kind == Status::sticky) rt_.fail(st, t.op);
+    // op is not blamed for it; a sticky one fails the device and replaces the message.
     if (span) end_span(t.op, span);
+    fail_if_sticky(t.op);
     throw;
   }
   if (span) end_span(t.op, span);
-  Status st = api_.last_error();
-  if (st.kind == Status::sticky) {
-    rt_.fail(st, t.op);
-    throw std::runtime_error(st.message);
-  }
-  if (st.failed()) throw std::runtime_error(st.message);  // a launch error: this op's own
+  check_launch(t.op);
 }
 
 void CudaStream::run_inline(Engine::Task& t) {
@@ -89,13 +99,15 @@ void CudaStream::run_inline(Engine::Task& t) {
   try {
     t.invoke(t, c);
   } catch (...) {  // as in run(): leave no error behind for the next op
-    Status st = api_.last_error();
-    if (st.kind == Status::sticky) rt_.fail(st, t.op);
+    fail_if_sticky(t.op);
     throw;
   }
-  Status st = api_.last_error();
-  if (!st.failed()) st = api_.synchronize(stream_);  // TIDE_ENGINE=sync: the op's own error
-  if (st.kind == Status::sticky) rt_.fail(st, t.op);
+  check_launch(t.op);
+  Status st = api_.synchronize(stream_);  // TIDE_ENGINE=sync: the op's own error
+  if (st.kind == Status::sticky) {
+    rt_.fail(st, t.op);
+    throw_failed("");
+  }
   if (st.failed()) throw std::runtime_error(st.message);
 }
 
@@ -190,10 +202,37 @@ uint64_t CudaStream::poll() {
   return owner_.completed.load(std::memory_order_acquire);
 }
 
+namespace {
+// Linux lets a sleep overrun by the thread's timer slack (50 us by default): over a GPU
+// wait of a few ms that slack, not the poll interval, decides how late the waiter sees the
+// timeline move. Tightened for the wait only, and restored.
+class TightTimerSlack {
+ public:
+  TightTimerSlack() {
+#if defined(__linux__)
+    int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old > 0 && prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0) == 0) old_ = old;
+#endif
+  }
+  ~TightTimerSlack() {
+#if defined(__linux__)
+    if (old_ > 0) (void)prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(old_), 0, 0, 0);
+#endif
+  }
+  TightTimerSlack(const TightTimerSlack&) = delete;
+  TightTimerSlack& operator=(const TightTimerSlack&) = delete;
+
+ private:
+  int old_ = 0;
+};
+}  // namespace
+
 void CudaStream::block_until(uint64_t seq) {
   // Nothing wakes a host thread when the GPU writes the timeline: poll it, sleeping a
-  // little longer each time (up to 100 us), and ask the device for an asynchronous error
-  // now and then, since a faulted stream never reaches seq.
+  // little longer each time (up to 20 us: a late wake-up costs a wait up to that much),
+  // and ask the device for an asynchronous error now and then, since a faulted stream
+  // never reaches seq.
+  TightTimerSlack slack;
   int64_t sleep_ns = 5'000;
   for (int i = 1;; ++i) {
     if (owner_.is_complete(seq)) return;
@@ -202,7 +241,7 @@ void CudaStream::block_until(uint64_t seq) {
       if (st.kind == Status::sticky) rt_.fail(st, "a wait for the device");
     }
     std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
-    sleep_ns = std::min<int64_t>(sleep_ns * 2, 100'000);
+    sleep_ns = std::min<int64_t>(sleep_ns * 2, 20'000);
   }
 }
 

@@ -63,6 +63,10 @@ class CudaStream final : public DeviceStream {
   void flush_timeline();
   void record_wanted(uint64_t at);
   [[noreturn]] void throw_failed(const char* what) const;
+  // After a launch: fails the device and throws its failure on a sticky error, else
+  // clears and returns the launch error; check_launch throws that one too.
+  Status fail_if_sticky(const char* op);
+  void check_launch(const char* op);
 
   DeviceRuntime& rt_;
   DeviceApi& api_;

@@ -132,6 +132,8 @@ uint64_t FakeDevice::executed(StreamHandle s) const {
 
 void* FakeDevice::malloc(size_t bytes) {
   log({CallKind::malloc, nullptr, nullptr, bytes});
+  if (dead_.load())  // as cudaMalloc after an asynchronous fault: the sticky error again
+    throw Error("cuda", "cudaMalloc failed: " + sticky_status().message);
   size_t now = used_.load();
   do {
     if (now + bytes > capacity_) return nullptr;

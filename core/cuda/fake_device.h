@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -47,7 +48,7 @@ class FakeDevice final : public DeviceApi {
   // The next last_error() on any thread reports `message` (a launch error), once.
   void fail_next_launch(std::string message);
   // From now on the device is dead: queued work stops, every query, synchronize and
-  // last_error reports a sticky `message`.
+  // last_error reports a sticky `message`, and malloc throws it as cudaMalloc would.
   void inject_sticky_error(std::string message);
   // The calls so far, in order; and how many of one kind (on one stream, if given).
   std::vector<Call> calls() const;

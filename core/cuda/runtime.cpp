@@ -30,8 +30,21 @@ void collect_gpu_spans(std::vector<profiler::GpuSpan>& out);  // the profiler's 
 
 class DeviceSource final : public BlockSource {
  public:
-  DeviceSource(DeviceApi& api, Device d) : api_(api), device_(d) {}
-  void* allocate(size_t bytes) override { return api_.malloc(bytes); }
+  DeviceSource(DeviceRuntime& rt, Device d) : rt_(rt), api_(rt.api()), device_(d) {}
+  // A failed device refuses new blocks with the device's failure (cudaMalloc would only
+  // repeat the sticky error); a sticky error found here fails the device the same way.
+  void* allocate(size_t bytes) override {
+    rt_.check_usable("alloc");
+    try {
+      return api_.malloc(bytes);
+    } catch (const Error&) {
+      Status st = api_.last_error();
+      if (st.kind != Status::sticky) throw;
+      rt_.fail(st, "cudaMalloc");
+      rt_.check_usable("alloc");
+      throw;
+    }
+  }
   void release(void* p, size_t) override { api_.free(p); }
   std::string describe() override {
     MemInfo m = api_.mem_info();
@@ -40,6 +53,7 @@ class DeviceSource final : public BlockSource {
   size_t capacity() override { return api_.mem_info().total; }
 
  private:
+  DeviceRuntime& rt_;
   DeviceApi& api_;
   Device device_;
 };
@@ -134,7 +148,7 @@ bool available(int index) {
 
 DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
     : index_(index), api_(std::move(api)) {
-  allocator_ = std::make_unique<Allocator>(device(), std::make_unique<DeviceSource>(*api_, device()),
+  allocator_ = std::make_unique<Allocator>(device(), std::make_unique<DeviceSource>(*this, device()),
                                            device().str());
   pinned_ = std::make_unique<Allocator>(Device::cpu(), std::make_unique<PinnedSource>(*api_),
                                         "pinned host memory of " + device().str());
@@ -149,6 +163,12 @@ DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
 
 Failure* DeviceRuntime::failure() const {
   return tide::detail::g_gpu_failure[size_t(index_)].load(std::memory_order_acquire);
+}
+
+void DeviceRuntime::check_usable(const char* op) const {
+  if (Failure* f = failure()) [[unlikely]]
+    throw Error(op, "cannot queue work on " + device().str() + ", which failed earlier: " +
+                        f->what());
 }
 
 void DeviceRuntime::add_stream(CudaStream* s) {

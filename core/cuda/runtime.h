@@ -5,6 +5,7 @@
 // device's failure state. Everything here compiles without CUDA.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,9 @@ class DeviceRuntime {
   // and advises TIDE_ENGINE=sync; every launched task is marked complete so nothing
   // waits for ever; later submits throw. The CPU keeps working.
   void fail(const Status& st, const char* where);
+  // Throws "[op] cannot queue work on cuda:N, which failed earlier: ..." once the device
+  // failed; returns at once otherwise.
+  void check_usable(const char* op) const;
 
   // Copies `bytes` of device memory at src to host memory dst through pinned staging, on
   // a stream of its own; waits for the copy only. The caller has waited for the writer.

@@ -4,6 +4,7 @@
 // Internal to tests/api.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <sstream>

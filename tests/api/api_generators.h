@@ -5,6 +5,7 @@
 // (api_ops.h), runs the call through Case::call and pools the result.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

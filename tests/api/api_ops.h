@@ -9,6 +9,7 @@
 // take the first NaN, else the first maximum.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

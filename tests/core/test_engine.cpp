@@ -134,9 +134,11 @@ TEST_F(EngineBasics, StreamGuardSelectsTheCurrentStream) {
   EXPECT_EQ(Stream::current(), Stream::default_stream());
 }
 
-TEST_F(EngineBasics, CudaStreamsAreRefusedWithoutABackend) {
-  EXPECT_TRUE(contains(error_of([] { Stream::create(Device::cuda(0)); }), "[stream]"));
-  EXPECT_TRUE(contains(error_of([] { Stream::default_stream(Device::cuda(0)); }), "[stream]"));
+// cuda:12: no machine has it and no test installs a fake there (cuda:0 may be a real GPU,
+// where this suite runs too).
+TEST_F(EngineBasics, StreamsOnAMissingGpuAreRefused) {
+  EXPECT_TRUE(contains(error_of([] { Stream::create(Device::cuda(12)); }), "[stream]"));
+  EXPECT_TRUE(contains(error_of([] { Stream::default_stream(Device::cuda(12)); }), "[stream]"));
 }
 
 TEST_F(EngineBasics, StreamCountersAdvance) {

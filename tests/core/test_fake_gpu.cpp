@@ -27,6 +27,7 @@ using test_util::fake_gpu;
 constexpr int kGpu = 8;        // the shared fake
 constexpr int kSmallGpu = 9;   // 1 MiB of memory
 constexpr int kDeadGpu = 15;   // killed by the sticky-error test
+constexpr int kFaultedGpu = 14;  // killed by the fault-found-at-a-launch test
 
 Device gpu() { return Device::cuda(kGpu); }
 cuda::StreamHandle handle_of(const Stream& s) {
@@ -288,6 +289,36 @@ TEST_F(FakeGpu, AStickyErrorFailsTheDeviceAndNothingWaitsForEver) {
   EXPECT_TRUE(contains(error_of([&] { (void)(x + 1.0); }), "cannot queue work on cuda:15"));
   EXPECT_EQ((ones({2}) + 1.0).to_vector<float>(), (std::vector<float>{2, 2}))
       << "the CPU keeps working";
+}
+
+// As on a real GPU (tests/cuda/fault): a kernel faults asynchronously and the next op's
+// launch check is where the worker finds out. That op's error is the device's failure,
+// naming the op that may have caused it, and a new block is refused with the same message
+// instead of cudaMalloc's bare sticky error (a cudaMalloc that finds it fails the device
+// the same way).
+TEST_F(FakeGpu, AFaultFoundAtTheNextLaunchFailsTheDevice) {
+  FakeDevice& dev = fake_gpu(kFaultedGpu);
+  Device d = Device::cuda(kFaultedGpu);
+  Tensor x = from_vector(std::vector<float>{1, 2}, Shape{2}, d);
+  (x + 1.0).wait_to_read();
+  Engine::get().synchronize();  // its block is cached for y: no cudaMalloc finds the fault
+  Stream s = Stream::default_stream(d);
+  dev.pause(handle_of(s));
+  Engine::get().submit(d, "bad_kernel", {x.storage()}, {x.storage()},
+                       [](const KernelContext&) {}, Site::current());
+  ASSERT_TRUE(launched_all(s));
+  dev.inject_sticky_error("an illegal memory access was encountered");
+  Tensor y = x + 1.0;
+  std::string e = error_of([&] { y.wait_to_read(); });
+  EXPECT_TRUE(contains(e, "cuda:14 failed")) << e;
+  EXPECT_TRUE(contains(e, "TIDE_ENGINE=sync")) << e;
+  EXPECT_TRUE(contains(e, "'bad_kernel'")) << e;
+  e = error_of([&] { (void)zeros({12345}, DType::float32, d); });
+  EXPECT_TRUE(contains(e, "cannot queue work on cuda:14")) << e;
+  EXPECT_FALSE(contains(e, "cudaMalloc")) << e;
+  EXPECT_EQ((ones({2}) + 1.0).to_vector<float>(), (std::vector<float>{2, 2}))
+      << "the CPU keeps working";
+  clear_pending_failures();
 }
 
 TEST(FakeGpuMemory, OutOfMemoryNamesTheRequestAndTheDevice) {

@@ -7,6 +7,7 @@
 // process with its name. Nothing here asserts on elapsed time.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>

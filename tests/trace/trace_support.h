@@ -1,6 +1,7 @@
 // Helpers shared by the trace tests.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cstring>
