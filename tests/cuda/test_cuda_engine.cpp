@@ -106,6 +106,9 @@ TEST_F(CudaEngine, ShutdownCancelsQueuedWorkAndRestarts) {
   x.wait_to_read();
   Gate gate;
   gate.hold(x);
+  // The gate must be running, not queued: a queued gate is cancelled too and fails x (seen
+  // once under ctest -j 4 on an H200).
+  ASSERT_TRUE(gate.wait_entered());
   Tensor y = x + 1.0;
   std::thread opener([&] {
     std::this_thread::sleep_for(100ms);
