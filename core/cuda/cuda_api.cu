@@ -4,7 +4,9 @@
 #include "core/cuda/cublaslt.h"
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/cuda/check.h"
@@ -45,6 +47,12 @@ Status status_of(cudaError_t e) {
   if (e == cudaErrorNotReady) return {Status::not_ready, "not ready"};
   return {is_sticky(e) ? Status::sticky : Status::error,
           std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)};
+}
+
+cudaMemcpyKind memcpy_kind(CopyKind kind) {
+  return kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
+         : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost
+                                            : cudaMemcpyDeviceToDevice;
 }
 
 __global__ void write_value(volatile unsigned long long* p, unsigned long long v) {
@@ -151,10 +159,7 @@ class CudaApi final : public DeviceApi {
   void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                     StreamHandle s) override {
     make_current();
-    cudaMemcpyKind k = kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
-                       : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost
-                                                          : cudaMemcpyDeviceToDevice;
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, cudaStream_t(s)));
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), cudaStream_t(s)));
   }
   void launch_host(StreamHandle s, void (*fn)(void*), void* arg) override {
     make_current();
@@ -170,6 +175,106 @@ class CudaApi final : public DeviceApi {
     return status_of(cudaStreamQuery(cudaStream_t(s)));
   }
   Status last_error() override { return status_of(cudaGetLastError()); }
+
+  // ---- graphs ----
+  GraphHandle graph_create() override {
+    make_current();
+    cudaGraph_t g = nullptr;
+    TIDE_CUDA_CHECK(cudaGraphCreate(&g, 0));
+    return g;
+  }
+  void graph_destroy(GraphHandle g) override { (void)cudaGraphDestroy(cudaGraph_t(g)); }
+
+  GraphNodeHandle graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                     const std::function<void(StreamHandle)>& launch,
+                                     std::string* why) override {
+    make_current();
+    // A private stream per capture: thread-local mode lets other threads keep launching
+    // (and makes this thread's unsafe calls, such as cudaMalloc, fail the capture).
+    cudaStream_t cs = nullptr;
+    TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    struct StreamGone {
+      cudaStream_t s;
+      ~StreamGone() { (void)cudaStreamDestroy(s); }
+    } gone{cs};
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t child = nullptr;
+    try {
+      launch(cs);
+    } catch (...) {
+      if (cudaStreamEndCapture(cs, &child) == cudaSuccess && child) cudaGraphDestroy(child);
+      (void)cudaGetLastError();
+      throw;
+    }
+    cudaError_t launched = cudaGetLastError();
+    cudaError_t e = cudaStreamEndCapture(cs, &child);
+    if (launched != cudaSuccess || e != cudaSuccess || !child) {
+      cudaError_t bad = launched != cudaSuccess ? launched : e;
+      if (child) cudaGraphDestroy(child);
+      (void)cudaGetLastError();  // a refused capture is not sticky: leave no error behind
+      if (why) *why = std::string(cudaGetErrorName(bad)) + ": " + cudaGetErrorString(bad);
+      return nullptr;
+    }
+    cudaGraphNode_t node = nullptr;
+    e = cudaGraphAddChildGraphNode(&node, cudaGraph_t(g),
+                                   reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
+                                   deps.size(), child);
+    cudaGraphDestroy(child);  // the node holds a copy
+    if (e != cudaSuccess) throw_cuda_error("cudaGraphAddChildGraphNode", e);
+    return node;
+  }
+
+  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                   void* dst, const void* src, size_t bytes,
+                                   CopyKind kind) override {
+    make_current();
+    cudaGraphNode_t node = nullptr;
+    TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode1D(
+        &node, cudaGraph_t(g), reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
+        deps.size(), dst, src, bytes, memcpy_kind(kind)));
+    return node;
+  }
+
+  GraphExecHandle graph_instantiate(GraphHandle g, std::string* why) override {
+    make_current();
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, cudaGraph_t(g), 0);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+      return nullptr;
+    }
+    return exec;
+  }
+
+  bool graph_exec_update(GraphExecHandle exec, GraphHandle g) override {
+    make_current();
+    cudaGraphExecUpdateResultInfo info{};
+    cudaError_t e = cudaGraphExecUpdate(cudaGraphExec_t(exec), cudaGraph_t(g), &info);
+    if (e == cudaSuccess) return true;
+    (void)cudaGetLastError();  // cudaErrorGraphExecUpdateFailure: the caller re-instantiates
+    return false;
+  }
+
+  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,
+                             const void* src, size_t bytes, CopyKind kind) override {
+    make_current();
+    TIDE_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(
+        cudaGraphExec_t(exec), cudaGraphNode_t(node), dst, src, bytes, memcpy_kind(kind)));
+  }
+
+  void graph_launch(GraphExecHandle exec, StreamHandle s) override {
+    make_current();
+    TIDE_CUDA_CHECK(cudaGraphLaunch(cudaGraphExec_t(exec), cudaStream_t(s)));
+  }
+  void graph_exec_destroy(GraphExecHandle exec) override {
+    (void)cudaGraphExecDestroy(cudaGraphExec_t(exec));
+  }
+  size_t graph_node_count(GraphHandle g) override {
+    size_t n = 0;
+    TIDE_CUDA_CHECK(cudaGraphGetNodes(cudaGraph_t(g), nullptr, &n));
+    return n;
+  }
 
   void* create_blas() override {
     make_current();

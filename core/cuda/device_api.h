@@ -12,12 +12,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 
 namespace tide::cuda {
 
 using StreamHandle = void*;
 using EventHandle = void*;
+using GraphHandle = void*;      // cudaGraph_t: a graph being built
+using GraphNodeHandle = void*;  // cudaGraphNode_t: a node of one graph (and of its execs)
+using GraphExecHandle = void*;  // cudaGraphExec_t: an instantiated graph
 
 enum class CopyKind : uint8_t { host_to_device, device_to_host, device_to_device };
 
@@ -79,7 +84,8 @@ class DeviceApi {
   virtual void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                             StreamHandle s) = 0;
   // Runs fn(arg) on a host thread once all earlier work on s is done (cudaLaunchHostFunc);
-  // later work on s waits for it to return. fn must not call the device.
+  // later work on s waits for it to return. fn must not call the device. Captured into a
+  // graph node, fn(arg) runs on every launch of the graph: arg must outlive the graph.
   virtual void launch_host(StreamHandle s, void (*fn)(void*), void* arg) = 0;
 
   // ---- completion and errors ----
@@ -89,6 +95,40 @@ class DeviceApi {
   virtual Status query(StreamHandle s) = 0;
   // The error of the last launch on this thread, cleared unless sticky (cudaGetLastError).
   virtual Status last_error() = 0;
+
+  // ---- graphs (CUDA Graphs: the trace executor on a GPU) ----
+  // Built explicitly, node by node, so that a graph's edges are exactly the ones given.
+  // Calls that cannot fail in a working process throw "[cuda] ..."; what CUDA may refuse
+  // (a capture, an instantiation) returns nullptr and says why in *why.
+  virtual GraphHandle graph_create() = 0;
+  virtual void graph_destroy(GraphHandle g) = 0;
+  // Adds a node after `deps` that does what `launch` queues on the stream it is given: a
+  // private stream capturing in thread-local mode (other threads keep launching), turned
+  // into a child-graph node. nullptr when the capture was refused (a launch that cannot be
+  // captured, an allocation during capture); an exception from `launch` propagates after
+  // the capture ended.
+  virtual GraphNodeHandle graph_add_captured(GraphHandle g,
+                                             std::span<const GraphNodeHandle> deps,
+                                             const std::function<void(StreamHandle)>& launch,
+                                             std::string* why) = 0;
+  // Adds a 1-D copy node after `deps`.
+  virtual GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                           void* dst, const void* src, size_t bytes,
+                                           CopyKind kind) = 0;
+  // An executable graph of g (g may then be destroyed), or nullptr with *why.
+  virtual GraphExecHandle graph_instantiate(GraphHandle g, std::string* why) = 0;
+  // Gives exec the parameters of g, a graph of the same topology (cudaGraphExecUpdate);
+  // false when CUDA refuses, and the caller instantiates g instead.
+  virtual bool graph_exec_update(GraphExecHandle exec, GraphHandle g) = 0;
+  // Points one memcpy node of exec at new memory (cudaGraphExecMemcpyNodeSetParams1D):
+  // what changes from one replay to the next, without re-instantiating.
+  virtual void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,
+                                     const void* src, size_t bytes, CopyKind kind) = 0;
+  // Queues one run of exec on s, after all earlier work on s.
+  virtual void graph_launch(GraphExecHandle exec, StreamHandle s) = 0;
+  virtual void graph_exec_destroy(GraphExecHandle exec) = 0;
+  // The number of nodes in g (cudaGraphGetNodes).
+  virtual size_t graph_node_count(GraphHandle g) = 0;
 
   // ---- libraries ----
   // A cuBLASLt handle for one stream, or nullptr where there is no cuBLASLt (the fake).

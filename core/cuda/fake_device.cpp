@@ -19,6 +19,9 @@ struct FakeDevice::Stream {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> ops;
+  // A stream capturing into a graph node (fake_graph.cpp): its operations are kept here
+  // instead of run; it has no thread.
+  std::vector<std::function<void()>>* capture = nullptr;
   bool paused = false, stop = false, busy = false;
   std::atomic<uint64_t> executed{0};
   std::thread thread;
@@ -67,9 +70,26 @@ void FakeDevice::enqueue(StreamHandle s, std::function<void()> op) {
   auto* st = static_cast<Stream*>(s);
   {
     std::lock_guard lock(st->mu);
+    if (st->capture) {
+      st->capture->push_back(std::move(op));
+      return;
+    }
     st->ops.push_back(std::move(op));
   }
   st->cv.notify_all();
+}
+
+std::vector<std::function<void()>> FakeDevice::capture(
+    const std::function<void(StreamHandle)>& launch) {
+  std::vector<std::function<void()>> ops;
+  Stream capturing;  // no thread: enqueue keeps its operations in `ops`
+  capturing.capture = &ops;
+  struct Capturing {
+    Capturing() { tl_capturing = true; }
+    ~Capturing() { tl_capturing = false; }
+  } on;
+  launch(&capturing);
+  return ops;
 }
 
 Status FakeDevice::sticky_status() const {
@@ -132,6 +152,9 @@ uint64_t FakeDevice::executed(StreamHandle s) const {
 
 void* FakeDevice::malloc(size_t bytes) {
   log({CallKind::malloc, nullptr, nullptr, bytes});
+  if (tl_capturing)  // cudaMalloc is refused while the thread captures (thread-local mode)
+    throw Error("cuda", "cudaMalloc failed: cudaErrorStreamCaptureUnsupported (fake): an "
+                        "allocation while the thread captures a graph");
   if (dead_.load())  // as cudaMalloc after an asynchronous fault: the sticky error again
     throw Error("cuda", "cudaMalloc failed: " + sticky_status().message);
   size_t now = used_.load();

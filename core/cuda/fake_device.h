@@ -28,7 +28,9 @@ class FakeDevice final : public DeviceApi {
  public:
   enum class CallKind : uint8_t {
     malloc, free, host_alloc, host_free, create_stream, record, wait, write_timeline,
-    memcpy, launch_host, synchronize
+    memcpy, launch_host, synchronize,
+    graph_create, graph_node, graph_memcpy, graph_instantiate, graph_update, graph_set_memcpy,
+    graph_launch
   };
   struct Call {
     CallKind kind;
@@ -50,6 +52,17 @@ class FakeDevice final : public DeviceApi {
   // From now on the device is dead: queued work stops, every query, synchronize and
   // last_error reports a sticky `message`, and malloc throws it as cudaMalloc would.
   void inject_sticky_error(std::string message);
+  // The next graph_add_captured refuses its capture with `why`, as CUDA refuses a launch
+  // it cannot capture; the one after captures again.
+  void refuse_next_capture(std::string why);
+  // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy) and the
+  // number of operations captured in it; edges as (from, to) node indices.
+  struct GraphShape {
+    std::string kinds;
+    std::vector<size_t> ops;
+    std::vector<std::pair<int, int>> edges;
+  };
+  GraphShape graph_shape(GraphHandle g) const;
   // The calls so far, in order; and how many of one kind (on one stream, if given).
   std::vector<Call> calls() const;
   size_t count(CallKind k, StreamHandle s = nullptr) const;
@@ -81,12 +94,42 @@ class FakeDevice final : public DeviceApi {
   Status synchronize(StreamHandle s) override;
   Status query(StreamHandle s) override;
   Status last_error() override;
+  // Graphs (core/cuda/fake_graph.cpp): a captured node holds the operations its launch
+  // queued; a launch runs the nodes in the order they were added (each after its deps).
+  GraphHandle graph_create() override;
+  void graph_destroy(GraphHandle g) override;
+  GraphNodeHandle graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                     const std::function<void(StreamHandle)>& launch,
+                                     std::string* why) override;
+  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                   void* dst, const void* src, size_t bytes,
+                                   CopyKind kind) override;
+  GraphExecHandle graph_instantiate(GraphHandle g, std::string* why) override;
+  bool graph_exec_update(GraphExecHandle exec, GraphHandle g) override;
+  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,
+                             const void* src, size_t bytes, CopyKind kind) override;
+  void graph_launch(GraphExecHandle exec, StreamHandle s) override;
+  void graph_exec_destroy(GraphExecHandle exec) override;
+  size_t graph_node_count(GraphHandle g) override;
 
  private:
   struct Event;
   struct Stream;
+  struct GraphNode {  // fake_graph.cpp
+    std::vector<int> deps;
+    std::vector<std::function<void()>> ops;  // a captured node
+    bool copy = false;
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  struct Graph {
+    std::vector<GraphNode> nodes;
+  };
   void log(Call c);
   void enqueue(StreamHandle s, std::function<void()> op);
+  // What `launch` queues on a stream that captures instead of running (fake_graph.cpp).
+  std::vector<std::function<void()>> capture(const std::function<void(StreamHandle)>& launch);
   Status sticky_status() const;
 
   const std::string name_;
@@ -100,6 +143,10 @@ class FakeDevice final : public DeviceApi {
   std::string sticky_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Event>> events_;
+  std::vector<std::unique_ptr<Graph>> graphs_;  // graphs and execs alike
+  std::string refuse_capture_;
+  // True while this thread runs a graph_add_captured launch (malloc is then refused).
+  static inline thread_local bool tl_capturing = false;
 };
 
 }  // namespace tide::cuda

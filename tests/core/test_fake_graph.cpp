@@ -1,0 +1,152 @@
+// The device layer's CUDA Graph calls on the recording fake (core/cuda/fake_graph.cpp),
+// which the GPU trace executor's CPU tests stand on: captured nodes keep what their launch
+// queued and nothing runs until the exec is launched; edges are exactly the deps given;
+// copy nodes can be re-pointed per launch; an update keeps an exec when the topology is
+// the same and refuses otherwise; a capture can be refused; allocating while capturing
+// fails as cudaMalloc does in thread-local capture mode.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/cuda/fake_device.h"
+#include "tests/error_of.h"
+
+namespace tide {
+namespace {
+
+using cuda::CopyKind;
+using cuda::FakeDevice;
+using cuda::GraphNodeHandle;
+using cuda::StreamHandle;
+
+// Queues "*p += v" on s as a host function, as an op's kernel does on the fake. The
+// argument lives as long as the process: a captured host function runs on every launch
+// of its graph (as cudaLaunchHostFunc's does), so it must outlive the graph.
+void add_on(FakeDevice& dev, StreamHandle s, int* p, int v) {
+  struct Arg {
+    int* p;
+    int v;
+  };
+  static std::vector<std::unique_ptr<Arg>> args;
+  args.push_back(std::make_unique<Arg>(Arg{p, v}));
+  dev.launch_host(
+      s,
+      [](void* a) {
+        auto* arg = static_cast<Arg*>(a);
+        *arg->p += arg->v;
+      },
+      args.back().get());
+}
+
+TEST(FakeGraph, CapturedWorkRunsOnlyWhenLaunchedInDependencyOrder) {
+  FakeDevice dev;
+  StreamHandle s = dev.create_stream();
+  int x = 0, y = 0;
+  auto g = dev.graph_create();
+  std::string why;
+  GraphNodeHandle a = dev.graph_add_captured(g, {}, [&](StreamHandle cs) {
+    add_on(dev, cs, &x, 1);
+    add_on(dev, cs, &x, 10);
+  }, &why);
+  ASSERT_NE(a, nullptr) << why;
+  GraphNodeHandle b = dev.graph_add_captured(g, {&a, 1}, [&](StreamHandle cs) {
+    add_on(dev, cs, &y, 100);
+  }, &why);
+  ASSERT_NE(b, nullptr) << why;
+  EXPECT_EQ(x, 0) << "capturing runs nothing";
+  FakeDevice::GraphShape shape = dev.graph_shape(g);
+  EXPECT_EQ(shape.kinds, "kk");
+  EXPECT_EQ(shape.ops, (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(shape.edges, (std::vector<std::pair<int, int>>{{0, 1}}));
+  EXPECT_EQ(dev.graph_node_count(g), 2u);
+
+  auto exec = dev.graph_instantiate(g, &why);
+  ASSERT_NE(exec, nullptr) << why;
+  dev.graph_destroy(g);  // the exec stands alone
+  dev.graph_launch(exec, s);
+  dev.graph_launch(exec, s);
+  ASSERT_FALSE(dev.synchronize(s).failed());
+  EXPECT_EQ(x, 22);
+  EXPECT_EQ(y, 200);
+  EXPECT_EQ(dev.count(FakeDevice::CallKind::graph_launch, s), 2u);
+  dev.graph_exec_destroy(exec);
+}
+
+TEST(FakeGraph, CopyNodesArePointedAtNewMemoryPerLaunch) {
+  FakeDevice dev;
+  StreamHandle s = dev.create_stream();
+  int in1 = 5, in2 = 7, slot = 0, out = 0;
+  auto g = dev.graph_create();
+  GraphNodeHandle copy_in = dev.graph_add_memcpy(g, {}, &slot, &in1, sizeof(int),
+                                                 CopyKind::device_to_device);
+  GraphNodeHandle twice = dev.graph_add_captured(g, {&copy_in, 1}, [&](StreamHandle cs) {
+    add_on(dev, cs, &slot, 0);  // a stand-in kernel on the slot
+  }, nullptr);
+  dev.graph_add_memcpy(g, {&twice, 1}, &out, &slot, sizeof(int), CopyKind::device_to_device);
+  EXPECT_EQ(dev.graph_shape(g).kinds, "mkm");
+  auto exec = dev.graph_instantiate(g, nullptr);
+  dev.graph_launch(exec, s);
+  ASSERT_FALSE(dev.synchronize(s).failed());
+  EXPECT_EQ(out, 5);
+  dev.graph_exec_set_memcpy(exec, copy_in, &slot, &in2, sizeof(int), CopyKind::device_to_device);
+  dev.graph_launch(exec, s);
+  ASSERT_FALSE(dev.synchronize(s).failed());
+  EXPECT_EQ(out, 7) << "the next launch copies from the new source";
+  dev.graph_exec_destroy(exec);
+  dev.graph_destroy(g);
+}
+
+TEST(FakeGraph, UpdateKeepsAnExecOfTheSameTopologyOnly) {
+  FakeDevice dev;
+  StreamHandle s = dev.create_stream();
+  int x = 0;
+  auto build = [&](int v, bool extra) {
+    auto g = dev.graph_create();
+    GraphNodeHandle n = dev.graph_add_captured(g, {}, [&](StreamHandle cs) {
+      add_on(dev, cs, &x, v);
+    }, nullptr);
+    if (extra) dev.graph_add_captured(g, {&n, 1}, [&](StreamHandle cs) {
+      add_on(dev, cs, &x, v);
+    }, nullptr);
+    return g;
+  };
+  auto g1 = build(1, false);
+  auto exec = dev.graph_instantiate(g1, nullptr);
+  auto g2 = build(3, false);
+  EXPECT_TRUE(dev.graph_exec_update(exec, g2));
+  dev.graph_launch(exec, s);
+  ASSERT_FALSE(dev.synchronize(s).failed());
+  EXPECT_EQ(x, 3) << "the updated exec runs the new graph's work";
+  auto g3 = build(5, true);
+  EXPECT_FALSE(dev.graph_exec_update(exec, g3)) << "another topology: re-instantiate";
+  for (auto g : {g1, g2, g3}) dev.graph_destroy(g);
+  dev.graph_exec_destroy(exec);
+}
+
+TEST(FakeGraph, RefusedCapturesAndAllocationsWhileCapturing) {
+  FakeDevice dev;
+  auto g = dev.graph_create();
+  int x = 0;
+  dev.refuse_next_capture("a launch that cannot be captured");
+  std::string why;
+  EXPECT_EQ(dev.graph_add_captured(g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
+            nullptr);
+  EXPECT_NE(why.find("cannot be captured"), std::string::npos) << why;
+  EXPECT_NE(dev.graph_add_captured(g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
+            nullptr)
+      << "the next capture works again";
+  std::string e = test_util::error_of([&] {
+    dev.graph_add_captured(g, {}, [&](StreamHandle) { (void)dev.malloc(64); }, nullptr);
+  });
+  EXPECT_NE(e.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << e;
+  void* p = dev.malloc(64);
+  EXPECT_NE(p, nullptr) << "allocating works again after the capture";
+  dev.free(p);
+  EXPECT_EQ(dev.graph_node_count(g), 1u);
+  dev.graph_destroy(g);
+}
+
+}  // namespace
+}  // namespace tide
