@@ -277,6 +277,10 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
   if (bytes > kMaxBlock) [[unlikely]]
     throw Error(op, detail::concat("out of memory on ", name_, ": a workspace of ", bytes,
                                    " bytes, more than the largest block (2^62 bytes)"));
+  if (detail::tl_graph_capture) [[unlikely]]
+    throw Error(op, detail::concat("needs a workspace of ", bytes, " bytes on ", name_,
+                                   " while a CUDA graph captures it, more than the graph's own "
+                                   "workspace: a block taken now would be baked into the graph"));
   return allocate_now(bytes, op, " for a kernel's workspace", false);
 }
 

@@ -108,7 +108,8 @@ class Allocator {
   // wait for its own stream); throws tide::Error("[op] out of memory ...") at once when
   // the limit would be passed, which fails the op like any kernel error. On a GPU the
   // block is tagged with the running task, so it is not reused on another stream before
-  // that task is complete.
+  // that task is complete. Throws "[op] needs a workspace ..." while this thread captures
+  // a CUDA graph (tide::detail::tl_graph_capture).
   StorageRef workspace(size_t bytes, const char* op);
 
   AllocatorStats stats() const;

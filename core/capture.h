@@ -42,6 +42,11 @@ class CaptureSink {
   virtual void describe_next(const void* desc, size_t bytes) = 0;
 };
 
+// True while this thread captures kernels into a CUDA graph (trace/device_graph.h): the
+// addresses a kernel uses are baked into the graph, so no memory may be taken from an
+// allocator then (Allocator::workspace refuses).
+inline thread_local bool tl_graph_capture = false;
+
 // The sink of the calling thread, or nullptr when it is not recording.
 inline thread_local CaptureSink* tl_capture = nullptr;
 

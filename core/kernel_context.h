@@ -12,6 +12,7 @@ namespace tide {
 
 namespace cuda {
 class DeviceApi;
+struct HostFunctions;
 }
 
 struct KernelContext {
@@ -22,6 +23,9 @@ struct KernelContext {
   void* workspace = nullptr;       // scratch for cuBLASLt / CUB, this stream's alone
   size_t workspace_bytes = 0;
   cuda::DeviceApi* api = nullptr;  // the device's interface (real CUDA or the recording fake)
+  // Set while a CUDA graph captures the kernel (trace/device_graph.h): host functions it
+  // launches are kept here, since a graph runs them on every launch.
+  cuda::HostFunctions* host_functions = nullptr;
 };
 
 // The context of a kernel run on the CPU outside a stream (the trace executor's nodes).

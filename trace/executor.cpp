@@ -65,48 +65,45 @@ uint64_t run_program(const Graph& g, Order order, const std::function<void(size_
   return tide::detail::tl_allocated_bytes - allocated_before;
 }
 
-void submit_wide(const char* op, const std::vector<Storage*>& reads,
-                 const std::vector<Storage*>& writes, std::function<void()> fn,
-                 tide::SourceLocation site) {
+void submit_wide(Device device, const char* op, const std::vector<Storage*>& reads,
+                 const std::vector<Storage*>& writes,
+                 std::function<void(const KernelContext&)> fn, tide::SourceLocation site) {
   Engine& eng = Engine::get();
+  using Span = std::span<Storage* const>;
   if (reads.size() + writes.size() <= size_t(Engine::kMaxStorages)) {
-    eng.submit(Device::cpu(), op, std::span<Storage* const>(reads), std::span<Storage* const>(writes),
-               std::move(fn), site);
+    eng.submit(device, op, Span(reads), Span(writes), std::move(fn), site);
     return;
   }
   // A token storage (no memory) links the pieces: tasks before the main one wait for the
   // hazards of every storage and write the token; the main task reads and writes only the
   // token; tasks after it read the token and re-declare every storage, so later work waits
   // for them (FIFO on the stream puts them after the main task) and inherits a failure.
-  StorageRef token = StorageRef::adopt(Storage::make_slot(0, Device::cpu()));
+  StorageRef token = StorageRef::adopt(Storage::make_slot(0, device));
   constexpr size_t kChunk = Engine::kMaxStorages - 1;
-  auto noop = [] {};
+  auto noop = [](const KernelContext&) {};
   std::vector<Storage*> chunk;
-  for (size_t i = 0; i < reads.size(); i += kChunk) {
-    chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
-    Storage* t = token.get();
-    eng.submit(Device::cpu(), "trace_acquire", std::span<Storage* const>(chunk), std::span<Storage* const>(&t, 1),
-               noop, site);
-  }
-  for (size_t i = 0; i < writes.size(); i += kChunk) {
-    chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
-    chunk.push_back(token.get());
-    eng.submit(Device::cpu(), "trace_acquire", std::span<Storage* const>(), std::span<Storage* const>(chunk),
-               noop, site);
-  }
   Storage* t = token.get();
-  eng.submit(Device::cpu(), op, std::span<Storage* const>(&t, 1), std::span<Storage* const>(&t, 1), std::move(fn),
-             site);
+  auto piece = [&](const std::vector<Storage*>& list, size_t i) {
+    chunk.assign(list.begin() + long(i), list.begin() + long(std::min(list.size(), i + kChunk)));
+  };
   for (size_t i = 0; i < reads.size(); i += kChunk) {
-    chunk.assign(reads.begin() + long(i), reads.begin() + long(std::min(reads.size(), i + kChunk)));
-    chunk.push_back(token.get());
-    eng.submit(Device::cpu(), "trace_release", std::span<Storage* const>(chunk), std::span<Storage* const>(),
-               noop, site);
+    piece(reads, i);
+    eng.submit(device, "trace_acquire", Span(chunk), Span(&t, 1), noop, site);
   }
   for (size_t i = 0; i < writes.size(); i += kChunk) {
-    chunk.assign(writes.begin() + long(i), writes.begin() + long(std::min(writes.size(), i + kChunk)));
-    eng.submit(Device::cpu(), "trace_release", std::span<Storage* const>(&t, 1), std::span<Storage* const>(chunk),
-               noop, site);
+    piece(writes, i);
+    chunk.push_back(t);
+    eng.submit(device, "trace_acquire", Span(), Span(chunk), noop, site);
+  }
+  eng.submit(device, op, Span(&t, 1), Span(&t, 1), std::move(fn), site);
+  for (size_t i = 0; i < reads.size(); i += kChunk) {
+    piece(reads, i);
+    chunk.push_back(t);
+    eng.submit(device, "trace_release", Span(chunk), Span(), noop, site);
+  }
+  for (size_t i = 0; i < writes.size(); i += kChunk) {
+    piece(writes, i);
+    eng.submit(device, "trace_release", Span(&t, 1), Span(chunk), noop, site);
   }
 }
 
@@ -202,7 +199,7 @@ std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Ten
   std::vector<Tensor> result = std::move(c.result);
   std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
   // The task keeps the graph (and so every slot and kernel) alive until it ran.
-  submit_wide("trace_replay", reads, writes, [gp, c = std::move(c)] {
+  submit_wide(Device::cpu(), "trace_replay", reads, writes, [gp, c = std::move(c)](const KernelContext&) {
     std::lock_guard<std::mutex> lock(gp->run_mu);
     c.bind(*gp);
     gp->run_allocated.store(run_program(*gp, c.in_order ? Order::program : Order::planned),

@@ -71,10 +71,11 @@ uint64_t run_program(const Graph& g, Order order = Order::planned,
 // "node i of n (op, traced at file:line): what".
 std::string node_failure(const Graph& g, size_t i, const char* what);
 
-// Engine::submit for any number of storages: above Engine::kMaxStorages, extra tasks on
-// the same stream carry the hazards of the rest (before and after the main task).
-void submit_wide(const char* op, const std::vector<Storage*>& reads,
-                 const std::vector<Storage*>& writes, std::function<void()> fn,
-                 tide::SourceLocation site);
+// Engine::submit on `device` for any number of storages: above Engine::kMaxStorages,
+// extra tasks on the same stream carry the hazards of the rest (before and after the main
+// task).
+void submit_wide(Device device, const char* op, const std::vector<Storage*>& reads,
+                 const std::vector<Storage*>& writes,
+                 std::function<void(const KernelContext&)> fn, tide::SourceLocation site);
 
 }  // namespace tide::trace

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "trace/device_graph.h"
 #include "trace/executor.h"
 #include "trace/planner.h"
 #include "trace/recorder.h"
@@ -122,13 +123,17 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   }
   placeholders.clear();
   std::shared_ptr<Graph> g = rec.finish(std::move(outs));
+  const bool on_gpu = !g->device.is_cpu();
+  TIDE_CHECK(!(on_gpu && opt_.verify), "trace", "trace::function '", opt_.name,
+             "': verify = true is not supported on ", g->device.str(), " yet");
   auto e = std::make_unique<Entry>();
   e->sig = sig;
   if (opt_.verify) g->reference = g->nodes;
-  e->fused = fuse(*g, opt_.fusion);
+  e->fused = on_gpu ? 0 : fuse(*g, opt_.fusion);  // fused chains are CPU kernels so far
   g->streams = opt_.streams;
   e->plan = plan(*g);
   prepare_replay(*g);
+  if (on_gpu) prepare_device_graph(*g);
   e->graph = g;
   cache_.push_front(std::move(e));
   if (cache_.size() > opt_.cache_budget) {
@@ -172,7 +177,8 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   ++stats_.replays;
   if (opt_.verify) return verify_replay(g, args, opt_.fusion, site_);
   size_t allocated = 0;
-  std::vector<Tensor> out = replay(g, args, site_, &allocated);
+  std::vector<Tensor> out = g->device.is_cpu() ? replay(g, args, site_, &allocated)
+                                               : replay_on_device(g, args, site_, &allocated);
   stats_.last_call_allocated = allocated;
   return out;
 }
@@ -182,8 +188,15 @@ FunctionStats FunctionCore::stats() const {
   FunctionStats s = stats_;
   s.cached = cache_.size();
   s.measured_call_bytes = s.last_call_allocated;
-  if (!cache_.empty())  // the most recently used entry: the last call's graph
-    s.measured_call_bytes += cache_.front()->graph->run_allocated.load(std::memory_order_relaxed);
+  if (!cache_.empty()) {  // the most recently used entry: the last call's graph
+    const Graph& g = *cache_.front()->graph;
+    s.measured_call_bytes += g.run_allocated.load(std::memory_order_relaxed);
+    if (g.device_graph) {
+      DeviceGraphStats d = g.device_graph->stats();
+      s.graph_nodes = d.graph_nodes;
+      s.graph_fallback = d.fallback;
+    }
+  }
   return s;
 }
 

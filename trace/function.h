@@ -119,6 +119,11 @@ struct FunctionStats {
   // everything; read it after a sync.
   size_t measured_call_bytes = 0;
   int critical_path = 0;     // kernels on the longest chain of dependencies
+  // On a GPU, the CUDA graph of the last call's signature, once its first replay ran (read
+  // after a sync): its nodes (kernels plus input and output copies; 0 when none was
+  // built), and why the nodes are launched one by one instead ("" when the graph runs).
+  size_t graph_nodes = 0;
+  std::string graph_fallback;
 };
 
 struct Graph;

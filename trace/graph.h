@@ -47,6 +47,7 @@ struct Value {
 
 struct FusedKernel;
 struct LoopProgram;
+struct DeviceGraph;
 
 struct Node {
   const char* op = "";
@@ -75,6 +76,7 @@ struct Dependencies {
 };
 
 struct Graph {
+  Device device = Device::cpu();  // where every value lives (a trace runs on one device)
   std::vector<Value> values;
   std::vector<Node> nodes;
   std::vector<Node> reference;  // verify only: the recorded nodes before fusion
@@ -96,6 +98,12 @@ struct Graph {
   // nodes on up to `streams` threads. deps is filled for every planned graph.
   int streams = 1;
   Dependencies deps;
+  // Nodes may run at once: parallel branches on the CPU, and always on a GPU, whose CUDA
+  // graph runs independent nodes concurrently. The planner then shares arena bytes only
+  // between values the dependencies order.
+  bool concurrent() const { return streams > 1 || !device.is_cpu(); }
+  // On a GPU: the CUDA graph built for this plan at its first replay (trace/device_graph.h).
+  std::shared_ptr<DeviceGraph> device_graph;
   // Values outside the arena that some node reads / writes (inputs, captures, state):
   // what a replay declares to the engine. Filled by prepare_replay().
   std::vector<int> external_reads, external_writes;

@@ -159,6 +159,10 @@ Generator* substream_generator(const Graph& body) {
 
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, tide::SourceLocation site) {
+  for (const Tensor& t : state)
+    TIDE_CHECK(t.device().is_cpu(), "loop", "a traced loop with state on ", t.device().str(),
+               " is not supported yet (a CUDA graph's WHILE node will run it): run the loop "
+               "eagerly, or trace it on the CPU");
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
   std::vector<Tensor> ph, next;

@@ -46,7 +46,7 @@ PlanSummary plan(Graph& g) {
   // Sequential replays: values whose lifetimes overlap in program order conflict. With
   // parallel branches, any two values the dependencies do not order may be alive at once.
   std::unique_ptr<Reachability> reach;
-  if (g.streams > 1) reach = std::make_unique<Reachability>(g.deps);
+  if (g.concurrent()) reach = std::make_unique<Reachability>(g.deps);
   auto before = [&](int a, int b) {  // every access to a happens before every access to b
     for (int x : acc[size_t(a)])
       for (int y : acc[size_t(b)])
@@ -84,7 +84,7 @@ PlanSummary plan(Graph& g) {
   g.unplanned_bytes = s.unplanned_bytes;
   if (s.arena_bytes) {
     tide::detail::CapturePause pause;
-    g.arena = Allocator::get().allocate(s.arena_bytes, "trace");
+    g.arena = Allocator::get(g.device).allocate(s.arena_bytes, "trace");
   }
   auto* base = g.arena ? static_cast<unsigned char*>(g.arena->data()) : nullptr;
   for (int id : order) {
@@ -169,7 +169,7 @@ std::string check_plan(const Graph& g) {
       live.push_back(int(id));
     }
   }
-  if (g.streams > 1) return check_parallel_sharing(g);
+  if (g.concurrent()) return check_parallel_sharing(g);
   return {};
 }
 

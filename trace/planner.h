@@ -19,8 +19,8 @@ struct PlanSummary {
 };
 
 // Computes g.deps (trace/schedule.h) and lifetimes, assigns arena offsets to intermediates
-// (greedy by size, best fit), allocates the arena and binds every intermediate slot into
-// it. With g.streams > 1, two
+// (greedy by size, best fit), allocates the arena on g.device and binds every
+// intermediate slot into it. With g.concurrent(), two
 // intermediates share bytes only when the dependencies order all their accesses, so
 // parallel branches never write each other's buffers (the arena may grow). Throws
 // "[trace]" if the arena cannot be allocated.

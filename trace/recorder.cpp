@@ -94,10 +94,12 @@ void Recorder::record(const char* op, std::span<Storage* const> reads,
                       std::span<Storage* const> writes, tide::detail::Kernel kernel,
                       tide::SourceLocation site) {
   for (std::span<Storage* const> list : {reads, writes})
-    for (Storage* s : list)
-      TIDE_CHECK(s->device().is_cpu(), op, "runs on ", s->device().str(), " inside ", what_,
-                 ": traced mode runs on the CPU only in this version (CUDA Graphs come with "
-                 "the GPU trace executor); call the function eagerly on the GPU");
+    for (Storage* s : list) {
+      if (!device_) device_ = s->device();
+      TIDE_CHECK(s->device() == *device_, op, "uses memory on ", s->device().str(), " and on ",
+                 device_->str(), " inside ", what_, ": a trace runs on one device; move the "
+                 "tensors with to() before the call");
+    }
   Node n;
   n.op = op;
   n.site = site;
@@ -136,6 +138,12 @@ void Recorder::describe_next(const void* desc, size_t bytes) {
 
 std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   Graph& g = *g_;
+  g.device = device_.value_or(Device::cpu());
+  // A CUDA graph bakes a kernel's arguments in: the Philox counters random ops read from
+  // host memory on the CPU would repeat on every replay.
+  TIDE_CHECK(g.device.is_cpu() || g.random.empty(), "trace", what_, " draws random numbers on ",
+             g.device.str(), ": random ops in a GPU trace are not supported yet; draw them "
+             "outside the traced function and pass them in");
   std::vector<bool> is_output(g.values.size(), false);
   for (const Tensor& t : outputs) {
     TIDE_CHECK(t.defined(), "trace", what_, " returned an undefined tensor");

@@ -58,6 +58,7 @@ class Recorder final : public tide::detail::CaptureSink {
   std::vector<bool> created_;  // per value: made by this recording
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
+  std::optional<Device> device_;  // of the first op recorded
 };
 
 // Installs a recorder on the calling thread for a scope; restores the previous sink.

@@ -16,10 +16,6 @@
 
 namespace tide::cuda {
 
-namespace {
-constexpr size_t kBlasWorkspace = size_t(32) << 20;  // cuBLASLt's advice for Hopper
-}
-
 CudaStream::CudaStream(StreamImpl& owner, DeviceRuntime& rt)
     : DeviceStream(owner), rt_(rt), api_(rt.api()) {
   stream_ = api_.create_stream();
@@ -34,8 +30,8 @@ CudaStream::CudaStream(StreamImpl& owner, DeviceRuntime& rt)
   ctx_.api = &api_;
   ctx_.blas = api_.create_blas();
   if (ctx_.blas) {
-    ctx_.workspace = api_.malloc(kBlasWorkspace);
-    ctx_.workspace_bytes = ctx_.workspace ? kBlasWorkspace : 0;
+    ctx_.workspace = api_.malloc(kWorkspaceBytes);
+    ctx_.workspace_bytes = ctx_.workspace ? kWorkspaceBytes : 0;
   }
   owner.polled = true;
   rt_.add_stream(this);

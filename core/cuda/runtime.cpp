@@ -267,9 +267,16 @@ void run_host_function(void* p) {
   std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(p));
   (*fn)();
 }
+
+void run_kept_function(void* p) { (*static_cast<std::function<void()>*>(p))(); }
 }  // namespace
 
 void launch_host(const KernelContext& ctx, std::function<void()> fn) {
+  if (HostFunctions* keep = ctx.host_functions) {
+    keep->fns.push_back(std::make_unique<std::function<void()>>(std::move(fn)));
+    ctx.api->launch_host(ctx.stream, &run_kept_function, keep->fns.back().get());
+    return;
+  }
   auto* p = new std::function<void()>(std::move(fn));
   ctx.api->launch_host(ctx.stream, &run_host_function, p);
 }

@@ -82,7 +82,12 @@ bool available(int index);
 std::unique_ptr<DeviceStream> make_stream(StreamImpl& owner);
 Allocator& device_allocator(Device d);
 bool runs_host_kernels(int index);
-// Runs fn as a host function in ctx's stream order (a fake device's kernels).
+// Host functions a CUDA graph launches on every replay: owned by the graph.
+struct HostFunctions {
+  std::vector<std::unique_ptr<std::function<void()>>> fns;
+};
+// Runs fn as a host function in ctx's stream order (a fake device's kernels). While a
+// graph captures (ctx.host_functions set), fn is kept there and runs on every launch.
 void launch_host(const KernelContext& ctx, std::function<void()> fn);
 
 }  // namespace tide::cuda

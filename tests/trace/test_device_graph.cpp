@@ -1,0 +1,167 @@
+// The GPU trace executor (trace/device_graph.h) on a recording fake of a GPU: the CUDA
+// graph built for a trace has one captured node per planned node, the trace's dependency
+// edges, a copy node per input before the roots and per output after the sinks; replays
+// equal eager; outputs stay fresh over many replays; nothing allocates during capture (the
+// fake refuses it as CUDA does); a refused capture falls back to launching the nodes one
+// by one and the stats say why; replays on two streams do not share the arena unordered;
+// what is not supported yet on a GPU is refused with a clear error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/rng.h"
+#include "fake_gpu.h"
+#include "ops/ops.h"
+#include "tests/error_of.h"
+#include "trace/device_graph.h"
+#include "trace/trace.h"
+
+namespace tide {
+namespace {
+
+using cuda::FakeDevice;
+using test_util::error_of;
+
+constexpr int kGpu = 8;
+Device gpu() {
+  test_util::fake_gpu(kGpu);
+  return Device::cuda(kGpu);
+}
+FakeDevice& fake() { return test_util::fake_gpu(kGpu); }
+
+Tensor on_gpu(std::vector<float> v, std::vector<int64_t> shape) {
+  return from_vector(v, Shape(std::move(shape)), gpu());
+}
+
+std::vector<float> values(int n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[size_t(i)] = scale * float((i * 7) % 11 - 5);
+  return v;
+}
+
+// Two branches (matmul, and an elementwise chain) joined at the end.
+std::vector<Tensor> branches(const Tensor& x, const Tensor& w) {
+  Tensor h = relu(matmul(x, w) + 1.0);
+  Tensor e = x * 0.5 - 2.0;
+  return {h * 2.0, sum(e, 1) + sum(h, 1)};
+}
+
+TEST(DeviceGraph, ReplaysEqualEagerAndTheGraphHasTheTracesShape) {
+  auto f = trace::function(branches, {.name = "branches"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu(values(12, 0.25f * float(call + 1)), {3, 4});
+    Tensor w = on_gpu(values(20, 0.1f), {4, 5});
+    std::vector<Tensor> traced = f(x, w), eager = branches(x, w);
+    ASSERT_EQ(traced.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(traced[k].device(), gpu());
+      EXPECT_EQ(traced[k].to_vector<float>(), eager[k].to_vector<float>()) << "call " << call;
+    }
+  }
+  Tensor x = on_gpu(values(12, 1), {3, 4}), w = on_gpu(values(20, 1), {4, 5});
+  std::shared_ptr<trace::Graph> g = f.graph(x, w);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->device, gpu());
+  trace::FunctionStats s = f.stats();
+  EXPECT_EQ(s.graph_fallback, "");
+  const size_t n = g->nodes.size(), inputs = g->inputs.size(), outputs = 2;
+  EXPECT_EQ(s.graph_nodes, inputs + n + outputs);
+
+  FakeDevice::GraphShape shape = fake().graph_shape(g->device_graph->exec);
+  EXPECT_EQ(shape.kinds, std::string(inputs, 'm') + std::string(n, 'k') + std::string(outputs, 'm'));
+  std::set<std::pair<int, int>> edges(shape.edges.begin(), shape.edges.end()), expected;
+  std::vector<bool> root(n, true), sink(n, true);
+  for (size_t i = 0; i < n; ++i)
+    for (int j : g->deps.successors[i]) {
+      expected.insert({int(inputs + i), int(inputs) + j});  // the trace's edges, one for one
+      root[size_t(j)] = false;
+      sink[i] = false;
+    }
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < inputs && root[i]; ++k) expected.insert({int(k), int(inputs + i)});
+    for (size_t o = 0; o < outputs && sink[i]; ++o)
+      expected.insert({int(inputs + i), int(inputs + n + o)});
+  }
+  EXPECT_EQ(edges, expected);
+  EXPECT_LT(std::count(root.begin(), root.end(), true), int64_t(n)) << "the trace has edges";
+}
+
+TEST(DeviceGraph, OutputsStayFreshOverManyReplaysAndTheGraphIsBuiltOnce) {
+  auto f = trace::function([](const Tensor& x) { return x * 3.0 + 1.0; });
+  Tensor first = f(on_gpu({1, 2, 3}, {3}));
+  first.wait_to_read();  // the first replay built the graph
+  const size_t instantiations = fake().count(FakeDevice::CallKind::graph_instantiate);
+  std::vector<Tensor> kept;
+  for (int i = 0; i < 50; ++i) kept.push_back(f(on_gpu({float(i), 0, -1}, {3})));
+  EXPECT_EQ(first.to_vector<float>(), (std::vector<float>{4, 7, 10}));
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(kept[size_t(i)].to_vector<float>(), (std::vector<float>{3.0f * float(i) + 1, 1, -2}))
+        << "replay " << i;
+  EXPECT_EQ(fake().count(FakeDevice::CallKind::graph_instantiate), instantiations)
+      << "later calls re-point the copy nodes; they never instantiate again";
+  EXPECT_GE(fake().count(FakeDevice::CallKind::graph_set_memcpy), 50u * 2);
+}
+
+TEST(DeviceGraph, ARefusedCaptureLaunchesTheNodesOneByOneAndSaysWhy) {
+  auto body = [](const Tensor& x) { return exp(x * 0.5) - 1.0; };
+  auto f = trace::function(body, {.name = "refused"});
+  fake().refuse_next_capture("a launch this fake will not capture");
+  Tensor x = on_gpu({0, 1, 2, 3}, {4});
+  Tensor y = f(x);
+  EXPECT_EQ(y.to_vector<float>(), body(x).to_vector<float>());
+  trace::FunctionStats s = f.stats();
+  EXPECT_EQ(s.graph_nodes, 0u);
+  EXPECT_NE(s.graph_fallback.find("CUDA refused to capture node 0"), std::string::npos)
+      << s.graph_fallback;
+  EXPECT_NE(s.graph_fallback.find("will not capture"), std::string::npos) << s.graph_fallback;
+  Tensor x2 = on_gpu({4, 5, 6, 7}, {4});
+  EXPECT_EQ(f(x2).to_vector<float>(), body(x2).to_vector<float>()) << "and keeps doing so";
+}
+
+TEST(DeviceGraph, ReplaysOnTwoStreamsAreOrderedOnTheArena) {
+  // Long enough that the replays overlap if nothing orders them: every replay writes the
+  // same arena and fixed buffers.
+  auto body = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < 20; ++i) y = y * 1.5 - 0.25;
+    return y;
+  };
+  auto f = trace::function(body);
+  Stream a = Stream::create(gpu()), b = Stream::create(gpu());
+  std::vector<Tensor> ins, outs;
+  for (int i = 0; i < 20; ++i) {
+    StreamGuard on(i % 2 ? a : b);
+    ins.push_back(on_gpu({float(i), float(-i)}, {2}));
+    outs.push_back(f(ins.back()));
+  }
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(outs[size_t(i)].to_vector<float>(), body(ins[size_t(i)]).to_vector<float>()) << i;
+}
+
+TEST(DeviceGraph, WhatAGpuTraceDoesNotSupportYetIsRefusedClearly) {
+  Tensor x = on_gpu({1, 2}, {2});
+  auto random = trace::function([](const Tensor& t) { return t + rand({2}, DType::float32, default_generator(), t.device()); });
+  std::string e = error_of([&] { (void)random(x); });
+  EXPECT_NE(e.find("random ops in a GPU trace are not supported yet"), std::string::npos) << e;
+
+  auto mixed = trace::function([](const Tensor& t) { return t.to(Device::cpu()) + ones({2}); });
+  e = error_of([&] { (void)mixed(x); });
+  EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
+
+  auto looped = trace::function([](const Tensor& t) {
+    return trace::loop(3, [](const Tensor& s) { return s + 1.0; }, t);
+  });
+  e = error_of([&] { (void)looped(x); });
+  EXPECT_NE(e.find("traced loop with state on cuda:8 is not supported yet"), std::string::npos) << e;
+
+  auto verified = trace::function([](const Tensor& t) { return t + 1.0; }, {.verify = true});
+  e = error_of([&] { (void)verified(x); });
+  EXPECT_NE(e.find("verify = true is not supported on cuda:8"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace tide

@@ -1,0 +1,234 @@
+#include "trace/device_graph.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/allocator.h"
+#include "core/capture.h"
+#include "core/cuda/cuda_stream.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "trace/executor.h"
+
+namespace tide::trace {
+
+using cuda::CopyKind;
+using cuda::DeviceApi;
+using cuda::GraphHandle;
+using cuda::GraphNodeHandle;
+
+DeviceGraph::~DeviceGraph() {
+  // In flight, an exec is freed when it completes (cudaGraphExecDestroy).
+  if (exec) api->graph_exec_destroy(exec);
+}
+
+DeviceGraphStats DeviceGraph::stats() const {
+  std::lock_guard lock(mu);
+  return stats_;
+}
+
+void prepare_device_graph(Graph& g) {
+  auto dg = std::make_shared<DeviceGraph>();
+  tide::detail::CapturePause pause;  // real allocations, also when called while recording
+  Allocator& al = Allocator::get(g.device);
+  auto fix = [&](int id) {
+    Value& v = g.values[size_t(id)];
+    StorageRef b = al.allocate(std::max<size_t>(v.bytes, 1), "trace");
+    v.storage->rebind(b->data());
+    dg->fixed.push_back(std::move(b));
+  };
+  if (!cuda::runs_host_kernels(g.device.index))  // a fake's kernels run on the host: none
+    dg->workspace = al.allocate(cuda::CudaStream::kWorkspaceBytes, "trace");
+  for (int id : g.inputs) fix(id);
+  for (size_t id = 0; id < g.values.size(); ++id)
+    if (g.values[id].kind == ValueKind::output) {
+      fix(int(id));
+      dg->out_values.push_back(int(id));
+    }
+  g.device_graph = std::move(dg);
+}
+
+namespace {
+
+void* input_source(const CallBindings::InputBind& b) {
+  return static_cast<unsigned char*>(b.arg->data()) + b.byte_offset;
+}
+
+// The fresh storage of output value `id` in this call.
+Storage* fresh_of(const Graph& g, const CallBindings& c, int id) {
+  Storage* slot = g.values[size_t(id)].storage.get();
+  for (const CallBindings::OutputBind& o : c.outputs)
+    if (o.slot == slot) return o.fresh;
+  TIDE_ASSERT(false, "trace: an output value without a fresh storage");
+  return nullptr;
+}
+
+class GraphBuild {
+ public:
+  explicit GraphBuild(DeviceApi& api) : api_(api), h_(api.graph_create()) {}
+  ~GraphBuild() { api_.graph_destroy(h_); }
+  GraphBuild(const GraphBuild&) = delete;
+  GraphBuild& operator=(const GraphBuild&) = delete;
+  GraphHandle handle() const { return h_; }
+
+ private:
+  DeviceApi& api_;
+  GraphHandle h_;
+};
+
+// While a node's kernels are captured: allocators refuse (tide::detail::tl_graph_capture).
+class CapturingKernels {
+ public:
+  CapturingKernels() { tide::detail::tl_graph_capture = true; }
+  ~CapturingKernels() { tide::detail::tl_graph_capture = false; }
+  CapturingKernels(const CapturingKernels&) = delete;
+  CapturingKernels& operator=(const CapturingKernels&) = delete;
+};
+
+// Builds dg's CUDA graph from g (see the header). Returns "" when dg.exec is ready, else
+// why the nodes must be launched one by one (a refused capture or instantiation, a kernel
+// that failed while captured: launched again outside a graph, it fails there with its
+// own error, or runs).
+std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
+  DeviceApi& api = *ctx.api;
+  dg.api = &api;
+  dg.copy_in.clear();
+  dg.copy_out.clear();
+  dg.host_functions.fns.clear();
+  GraphBuild b(api);
+  const GraphHandle h = b.handle();
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const Value& v = g.values[size_t(g.inputs[k])];
+    dg.copy_in.push_back(api.graph_add_memcpy(h, {}, v.storage->data(), input_source(c.inputs[k]),
+                                              v.bytes, CopyKind::device_to_device));
+  }
+  const size_t n = g.nodes.size();
+  std::vector<std::vector<GraphNodeHandle>> preds(n);
+  std::vector<GraphNodeHandle> node(n);
+  std::vector<bool> sink(n, true);
+  KernelContext cctx = ctx;
+  cctx.host_functions = &dg.host_functions;
+  if (dg.workspace) {
+    cctx.workspace = dg.workspace->data();
+    cctx.workspace_bytes = dg.workspace->bytes();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // Roots wait for every input copy; every other node reaches a root, so it does too.
+    std::span<const GraphNodeHandle> deps = preds[i].empty()
+                                                ? std::span<const GraphNodeHandle>(dg.copy_in)
+                                                : std::span<const GraphNodeHandle>(preds[i]);
+    std::string why;
+    try {
+      node[i] = api.graph_add_captured(h, deps, [&](cuda::StreamHandle s) {
+        CapturingKernels on;
+        cctx.stream = s;
+        g.nodes[i].kernel(cctx);
+      }, &why);
+    } catch (const std::exception& e) {
+      return "capturing " + node_failure(g, i, e.what());
+    }
+    if (!node[i]) return "CUDA refused to capture " + node_failure(g, i, why.c_str());
+    for (int s : g.deps.successors[i]) {
+      preds[size_t(s)].push_back(node[i]);
+      sink[i] = false;
+    }
+  }
+  std::vector<GraphNodeHandle> sinks;
+  for (size_t i = 0; i < n; ++i)
+    if (sink[i]) sinks.push_back(node[i]);
+  if (n == 0) sinks = dg.copy_in;
+  for (int id : dg.out_values) {
+    const Value& v = g.values[size_t(id)];
+    dg.copy_out.push_back(api.graph_add_memcpy(h, sinks, fresh_of(g, c, id)->data(),
+                                               v.storage->data(), v.bytes,
+                                               CopyKind::device_to_device));
+  }
+  std::string why;
+  dg.exec = api.graph_instantiate(h, &why);
+  if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
+  std::lock_guard lock(dg.mu);
+  dg.stats_.graph_nodes = api.graph_node_count(h);
+  dg.stats_.copy_nodes = dg.copy_in.size() + dg.copy_out.size();
+  return {};
+}
+
+// The replay without a graph: the copies and the nodes, one by one on the stream.
+void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ctx,
+                  const CallBindings& c) {
+  DeviceApi& api = *ctx.api;
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const Value& v = g.values[size_t(g.inputs[k])];
+    api.memcpy_async(v.storage->data(), input_source(c.inputs[k]), v.bytes,
+                     CopyKind::device_to_device, ctx.stream);
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    try {
+      g.nodes[i].kernel(ctx);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(node_failure(g, i, e.what()));
+    }
+  }
+  for (int id : dg.out_values) {
+    const Value& v = g.values[size_t(id)];
+    api.memcpy_async(fresh_of(g, c, id)->data(), v.storage->data(), v.bytes,
+                     CopyKind::device_to_device, ctx.stream);
+  }
+}
+
+void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
+  bool first = !dg.stats().built;
+  if (first) {
+    std::string fallback = build(g, dg, ctx, c);
+    std::lock_guard lock(dg.mu);
+    dg.stats_.built = true;
+    dg.stats_.fallback = std::move(fallback);
+  }
+  DeviceApi& api = *ctx.api;
+  if (!dg.exec) {
+    launch_nodes(g, dg, ctx, c);
+  } else {
+    if (!first) {  // a built graph already copies from and to this call's tensors
+      for (size_t k = 0; k < g.inputs.size(); ++k) {
+        const Value& v = g.values[size_t(g.inputs[k])];
+        api.graph_exec_set_memcpy(dg.exec, dg.copy_in[k], v.storage->data(),
+                                  input_source(c.inputs[k]), v.bytes, CopyKind::device_to_device);
+      }
+      for (size_t j = 0; j < dg.out_values.size(); ++j) {
+        const Value& v = g.values[size_t(dg.out_values[j])];
+        api.graph_exec_set_memcpy(dg.exec, dg.copy_out[j], fresh_of(g, c, dg.out_values[j])->data(),
+                                  v.storage->data(), v.bytes, CopyKind::device_to_device);
+      }
+    }
+    api.graph_launch(dg.exec, ctx.stream);
+  }
+  // Outputs the graph never writes (constants): copied after it, in stream order.
+  for (const CallBindings::OutputBind& b : c.copies)
+    api.memcpy_async(b.fresh->data(), b.slot->data(), b.slot->bytes(), CopyKind::device_to_device,
+                     ctx.stream);
+}
+
+}  // namespace
+
+std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                                     tide::SourceLocation site, size_t* allocated) {
+  Graph& g = *gp;
+  TIDE_ASSERT(g.device_graph, "trace: a GPU graph replayed before prepare_device_graph");
+  CallBindings c = prepare_call(g, args);
+  if (allocated) *allocated += c.allocated;
+  std::vector<Tensor> result = std::move(c.result);
+  std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
+  // The graph's own memory (the arena and the fixed buffers) is written by every replay:
+  // replays on different streams are ordered by the engine's hazards, and a block is
+  // reused only after the replays that used it completed on the GPU.
+  if (g.arena) writes.push_back(g.arena.get());
+  for (const StorageRef& b : g.device_graph->fixed) writes.push_back(b.get());
+  submit_wide(g.device, "trace_replay", reads, writes,
+              [gp, c = std::move(c)](const KernelContext& ctx) {
+                std::lock_guard<std::mutex> lock(gp->run_mu);
+                launch(*gp, *gp->device_graph, ctx, c);
+              },
+              site);
+  return result;
+}
+
+}  // namespace tide::trace

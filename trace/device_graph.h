@@ -1,0 +1,76 @@
+// The GPU executor of a trace (DESIGN §8): a planned graph on a GPU becomes one CUDA graph,
+// built explicitly at its first replay and launched as one engine task per call.
+//   - Inputs and outputs get fixed buffers of their own (intermediates already have the
+//     planner's arena), so every node's addresses are fixed before anything is captured,
+//     and nothing allocates during capture.
+//   - Each planned node is captured on a private stream (thread-local capture mode, so
+//     other workers keep launching) and added as a child-graph node; its edges are the
+//     trace's dependency edges. A copy node per input copies the argument into its fixed
+//     buffer before the roots; a copy node per output copies the fixed buffer into a fresh
+//     tensor after the sinks, so an output a user keeps is never overwritten by a later
+//     replay.
+//   - Per call only the copy nodes' pointers change (graph_exec_set_memcpy), never the
+//     instantiation.
+//   - The captured kernels get a workspace of the graph's own (cuBLASLt, CUB): a stream's
+//     would be shared with eager work on that stream while the graph runs on another.
+//   - When CUDA refuses a capture or an instantiation, or a kernel cannot be captured (it
+//     needs more workspace than the graph's), the replay launches the nodes one by one on
+//     the stream instead, and stats() says why.
+// Not yet: random ops (refused when tracing), fused chains (nodes stay one per op), loop
+// nodes, verify mode.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/cuda/device_api.h"
+#include "core/cuda/runtime.h"
+#include "core/tensor.h"
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+struct DeviceGraphStats {
+  bool built = false;         // the first replay ran (and tried to build)
+  size_t graph_nodes = 0;     // nodes of the CUDA graph (0 when it fell back)
+  size_t copy_nodes = 0;      // of which input and output copies
+  std::string fallback;       // why the nodes are launched one by one ("" with a graph)
+};
+
+struct DeviceGraph {
+  DeviceGraph() = default;
+  ~DeviceGraph();
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+
+  DeviceGraphStats stats() const;
+
+  cuda::DeviceApi* api = nullptr;
+  cuda::GraphExecHandle exec = nullptr;
+  std::vector<cuda::GraphNodeHandle> copy_in;   // per g.inputs entry
+  std::vector<cuda::GraphNodeHandle> copy_out;  // per output value with a fixed buffer
+  std::vector<int> out_values;                  // their value ids
+  std::vector<StorageRef> fixed;                // input and output buffers, kept
+  StorageRef workspace;                         // the captured kernels' scratch (a GPU's)
+  cuda::HostFunctions host_functions;           // host nodes (a fake's kernels) run per launch
+  mutable std::mutex mu;                        // stats_ (read by FunctionCore::stats)
+  DeviceGraphStats stats_;
+};
+
+// After planning a graph on a GPU: gives every input and output value a fixed buffer of
+// its own on the device and creates g.device_graph (built at the first replay).
+void prepare_device_graph(Graph& g);
+
+// Queues one replay of g (g.device is a GPU) with `args` bound to g.inputs, as replay()
+// does on the CPU: one engine task on the calling thread's current stream of g.device,
+// which builds the CUDA graph on first use and launches it. Returns fresh output tensors.
+// Adds the bytes of the fresh outputs to *allocated. Does not wait; a failure of the
+// build or of a node surfaces at the next sync on the outputs.
+std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                                     tide::SourceLocation site, size_t* allocated = nullptr);
+
+}  // namespace tide::trace
