@@ -51,13 +51,6 @@ const char* kCsvHeader =
     "rss,rss_delta,mode,device,alloc\n";
 
 
-void check_mode(Mode mode, Device device) {
-  if (mode == Mode::traced && !device.is_cpu())
-    throw Error("trainer", "the model is on " + device.str() +
-                               ": traced mode runs on the CPU only; the GPU trace executor is "
-                               "not built yet (use eager mode on a GPU)");
-}
-
 // A loss that is not finite ends the run: recording NaN and going on would train the
 // parameters into NaN and return as if it had worked. On a GPU this is also how an invalid
 // label shows (cross_entropy's kernel makes its loss NaN; the CPU fails the loss instead).
@@ -191,7 +184,6 @@ TrainResult Trainer::run(const TrainerOptions& options) {
     throw Error("trainer", "bounded:K needs K >= 1, got " + std::to_string(pol.k));
 
   const Device dev = device();
-  check_mode(options.mode, dev);
 
   Engine& eng = Engine::get();
   eng.wait_all();
@@ -268,7 +260,6 @@ TrainResult Trainer::run(const TrainerOptions& options) {
 
 Device Trainer::settle(Mode mode) {
   const Device dev = device();
-  check_mode(mode, dev);
   Engine& eng = Engine::get();
   if (mode == Mode::traced)
     for (int i = 0; i < 2; ++i) step(mode);

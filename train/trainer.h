@@ -21,10 +21,10 @@
 // bytes it records (StepRecord::allocator_active, the baseline, the peaks) are that
 // device's allocator's: Allocator::get(device), the GPU's memory on a GPU, the same as
 // memory_snapshot() on the CPU. Queue depth and queued bytes are the engine's (all
-// devices); RSS is the process's. Traced mode runs on the CPU only in this version.
+// devices); RSS is the process's. Traced mode on a GPU replays each step as one CUDA
+// graph (trace/device_graph.h).
 //
-// Not done here: traced steps on a GPU (the CUDA Graph executor), eval passes,
-// learning-rate schedules.
+// Not done here: eval passes, learning-rate schedules.
 #pragma once
 
 #include <cstddef>

@@ -70,7 +70,7 @@ const Command kCommands[] = {
 
 constexpr const char* kGlobalHelp =
     "  --device D    run on D: cpu (default), cuda (= cuda:0) or cuda:N; the experiment's\n"
-    "                tensors, model and data are created there (traced mode: CPU only)\n"
+    "                tensors, model and data are created there\n"
       "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
     "                (every output file: its directory must exist and be writable; checked\n"
     "                before the run, written through a temporary file renamed into place)\n";
@@ -131,12 +131,6 @@ std::string device_label(Device d) {
   if (name.size() > suffix.size() && name.ends_with(suffix))
     name.resize(name.size() - suffix.size());
   return d.str() + " (" + name + ")";
-}
-
-std::string traced_mode_unsupported(Device d) {
-  if (d.is_cpu()) return {};
-  return "traced mode runs on the CPU only; the GPU trace executor is not built yet (use "
-         "--mode eager with --device " + d.str() + ")";
 }
 
 std::string take_option_value(const Args& args, size_t& i) {

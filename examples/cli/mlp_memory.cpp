@@ -13,7 +13,7 @@
 // needs (Trainer::measure_step_peak), since a queued step then holds almost nothing.
 // --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
 // synthetic batches are created there; memory is then the GPU allocator's (the Trainer
-// records the allocator of the model's device). Traced mode is CPU-only: refused on a GPU.
+// records the allocator of the model's device). Traced mode on a GPU replays each step as one CUDA graph.
 //
 // Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
 // queued; it is driven from the data source (the Trainer calls next_batch once per
@@ -157,9 +157,6 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   else if (alloc_arg == "enqueue") allocs = {Allocation::at_enqueue};
   else if (alloc_arg == "execution") allocs = {Allocation::at_execution};
   else throw UsageError("--alloc must be enqueue, execution or all, got '" + alloc_arg + "'");
-  if (!device.is_cpu() &&
-      std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end())
-    throw UsageError("--mode " + mode_arg + ": " + traced_mode_unsupported(device));
 
   std::cout << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
             << batches << " minibatches, device: " << device_label(device) << "\n\n";

@@ -55,7 +55,7 @@ std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& pa
 }
 
 void traced_case(Case& c) {
-  c.device = Device::cpu();  // traced mode runs on the CPU only in this version
+  c.device = Device::cpu();  // a GPU trace refuses random ops, loops and verify (for now)
   const uint64_t body_seed = c.rng();
   const int steps = int(c.uniform(2, 8));
   trace::Options o;
