@@ -9,7 +9,9 @@
 //               random operands; one product per wait, and eight per wait (the kernels' rate);
 //   bandwidth   add of 64M floats (12 bytes per element moved) against a device-to-device
 //               copy of 64M floats (8 bytes per element);
-//   MLP step    the textbook MLP (bench_mlp.cpp's sizes) eager on cuda:0, one sync per step.
+//   MLP step    the textbook MLP (bench_mlp.cpp's sizes) on cuda:0, eager and traced (one
+//               CUDA graph per step), one sync per step;
+//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node.
 // Every benchmark times wall-clock and syncs inside the timed region.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -22,6 +24,7 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "tide.h"
+#include "trace/trace.h"
 #include "train/optimizer.h"
 
 namespace {
@@ -197,7 +200,9 @@ BENCHMARK(BM_CudaCopyD2D64M)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- the textbook MLP step ------------------------------------------------------------------
 
-void BM_CudaTextbookMlpStep(benchmark::State& state) {
+// The textbook step, eager or traced (trace::function: one CUDA graph per step after one
+// eager warm-up call), one sync per step.
+void textbook_step(benchmark::State& state, bool traced) {
   namespace nn = tide::nn;
   tide::Generator gen(42);
   auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
@@ -210,18 +215,52 @@ void BM_CudaTextbookMlpStep(benchmark::State& state) {
   tide::train::SGD opt(net->parameters(), tide::train::SGDOptions(0.005));
   Tensor x = tide::randn({1024, 512}, DType::float32, gen, kGpu);
   Tensor y = tide::ones({1024, 1}, DType::float32, kGpu);
-  float loss_value = 0;
-  for (auto _ : state) {
+  auto step = [&](const Tensor& xb, const Tensor& yb) {
     opt.zero_grad();
-    Tensor loss = tide::nn::l2_loss((*net)(x), y);
+    Tensor loss = tide::nn::l2_loss((*net)(xb), yb);
     loss.backward();
     opt.step();
+    return loss;
+  };
+  auto f = tide::trace::function(step, {.name = "textbook_step", .warmup_calls = 1});
+  for (int i = 0; i < 3; ++i) (traced ? f(x, y) : step(x, y)).wait_to_read();  // trace, build
+  float loss_value = 0;
+  for (auto _ : state) {
+    Tensor loss = traced ? f(x, y) : step(x, y);
     tide::wait_all();
     loss_value = loss.item<float>();
   }
   state.counters["loss"] = loss_value;
+  if (traced) {
+    tide::trace::FunctionStats s = f.stats();
+    state.counters["graph_nodes"] = double(s.graph_nodes);
+    if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
+  }
 }
+void BM_CudaTextbookMlpStep(benchmark::State& state) { textbook_step(state, false); }
+void BM_CudaTracedTextbookMlpStep(benchmark::State& state) { textbook_step(state, true); }
 BENCHMARK(BM_CudaTextbookMlpStep)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaTracedTextbookMlpStep)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// 10000 dependent tiny adds traced unrolled: one CUDA graph of 10000 kernel nodes (and two
+// copies) per replay. Time per replay / 10000 = what one graph node costs.
+void BM_CudaGraphTinyAdds(benchmark::State& state) {
+  constexpr int kOps = 10000;
+  auto chain = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < kOps; ++i) y = y + 1.0;
+    return y;
+  };
+  auto f = tide::trace::function(chain, {.name = "tiny_adds"});
+  Tensor x = tide::zeros({1}, DType::float32, kGpu);
+  for (int i = 0; i < 2; ++i) f(x).wait_to_read();  // trace, build
+  for (auto _ : state) f(x).wait_to_read();
+  state.SetItemsProcessed(state.iterations() * kOps);
+  tide::trace::FunctionStats s = f.stats();
+  state.counters["graph_nodes"] = double(s.graph_nodes);
+  if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
+}
+BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

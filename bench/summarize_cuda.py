@@ -65,6 +65,24 @@ def main():
         rows.append(("textbook MLP step eager, tide / PyTorch eager",
                      f"{m / t:.3f} ({m:.3f} vs {t:.3f} ms)" if t else f"{m:.3f} ms vs ?",
                      "<= 1.0", (m / t <= 1.0) if t else None))
+    # Issue 10: traced mode on the GPU.
+    if "BM_CudaTracedTextbookMlpStep" in tb and "BM_CudaTextbookMlpStep" in tb:
+        tr, ea = ms("BM_CudaTracedTextbookMlpStep"), ms("BM_CudaTextbookMlpStep")
+        rows.append(("textbook MLP step traced / eager on cuda", f"{tr / ea:.3f} ({tr:.3f} vs {ea:.3f} ms)",
+                     "<= 0.8", tr / ea <= 0.8))
+        t = th.get("mlp_step_graph_ms")
+        if t:
+            rows.append(("MLP step traced, tide / PyTorch CUDA graph", f"{tr / t:.3f} ({tr:.3f} vs {t:.3f} ms)",
+                         "<= 1.0", tr / t <= 1.0))
+    if "BM_CudaGraphTinyAdds" in tb:
+        per_node_us = ms("BM_CudaGraphTinyAdds") * 1e3 / 10000
+        rows.append(("graph replay per node (10000 tiny adds, us)", f"{per_node_us:.3f}",
+                     "<= 1.0", per_node_us <= 1.0))
+        t = th.get("tiny_unrolled_graph_ms")
+        if t:
+            m = ms("BM_CudaGraphTinyAdds")
+            rows.append(("unrolled 10000 adds as a graph, tide / PyTorch", f"{m / t:.3f} ({m:.3f} vs {t:.3f} ms)",
+                         "reported", None))
     for what, value, target, ok in rows:
         verdict = "" if ok is None else ("met" if ok else "NOT met")
         print(f"  {what:55s} {value:32s} target {target:18s} {verdict}")

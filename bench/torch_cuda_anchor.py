@@ -8,6 +8,8 @@ Measures, with CUDA synchronisation inside the timed region and the median of --
   copy_64m_ms      a device-to-device copy of 64M float32
   mlp_step_ms      the textbook MLP step eager (Linear 512-2048-512-1 with ReLU, batch 1024,
                    l2 loss = mean(0.5 * d^2), SGD lr 0.005), one sync per step
+  mlp_step_graph_ms  the same step captured once with torch.cuda.graphs and replayed
+  tiny_unrolled_graph_ms  10000 dependent `y = y + 1` captured as one CUDA graph, replayed
 Prints one JSON object. Usage: python3 bench/torch_cuda_anchor.py [--reps 5]
 """
 import argparse
@@ -79,6 +81,40 @@ def main():
         return loss.item()
 
     out["mlp_step_ms"] = 1e3 * timed(step, max(args.reps, 20), warmup=5)
+
+    # The same step captured once as a CUDA graph (torch.cuda.graphs), replayed; the loss
+    # read after each replay, as above.
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up on a side stream, as PyTorch's docs require
+            opt.zero_grad(set_to_none=False)
+            d = net(xb) - yb
+            ((0.5 * d * d).mean()).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=False)
+    with torch.cuda.graph(g):
+        d = net(xb) - yb
+        static_loss = (0.5 * d * d).mean()
+        static_loss.backward()
+        opt.step()
+
+    def graphed_step():
+        g.replay()
+        return static_loss.item()
+
+    out["mlp_step_graph_ms"] = 1e3 * timed(graphed_step, max(args.reps, 20), warmup=5)
+
+    # 10000 dependent tiny adds unrolled into one CUDA graph, replayed.
+    y0 = torch.zeros(1, device=dev)
+    tg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(tg):
+        yy = y0
+        for _ in range(10000):
+            yy = yy + 1
+    out["tiny_unrolled_graph_ms"] = 1e3 * timed(tg.replay, args.reps)
     print(json.dumps(out))
 
 
