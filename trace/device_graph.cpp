@@ -119,11 +119,14 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
                                                 : std::span<const GraphNodeHandle>(preds[i]);
     std::string why;
     try {
-      node[i] = api.graph_add_captured(h, deps, [&](cuda::StreamHandle s) {
-        CapturingKernels on;
-        cctx.stream = s;
-        g.nodes[i].kernel(cctx);
-      }, &why);
+      node[i] = api.graph_add_captured(
+          h, deps,
+          [&](cuda::StreamHandle s) {
+            CapturingKernels on;
+            cctx.stream = s;
+            g.nodes[i].kernel(cctx);
+          },
+          &why);
     } catch (const std::exception& e) {
       return "capturing " + node_failure(g, i, e.what());
     }
@@ -222,12 +225,13 @@ std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span
   // reused only after the replays that used it completed on the GPU.
   if (g.arena) writes.push_back(g.arena.get());
   for (const StorageRef& b : g.device_graph->fixed) writes.push_back(b.get());
-  submit_wide(g.device, "trace_replay", reads, writes,
-              [gp, c = std::move(c)](const KernelContext& ctx) {
-                std::lock_guard<std::mutex> lock(gp->run_mu);
-                launch(*gp, *gp->device_graph, ctx, c);
-              },
-              site);
+  submit_wide(
+      g.device, "trace_replay", reads, writes,
+      [gp, c = std::move(c)](const KernelContext& ctx) {
+        std::lock_guard<std::mutex> lock(gp->run_mu);
+        launch(*gp, *gp->device_graph, ctx, c);
+      },
+      site);
   return result;
 }
 

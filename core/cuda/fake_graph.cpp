@@ -59,8 +59,7 @@ std::vector<int> dep_indices(std::span<const GraphNodeHandle> deps, size_t num_n
 }
 }  // namespace
 
-GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g,
-                                               std::span<const GraphNodeHandle> deps,
+GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                                const std::function<void(StreamHandle)>& launch,
                                                std::string* why) {
   GraphNode node;
@@ -79,8 +78,7 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g,
 }
 
 GraphNodeHandle FakeDevice::graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                             void* dst, const void* src, size_t bytes,
-                                             CopyKind) {
+                                             void* dst, const void* src, size_t bytes, CopyKind) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_memcpy, nullptr, nullptr, bytes});
   auto& nodes = static_cast<Graph*>(g)->nodes;

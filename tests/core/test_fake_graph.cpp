@@ -46,14 +46,16 @@ TEST(FakeGraph, CapturedWorkRunsOnlyWhenLaunchedInDependencyOrder) {
   int x = 0, y = 0;
   auto g = dev.graph_create();
   std::string why;
-  GraphNodeHandle a = dev.graph_add_captured(g, {}, [&](StreamHandle cs) {
-    add_on(dev, cs, &x, 1);
-    add_on(dev, cs, &x, 10);
-  }, &why);
+  GraphNodeHandle a = dev.graph_add_captured(
+      g, {},
+      [&](StreamHandle cs) {
+        add_on(dev, cs, &x, 1);
+        add_on(dev, cs, &x, 10);
+      },
+      &why);
   ASSERT_NE(a, nullptr) << why;
-  GraphNodeHandle b = dev.graph_add_captured(g, {&a, 1}, [&](StreamHandle cs) {
-    add_on(dev, cs, &y, 100);
-  }, &why);
+  GraphNodeHandle b = dev.graph_add_captured(
+      g, {&a, 1}, [&](StreamHandle cs) { add_on(dev, cs, &y, 100); }, &why);
   ASSERT_NE(b, nullptr) << why;
   EXPECT_EQ(x, 0) << "capturing runs nothing";
   FakeDevice::GraphShape shape = dev.graph_shape(g);
@@ -79,11 +81,14 @@ TEST(FakeGraph, CopyNodesArePointedAtNewMemoryPerLaunch) {
   StreamHandle s = dev.create_stream();
   int in1 = 5, in2 = 7, slot = 0, out = 0;
   auto g = dev.graph_create();
-  GraphNodeHandle copy_in = dev.graph_add_memcpy(g, {}, &slot, &in1, sizeof(int),
-                                                 CopyKind::device_to_device);
-  GraphNodeHandle twice = dev.graph_add_captured(g, {&copy_in, 1}, [&](StreamHandle cs) {
-    add_on(dev, cs, &slot, 0);  // a stand-in kernel on the slot
-  }, nullptr);
+  GraphNodeHandle copy_in =
+      dev.graph_add_memcpy(g, {}, &slot, &in1, sizeof(int), CopyKind::device_to_device);
+  GraphNodeHandle twice = dev.graph_add_captured(
+      g, {&copy_in, 1},
+      [&](StreamHandle cs) {
+        add_on(dev, cs, &slot, 0);  // a stand-in kernel on the slot
+      },
+      nullptr);
   dev.graph_add_memcpy(g, {&twice, 1}, &out, &slot, sizeof(int), CopyKind::device_to_device);
   EXPECT_EQ(dev.graph_shape(g).kinds, "mkm");
   auto exec = dev.graph_instantiate(g, nullptr);
@@ -104,12 +109,11 @@ TEST(FakeGraph, UpdateKeepsAnExecOfTheSameTopologyOnly) {
   int x = 0;
   auto build = [&](int v, bool extra) {
     auto g = dev.graph_create();
-    GraphNodeHandle n = dev.graph_add_captured(g, {}, [&](StreamHandle cs) {
-      add_on(dev, cs, &x, v);
-    }, nullptr);
-    if (extra) dev.graph_add_captured(g, {&n, 1}, [&](StreamHandle cs) {
-      add_on(dev, cs, &x, v);
-    }, nullptr);
+    GraphNodeHandle n = dev.graph_add_captured(
+        g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, v); }, nullptr);
+    if (extra)
+      dev.graph_add_captured(
+          g, {&n, 1}, [&](StreamHandle cs) { add_on(dev, cs, &x, v); }, nullptr);
     return g;
   };
   auto g1 = build(1, false);
@@ -131,14 +135,17 @@ TEST(FakeGraph, RefusedCapturesAndAllocationsWhileCapturing) {
   int x = 0;
   dev.refuse_next_capture("a launch that cannot be captured");
   std::string why;
-  EXPECT_EQ(dev.graph_add_captured(g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
+  EXPECT_EQ(dev.graph_add_captured(
+                g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
             nullptr);
   EXPECT_NE(why.find("cannot be captured"), std::string::npos) << why;
-  EXPECT_NE(dev.graph_add_captured(g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
+  EXPECT_NE(dev.graph_add_captured(
+                g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
             nullptr)
       << "the next capture works again";
   std::string e = test_util::error_of([&] {
-    dev.graph_add_captured(g, {}, [&](StreamHandle) { (void)dev.malloc(64); }, nullptr);
+    dev.graph_add_captured(
+        g, {}, [&](StreamHandle) { (void)dev.malloc(64); }, nullptr);
   });
   EXPECT_NE(e.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << e;
   void* p = dev.malloc(64);

@@ -8,9 +8,8 @@
 #include "core/allocator.h"
 #include "core/engine.h"
 #include "core/rng.h"
-#include "nn/nn.h"
 #include "ops/ops.h"
-#include "train/optimizer.h"
+#include "tests/train_rig.h"
 #include "trace/trace.h"
 
 namespace tide {
@@ -18,44 +17,27 @@ namespace {
 
 Device gpu() { return Device::cuda(0); }
 
-struct Rig {
-  std::shared_ptr<nn::Sequential> model;
-  std::unique_ptr<train::Optimizer> opt;
-};
+using test_util::train_step;
+using test_util::TrainRig;
 
-// The textbook MLP (512-2048-512-1) at a smaller batch.
-Rig textbook(bool adam) {
-  Generator gen(42);
-  Rig r;
-  r.model = std::make_shared<nn::Sequential>();
-  r.model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen));
-  r.model->push_back(std::make_shared<nn::ReLU>());
-  r.model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen));
-  r.model->push_back(std::make_shared<nn::ReLU>());
-  r.model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen));
-  r.model->to(gpu());
-  if (adam) r.opt = std::make_unique<train::Adam>(r.model->parameters(), train::AdamOptions(0.001));
-  else r.opt = std::make_unique<train::SGD>(r.model->parameters(), train::SGDOptions(0.005));
-  return r;
-}
-
-Tensor step(Rig& r, const Tensor& x, const Tensor& y) {
-  r.opt->zero_grad();
-  Tensor loss = nn::l2_loss(r.model->forward(x), y);
-  loss.backward();
-  r.opt->step();
-  return loss;
+// The textbook MLP (512-2048-512-1), trained at a smaller batch.
+TrainRig textbook(bool adam) {
+  return test_util::make_rig({.sizes = {512, 2048, 512, 1},
+                              .device = gpu(),
+                              .adam = adam,
+                              .lr = adam ? 0.001 : 0.005,
+                              .seed = 42});
 }
 
 void check_textbook(bool adam) {
-  Rig eager = textbook(adam), traced = textbook(adam);
-  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return step(traced, x, y); },
-                           {.name = "textbook_step", .warmup_calls = 1});
+  TrainRig eager = textbook(adam), traced = textbook(adam);
+  auto body = [&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); };
+  auto f = trace::function(body, {.name = "textbook_step", .warmup_calls = 1});
   Generator data(7);
   for (int i = 0; i < 10; ++i) {
     Tensor x = randn({128, 512}, DType::float32, data, gpu());
     Tensor y = ones({128, 1}, DType::float32, gpu());
-    Tensor le = step(eager, x, y), lt = f(x, y);
+    Tensor le = train_step(eager, x, y), lt = f(x, y);
     ASSERT_EQ(le.to_vector<float>(), lt.to_vector<float>()) << "loss at step " << i;
   }
   auto pe = eager.model->named_parameters(), pt = traced.model->named_parameters();
@@ -77,10 +59,12 @@ TEST(CudaTrace, OutputsStayFreshAndClearingFreesTheGraph) {
     auto f = trace::function([](const Tensor& x) { return sum(relu(x * 2.0 - 1.0), 0); });
     Tensor first = f(ones({64, 64}, DType::float32, gpu()));
     std::vector<Tensor> kept;
-    for (int i = 0; i < 100; ++i) kept.push_back(f(full({64, 64}, double(i), DType::float32, gpu())));
+    for (int i = 0; i < 100; ++i)
+      kept.push_back(f(full({64, 64}, double(i), DType::float32, gpu())));
     EXPECT_EQ(first.to_vector<float>(), std::vector<float>(64, 64.0f));
     for (int i = 0; i < 100; ++i)
-      EXPECT_EQ(kept[size_t(i)].to_vector<float>()[0], 64.0f * std::max(0.0f, 2.0f * float(i) - 1.0f))
+      EXPECT_EQ(kept[size_t(i)].to_vector<float>()[0],
+                64.0f * std::max(0.0f, 2.0f * float(i) - 1.0f))
           << i;
     EXPECT_EQ(f.stats().graph_fallback, "");
     f.clear();

@@ -15,10 +15,9 @@
 #include "core/engine.h"
 #include "core/rng.h"
 #include "fake_gpu.h"
-#include "nn/nn.h"
 #include "ops/ops.h"
-#include "train/optimizer.h"
 #include "tests/error_of.h"
+#include "tests/train_rig.h"
 #include "trace/device_graph.h"
 #include "trace/trace.h"
 
@@ -74,7 +73,8 @@ TEST(DeviceGraph, ReplaysEqualEagerAndTheGraphHasTheTracesShape) {
   EXPECT_EQ(s.graph_nodes, inputs + n + outputs);
 
   FakeDevice::GraphShape shape = fake().graph_shape(g->device_graph->exec);
-  EXPECT_EQ(shape.kinds, std::string(inputs, 'm') + std::string(n, 'k') + std::string(outputs, 'm'));
+  EXPECT_EQ(shape.kinds,
+            std::string(inputs, 'm') + std::string(n, 'k') + std::string(outputs, 'm'));
   std::set<std::pair<int, int>> edges(shape.edges.begin(), shape.edges.end()), expected;
   std::vector<bool> root(n, true), sink(n, true);
   for (size_t i = 0; i < n; ++i)
@@ -146,36 +146,21 @@ TEST(DeviceGraph, ReplaysOnTwoStreamsAreOrderedOnTheArena) {
 
 // The whole training step (forward, loss, backward, optimizer update) as one CUDA graph:
 // losses and parameters after 12 steps equal eager's on the same device.
-struct Rig {
-  std::shared_ptr<nn::Sequential> model;
-  std::unique_ptr<train::Optimizer> opt;
-};
+using test_util::train_step;
 
-Rig make_rig(bool adam) {
-  Generator gen(11);
-  Rig r;
-  r.model = std::make_shared<nn::Sequential>();
-  r.model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(12, 32), gen));
-  r.model->push_back(std::make_shared<nn::ReLU>());
-  r.model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(32, 1), gen));
-  r.model->to(gpu());
-  if (adam) r.opt = std::make_unique<train::Adam>(r.model->parameters(), train::AdamOptions(0.01));
-  else r.opt = std::make_unique<train::SGD>(r.model->parameters(), train::SGDOptions(0.05).momentum(0.9));
-  return r;
-}
-
-Tensor train_step(Rig& r, const Tensor& x, const Tensor& y) {
-  r.opt->zero_grad();
-  Tensor loss = nn::l2_loss(r.model->forward(x), y);
-  loss.backward();
-  r.opt->step();
-  return loss;
+test_util::TrainRig make_rig(bool adam) {
+  return test_util::make_rig({.sizes = {12, 32, 1},
+                              .device = gpu(),
+                              .adam = adam,
+                              .lr = adam ? 0.01 : 0.05,
+                              .momentum = 0.9});
 }
 
 void check_training(bool adam) {
-  Rig eager = make_rig(adam), traced = make_rig(adam);
-  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
-                           {.name = "train_step", .warmup_calls = 1});
+  test_util::TrainRig eager = make_rig(adam), traced = make_rig(adam);
+  auto f =
+      trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+                      {.name = "train_step", .warmup_calls = 1});
   Generator data(3);
   for (int i = 0; i < 12; ++i) {
     Tensor x = randn({24, 12}, DType::float32, data, gpu());
@@ -198,7 +183,9 @@ TEST(DeviceGraph, TrainingStepWithAdamEqualsEager) { check_training(true); }
 
 TEST(DeviceGraph, WhatAGpuTraceDoesNotSupportYetIsRefusedClearly) {
   Tensor x = on_gpu({1, 2}, {2});
-  auto random = trace::function([](const Tensor& t) { return t + rand({2}, DType::float32, default_generator(), t.device()); });
+  auto random = trace::function([](const Tensor& t) {
+    return t + rand({2}, DType::float32, default_generator(), t.device());
+  });
   std::string e = error_of([&] { (void)random(x); });
   EXPECT_NE(e.find("random ops in a GPU trace are not supported yet"), std::string::npos) << e;
 
@@ -207,10 +194,12 @@ TEST(DeviceGraph, WhatAGpuTraceDoesNotSupportYetIsRefusedClearly) {
   EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
 
   auto looped = trace::function([](const Tensor& t) {
-    return trace::loop(3, [](const Tensor& s) { return s + 1.0; }, t);
+    return trace::loop(
+        3, [](const Tensor& s) { return s + 1.0; }, t);
   });
   e = error_of([&] { (void)looped(x); });
-  EXPECT_NE(e.find("traced loop with state on cuda:8 is not supported yet"), std::string::npos) << e;
+  EXPECT_NE(e.find("traced loop with state on cuda:8 is not supported yet"), std::string::npos)
+      << e;
 
   auto verified = trace::function([](const Tensor& t) { return t + 1.0; }, {.verify = true});
   e = error_of([&] { (void)verified(x); });

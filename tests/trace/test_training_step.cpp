@@ -11,38 +11,22 @@
 #include "trace/planner.h"
 #include "trace/trace.h"
 #include "trace_support.h"
+#include "tests/train_rig.h"
 
 namespace tide {
 namespace {
 
 using testing::bitwise_equal;
 
-struct TrainRig {
-  std::shared_ptr<nn::Sequential> model;
-  std::unique_ptr<train::Optimizer> opt;
-};
+using test_util::TrainRig;
 
 TrainRig make_run(bool adam) {
-  Generator gen(11);
-  auto model = std::make_shared<nn::Sequential>();
-  model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(12, 32), gen));
-  model->push_back(std::make_shared<nn::ReLU>());
-  model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(32, 16), gen));
-  model->push_back(std::make_shared<nn::Tanh>());
-  model->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(16, 1), gen));
-  TrainRig r;
-  r.model = model;
-  if (adam) r.opt = std::make_unique<train::Adam>(model->parameters(), train::AdamOptions(0.01));
-  else r.opt = std::make_unique<train::SGD>(model->parameters(), train::SGDOptions(0.05).momentum(0.9));
-  return r;
+  return test_util::make_rig({.sizes = {12, 32, 16, 1}, .adam = adam, .lr = adam ? 0.01 : 0.05,
+                              .momentum = 0.9, .tanh_after = 1});
 }
 
 Tensor step(TrainRig& r, const Tensor& x, const Tensor& y) {
-  r.opt->zero_grad();
-  Tensor loss = nn::l2_loss(r.model->forward(x), y);
-  loss.backward();
-  r.opt->step();
-  return loss;
+  return test_util::train_step(r, x, y);
 }
 
 void check_twenty_steps(bool adam) {
