@@ -27,6 +27,12 @@ DeviceGraphStats DeviceGraph::stats() const {
   return stats_;
 }
 
+size_t DeviceGraph::held_bytes() const {
+  size_t n = workspace ? workspace->bytes() : 0;
+  for (const StorageRef& b : fixed) n += b->bytes();
+  return n;
+}
+
 void prepare_device_graph(Graph& g) {
   auto dg = std::make_shared<DeviceGraph>();
   tide::detail::CapturePause pause;  // real allocations, also when called while recording
@@ -220,11 +226,12 @@ std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span
   if (allocated) *allocated += c.allocated;
   std::vector<Tensor> result = std::move(c.result);
   std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
-  // The graph's own memory (the arena and the fixed buffers) is written by every replay:
+  // The graph's own memory (arena, fixed buffers, workspace) is written by every replay:
   // replays on different streams are ordered by the engine's hazards, and a block is
   // reused only after the replays that used it completed on the GPU.
   if (g.arena) writes.push_back(g.arena.get());
   for (const StorageRef& b : g.device_graph->fixed) writes.push_back(b.get());
+  if (g.device_graph->workspace) writes.push_back(g.device_graph->workspace.get());
   submit_wide(
       g.device, "trace_replay", reads, writes,
       [gp, c = std::move(c)](const KernelContext& ctx) {

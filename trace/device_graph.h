@@ -48,6 +48,8 @@ struct DeviceGraph {
   DeviceGraph& operator=(const DeviceGraph&) = delete;
 
   DeviceGraphStats stats() const;
+  // Bytes of the fixed buffers and the workspace (set at the trace, never changed).
+  size_t held_bytes() const;
 
   cuda::DeviceApi* api = nullptr;
   cuda::GraphExecHandle exec = nullptr;

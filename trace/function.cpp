@@ -195,6 +195,7 @@ FunctionStats FunctionCore::stats() const {
       DeviceGraphStats d = g.device_graph->stats();
       s.graph_nodes = d.graph_nodes;
       s.graph_fallback = d.fallback;
+      s.graph_bytes = g.device_graph->held_bytes();
     }
   }
   return s;

@@ -124,6 +124,9 @@ struct FunctionStats {
   // built), and why the nodes are launched one by one instead ("" when the graph runs).
   size_t graph_nodes = 0;
   std::string graph_fallback;
+  // On a GPU, what the graph holds besides the arena, allocated once at the trace: the
+  // inputs' and outputs' fixed buffers and the captured kernels' workspace.
+  size_t graph_bytes = 0;
 };
 
 struct Graph;

@@ -249,7 +249,10 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   res.end_active = memory_snapshot(dev).allocator.active_bytes;
 
   res.peak_rss = rss_after_sync;
-  if (options.mode == Mode::traced) res.trace_arena_bytes = traced_stats().arena_bytes;
+  if (options.mode == Mode::traced) {
+    const trace::FunctionStats s = traced_stats();
+    res.trace_arena_bytes = s.arena_bytes + s.graph_bytes;
+  }
   for (const StepRecord& r : res.steps) {
     res.peak_rss = std::max(res.peak_rss, r.rss);
     if (r.batch >= sizing_batch) res.peak_queue_depth = std::max(res.peak_queue_depth, r.queue_depth);

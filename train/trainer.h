@@ -104,6 +104,7 @@ struct TrainResult {
   size_t end_active = 0;       // allocator active bytes after the final sync
   uint64_t bound_ops = 0;      // bounded only: the op bound used
   size_t trace_arena_bytes = 0;  // traced only: the planned arena, allocated once at the trace
+                                 // (on a GPU with the graph's buffers and workspace)
 
   // Growth relative to the start (0 when memory went down).
   size_t increased_active() const {

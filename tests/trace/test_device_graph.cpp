@@ -69,6 +69,7 @@ TEST(DeviceGraph, ReplaysEqualEagerAndTheGraphHasTheTracesShape) {
   EXPECT_EQ(g->device, gpu());
   trace::FunctionStats s = f.stats();
   EXPECT_EQ(s.graph_fallback, "");
+  EXPECT_GE(s.graph_bytes, x.nbytes() + w.nbytes()) << "fixed buffers for the inputs";
   const size_t n = g->nodes.size(), inputs = g->inputs.size(), outputs = 2;
   EXPECT_EQ(s.graph_nodes, inputs + n + outputs);
 
