@@ -56,17 +56,26 @@ void prepare_device_graph(Graph& g) {
 
 namespace {
 
-void* input_source(const CallBindings::InputBind& b) {
-  return static_cast<unsigned char*>(b.arg->data()) + b.byte_offset;
+// One copy a replay makes: an argument into its input's fixed buffer, or an output's fixed
+// buffer into this call's fresh tensor.
+struct Copy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+Copy input_copy(const Graph& g, const CallBindings& c, size_t k) {
+  const Value& v = g.values[size_t(g.inputs[k])];
+  const CallBindings::InputBind& b = c.inputs[k];
+  return {v.storage->data(), static_cast<unsigned char*>(b.arg->data()) + b.byte_offset, v.bytes};
 }
 
-// The fresh storage of output value `id` in this call.
-Storage* fresh_of(const Graph& g, const CallBindings& c, int id) {
-  Storage* slot = g.values[size_t(id)].storage.get();
+Copy output_copy(const Graph& g, const CallBindings& c, int id) {
+  const Value& v = g.values[size_t(id)];
   for (const CallBindings::OutputBind& o : c.outputs)
-    if (o.slot == slot) return o.fresh;
+    if (o.slot == v.storage.get()) return {o.fresh->data(), v.storage->data(), v.bytes};
   TIDE_ASSERT(false, "trace: an output value without a fresh storage");
-  return nullptr;
+  return {};
 }
 
 class GraphBuild {
@@ -104,9 +113,9 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   GraphBuild b(api);
   const GraphHandle h = b.handle();
   for (size_t k = 0; k < g.inputs.size(); ++k) {
-    const Value& v = g.values[size_t(g.inputs[k])];
-    dg.copy_in.push_back(api.graph_add_memcpy(h, {}, v.storage->data(), input_source(c.inputs[k]),
-                                              v.bytes, CopyKind::device_to_device));
+    Copy cp = input_copy(g, c, k);
+    dg.copy_in.push_back(
+        api.graph_add_memcpy(h, {}, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device));
   }
   const size_t n = g.nodes.size();
   std::vector<std::vector<GraphNodeHandle>> preds(n);
@@ -147,17 +156,15 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
     if (sink[i]) sinks.push_back(node[i]);
   if (n == 0) sinks = dg.copy_in;
   for (int id : dg.out_values) {
-    const Value& v = g.values[size_t(id)];
-    dg.copy_out.push_back(api.graph_add_memcpy(h, sinks, fresh_of(g, c, id)->data(),
-                                               v.storage->data(), v.bytes,
-                                               CopyKind::device_to_device));
+    Copy cp = output_copy(g, c, id);
+    dg.copy_out.push_back(
+        api.graph_add_memcpy(h, sinks, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device));
   }
   std::string why;
   dg.exec = api.graph_instantiate(h, &why);
   if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
   std::lock_guard lock(dg.mu);
   dg.stats_.graph_nodes = api.graph_node_count(h);
-  dg.stats_.copy_nodes = dg.copy_in.size() + dg.copy_out.size();
   return {};
 }
 
@@ -165,11 +172,10 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
 void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ctx,
                   const CallBindings& c) {
   DeviceApi& api = *ctx.api;
-  for (size_t k = 0; k < g.inputs.size(); ++k) {
-    const Value& v = g.values[size_t(g.inputs[k])];
-    api.memcpy_async(v.storage->data(), input_source(c.inputs[k]), v.bytes,
-                     CopyKind::device_to_device, ctx.stream);
-  }
+  auto copy = [&](const Copy& cp) {
+    api.memcpy_async(cp.dst, cp.src, cp.bytes, CopyKind::device_to_device, ctx.stream);
+  };
+  for (size_t k = 0; k < g.inputs.size(); ++k) copy(input_copy(g, c, k));
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     try {
       g.nodes[i].kernel(ctx);
@@ -177,11 +183,7 @@ void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ct
       throw std::runtime_error(node_failure(g, i, e.what()));
     }
   }
-  for (int id : dg.out_values) {
-    const Value& v = g.values[size_t(id)];
-    api.memcpy_async(fresh_of(g, c, id)->data(), v.storage->data(), v.bytes,
-                     CopyKind::device_to_device, ctx.stream);
-  }
+  for (int id : dg.out_values) copy(output_copy(g, c, id));
 }
 
 void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
@@ -197,16 +199,13 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
     launch_nodes(g, dg, ctx, c);
   } else {
     if (!first) {  // a built graph already copies from and to this call's tensors
-      for (size_t k = 0; k < g.inputs.size(); ++k) {
-        const Value& v = g.values[size_t(g.inputs[k])];
-        api.graph_exec_set_memcpy(dg.exec, dg.copy_in[k], v.storage->data(),
-                                  input_source(c.inputs[k]), v.bytes, CopyKind::device_to_device);
-      }
-      for (size_t j = 0; j < dg.out_values.size(); ++j) {
-        const Value& v = g.values[size_t(dg.out_values[j])];
-        api.graph_exec_set_memcpy(dg.exec, dg.copy_out[j], fresh_of(g, c, dg.out_values[j])->data(),
-                                  v.storage->data(), v.bytes, CopyKind::device_to_device);
-      }
+      auto repoint = [&](GraphNodeHandle node, const Copy& cp) {
+        api.graph_exec_set_memcpy(dg.exec, node, cp.dst, cp.src, cp.bytes,
+                                  CopyKind::device_to_device);
+      };
+      for (size_t k = 0; k < g.inputs.size(); ++k) repoint(dg.copy_in[k], input_copy(g, c, k));
+      for (size_t j = 0; j < dg.out_values.size(); ++j)
+        repoint(dg.copy_out[j], output_copy(g, c, dg.out_values[j]));
     }
     api.graph_launch(dg.exec, ctx.stream);
   }

@@ -37,7 +37,6 @@ namespace tide::trace {
 struct DeviceGraphStats {
   bool built = false;      // the first replay ran (and tried to build)
   size_t graph_nodes = 0;  // nodes of the CUDA graph (0 when it fell back)
-  size_t copy_nodes = 0;   // of which input and output copies
   std::string fallback;    // why the nodes are launched one by one ("" with a graph)
 };
 

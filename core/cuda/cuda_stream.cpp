@@ -46,20 +46,17 @@ void CudaStream::throw_failed(const char* what) const {
 
 void CudaStream::check_usable(const char* op) const { rt_.check_usable(op); }
 
-Status CudaStream::fail_if_sticky(const char* op) {
-  Status st = api_.last_error();  // also clears a launch error
-  if (st.kind == Status::sticky) {
-    // An earlier op's asynchronous fault, reported at this launch: fail the device and
-    // give this op the device's message, which names the first op that may have caused it.
-    rt_.fail(st, op);
-    throw_failed("");
-  }
-  return st;
+void CudaStream::fail_if_sticky(const Status& st, const char* op) {
+  if (st.kind != Status::sticky) return;
+  // An earlier op's asynchronous fault, reported to this op: fail the device and give this
+  // op the device's message, which names the first op that may have caused it.
+  rt_.fail(st, op);
+  throw_failed("");
 }
 
-void CudaStream::check_launch(const char* op) {
-  Status st = fail_if_sticky(op);
-  if (st.failed()) throw std::runtime_error(st.message);  // a launch error: this op's own
+void CudaStream::check(const Status& st, const char* op) {
+  fail_if_sticky(st, op);
+  if (st.failed()) throw std::runtime_error(st.message);  // this op's own error
 }
 
 // ---- the worker ------------------------------------------------------------------------
@@ -80,11 +77,11 @@ void CudaStream::run(Engine::Task& t) {
     // The entry threw (a CUDA call it checked failed): clear that call's error so the next
     // op is not blamed for it; a sticky one fails the device and replaces the message.
     if (span) end_span(t.op, span);
-    fail_if_sticky(t.op);
+    fail_if_sticky(api_.last_error(), t.op);
     throw;
   }
   if (span) end_span(t.op, span);
-  check_launch(t.op);
+  check(api_.last_error(), t.op);
 }
 
 void CudaStream::run_inline(Engine::Task& t) {
@@ -95,16 +92,11 @@ void CudaStream::run_inline(Engine::Task& t) {
   try {
     t.invoke(t, c);
   } catch (...) {  // as in run(): leave no error behind for the next op
-    fail_if_sticky(t.op);
+    fail_if_sticky(api_.last_error(), t.op);
     throw;
   }
-  check_launch(t.op);
-  Status st = api_.synchronize(stream_);  // TIDE_ENGINE=sync: the op's own error
-  if (st.kind == Status::sticky) {
-    rt_.fail(st, t.op);
-    throw_failed("");
-  }
-  if (st.failed()) throw std::runtime_error(st.message);
+  check(api_.last_error(), t.op);
+  check(api_.synchronize(stream_), t.op);  // TIDE_ENGINE=sync: the op's own error
 }
 
 void CudaStream::write_timeline(uint64_t seq) {

@@ -66,10 +66,10 @@ class CudaStream final : public DeviceStream {
   void flush_timeline();
   void record_wanted(uint64_t at);
   [[noreturn]] void throw_failed(const char* what) const;
-  // After a launch: fails the device and throws its failure on a sticky error, else
-  // clears and returns the launch error; check_launch throws that one too.
-  Status fail_if_sticky(const char* op);
-  void check_launch(const char* op);
+  // For a status found while running op (a launch check, a sync): a sticky error fails
+  // the device and throws its failure; check() also throws any other error as op's own.
+  void fail_if_sticky(const Status& st, const char* op);
+  void check(const Status& st, const char* op);
 
   DeviceRuntime& rt_;
   DeviceApi& api_;

@@ -80,7 +80,6 @@ Device parse_device(const std::string& s);
 // "cuda:0 (fake GPU (TIDE_FAKE_GPUS))".
 std::string device_label(Device d);
 
-
 int demo_main(const Args& args, const GlobalOptions& global);
 int bench_async_main(const Args& args, const GlobalOptions& global);
 int mlp_memory_main(const Args& args, const GlobalOptions& global);

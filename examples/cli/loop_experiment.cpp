@@ -5,9 +5,9 @@
 // add's own loop over all n iterations, in registers), and the unrolled trace with
 // elementwise fusion (one kernel evaluating the n adds per element). Prints time per
 // iteration and the speed-up over eager with one sync, then checks every result.
-// With --device cuda[:N] x is created on that GPU and the two eager ways run there; the four
-// GPU, the unrolled trace runs as one CUDA graph; the loop-node and fused ways are skipped
-// with a note (not built on the GPU yet).
+// With --device cuda[:N] x is created on that GPU: the two eager ways run there and the
+// unrolled trace runs as one CUDA graph; the loop-node and fused ways are skipped with a
+// note (not built on the GPU yet).
 #include <iostream>
 #include <string>
 
@@ -54,7 +54,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     else throw UsageError("unknown option '" + args[i] + "'");
   }
   const Device device = global.device;
-  const bool traced_ways = device.is_cpu();  // all four; a GPU runs the unrolled one
+  const bool traced_ways = device.is_cpu();  // all four; a GPU runs only the unrolled one
   std::cout << "tide loop: device: " << device_label(device) << "\n";
   const Tensor x = ones({1, 2}, DType::float32, device);
   // What every way computes: x + 1 applied n times, chained (the textbook adds to x each
@@ -97,9 +97,9 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     return t;
   });
   add("eager, one sync at the end", [&] { return add_chain(x); });
-  if (!traced_ways) add("traced, unrolled: one CUDA graph", [&] { return unrolled(x); });
+  add(traced_ways ? "traced, loop unrolled" : "traced, unrolled: one CUDA graph",
+      [&] { return unrolled(x); });
   if (traced_ways) {
-    add("traced, loop unrolled", [&] { return unrolled(x); });
     add("traced, loop node", [&] { return node(x); });
     add("traced, loop node + fused", [&] { return fused_node(x); });
     add("traced, unrolled + fused", [&] { return fused(x); });

@@ -13,7 +13,8 @@
 // needs (Trainer::measure_step_peak), since a queued step then holds almost nothing.
 // --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
 // synthetic batches are created there; memory is then the GPU allocator's (the Trainer
-// records the allocator of the model's device). Traced mode on a GPU replays each step as one CUDA graph.
+// records the allocator of the model's device). Traced mode on a GPU replays each step as
+// one CUDA graph.
 //
 // Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
 // queued; it is driven from the data source (the Trainer calls next_batch once per
