@@ -100,6 +100,61 @@ class CapturingKernels {
   CapturingKernels& operator=(const CapturingKernels&) = delete;
 };
 
+}  // namespace
+
+KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg) {
+  KernelContext cctx = ctx;
+  cctx.host_functions = &dg.host_functions;
+  if (dg.workspace) {
+    cctx.workspace = dg.workspace->data();
+    cctx.workspace_bytes = dg.workspace->bytes();
+  }
+  return cctx;
+}
+
+std::string add_planned_nodes(const Graph& g, GraphHandle h,
+                              std::span<const GraphNodeHandle> roots_after,
+                              const KernelContext& ctx, std::vector<GraphNodeHandle>* sinks) {
+  DeviceApi& api = *ctx.api;
+  const size_t n = g.nodes.size();
+  std::vector<std::vector<GraphNodeHandle>> preds(n), exits(n);
+  KernelContext cctx = ctx;
+  for (size_t i = 0; i < n; ++i) {
+    // Roots wait for roots_after; every other node reaches a root, so it does too.
+    std::span<const GraphNodeHandle> deps =
+        preds[i].empty() ? roots_after : std::span<const GraphNodeHandle>(preds[i]);
+    std::string why;
+    try {
+      if (g.nodes[i].piece) {
+        why = g.nodes[i].piece->add_to(h, deps, ctx, &exits[i]);
+        if (!why.empty()) return node_failure(g, i, why.c_str());
+      } else {
+        GraphNodeHandle node = api.graph_add_captured(
+            h, deps,
+            [&](cuda::StreamHandle s) {
+              CapturingKernels on;
+              cctx.stream = s;
+              g.nodes[i].kernel(cctx);
+            },
+            &why);
+        if (!node) return "CUDA refused to capture " + node_failure(g, i, why.c_str());
+        exits[i].push_back(node);
+      }
+    } catch (const std::exception& e) {
+      return "capturing " + node_failure(g, i, e.what());
+    }
+    for (int s : g.deps.successors[i])
+      preds[size_t(s)].insert(preds[size_t(s)].end(), exits[i].begin(), exits[i].end());
+  }
+  sinks->clear();
+  for (size_t i = 0; i < n; ++i)
+    if (g.deps.successors[i].empty()) sinks->insert(sinks->end(), exits[i].begin(), exits[i].end());
+  if (n == 0) sinks->assign(roots_after.begin(), roots_after.end());
+  return {};
+}
+
+namespace {
+
 // Builds dg's CUDA graph from g (see the header). Returns "" when dg.exec is ready, else
 // why the nodes must be launched one by one (a refused capture or instantiation, a kernel
 // that failed while captured: launched again outside a graph, it fails there with its
@@ -117,44 +172,9 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
     dg.copy_in.push_back(
         api.graph_add_memcpy(h, {}, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device));
   }
-  const size_t n = g.nodes.size();
-  std::vector<std::vector<GraphNodeHandle>> preds(n);
-  std::vector<GraphNodeHandle> node(n);
-  std::vector<bool> sink(n, true);
-  KernelContext cctx = ctx;
-  cctx.host_functions = &dg.host_functions;
-  if (dg.workspace) {
-    cctx.workspace = dg.workspace->data();
-    cctx.workspace_bytes = dg.workspace->bytes();
-  }
-  for (size_t i = 0; i < n; ++i) {
-    // Roots wait for every input copy; every other node reaches a root, so it does too.
-    std::span<const GraphNodeHandle> deps = preds[i].empty()
-                                                ? std::span<const GraphNodeHandle>(dg.copy_in)
-                                                : std::span<const GraphNodeHandle>(preds[i]);
-    std::string why;
-    try {
-      node[i] = api.graph_add_captured(
-          h, deps,
-          [&](cuda::StreamHandle s) {
-            CapturingKernels on;
-            cctx.stream = s;
-            g.nodes[i].kernel(cctx);
-          },
-          &why);
-    } catch (const std::exception& e) {
-      return "capturing " + node_failure(g, i, e.what());
-    }
-    if (!node[i]) return "CUDA refused to capture " + node_failure(g, i, why.c_str());
-    for (int s : g.deps.successors[i]) {
-      preds[size_t(s)].push_back(node[i]);
-      sink[i] = false;
-    }
-  }
   std::vector<GraphNodeHandle> sinks;
-  for (size_t i = 0; i < n; ++i)
-    if (sink[i]) sinks.push_back(node[i]);
-  if (n == 0) sinks = dg.copy_in;
+  std::string failed = add_planned_nodes(g, h, dg.copy_in, capture_context(ctx, dg), &sinks);
+  if (!failed.empty()) return failed;
   for (int id : dg.out_values) {
     Copy cp = output_copy(g, c, id);
     dg.copy_out.push_back(

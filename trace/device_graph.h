@@ -16,8 +16,10 @@
 //   - When CUDA refuses a capture or an instantiation, or a kernel cannot be captured (it
 //     needs more workspace than the graph's), the replay launches the nodes one by one on
 //     the stream instead, and stats() says why.
-// Not yet: random ops (refused when tracing), fused chains (nodes stay one per op), loop
-// nodes, verify mode.
+//   - A node with a piece (a trace::loop: trace/device_loop.h) adds its own nodes instead
+//     of being captured: a WHILE node with the loop's body graph inside.
+// Not yet: random ops (refused when tracing), fused chains (nodes stay one per op), verify
+// mode.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,17 @@
 #include "trace/graph.h"
 
 namespace tide::trace {
+
+// A node that adds its own nodes to a CUDA graph (Node::piece).
+struct GraphPiece {
+  virtual ~GraphPiece() = default;
+  // Adds the node's part to h after `deps`, with ctx as the capture context (its api,
+  // workspace, host functions). Returns "" and, in *exits, the nodes its successors wait
+  // for; or why it cannot (a refusal: the replay then launches node by node).
+  virtual std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
+                             const KernelContext& ctx,
+                             std::vector<cuda::GraphNodeHandle>* exits) = 0;
+};
 
 struct DeviceGraphStats {
   bool built = false;      // the first replay ran (and tried to build)
@@ -65,6 +78,17 @@ struct DeviceGraph {
 // After planning a graph on a GPU: gives every input and output value a fixed buffer of
 // its own on the device and creates g.device_graph (built at the first replay).
 void prepare_device_graph(Graph& g);
+
+// Adds g's planned nodes to h (a graph, or a loop's body): roots after `roots_after`,
+// every other node after its trace predecessors, each node captured with ctx (the graph's
+// workspace and host functions set) or added by its piece. Returns "" and the nodes
+// nothing in g waits for in *sinks (roots_after when g has no nodes), or why it cannot
+// (a capture CUDA refused, or a kernel that failed while captured).
+std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,
+                              std::span<const cuda::GraphNodeHandle> roots_after,
+                              const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* sinks);
+// ctx for capturing g's kernels: its DeviceGraph's workspace (a GPU's) and host functions.
+KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg);
 
 // Queues one replay of g (g.device is a GPU) with `args` bound to g.inputs, as replay()
 // does on the CPU: one engine task on the calling thread's current stream of g.device,

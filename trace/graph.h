@@ -48,6 +48,7 @@ struct Value {
 struct FusedKernel;
 struct LoopProgram;
 struct DeviceGraph;
+struct GraphPiece;
 
 struct Node {
   const char* op = "";
@@ -57,6 +58,9 @@ struct Node {
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
   std::shared_ptr<FusedKernel> fused;         // a fused chain (kernel runs it)
   int fused_ops = 1;                          // recorded ops this node stands for
+  // On a GPU, a node that adds its own nodes to the CUDA graph instead of being captured
+  // (a loop: a WHILE node and its body; trace/device_graph.h).
+  std::shared_ptr<GraphPiece> piece;
 };
 
 // Philox counters a random op reads at run time: refreshed from `gen` on every replay.

@@ -10,6 +10,8 @@
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/op_util.h"
+#include "trace/device_graph.h"
+#include "trace/device_loop.h"
 #include "trace/executor.h"
 #include "trace/fusion.h"
 #include "trace/planner.h"
@@ -157,12 +159,50 @@ Generator* substream_generator(const Graph& body) {
   return gen;
 }
 
+// What the body reads and writes outside itself (captures, state), for the loop node.
+void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
+                        std::vector<Storage*>& writes) {
+  for (int id : b.external_reads)
+    if (b.values[size_t(id)].kind != ValueKind::input) reads.push_back(b.values[size_t(id)].storage.get());
+  for (int id : b.external_writes)
+    if (b.values[size_t(id)].kind != ValueKind::input) writes.push_back(b.values[size_t(id)].storage.get());
+}
+
+// On a GPU: the loop node becomes a WHILE node of the enclosing CUDA graph
+// (trace/device_loop.h); launched node by node, it runs the body's kernels n times.
+std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
+                                       std::shared_ptr<Graph> body,
+                                       const std::vector<Tensor>& state,
+                                       tide::SourceLocation site) {
+  prepare_device_graph(*body);
+  std::vector<Tensor> result;
+  std::vector<LoopState> ls;
+  std::vector<Storage*> reads, writes;
+  for (const Tensor& t : state) {
+    Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device(), "loop");
+    ls.push_back({t.storage(), size_t(t.offset()) * size_of(t.dtype()), r.storage(), t.nbytes()});
+    reads.push_back(t.storage());
+    writes.push_back(r.storage());
+    result.push_back(r);
+  }
+  Storage* count_storage = nullptr;
+  if (count.tensor.defined()) {
+    count_storage = count.tensor.storage();
+    reads.push_back(count_storage);
+  }
+  add_body_externals(*body, reads, writes);
+  auto loop = std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
+                                           count.tensor.defined() ? count.tensor.dtype() : DType::int64,
+                                           count.tensor.defined() ? count.tensor.offset() : 0,
+                                           count.fixed);
+  outer.record("loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); },
+               site);
+  outer.set_last_piece(std::move(loop));
+  return result;
+}
+
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, tide::SourceLocation site) {
-  for (const Tensor& t : state)
-    TIDE_CHECK(t.device().is_cpu(), "loop", "a traced loop with state on ", t.device().str(),
-               " is not supported yet (a CUDA graph's WHILE node will run it): run the loop "
-               "eagerly, or trace it on the CPU");
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
   std::vector<Tensor> ph, next;
@@ -176,9 +216,11 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
   ph.clear();
   prog->body = rec.finish(std::move(next));
-  fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
+  const bool on_gpu = !prog->body->device.is_cpu();
+  if (!on_gpu) fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);  // CPU kernels so far
   plan(*prog->body);
   prepare_replay(*prog->body);
+  if (on_gpu) return traced_device_loop(outer, count, prog->body, state, site);
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);
@@ -230,11 +272,7 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
     prog->count_offset = count.tensor.offset();
     reads.push_back(prog->count);
   }
-  const Graph& b = *prog->body;
-  for (int id : b.external_reads)
-    if (b.values[size_t(id)].kind != ValueKind::input) reads.push_back(b.values[size_t(id)].storage.get());
-  for (int id : b.external_writes)
-    if (b.values[size_t(id)].kind != ValueKind::input) writes.push_back(b.values[size_t(id)].storage.get());
+  add_body_externals(*prog->body, reads, writes);
   writes.insert(writes.end(), out.begin(), out.end());
   outer.record("loop", reads, writes,
                [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); },

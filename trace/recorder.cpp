@@ -78,6 +78,7 @@ StorageRef Recorder::allocate(size_t bytes, Device device, const char* op) {
 
 Tensor Recorder::placeholder(const Tensor& arg) {
   StorageRef s = StorageRef::adopt(Storage::make_slot(arg.nbytes(), arg.device()));
+  if (!input_device_) input_device_ = arg.device();
   int id = int(g_->values.size());
   ids_.emplace(s.get(), id);
   Value v;
@@ -113,6 +114,11 @@ void Recorder::record(const char* op, std::span<Storage* const> reads,
   ++g_->recorded_ops;
 }
 
+void Recorder::set_last_piece(std::shared_ptr<GraphPiece> piece) {
+  TIDE_ASSERT(!g_->nodes.empty(), "trace: a graph piece before any node");
+  g_->nodes.back().piece = std::move(piece);
+}
+
 void Recorder::host_read(const char* op) {
   throw Error(op, "cannot read a tensor on the host inside " + what_ +
                       ": while tracing, tensors have no values yet and a value read now "
@@ -138,7 +144,8 @@ void Recorder::describe_next(const void* desc, size_t bytes) {
 
 std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   Graph& g = *g_;
-  g.device = device_.value_or(Device::cpu());
+  // A trace without ops runs where its inputs are.
+  g.device = device_.value_or(input_device_.value_or(Device::cpu()));
   // A CUDA graph bakes a kernel's arguments in: the Philox counters random ops read from
   // host memory on the CPU would repeat on every replay.
   TIDE_CHECK(g.device.is_cpu() || g.random.empty(), "trace", what_, " draws random numbers on ",

@@ -39,6 +39,9 @@ class Recorder final : public tide::detail::CaptureSink {
   // The fusion level nested recordings (loop bodies) use.
   void set_fusion(Fusion f) { fusion_ = f; }
   Fusion fusion() const { return fusion_; }
+  // Gives the node recorded last the piece of CUDA graph it adds instead of being captured
+  // (trace/graph.h, Node::piece).
+  void set_last_piece(std::shared_ptr<GraphPiece> piece);
 
   // CaptureSink
   void record(const char* op, std::span<Storage* const> reads,
@@ -58,7 +61,8 @@ class Recorder final : public tide::detail::CaptureSink {
   std::vector<bool> created_;  // per value: made by this recording
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
-  std::optional<Device> device_;  // of the first op recorded
+  std::optional<Device> device_;        // of the first op recorded
+  std::optional<Device> input_device_;  // of the first placeholder
 };
 
 // Installs a recorder on the calling thread for a scope; restores the previous sink.

@@ -11,6 +11,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/device_api.h"
+#include "core/cuda/graph_loop.h"
 #include "core/error.h"
 
 namespace tide::cuda {
@@ -274,6 +275,33 @@ class CudaApi final : public DeviceApi {
     size_t n = 0;
     TIDE_CUDA_CHECK(cudaGraphGetNodes(cudaGraph_t(g), nullptr, &n));
     return n;
+  }
+
+  bool graph_create_condition(GraphHandle g, ConditionalHandle* cond, std::string* why) override {
+    make_current();
+    return create_condition(cudaGraph_t(g), cond, why);
+  }
+  GraphNodeHandle graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                  ConditionalHandle cond, GraphHandle* body,
+                                  std::string* why) override {
+    make_current();
+    cudaGraph_t b = nullptr;
+    cudaGraphNode_t node = add_while_node(cudaGraph_t(g), deps, cond, &b, why);
+    *body = b;
+    return node;
+  }
+  GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                       ConditionalHandle cond, int64_t* counter,
+                                       const LoopCount& count,
+                                       std::span<const LoopCopy> copies) override {
+    make_current();
+    return add_loop_kernel_node(cudaGraph_t(g), deps, cond, counter, &count, copies);
+  }
+  GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
+                                      ConditionalHandle cond, int64_t* counter,
+                                      std::span<const LoopCopy> copies) override {
+    make_current();
+    return add_loop_kernel_node(cudaGraph_t(body), deps, cond, counter, nullptr, copies);
   }
 
   void* create_blas() override {

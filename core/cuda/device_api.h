@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace tide::cuda {
 
 using StreamHandle = void*;
@@ -23,6 +25,7 @@ using EventHandle = void*;
 using GraphHandle = void*;      // cudaGraph_t: a graph being built
 using GraphNodeHandle = void*;  // cudaGraphNode_t: a node of one graph (and of its execs)
 using GraphExecHandle = void*;  // cudaGraphExec_t: an instantiated graph
+using ConditionalHandle = uint64_t;  // cudaGraphConditionalHandle: a WHILE node's condition
 
 enum class CopyKind : uint8_t { host_to_device, device_to_host, device_to_device };
 
@@ -34,6 +37,21 @@ struct Status {
   std::string message;  // "cudaErrorIllegalAddress: an illegal memory access was encountered"
   bool failed() const { return kind == error || kind == sticky; }
 };
+
+// A counted loop in a graph (graph_add_loop_start / graph_add_loop_step): copies its
+// kernels make, and where the count comes from.
+struct LoopCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+struct LoopCount {
+  const void* tensor = nullptr;  // device memory holding the count (one element), or null
+  DType dtype = DType::int64;    // the tensor's dtype (a float count is truncated)
+  int64_t fixed = 0;             // the count when there is no tensor
+};
+// Copies one kernel of a loop may make (kernel parameters are passed by value).
+inline constexpr size_t kMaxLoopCopies = 32;
 
 struct MemInfo {
   size_t free = 0, total = 0;
@@ -129,6 +147,36 @@ class DeviceApi {
   virtual void graph_exec_destroy(GraphExecHandle exec) = 0;
   // The number of nodes in g (cudaGraphGetNodes).
   virtual size_t graph_node_count(GraphHandle g) = 0;
+
+  // A counted loop without the host (CUDA >= 12.4 conditional nodes): a start kernel node
+  // sets the loop's counter and condition, a WHILE node runs its body graph while the
+  // condition is non-zero (checked before every iteration, the first included), and the
+  // body's last node, a step kernel, ends each iteration. The condition is 0 at every
+  // launch until the start kernel sets it. `counter` is 8 bytes of device memory the loop
+  // owns. A count below zero runs no iteration (the kernels cannot throw; callers check
+  // counts they know on the host).
+  //
+  // Creates the condition of a WHILE node of g (0 at every launch of g). false with *why
+  // when CUDA refuses (a driver without conditional nodes).
+  virtual bool graph_create_condition(GraphHandle g, ConditionalHandle* cond,
+                                      std::string* why) = 0;
+  // Adds a WHILE node on `cond` after deps. *body is its body graph, owned by the node
+  // (add nodes to it; never destroy it). nullptr with *why when CUDA refuses.
+  virtual GraphNodeHandle graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                          ConditionalHandle cond, GraphHandle* body,
+                                          std::string* why) = 0;
+  // Adds the start kernel after deps: makes `copies` (the initial state), then *counter =
+  // the count and the condition = (count > 0). At most kMaxLoopCopies copies.
+  virtual GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                               ConditionalHandle cond, int64_t* counter,
+                                               const LoopCount& count,
+                                               std::span<const LoopCopy> copies) = 0;
+  // Adds the step kernel to a body graph after deps: makes `copies` (the next state into
+  // the state), then --*counter and the condition = (*counter > 0). At most kMaxLoopCopies.
+  virtual GraphNodeHandle graph_add_loop_step(GraphHandle body,
+                                              std::span<const GraphNodeHandle> deps,
+                                              ConditionalHandle cond, int64_t* counter,
+                                              std::span<const LoopCopy> copies) = 0;
 
   // ---- libraries ----
   // A cuBLASLt handle for one stream, or nullptr where there is no cuBLASLt (the fake).

@@ -55,12 +55,15 @@ class FakeDevice final : public DeviceApi {
   // The next graph_add_captured refuses its capture with `why`, as CUDA refuses a launch
   // it cannot capture; the one after captures again.
   void refuse_next_capture(std::string why);
-  // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy) and the
-  // number of operations captured in it; edges as (from, to) node indices.
+  // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy, 's': a
+  // loop's start kernel, 'w': a WHILE node, 'e': a loop's step kernel) and the number of
+  // operations captured in it (of copies, for 's' and 'e'); edges as (from, to) node
+  // indices; per WHILE node, in order, its body's shape.
   struct GraphShape {
     std::string kinds;
     std::vector<size_t> ops;
     std::vector<std::pair<int, int>> edges;
+    std::vector<GraphShape> bodies;
   };
   GraphShape graph_shape(GraphHandle g) const;
   // The calls so far, in order; and how many of one kind (on one stream, if given).
@@ -111,21 +114,42 @@ class FakeDevice final : public DeviceApi {
   void graph_launch(GraphExecHandle exec, StreamHandle s) override;
   void graph_exec_destroy(GraphExecHandle exec) override;
   size_t graph_node_count(GraphHandle g) override;
+  bool graph_create_condition(GraphHandle g, ConditionalHandle* cond, std::string* why) override;
+  GraphNodeHandle graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                  ConditionalHandle cond, GraphHandle* body,
+                                  std::string* why) override;
+  GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                       ConditionalHandle cond, int64_t* counter,
+                                       const LoopCount& count,
+                                       std::span<const LoopCopy> copies) override;
+  GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
+                                      ConditionalHandle cond, int64_t* counter,
+                                      std::span<const LoopCopy> copies) override;
 
  private:
   struct Event;
   struct Stream;
+  struct Graph;
   struct GraphNode {  // fake_graph.cpp
+    char kind = 'k';  // as in GraphShape::kinds
     std::vector<int> deps;
     std::vector<std::function<void()>> ops;  // a captured node
     bool copy = false;
     void* dst = nullptr;
     const void* src = nullptr;
     size_t bytes = 0;
+    // Loops: the WHILE node's body (shared by the graph's execs, as it never changes once
+    // built); the condition and counter the loop kernels set; their copies; the count.
+    std::shared_ptr<Graph> body;
+    ConditionalHandle cond = 0;
+    int64_t* counter = nullptr;
+    std::vector<LoopCopy> copies;
+    LoopCount count;
   };
   struct Graph {
     std::vector<GraphNode> nodes;
   };
+  GraphNodeHandle add_node(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode node);
   void log(Call c);
   void enqueue(StreamHandle s, std::function<void()> op);
   // What `launch` queues on a stream that captures instead of running (fake_graph.cpp).
@@ -145,6 +169,7 @@ class FakeDevice final : public DeviceApi {
   std::vector<std::unique_ptr<Event>> events_;
   std::vector<std::unique_ptr<Graph>> graphs_;  // graphs and execs alike
   std::string refuse_capture_;
+  ConditionalHandle next_cond_ = 1;
   // True while this thread runs a graph_add_captured launch (malloc is then refused).
   static inline thread_local bool tl_capturing = false;
 };

@@ -3,8 +3,11 @@
 // operations its launch queued on the capturing stream; a copy node its pointers; an
 // exec is a copy of the graph's nodes whose copies can be re-pointed; a launch queues one
 // operation that runs the exec's nodes in the order they were added (each node's deps
-// come before it). Not modelled: concurrency between independent nodes, conditional nodes.
+// come before it); a WHILE node runs its body while its condition is non-zero, and the
+// loop kernels (start, step) set that condition as CUDA's do. Not modelled: concurrency
+// between independent nodes.
 #include <cstring>
+#include <unordered_map>
 
 #include "core/cuda/fake_device.h"
 #include "core/error.h"
@@ -21,16 +24,24 @@ void FakeDevice::refuse_next_capture(std::string why) {
   refuse_capture_ = std::move(why);
 }
 
-FakeDevice::GraphShape FakeDevice::graph_shape(GraphHandle g) const {
-  std::lock_guard lock(mu_);
-  GraphShape shape;
-  const auto& nodes = static_cast<Graph*>(g)->nodes;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    shape.kinds += nodes[i].copy ? 'm' : 'k';
-    shape.ops.push_back(nodes[i].ops.size());
-    for (int d : nodes[i].deps) shape.edges.emplace_back(d, int(i));
+namespace {
+template <typename Graph>
+FakeDevice::GraphShape shape_of(const Graph& g) {
+  FakeDevice::GraphShape shape;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto& n = g.nodes[i];
+    shape.kinds += n.kind;
+    shape.ops.push_back(n.kind == 's' || n.kind == 'e' ? n.copies.size() : n.ops.size());
+    for (int d : n.deps) shape.edges.emplace_back(d, int(i));
+    if (n.body) shape.bodies.push_back(shape_of(*n.body));
   }
   return shape;
+}
+}  // namespace
+
+FakeDevice::GraphShape FakeDevice::graph_shape(GraphHandle g) const {
+  std::lock_guard lock(mu_);
+  return shape_of(*static_cast<Graph*>(g));
 }
 
 GraphHandle FakeDevice::graph_create() {
@@ -71,6 +82,11 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const Gr
     refuse_capture_.clear();
     return nullptr;
   }
+  return add_node(g, deps, std::move(node));
+}
+
+GraphNodeHandle FakeDevice::add_node(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                     GraphNode node) {
   auto& nodes = static_cast<Graph*>(g)->nodes;
   node.deps = dep_indices(deps, nodes.size());
   nodes.push_back(std::move(node));
@@ -81,15 +97,84 @@ GraphNodeHandle FakeDevice::graph_add_memcpy(GraphHandle g, std::span<const Grap
                                              void* dst, const void* src, size_t bytes, CopyKind) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_memcpy, nullptr, nullptr, bytes});
-  auto& nodes = static_cast<Graph*>(g)->nodes;
   GraphNode node;
-  node.deps = dep_indices(deps, nodes.size());
+  node.kind = 'm';
   node.copy = true;
   node.dst = dst;
   node.src = src;
   node.bytes = bytes;
-  nodes.push_back(std::move(node));
-  return handle_of(nodes.size() - 1);
+  return add_node(g, deps, std::move(node));
+}
+
+bool FakeDevice::graph_create_condition(GraphHandle, ConditionalHandle* cond, std::string*) {
+  std::lock_guard lock(mu_);
+  *cond = next_cond_++;
+  return true;
+}
+
+GraphNodeHandle FakeDevice::graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                            ConditionalHandle cond, GraphHandle* body,
+                                            std::string*) {
+  std::lock_guard lock(mu_);
+  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
+  GraphNode node;
+  node.kind = 'w';
+  node.body = std::make_shared<Graph>();
+  node.cond = cond;
+  *body = node.body.get();
+  return add_node(g, deps, std::move(node));
+}
+
+namespace {
+// A loop kernel's copies run at once on a GPU: none may write what another reads or writes
+// (a copy onto itself is skipped).
+void check_copies(std::span<const LoopCopy> copies) {
+  TIDE_ASSERT(copies.size() <= kMaxLoopCopies, "fake device: too many copies for a loop kernel");
+  auto overlap = [](const void* a, size_t na, const void* b, size_t nb) {
+    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return x < y + nb && y < x + na;
+  };
+  for (size_t i = 0; i < copies.size(); ++i)
+    for (size_t j = 0; j < copies.size(); ++j) {
+      const LoopCopy &w = copies[i], &r = copies[j];
+      if (w.dst == w.src || r.dst == r.src) continue;
+      TIDE_ASSERT(!overlap(w.dst, w.bytes, r.src, r.bytes) &&
+                      (i == j || !overlap(w.dst, w.bytes, r.dst, r.bytes)),
+                  "fake device: a loop kernel's copies overlap");
+    }
+}
+}  // namespace
+
+GraphNodeHandle FakeDevice::graph_add_loop_start(GraphHandle g,
+                                                 std::span<const GraphNodeHandle> deps,
+                                                 ConditionalHandle cond, int64_t* counter,
+                                                 const LoopCount& count,
+                                                 std::span<const LoopCopy> copies) {
+  check_copies(copies);
+  std::lock_guard lock(mu_);
+  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
+  GraphNode node;
+  node.kind = 's';
+  node.cond = cond;
+  node.counter = counter;
+  node.count = count;
+  node.copies.assign(copies.begin(), copies.end());
+  return add_node(g, deps, std::move(node));
+}
+
+GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
+                                                std::span<const GraphNodeHandle> deps,
+                                                ConditionalHandle cond, int64_t* counter,
+                                                std::span<const LoopCopy> copies) {
+  check_copies(copies);
+  std::lock_guard lock(mu_);
+  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
+  GraphNode node;
+  node.kind = 'e';
+  node.cond = cond;
+  node.counter = counter;
+  node.copies.assign(copies.begin(), copies.end());
+  return add_node(body, deps, std::move(node));
 }
 
 GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string*) {
@@ -107,7 +192,7 @@ bool FakeDevice::graph_exec_update(GraphExecHandle exec, GraphHandle g) {
   // CUDA's rule, reduced to what the fake keeps: same nodes, kinds and edges.
   if (to.size() != from.size()) return false;
   for (size_t i = 0; i < to.size(); ++i)
-    if (to[i].copy != from[i].copy || to[i].deps != from[i].deps) return false;
+    if (to[i].kind != from[i].kind || to[i].deps != from[i].deps) return false;
   to = from;
   return true;
 }
@@ -124,6 +209,41 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
   nodes[i].bytes = bytes;
 }
 
+namespace {
+
+int64_t read_count(const LoopCount& c) {
+  if (!c.tensor) return c.fixed;
+  return dispatch_dtype(c.dtype, [&](auto z) -> int64_t {
+    return int64_t(*static_cast<const decltype(z)*>(c.tensor));
+  });
+}
+
+// Runs nodes in the order they were added; conditions start at 0 for each launch.
+template <typename Node>
+void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond) {
+  for (const Node& n : nodes) {
+    switch (n.kind) {
+      case 'm':
+        if (n.bytes) std::memcpy(n.dst, n.src, n.bytes);
+        break;
+      case 's':
+      case 'e':
+        for (const LoopCopy& c : n.copies)
+          if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
+        *n.counter = n.kind == 's' ? read_count(n.count) : *n.counter - 1;
+        cond[n.cond] = *n.counter > 0;
+        break;
+      case 'w':
+        while (cond[n.cond]) run_nodes(n.body->nodes, cond);
+        break;
+      default:
+        for (const auto& op : n.ops) op();
+    }
+  }
+}
+
+}  // namespace
+
 void FakeDevice::graph_launch(GraphExecHandle exec, StreamHandle s) {
   std::vector<GraphNode> nodes;
   {
@@ -132,13 +252,8 @@ void FakeDevice::graph_launch(GraphExecHandle exec, StreamHandle s) {
     nodes = static_cast<Graph*>(exec)->nodes;  // later updates apply to later launches
   }
   enqueue(s, [nodes = std::move(nodes)] {
-    for (const GraphNode& n : nodes) {
-      if (n.copy) {
-        if (n.bytes) std::memcpy(n.dst, n.src, n.bytes);
-        continue;
-      }
-      for (const auto& op : n.ops) op();
-    }
+    std::unordered_map<ConditionalHandle, int> cond;
+    run_nodes(nodes, cond);
   });
 }
 

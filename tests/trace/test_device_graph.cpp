@@ -194,17 +194,119 @@ TEST(DeviceGraph, WhatAGpuTraceDoesNotSupportYetIsRefusedClearly) {
   e = error_of([&] { (void)mixed(x); });
   EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
 
-  auto looped = trace::function([](const Tensor& t) {
-    return trace::loop(
-        3, [](const Tensor& s) { return s + 1.0; }, t);
-  });
-  e = error_of([&] { (void)looped(x); });
-  EXPECT_NE(e.find("traced loop with state on cuda:8 is not supported yet"), std::string::npos)
-      << e;
-
   auto verified = trace::function([](const Tensor& t) { return t + 1.0; }, {.verify = true});
   e = error_of([&] { (void)verified(x); });
   EXPECT_NE(e.find("verify = true is not supported on cuda:8"), std::string::npos) << e;
+}
+
+// ---- trace::loop: a WHILE node of the CUDA graph ----
+
+Tensor step(const Tensor& s) { return s * 1.5 - 0.25; }
+
+TEST(DeviceGraphLoop, AnIntCountLoopIsAWhileNodeAndEqualsEager) {
+  auto f = trace::function([](const Tensor& x) { return trace::loop(5, step, x); });
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu(values(6, float(call + 1)), {2, 3});
+    EXPECT_EQ(f(x).to_vector<float>(), trace::loop(5, step, x).to_vector<float>()) << call;
+  }
+  trace::FunctionStats s = f.stats();
+  EXPECT_EQ(s.graph_fallback, "");
+  Tensor x = on_gpu(values(6, 1), {2, 3});
+  std::shared_ptr<trace::Graph> g = f.graph(x);
+  ASSERT_TRUE(g);
+  ASSERT_EQ(g->nodes.size(), 1u);
+  // input copy; the loop's start kernel, WHILE node and state copy-out; output copy.
+  FakeDevice::GraphShape shape = fake().graph_shape(g->device_graph->exec);
+  EXPECT_EQ(shape.kinds, "mswmm");
+  EXPECT_EQ(shape.edges, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
+  EXPECT_EQ(shape.ops[1], 1u) << "the start kernel copies the initial state";
+  ASSERT_EQ(shape.bodies.size(), 1u);
+  // The body: its two ops captured (the trace's edge between them), then the step kernel.
+  const FakeDevice::GraphShape& body = shape.bodies[0];
+  EXPECT_EQ(body.kinds, "kke");
+  EXPECT_EQ(body.edges, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(body.ops[2], 1u) << "the step kernel copies the next state";
+  EXPECT_EQ(s.graph_nodes, 5u);
+}
+
+TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
+  auto f = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
+  Tensor x = on_gpu(values(4, 0.5f), {4});
+  for (int64_t n : {3, 0, 7, 1}) {
+    Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, step, x).to_vector<float>())
+        << "n = " << n;
+  }
+  EXPECT_EQ(f.stats().traces, 1) << "one graph for every count";
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  Tensor fcount = from_vector(std::vector<double>{4.0}, Shape({1}), gpu());
+  auto g = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
+  EXPECT_EQ(g(x, fcount).to_vector<float>(), trace::loop(4, step, x).to_vector<float>())
+      << "a float64 count";
+  // In a graph the kernels cannot throw: a negative count runs no iteration.
+  Tensor negative = from_vector(std::vector<int64_t>{-2}, Shape({1}), gpu());
+  EXPECT_EQ(f(x, negative).to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(DeviceGraphLoop, StatesSwappedByTheBodyGoThroughASpareBuffer) {
+  // Fibonacci: the next first state is the current second one, read from a state buffer
+  // the step kernel overwrites (the fake checks that no copy reads what another writes).
+  auto fib = [](const std::vector<Tensor>& s) { return std::vector<Tensor>{s[1], s[0] + s[1]}; };
+  auto f = trace::function([&](const Tensor& a, const Tensor& b) {
+    std::vector<Tensor> r = trace::loop(10, fib, {a, b});
+    return std::vector<Tensor>{r[0], r[1]};
+  });
+  Tensor a = on_gpu({0, 1}, {2}), b = on_gpu({1, 1}, {2});
+  std::vector<Tensor> traced = f(a, b), eager = trace::loop(10, fib, {a, b});
+  EXPECT_EQ(traced[0].to_vector<float>(), eager[0].to_vector<float>());
+  EXPECT_EQ(traced[1].to_vector<float>(), eager[1].to_vector<float>());
+  EXPECT_EQ(traced[0].to_vector<float>(), (std::vector<float>{55, 89}));
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  FakeDevice::GraphShape shape = fake().graph_shape(f.graph(a, b)->device_graph->exec);
+  ASSERT_EQ(shape.bodies.size(), 1u);
+  EXPECT_EQ(shape.bodies[0].kinds, "kme") << "the add, a copy into the spare buffer, the step";
+}
+
+TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
+  Tensor w = on_gpu(values(9, 0.1f), {3, 3});
+  auto inner = [&](const Tensor& t) { return relu(matmul(t, w)) + 1.0; };
+  auto outer = [&](const Tensor& s) { return trace::loop(3, inner, s) * 0.5; };
+  auto f = trace::function([&](const Tensor& x) { return trace::loop(4, outer, x); });
+  Tensor x = on_gpu(values(6, 0.3f), {2, 3});
+  EXPECT_EQ(f(x).to_vector<float>(), trace::loop(4, outer, x).to_vector<float>());
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  FakeDevice::GraphShape shape = fake().graph_shape(f.graph(x)->device_graph->exec);
+  ASSERT_EQ(shape.bodies.size(), 1u);
+  EXPECT_EQ(shape.bodies[0].kinds, "swmke") << "the inner loop inside the outer body";
+  ASSERT_EQ(shape.bodies[0].bodies.size(), 1u);
+}
+
+TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
+  auto f = trace::function([](const Tensor& x, const Tensor& n) {
+    return trace::loop(n, step, x * 2.0);
+  });
+  fake().refuse_next_capture("not this one");
+  Tensor x = on_gpu(values(5, 1), {5});
+  for (int64_t n : {2, 0, 6}) {
+    Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, step, x * 2.0).to_vector<float>())
+        << "n = " << n;
+  }
+  EXPECT_NE(f.stats().graph_fallback.find("not this one"), std::string::npos)
+      << f.stats().graph_fallback;
+  Tensor negative = from_vector(std::vector<int64_t>{-1}, Shape({1}), gpu());
+  std::string e = error_of([&] { (void)f(x, negative).to_vector<float>(); });
+  EXPECT_NE(e.find("loop count must be >= 0, got -1"), std::string::npos) << e;
+}
+
+TEST(DeviceGraphLoop, ALoopWhoseBodyReturnsItsStateUnchanged) {
+  auto f = trace::function([](const Tensor& x) {
+    return trace::loop(3, [](const Tensor& s) { return s; }, x);
+  });
+  Tensor x = on_gpu({1, 2, 3}, {3});
+  Tensor y = f(x);
+  EXPECT_EQ(y.device(), gpu());
+  EXPECT_EQ(y.to_vector<float>(), x.to_vector<float>());
 }
 
 }  // namespace

@@ -1,0 +1,137 @@
+// A counted loop inside a CUDA graph without the host: a start kernel and a WHILE node
+// whose body ends with a step kernel. The kernels read the count on the device and set
+// the WHILE node's condition (cudaGraphSetConditional), so no iteration and no tensor
+// count costs a host synchronisation.
+#include "core/cuda/graph_loop.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/check.h"
+
+namespace tide::cuda {
+
+namespace {
+
+struct LoopKernelArgs {
+  LoopCopy copies[kMaxLoopCopies];
+  int num_copies;
+  int start;  // 1: the start kernel (reads the count); 0: a step
+  cudaGraphConditionalHandle cond;
+  long long* counter;
+  const void* count;  // device memory, or null: `fixed`
+  int count_dtype;    // DType
+  long long fixed;
+};
+
+__device__ long long read_count(const LoopKernelArgs& a) {
+  if (!a.count) return a.fixed;
+  switch (DType(a.count_dtype)) {
+    case DType::float32: return (long long)(*static_cast<const float*>(a.count));
+    case DType::float64: return (long long)(*static_cast<const double*>(a.count));
+    case DType::int32: return *static_cast<const int*>(a.count);
+    default: return *static_cast<const long long*>(a.count);
+  }
+}
+
+// Every thread of the grid copies its share of each copy (16-byte words where the copy is
+// aligned), then one thread moves the counter and sets the condition; the condition is
+// read when the body (or the start node) has completed, so the copies are done by then.
+__global__ void loop_kernel(LoopKernelArgs a) {
+  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (int c = 0; c < a.num_copies; ++c) {
+    auto* d = static_cast<unsigned char*>(a.copies[c].dst);
+    const auto* s = static_cast<const unsigned char*>(a.copies[c].src);
+    const size_t n = a.copies[c].bytes;
+    if (d == s) continue;
+    if (((uintptr_t(d) | uintptr_t(s) | n) & 15) == 0) {
+      auto* d4 = reinterpret_cast<uint4*>(d);
+      const auto* s4 = reinterpret_cast<const uint4*>(s);
+      for (size_t i = tid; i < n / 16; i += stride) d4[i] = s4[i];
+    } else {
+      for (size_t i = tid; i < n; i += stride) d[i] = s[i];
+    }
+  }
+  if (tid == 0) {
+    long long n = a.start ? read_count(a) : *a.counter - 1;
+    *a.counter = n;
+    cudaGraphSetConditional(a.cond, n > 0 ? 1u : 0u);
+  }
+}
+
+}  // namespace
+
+namespace {
+std::string refusal(cudaError_t e) {
+  (void)cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+}  // namespace
+
+bool create_condition(cudaGraph_t g, ConditionalHandle* cond, std::string* why) {
+  cudaGraphConditionalHandle h = 0;
+  // Reset to 0 at every launch: only the loop's start kernel lets it begin.
+  cudaError_t e = cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault);
+  if (e != cudaSuccess) {
+    if (why) *why = refusal(e);
+    return false;
+  }
+  *cond = h;
+  return true;
+}
+
+cudaGraphNode_t add_while_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                               ConditionalHandle cond, cudaGraph_t* body, std::string* why) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = cond;
+  p.conditional.type = cudaGraphCondTypeWhile;
+  p.conditional.size = 1;
+  cudaGraphNode_t node = nullptr;
+  cudaError_t e = cudaGraphAddNode(&node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
+                                   nullptr, deps.size(), &p);
+  if (e != cudaSuccess) {
+    if (why) *why = refusal(e);
+    return nullptr;
+  }
+  *body = p.conditional.phGraph_out[0];
+  return node;
+}
+
+cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                     ConditionalHandle cond, int64_t* counter,
+                                     const LoopCount* count, std::span<const LoopCopy> copies) {
+  if (copies.size() > kMaxLoopCopies)
+    throw_cuda_error("a loop kernel with more than kMaxLoopCopies copies", cudaErrorInvalidValue);
+  LoopKernelArgs a{};
+  size_t bytes = 0;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    a.copies[i] = copies[i];
+    bytes = std::max(bytes, copies[i].bytes);
+  }
+  a.num_copies = int(copies.size());
+  a.start = count != nullptr;
+  a.cond = cond;
+  a.counter = reinterpret_cast<long long*>(counter);
+  if (count) {
+    a.count = count->tensor;
+    a.count_dtype = int(count->dtype);
+    a.fixed = count->fixed;
+  }
+  constexpr unsigned kThreads = 256;
+  // One 16-byte word per thread of the largest copy, at most 1024 blocks (grid-strided).
+  const size_t blocks = std::clamp<size_t>((bytes / 16 + kThreads - 1) / kThreads, 1, 1024);
+  void* params[] = {&a};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(&loop_kernel);
+  p.gridDim = dim3(unsigned(blocks));
+  p.blockDim = dim3(kThreads);
+  p.kernelParams = params;
+  cudaGraphNode_t node = nullptr;
+  TIDE_CUDA_CHECK(cudaGraphAddKernelNode(
+      &node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()), deps.size(), &p));
+  return node;
+}
+
+}  // namespace tide::cuda

@@ -1,0 +1,152 @@
+#include "trace/device_loop.h"
+
+#include <stdexcept>
+
+#include "core/allocator.h"
+#include "core/capture.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "trace/executor.h"
+
+namespace tide::trace {
+
+using cuda::CopyKind;
+using cuda::GraphHandle;
+using cuda::GraphNodeHandle;
+using cuda::LoopCopy;
+
+DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
+                       DType count_dtype, int64_t count_offset, int64_t fixed)
+    : body_(std::move(body)),
+      state_(std::move(state)),
+      count_(count),
+      count_dtype_(count_dtype),
+      count_offset_(count_offset),
+      fixed_(fixed) {
+  TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
+                  body_->outputs.size() == state_.size(),
+              "trace: a GPU loop's body must be prepared with one input and output per state");
+  tide::detail::CapturePause pause;  // real allocations, also while the enclosing trace records
+  Allocator& al = Allocator::get(body_->device);
+  counter_ = al.allocate(sizeof(int64_t), "loop");
+  for (size_t j = 0; j < state_.size(); ++j) {
+    // A next state read from a state buffer (the body returns a state, or a view of one,
+    // in another place) cannot be copied by the kernel that overwrites the state buffers:
+    // it goes through a buffer of its own first.
+    const Graph::Output& o = body_->outputs[j];
+    bool from_state = body_->values[size_t(o.value)].kind == ValueKind::input;
+    bool identity = o.value == body_->inputs[j] && o.offset == 0;
+    spare_.push_back(from_state && !identity ? al.allocate(state_[j].bytes, "loop") : StorageRef());
+  }
+}
+
+void* DeviceLoop::state_buffer(size_t j) const {
+  return body_->values[size_t(body_->inputs[j])].storage->data();
+}
+
+const void* DeviceLoop::next_source(size_t j) const {
+  const Graph::Output& o = body_->outputs[j];
+  return static_cast<const unsigned char*>(body_->values[size_t(o.value)].storage->data()) +
+         size_t(o.offset) * size_of(o.dtype);
+}
+
+const void* DeviceLoop::count_address() const {
+  return static_cast<const unsigned char*>(count_->data()) +
+         size_t(count_offset_) * size_of(count_dtype_);
+}
+
+std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> deps,
+                               const KernelContext& ctx, std::vector<GraphNodeHandle>* exits) {
+  cuda::DeviceApi& api = *ctx.api;
+  const size_t k = state_.size();
+  if (k > cuda::kMaxLoopCopies)
+    return tide::detail::concat("a loop of ", k, " state tensors (a CUDA graph's loop kernels "
+                                "copy at most ", cuda::kMaxLoopCopies, ")");
+  auto* counter = static_cast<int64_t*>(counter_->data());
+  std::string why;
+  cuda::ConditionalHandle cond = 0;
+  if (!api.graph_create_condition(h, &cond, &why)) return "CUDA refused a WHILE node: " + why;
+
+  std::vector<LoopCopy> initial;
+  for (size_t j = 0; j < k; ++j)
+    initial.push_back({state_buffer(j),
+                       static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset,
+                       state_[j].bytes});
+  cuda::LoopCount count;
+  count.fixed = fixed_;
+  if (count_) {
+    count.tensor = count_address();
+    count.dtype = count_dtype_;
+  }
+  GraphNodeHandle start = api.graph_add_loop_start(h, deps, cond, counter, count, initial);
+  GraphHandle body = nullptr;
+  GraphNodeHandle loop = api.graph_add_while(h, {&start, 1}, cond, &body, &why);
+  if (!loop) return "CUDA refused a WHILE node: " + why;
+
+  // The body: its planned nodes, then the next state into the state buffers.
+  DeviceGraph& dg = *body_->device_graph;
+  dg.api = &api;
+  dg.host_functions.fns.clear();
+  std::vector<GraphNodeHandle> sinks;
+  std::string failed = add_planned_nodes(*body_, body, {}, capture_context(ctx, dg), &sinks);
+  if (!failed.empty()) return "in its body: " + failed;
+  std::vector<GraphNodeHandle> before_step = sinks;
+  std::vector<LoopCopy> next;
+  for (size_t j = 0; j < k; ++j) {
+    const void* src = next_source(j);
+    if (spare_[j]) {
+      before_step.push_back(api.graph_add_memcpy(body, sinks, spare_[j]->data(), src,
+                                                 state_[j].bytes, CopyKind::device_to_device));
+      src = spare_[j]->data();
+    }
+    next.push_back({state_buffer(j), src, state_[j].bytes});
+  }
+  api.graph_add_loop_step(body, before_step, cond, counter, next);
+
+  exits->clear();
+  for (size_t j = 0; j < k; ++j)
+    exits->push_back(api.graph_add_memcpy(h, {&loop, 1}, state_[j].out->data(), state_buffer(j),
+                                          state_[j].bytes, CopyKind::device_to_device));
+  return {};
+}
+
+void DeviceLoop::launch(const KernelContext& ctx) const {
+  cuda::DeviceApi& api = *ctx.api;
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (dst != src) api.memcpy_async(dst, src, bytes, CopyKind::device_to_device, ctx.stream);
+  };
+  int64_t n = fixed_;
+  if (count_) {
+    // The count's writer ran earlier on this stream (or another stream's writer was waited
+    // for before this task): wait for the stream, then read it.
+    cuda::Status st = api.synchronize(ctx.stream);
+    if (st.failed()) throw std::runtime_error("reading the loop count: " + st.message);
+    unsigned char host[8] = {};
+    cuda::DeviceRuntime::get(body_->device.index).copy_to_host(host, count_address(),
+                                                               size_of(count_dtype_), "loop");
+    n = dispatch_dtype(count_dtype_, [&](auto z) -> int64_t {
+      return int64_t(*reinterpret_cast<const decltype(z)*>(host));
+    });
+  }
+  if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
+  const size_t k = state_.size();
+  for (size_t j = 0; j < k; ++j)
+    copy(state_buffer(j), static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset,
+         state_[j].bytes);
+  for (int64_t it = 0; it < n; ++it) {
+    for (size_t i = 0; i < body_->nodes.size(); ++i) {
+      try {
+        body_->nodes[i].kernel(ctx);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(node_failure(*body_, i, e.what()));
+      }
+    }
+    for (size_t j = 0; j < k; ++j)
+      if (spare_[j]) copy(spare_[j]->data(), next_source(j), state_[j].bytes);
+    for (size_t j = 0; j < k; ++j)
+      copy(state_buffer(j), spare_[j] ? spare_[j]->data() : next_source(j), state_[j].bytes);
+  }
+  for (size_t j = 0; j < k; ++j) copy(state_[j].out->data(), state_buffer(j), state_[j].bytes);
+}
+
+}  // namespace tide::trace

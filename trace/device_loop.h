@@ -1,0 +1,68 @@
+// A traced trace::loop on a GPU (DESIGN §8): the loop node of a trace becomes, in the
+// enclosing CUDA graph, a start kernel, a conditional WHILE node and copy nodes:
+//
+//   start kernel: copies the initial state into the body's state buffers, reads the count
+//                 (an int, or a tensor read on the device) into a counter, sets the
+//                 condition to count > 0
+//   WHILE (condition):  the body's planned nodes (captured, with the trace's edges)
+//                       -> copy nodes for states the body returns from another state
+//                       -> step kernel: copies the next state into the state buffers,
+//                          decrements the counter, sets the condition to counter > 0
+//   copy nodes:   the state buffers into the loop node's outputs
+//
+// No iteration and no tensor count costs a host synchronisation. Launched node by node
+// instead (when the enclosing graph fell back), the loop reads a tensor count on the host
+// (it synchronises the stream once) and launches the body's nodes n times.
+//
+// A count below zero: the node-by-node launch throws "loop count must be >= 0" as on the
+// CPU; inside a CUDA graph the kernels cannot throw, so the loop runs no iteration.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/storage.h"
+#include "trace/device_graph.h"
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+struct LoopState {
+  Storage* in;             // the initial state (a value of the enclosing graph)
+  size_t in_offset;        // bytes into it
+  Storage* out;            // the loop node's result
+  size_t bytes;
+};
+
+class DeviceLoop final : public GraphPiece {
+ public:
+  // `body`: recorded, planned and prepared (prepare_device_graph) on the GPU; its inputs
+  // are the state placeholders, its outputs the next state, in order. `count`: the
+  // storage holding the count (one element of count_dtype at count_offset elements), or
+  // null for `fixed`. Allocates the counter (and spare buffers) on the device.
+  DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
+             DType count_dtype, int64_t count_offset, int64_t fixed);
+
+  std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
+                     const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
+  // The loop launched node by node on ctx.stream (see above).
+  void launch(const KernelContext& ctx) const;
+
+ private:
+  void* state_buffer(size_t j) const;  // the body's input j (its fixed buffer)
+  const void* next_source(size_t j) const;  // where the body leaves the next state j
+  const void* count_address() const;
+
+  std::shared_ptr<Graph> body_;
+  std::vector<LoopState> state_;
+  Storage* count_;
+  DType count_dtype_;
+  int64_t count_offset_, fixed_;
+  StorageRef counter_;              // int64 on the device: iterations left
+  std::vector<StorageRef> spare_;   // per state: where a next state read from another
+                                    // state's buffer waits (null when not needed)
+};
+
+}  // namespace tide::trace
