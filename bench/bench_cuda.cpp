@@ -11,7 +11,9 @@
 //               copy of 64M floats (8 bytes per element);
 //   MLP step    the textbook MLP (bench_mlp.cpp's sizes) on cuda:0, eager and traced (one
 //               CUDA graph per step), one sync per step;
-//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node.
+//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node;
+//   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
+//               and the loop's step kernel per iteration (vs eager async: BM_CudaTinyOpThroughput).
 // Every benchmark times wall-clock and syncs inside the timed region.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -261,6 +263,24 @@ void BM_CudaGraphTinyAdds(benchmark::State& state) {
   if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
 }
 BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same 10000 adds as a traced loop: a WHILE node (the count kept on the device).
+void BM_CudaWhileTinyAdds(benchmark::State& state) {
+  constexpr int kOps = 10000;
+  auto f = tide::trace::function(
+      [](const Tensor& x) {
+        return tide::trace::loop(kOps, [](const Tensor& y) { return y + 1.0; }, x);
+      },
+      {.name = "while_adds"});
+  Tensor x = tide::zeros({1}, DType::float32, kGpu);
+  for (int i = 0; i < 2; ++i) f(x).wait_to_read();  // trace, build
+  for (auto _ : state) f(x).wait_to_read();
+  state.SetItemsProcessed(state.iterations() * kOps);
+  tide::trace::FunctionStats s = f.stats();
+  state.counters["graph_nodes"] = double(s.graph_nodes);
+  if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
+}
+BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -83,6 +83,16 @@ def main():
             m = ms("BM_CudaGraphTinyAdds")
             rows.append(("unrolled 10000 adds as a graph, tide / PyTorch", f"{m / t:.3f} ({m:.3f} vs {t:.3f} ms)",
                          "reported", None))
+    if "BM_CudaWhileTinyAdds" in tb:
+        w = ms("BM_CudaWhileTinyAdds")
+        if "BM_CudaTinyOpThroughput" in tb:
+            r = ms("BM_CudaTinyOpThroughput") / w
+            rows.append(("10000 adds: WHILE node speed-up over eager async", f"{r:.1f}x ({w:.3f} ms)",
+                         ">= 100x", r >= 100))
+        t = th.get("tiny_unrolled_graph_ms")
+        if t:
+            rows.append(("10000 adds: WHILE node / PyTorch unrolled CUDA graph",
+                         f"{w / t:.3f} ({w:.3f} vs {t:.3f} ms)", "< 1.0", w / t < 1.0))
     for what, value, target, ok in rows:
         verdict = "" if ok is None else ("met" if ok else "NOT met")
         print(f"  {what:55s} {value:32s} target {target:18s} {verdict}")

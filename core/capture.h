@@ -34,9 +34,10 @@ class CaptureSink {
   virtual StorageRef allocate(size_t bytes, Device device, const char* op) = 0;
   // A host read (item, to_vector, printing, wait_to_read, wait_all): throws tide::Error.
   [[noreturn]] virtual void host_read(const char* op) = 0;
-  // The Philox (offset, key) pair a random op of `numel` elements reads when it runs:
-  // refreshed from `gen` on every replay, so replays draw new numbers in eager order.
-  virtual const uint64_t* random_counter(Generator& gen, uint64_t numel) = 0;
+  // The Philox (offset, key) pair a random op of `numel` elements on `device` reads when
+  // it runs: refreshed from `gen` on every replay, so replays draw new numbers in eager
+  // order. In host memory for the CPU, in the device's memory for a GPU.
+  virtual const uint64_t* random_counter(Generator& gen, uint64_t numel, Device device) = 0;
   // Attaches an op description (ops/elementwise_desc.h) to the next record() call; the
   // fusion pass reads it. The pointee is copied.
   virtual void describe_next(const void* desc, size_t bytes) = 0;

@@ -76,7 +76,7 @@ Tensor random_fill(OpId id, const Shape& shape, DType dtype, Device device, Gene
   const uint64_t* counter = nullptr;
   uint64_t fixed_offset = 0, fixed_key = 0;
   if (CaptureSink* c = capturing()) {
-    counter = c->random_counter(gen, uint64_t(shape.numel()));
+    counter = c->random_counter(gen, uint64_t(shape.numel()), device);
   } else {
     PhiloxCounter r = reserve_random(gen, uint64_t(shape.numel()));
     fixed_offset = r.offset;

@@ -22,7 +22,7 @@ struct Fill {
 };
 // out[i] = element i of the Philox stream (offset, key): standard normal or uniform [0, 1).
 // `counter`, when set, points at {offset, key} to read when the kernel runs (a traced
-// replay refreshes it); else the fixed pair is used.
+// replay refreshes it; on a GPU it is device memory); else the fixed pair is used.
 template <class T>
 struct RandomFill {
   DataRef<T> out;

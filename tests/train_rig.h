@@ -25,6 +25,8 @@ struct RigOptions {
   double momentum = 0;  // SGD only
   uint64_t seed = 11;
   int tanh_after = -1;  // the hidden layer followed by Tanh instead of ReLU
+  double dropout = 0;   // > 0: Dropout(dropout, *dropout_gen) after each activation
+  Generator* dropout_gen = nullptr;
 };
 
 // Linear layers of o.sizes with an activation after each but the last, initialised from
@@ -39,6 +41,7 @@ inline TrainRig make_rig(const RigOptions& o) {
     if (i + 2 < o.sizes.size()) {
       if (int(i) == o.tanh_after) r.model->push_back(std::make_shared<nn::Tanh>());
       else r.model->push_back(std::make_shared<nn::ReLU>());
+      if (o.dropout > 0) r.model->push_back(std::make_shared<nn::Dropout>(o.dropout, *o.dropout_gen));
     }
   }
   r.model->to(o.device);

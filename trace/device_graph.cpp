@@ -215,6 +215,11 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
     dg.stats_.fallback = std::move(fallback);
   }
   DeviceApi& api = *ctx.api;
+  // This call's random counters (reserved in eager order by prepare_call), where the
+  // kernels read them (Recorder::random_counter): before the graph, in stream order.
+  for (size_t i = 0; i < g.random.size(); ++i)
+    api.write_words(ctx.stream, static_cast<uint64_t*>(g.random[i].device_slot->data()),
+                    std::span<const uint64_t>(&c.counters[2 * i], 2));
   if (!dg.exec) {
     launch_nodes(g, dg, ctx, c);
   } else {
@@ -251,6 +256,7 @@ std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span
   if (g.arena) writes.push_back(g.arena.get());
   for (const StorageRef& b : g.device_graph->fixed) writes.push_back(b.get());
   if (g.device_graph->workspace) writes.push_back(g.device_graph->workspace.get());
+  for (const RandomCounter& r : g.random) writes.push_back(r.device_slot.get());
   submit_wide(
       g.device, "trace_replay", reads, writes,
       [gp, c = std::move(c)](const KernelContext& ctx) {

@@ -18,8 +18,10 @@
 //     the stream instead, and stats() says why.
 //   - A node with a piece (a trace::loop: trace/device_loop.h) adds its own nodes instead
 //     of being captured: a WHILE node with the loop's body graph inside.
-// Not yet: random ops (refused when tracing), fused chains (nodes stay one per op), verify
-// mode.
+//   - Random ops read their Philox counters from device memory, which each replay writes
+//     (in eager order, as on the CPU) before its graph runs: a replay draws what eager
+//     would, and every replay draws new numbers.
+// Not yet: fused chains (nodes stay one per op), random ops in loop bodies, verify mode.
 #pragma once
 
 #include <cstdint>

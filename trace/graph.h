@@ -68,6 +68,7 @@ struct RandomCounter {
   Generator* gen = nullptr;
   uint64_t numel = 0;
   std::unique_ptr<uint64_t[]> slot;  // {offset, key}
+  StorageRef device_slot;            // on a GPU: the {offset, key} the kernel reads
 };
 
 // Which nodes must run before which (trace/schedule.h): the IR's edges between nodes, for

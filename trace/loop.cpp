@@ -174,6 +174,10 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
                                        std::shared_ptr<Graph> body,
                                        const std::vector<Tensor>& state,
                                        tide::SourceLocation site) {
+  TIDE_CHECK(body->random.empty(), "loop", "the body draws random numbers on ", body->device.str(),
+             ": random ops inside a traced loop on a GPU are not supported yet (the counters "
+             "of each iteration would have to advance on the device); draw them outside the "
+             "loop and pass them in, or run the loop eagerly");
   prepare_device_graph(*body);
   std::vector<Tensor> result;
   std::vector<LoopState> ls;
@@ -245,7 +249,8 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
     }
     prog->substream = count.tensor.defined();
     prog->random_base = outer.random_counter(
-        *gen, prog->substream ? 4 : uint64_t(count.fixed) * prog->random_blocks * 4);
+        *gen, prog->substream ? 4 : uint64_t(count.fixed) * prog->random_blocks * 4,
+        Device::cpu());
   }
 
   // The node: reads the initial state, the count and what the body reads from outside;

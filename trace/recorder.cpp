@@ -126,12 +126,19 @@ void Recorder::host_read(const char* op) {
                       "and read it after the call");
 }
 
-const uint64_t* Recorder::random_counter(Generator& gen, uint64_t numel) {
+const uint64_t* Recorder::random_counter(Generator& gen, uint64_t numel, Device device) {
   RandomCounter c;
   c.gen = &gen;
   c.numel = numel;
   c.slot = std::make_unique<uint64_t[]>(2);
   const uint64_t* p = c.slot.get();
+  if (!device.is_cpu()) {
+    // A CUDA graph bakes its kernels' arguments in: the kernel reads the pair from device
+    // memory, which each replay writes before the graph runs (trace/device_graph.cpp).
+    tide::detail::CapturePause pause;
+    c.device_slot = Allocator::get(device).allocate(2 * sizeof(uint64_t), "trace");
+    p = static_cast<const uint64_t*>(c.device_slot->data());
+  }
   g_->random.push_back(std::move(c));
   return p;
 }
@@ -146,11 +153,6 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   Graph& g = *g_;
   // A trace without ops runs where its inputs are.
   g.device = device_.value_or(input_device_.value_or(Device::cpu()));
-  // A CUDA graph bakes a kernel's arguments in: the Philox counters random ops read from
-  // host memory on the CPU would repeat on every replay.
-  TIDE_CHECK(g.device.is_cpu() || g.random.empty(), "trace", what_, " draws random numbers on ",
-             g.device.str(), ": random ops in a GPU trace are not supported yet; draw them "
-             "outside the traced function and pass them in");
   std::vector<bool> is_output(g.values.size(), false);
   for (const Tensor& t : outputs) {
     TIDE_CHECK(t.defined(), "trace", what_, " returned an undefined tensor");

@@ -49,7 +49,7 @@ class Recorder final : public tide::detail::CaptureSink {
               tide::SourceLocation site) override;
   StorageRef allocate(size_t bytes, Device device, const char* op) override;
   [[noreturn]] void host_read(const char* op) override;
-  const uint64_t* random_counter(Generator& gen, uint64_t numel) override;
+  const uint64_t* random_counter(Generator& gen, uint64_t numel, Device device) override;
   void describe_next(const void* desc, size_t bytes) override;
 
  private:

@@ -61,6 +61,13 @@ __global__ void write_value(volatile unsigned long long* p, unsigned long long v
   __threadfence_system();
 }
 
+struct Words {
+  unsigned long long v[DeviceApi::kMaxWords];
+};
+__global__ void write_words_kernel(unsigned long long* dst, Words w, int n) {
+  if (int(threadIdx.x) < n) dst[threadIdx.x] = w.v[threadIdx.x];
+}
+
 class CudaApi final : public DeviceApi {
  public:
   explicit CudaApi(int index) : index_(index) {
@@ -156,6 +163,15 @@ class CudaApi final : public DeviceApi {
     // Mapped pinned memory: with unified addressing the host pointer is the device's.
     write_value<<<1, 1, 0, cudaStream_t(s)>>>(
         reinterpret_cast<volatile unsigned long long*>(timeline), value);
+  }
+  void write_words(StreamHandle s, uint64_t* dst, std::span<const uint64_t> values) override {
+    if (values.size() > kMaxWords) throw Error("cuda", "write_words: more than kMaxWords values");
+    if (values.empty()) return;
+    make_current();
+    Words w{};
+    for (size_t i = 0; i < values.size(); ++i) w.v[i] = values[i];
+    write_words_kernel<<<1, unsigned(kMaxWords), 0, cudaStream_t(s)>>>(
+        reinterpret_cast<unsigned long long*>(dst), w, int(values.size()));
   }
   void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                     StreamHandle s) override {

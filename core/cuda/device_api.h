@@ -101,6 +101,11 @@ class DeviceApi {
   virtual void write_timeline(StreamHandle s, uint64_t* timeline, uint64_t value) = 0;
   virtual void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                             StreamHandle s) = 0;
+  // After all earlier work on s, writes `values` (at most kMaxWords) to device memory at
+  // dst. The values travel as a kernel's arguments, so the caller's buffer may change at
+  // once (a traced replay's random counters, written before its graph runs).
+  static constexpr size_t kMaxWords = 32;
+  virtual void write_words(StreamHandle s, uint64_t* dst, std::span<const uint64_t> values) = 0;
   // Runs fn(arg) on a host thread once all earlier work on s is done (cudaLaunchHostFunc);
   // later work on s waits for it to return. fn must not call the device. Captured into a
   // graph node, fn(arg) runs on every launch of the graph: arg must outlive the graph.

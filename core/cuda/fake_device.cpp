@@ -266,6 +266,14 @@ void FakeDevice::write_timeline(StreamHandle s, uint64_t* timeline, uint64_t val
   enqueue(s, [timeline, value] { __atomic_store_n(timeline, value, __ATOMIC_RELEASE); });
 }
 
+void FakeDevice::write_words(StreamHandle s, uint64_t* dst, std::span<const uint64_t> values) {
+  TIDE_ASSERT(values.size() <= kMaxWords, "fake device: write_words takes at most kMaxWords");
+  log({CallKind::write_words, s, nullptr, values.size() * sizeof(uint64_t)});
+  enqueue(s, [dst, v = std::vector<uint64_t>(values.begin(), values.end())] {
+    std::copy(v.begin(), v.end(), dst);
+  });
+}
+
 void FakeDevice::memcpy_async(void* dst, const void* src, size_t bytes, CopyKind,
                               StreamHandle s) {
   log({CallKind::memcpy, s, nullptr, bytes});

@@ -28,7 +28,7 @@ class FakeDevice final : public DeviceApi {
  public:
   enum class CallKind : uint8_t {
     malloc, free, host_alloc, host_free, create_stream, record, wait, write_timeline,
-    memcpy, launch_host, synchronize,
+    write_words, memcpy, launch_host, synchronize,
     graph_create, graph_node, graph_memcpy, graph_instantiate, graph_update, graph_set_memcpy,
     graph_launch
   };
@@ -91,6 +91,7 @@ class FakeDevice final : public DeviceApi {
   void record(EventHandle e, StreamHandle s) override;
   void wait(StreamHandle s, EventHandle e) override;
   void write_timeline(StreamHandle s, uint64_t* timeline, uint64_t value) override;
+  void write_words(StreamHandle s, uint64_t* dst, std::span<const uint64_t> values) override;
   void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                     StreamHandle s) override;
   void launch_host(StreamHandle s, void (*fn)(void*), void* arg) override;

@@ -5,9 +5,10 @@
 // add's own loop over all n iterations, in registers), and the unrolled trace with
 // elementwise fusion (one kernel evaluating the n adds per element). Prints time per
 // iteration and the speed-up over eager with one sync, then checks every result.
-// With --device cuda[:N] x is created on that GPU: the two eager ways run there and the
-// unrolled trace runs as one CUDA graph; the loop-node and fused ways are skipped with a
-// note (not built on the GPU yet).
+// With --device cuda[:N] x is created on that GPU: the two eager ways run there, the
+// unrolled trace runs as one CUDA graph and the loop node as a CUDA graph's conditional
+// WHILE node (the count kept and decremented on the device); the fused ways are skipped
+// with a note (fusion is not built on the GPU yet).
 #include <iostream>
 #include <string>
 
@@ -54,7 +55,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     else throw UsageError("unknown option '" + args[i] + "'");
   }
   const Device device = global.device;
-  const bool traced_ways = device.is_cpu();  // all four; a GPU runs only the unrolled one
+  const bool fused_ways = device.is_cpu();  // a GPU runs the unrolled trace and the loop node
   std::cout << "tide loop: device: " << device_label(device) << "\n";
   const Tensor x = ones({1, 2}, DType::float32, device);
   // What every way computes: x + 1 applied n times, chained (the textbook adds to x each
@@ -97,10 +98,10 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     return t;
   });
   add("eager, one sync at the end", [&] { return add_chain(x); });
-  add(traced_ways ? "traced, loop unrolled" : "traced, unrolled: one CUDA graph",
+  add(fused_ways ? "traced, loop unrolled" : "traced, unrolled: one CUDA graph",
       [&] { return unrolled(x); });
-  if (traced_ways) {
-    add("traced, loop node", [&] { return node(x); });
+  add(fused_ways ? "traced, loop node" : "traced, loop node: a WHILE node", [&] { return node(x); });
+  if (fused_ways) {
     add("traced, loop node + fused", [&] { return fused_node(x); });
     add("traced, unrolled + fused", [&] { return fused(x); });
   }
@@ -115,24 +116,28 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     t.row({w.name, format_seconds(w.seconds), format_seconds(w.seconds / double(n)),
            format_fixed(base / w.seconds, 1) + "x", w.ok ? "ok" : "WRONG"});
   }
-  if (traced_ways) {
+  if (fused_ways) {
     auto us = unrolled.stats(), fs = fused.stats(), ns = node.stats();
     t.note("unrolled: " + std::to_string(us.recorded_ops) + " recorded ops, " +
            std::to_string(us.kernels) + " kernels; fused: " + std::to_string(fs.kernels) +
            " kernel(s); loop node: " + std::to_string(ns.recorded_ops) + " node");
   } else {
-    auto us = unrolled.stats();
-    t.note("unrolled: " + std::to_string(us.recorded_ops) + " recorded ops, a CUDA graph of " +
-           std::to_string(us.graph_nodes) + " nodes" +
-           (us.graph_fallback.empty() ? std::string()
-                                      : " (not used: " + us.graph_fallback + ")") +
-           "; the loop-node and fused ways are skipped on " + device.str() +
-           ": not built on the GPU yet");
+    auto graph = [](const trace::FunctionStats& s) {
+      return "a CUDA graph of " + std::to_string(s.graph_nodes) + " nodes" +
+             (s.graph_fallback.empty() ? std::string() : " (not used: " + s.graph_fallback + ")");
+    };
+    auto us = unrolled.stats(), ns = node.stats();
+    t.note("unrolled: " + std::to_string(us.recorded_ops) + " recorded ops, " + graph(us) +
+           "; loop node: " + graph(ns) + "; the fused ways are skipped on " + device.str() +
+           ": fusion is not built on the GPU yet");
   }
   t.print();
-  if (!traced_ways) {
+  if (!fused_ways) {
     std::cout << "\nEager, each op pays the frontend's queueing (and, with a sync per op, a "
-                 "round trip to the worker and the device).\n";
+                 "round trip to the worker and the device). The unrolled trace launches one "
+                 "graph of n kernel nodes; the loop node launches a graph whose WHILE node "
+                 "runs the body's kernel and a one-block step kernel per iteration, with no "
+                 "host involvement.\n";
     return all_ok ? 0 : 1;
   }
   std::cout

@@ -31,9 +31,15 @@ __global__ void range_kernel(T* out, int64_t n, double value, double step) {
     out[i] = fn::convert<T>(__dadd_rn(value, __dmul_rn(double(i), step)));
 }
 
-// One Philox block per four consecutive elements, as the CPU loop.
+// One Philox block per four consecutive elements, as the CPU loop. `counter`, when set, is
+// the {offset, key} pair in device memory a traced replay wrote before the graph ran.
 template <class T>
-__global__ void random_kernel(T* out, int64_t n, uint64_t offset, uint64_t key, bool normal) {
+__global__ void random_kernel(T* out, int64_t n, const uint64_t* counter, uint64_t offset,
+                              uint64_t key, bool normal) {
+  if (counter) {
+    offset = counter[0];
+    key = counter[1];
+  }
   const int64_t blocks = (n + 3) / 4;
   for (int64_t b = global_index(); b < blocks; b += grid_stride()) {
     T v[4];
@@ -56,12 +62,9 @@ void fill(const KernelContext& ctx, const Fill<T>& a, const NoExtra&) {
 
 template <class T>
 void random_fill(const KernelContext& ctx, const RandomFill<T>& a, const NoExtra&) {
-  // A traced replay refreshes {offset, key} in host memory before each run; the CUDA
-  // executor does not support that, so a counter here is a caller's mistake.
-  if (a.counter) throw std::runtime_error("random fill: traced counters are not supported on CUDA");
   if (a.n == 0) return;
   random_kernel<T><<<blocks_for((a.n + 3) / 4), kThreads, 0, stream_of(ctx)>>>(
-      a.out.get(), a.n, a.offset, a.key, a.normal);
+      a.out.get(), a.n, a.counter, a.offset, a.key, a.normal);
 }
 
 void copy_bytes(const KernelContext& ctx, const CopyBytes& a, const NoExtra&) {

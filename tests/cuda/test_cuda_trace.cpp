@@ -74,5 +74,50 @@ TEST(CudaTrace, OutputsStayFreshAndClearingFreesTheGraph) {
   EXPECT_EQ(al.stats().active_bytes, before) << "the graph's arena and buffers are freed";
 }
 
+// trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
+Tensor body_step(const Tensor& s) { return tanh(s * 1.01 + 0.5); }
+
+TEST(CudaTrace, LoopWithAnIntCountIsOneWhileNodeAndEqualsEager) {
+  auto f = trace::function([](const Tensor& x) { return trace::loop(1000, body_step, x); });
+  Tensor x = randn({256}, DType::float32, default_generator(), gpu());
+  Tensor traced = f(x), eager = trace::loop(1000, body_step, x);
+  EXPECT_EQ(traced.to_vector<float>(), eager.to_vector<float>());
+  EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the WHILE node";
+}
+
+TEST(CudaTrace, LoopWithATensorCountIncludingZeroEqualsEager) {
+  auto f = trace::function([](const Tensor& x, const Tensor& n) {
+    return trace::loop(n, body_step, x);
+  });
+  Tensor x = randn({3, 70}, DType::float32, default_generator(), gpu());
+  for (int64_t n : {0, 1, 17, 0, 300}) {
+    Tensor count = full({1}, double(n), DType::int64, gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>())
+        << "n = " << n;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
+TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {
+  Tensor w = randn({64, 64}, DType::float32, default_generator(), gpu()) * 0.1;
+  auto inner = [&](const std::vector<Tensor>& s) {
+    return std::vector<Tensor>{s[1], relu(matmul(s[0], w)) + s[1] * 0.5};
+  };
+  auto outer = [&](const std::vector<Tensor>& s) {
+    std::vector<Tensor> r = trace::loop(5, inner, s);
+    return std::vector<Tensor>{r[0] * 0.5, r[1]};
+  };
+  auto f = trace::function([&](const Tensor& a, const Tensor& b) {
+    return trace::loop(7, outer, {a, b});
+  });
+  Tensor a = randn({32, 64}, DType::float32, default_generator(), gpu());
+  Tensor b = randn({32, 64}, DType::float32, default_generator(), gpu());
+  std::vector<Tensor> traced = f(a, b), eager = trace::loop(7, outer, {a, b});
+  for (size_t k = 0; k < 2; ++k)
+    EXPECT_EQ(traced[k].to_vector<float>(), eager[k].to_vector<float>()) << k;
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 }  // namespace
 }  // namespace tide
