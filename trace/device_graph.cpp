@@ -206,8 +206,9 @@ void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ct
   for (int id : dg.out_values) copy(output_copy(g, c, id));
 }
 
-void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
-  bool first = !dg.stats().built;
+void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c,
+            Launch how) {
+  bool first = how == Launch::graph && !dg.stats().built;
   if (first) {
     std::string fallback = build(g, dg, ctx, c);
     std::lock_guard lock(dg.mu);
@@ -220,7 +221,7 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
   for (size_t i = 0; i < g.random.size(); ++i)
     api.write_words(ctx.stream, static_cast<uint64_t*>(g.random[i].device_slot->data()),
                     std::span<const uint64_t>(&c.counters[2 * i], 2));
-  if (!dg.exec) {
+  if (!dg.exec || how == Launch::nodes) {
     launch_nodes(g, dg, ctx, c);
   } else {
     if (!first) {  // a built graph already copies from and to this call's tensors
@@ -242,28 +243,33 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
 
 }  // namespace
 
-std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                                     tide::SourceLocation site, size_t* allocated) {
+void submit_replay(const std::shared_ptr<Graph>& gp, CallBindings c, Launch how,
+                   tide::SourceLocation site) {
   Graph& g = *gp;
   TIDE_ASSERT(g.device_graph, "trace: a GPU graph replayed before prepare_device_graph");
-  CallBindings c = prepare_call(g, args);
-  if (allocated) *allocated += c.allocated;
-  std::vector<Tensor> result = std::move(c.result);
   std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
-  // The graph's own memory (arena, fixed buffers, workspace) is written by every replay:
-  // replays on different streams are ordered by the engine's hazards, and a block is
-  // reused only after the replays that used it completed on the GPU.
+  // The graph's own memory (arena, fixed buffers, workspace, random counters) is written by
+  // every replay: replays on different streams are ordered by the engine's hazards, and a
+  // block is reused only after the replays that used it completed on the GPU.
   if (g.arena) writes.push_back(g.arena.get());
   for (const StorageRef& b : g.device_graph->fixed) writes.push_back(b.get());
   if (g.device_graph->workspace) writes.push_back(g.device_graph->workspace.get());
   for (const RandomCounter& r : g.random) writes.push_back(r.device_slot.get());
   submit_wide(
       g.device, "trace_replay", reads, writes,
-      [gp, c = std::move(c)](const KernelContext& ctx) {
+      [gp, c = std::move(c), how](const KernelContext& ctx) {
         std::lock_guard<std::mutex> lock(gp->run_mu);
-        launch(*gp, *gp->device_graph, ctx, c);
+        launch(*gp, *gp->device_graph, ctx, c, how);
       },
       site);
+}
+
+std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                                     tide::SourceLocation site, size_t* allocated) {
+  CallBindings c = prepare_call(*gp, args);
+  if (allocated) *allocated += c.allocated;
+  std::vector<Tensor> result = std::move(c.result);
+  submit_replay(gp, std::move(c), Launch::graph, site);
   return result;
 }
 

@@ -21,7 +21,8 @@
 //   - Random ops read their Philox counters from device memory, which each replay writes
 //     (in eager order, as on the CPU) before its graph runs: a replay draws what eager
 //     would, and every replay draws new numbers.
-// Not yet: fused chains (nodes stay one per op), random ops in loop bodies, verify mode.
+//   - verify (trace/verify.h): the same bindings launched node by node, then as the graph.
+// Not yet: fused chains (nodes stay one per op), random ops in loop bodies.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "core/cuda/device_api.h"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
+#include "trace/executor.h"
 #include "trace/graph.h"
 
 namespace tide::trace {
@@ -91,6 +93,14 @@ std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,
                               const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* sinks);
 // ctx for capturing g's kernels: its DeviceGraph's workspace (a GPU's) and host functions.
 KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg);
+
+// How submit_replay launches: the CUDA graph (built at the first such launch), or the nodes
+// one by one on the stream (verify's reference; the graph's fallback).
+enum class Launch { graph, nodes };
+// Queues the replay task of one call's bindings (prepare_call) on the calling thread's
+// current stream of g.device. Does not wait.
+void submit_replay(const std::shared_ptr<Graph>& g, CallBindings c, Launch how,
+                   tide::SourceLocation site);
 
 // Queues one replay of g (g.device is a GPU) with `args` bound to g.inputs, as replay()
 // does on the CPU: one engine task on the calling thread's current stream of g.device,

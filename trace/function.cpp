@@ -124,8 +124,6 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   placeholders.clear();
   std::shared_ptr<Graph> g = rec.finish(std::move(outs));
   const bool on_gpu = !g->device.is_cpu();
-  TIDE_CHECK(!(on_gpu && opt_.verify), "trace", "trace::function '", opt_.name,
-             "': verify = true is not supported on ", g->device.str(), " yet");
   auto e = std::make_unique<Entry>();
   e->sig = sig;
   if (opt_.verify) g->reference = g->nodes;
@@ -175,7 +173,9 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   stats_.persistent_bytes = e.plan.persistent_bytes;
   stats_.critical_path = g->deps.critical_path;
   ++stats_.replays;
-  if (opt_.verify) return verify_replay(g, args, opt_.fusion, site_);
+  if (opt_.verify)
+    return g->device.is_cpu() ? verify_replay(g, args, opt_.fusion, site_)
+                              : verify_on_device(g, args, site_);
   size_t allocated = 0;
   std::vector<Tensor> out = g->device.is_cpu() ? replay(g, args, site_, &allocated)
                                                : replay_on_device(g, args, site_, &allocated);

@@ -57,7 +57,8 @@ struct Options {
   // Check every call: run the recorded kernels unplanned and unfused (what eager runs)
   // and the planned program side by side on the same inputs, and throw tide::Error
   // naming the first node whose result differs (bitwise for Fusion::none, else beyond
-  // fusion_tolerance). Waits; for debugging.
+  // fusion_tolerance). Waits; for debugging. On a GPU: the node-by-node launch against
+  // the CUDA graph, comparing the outputs and persistent values each leaves (trace/verify.h).
   bool verify = false;
   size_t cache_budget = 8;  // signatures kept; the least recently used is evicted
   int warmup_calls = 0;     // calls per new signature that run eagerly before tracing

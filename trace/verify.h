@@ -22,4 +22,15 @@ namespace tide::trace {
 std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
                                   Fusion fusion, tide::SourceLocation site);
 
+// The same on a GPU (trace/device_verify.cpp): one call's bindings (the same inputs and
+// random counters) launched node by node on the stream, then, with the persistent values
+// it wrote restored, as the CUDA graph. Compares what each run leaves: the outputs and
+// the persistent values written (intermediates share the arena and are overwritten inside
+// the graph, so they cannot be compared). Waits for all queued work before and after.
+// Returns the graph run's outputs; its effects count once. Throws tide::Error("[trace]
+// verify: ...") naming the node that last wrote the first differing value (the earliest
+// such node in program order).
+std::vector<Tensor> verify_on_device(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                                     tide::SourceLocation site);
+
 }  // namespace tide::trace

@@ -136,7 +136,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     std::cout << "\nEager, each op pays the frontend's queueing (and, with a sync per op, a "
                  "round trip to the worker and the device). The unrolled trace launches one "
                  "graph of n kernel nodes; the loop node launches a graph whose WHILE node "
-                 "runs the body's kernel and a one-block step kernel per iteration, with no "
+                 "runs the body's kernel and the loop's step kernel per iteration, with no "
                  "host involvement.\n";
     return all_ok ? 0 : 1;
   }

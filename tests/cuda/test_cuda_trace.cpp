@@ -74,6 +74,43 @@ TEST(CudaTrace, OutputsStayFreshAndClearingFreesTheGraph) {
   EXPECT_EQ(al.stats().active_bytes, before) << "the graph's arena and buffers are freed";
 }
 
+// Random ops read counters each replay writes on the device: the eager numbers, new per call.
+TEST(CudaTrace, RandomOpsAndDropoutStepEqualEagerBitwise) {
+  Generator tg(3), eg(3);
+  auto body = [](Generator& gen) {
+    return [&gen](const Tensor& x) {
+      return x * rand({64, 33}, DType::float32, gen, gpu()) + randn({64, 33}, DType::float32, gen, gpu());
+    };
+  };
+  auto f = trace::function(body(tg));
+  auto eager = body(eg);
+  Tensor x = randn({64, 33}, DType::float32, default_generator(), gpu());
+  std::vector<float> previous;
+  for (int call = 0; call < 3; ++call) {
+    std::vector<float> got = f(x).to_vector<float>();
+    EXPECT_EQ(got, eager(x).to_vector<float>()) << call;
+    EXPECT_NE(got, previous) << call;
+    previous = got;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+
+  Generator ed(9), td(9);
+  auto rig = [&](Generator& drop) {
+    return test_util::make_rig({.sizes = {512, 2048, 512, 1}, .device = gpu(), .lr = 0.005,
+                                .seed = 42, .dropout = 0.1, .dropout_gen = &drop});
+  };
+  TrainRig er = rig(ed), tr = rig(td);
+  auto step = trace::function([&](const Tensor& a, const Tensor& b) { return train_step(tr, a, b); },
+                              {.name = "dropout_step", .warmup_calls = 1});
+  Generator data(7);
+  for (int i = 0; i < 5; ++i) {
+    Tensor a = randn({128, 512}, DType::float32, data, gpu());
+    Tensor b = ones({128, 1}, DType::float32, gpu());
+    ASSERT_EQ(train_step(er, a, b).to_vector<float>(), step(a, b).to_vector<float>()) << i;
+  }
+  EXPECT_EQ(step.stats().graph_fallback, "");
+}
+
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
 Tensor body_step(const Tensor& s) { return tanh(s * 1.01 + 0.5); }
 
