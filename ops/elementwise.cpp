@@ -71,6 +71,9 @@ void describe_flat(OpId id, F f, EwOperand a, EwOperand b, DataRef<O> out, int64
   if constexpr (arity == 2) d.block = &ew_binary_block<O, T, F>;
   else d.block = &ew_unary_block<O, T, F>;
   if constexpr (std::is_same_v<O, T>) d.iterate = &ew_iterate<T, F, arity>;
+  static_assert(kernels::FunctorIdOf<F>::value != kernels::FunctorId::count_,
+                "a flat elementwise functor missing from ops/functors.h's lists");
+  d.functor_id = kernels::FunctorIdOf<F>::value;
   store_functor(d, f);
   c->describe_next(&d, sizeof(d));
 }

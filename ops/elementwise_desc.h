@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/storage.h"
 #include "ops/cpu/elementwise_loops.h"
+#include "ops/fused_chain.h"
 #include "ops/op_traits.h"
 
 namespace tide::detail {
@@ -44,6 +45,7 @@ struct ElementwiseDesc {
   EwBlockFn block = nullptr;
   EwIterateFn iterate = nullptr;  // set when out == in
   alignas(8) unsigned char functor[16] = {};
+  kernels::FunctorId functor_id = kernels::FunctorId::count_;  // for a GPU's fused chains
 };
 
 template <class O, class T, class F>

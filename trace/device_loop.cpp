@@ -16,13 +16,15 @@ using cuda::GraphNodeHandle;
 using cuda::LoopCopy;
 
 DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
-                       DType count_dtype, int64_t count_offset, int64_t fixed)
+                       DType count_dtype, int64_t count_offset, int64_t fixed,
+                       std::shared_ptr<DeviceChain> iterated)
     : body_(std::move(body)),
       state_(std::move(state)),
       count_(count),
       count_dtype_(count_dtype),
       count_offset_(count_offset),
-      fixed_(fixed) {
+      fixed_(fixed),
+      iterated_(std::move(iterated)) {
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
                   body_->outputs.size() == state_.size(),
               "trace: a GPU loop's body must be prepared with one input and output per state");
@@ -55,10 +57,41 @@ const void* DeviceLoop::count_address() const {
          size_t(count_offset_) * size_of(count_dtype_);
 }
 
+kernels::FusedChain DeviceLoop::iterated_args() const {
+  kernels::FusedChain args = iterated_->args;
+  if (count_) {
+    args.count = count_address();
+    args.count_dtype = count_dtype_;
+  } else {
+    args.iterations = fixed_;
+  }
+  return args;
+}
+
 std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> deps,
                                const KernelContext& ctx, std::vector<GraphNodeHandle>* exits) {
   cuda::DeviceApi& api = *ctx.api;
   const size_t k = state_.size();
+  exits->clear();
+  if (iterated_) {
+    const void* in = static_cast<const unsigned char*>(state_[0].in->data()) + state_[0].in_offset;
+    GraphNodeHandle copy =
+        api.graph_add_memcpy(h, deps, state_buffer(0), in, state_[0].bytes, CopyKind::device_to_device);
+    const kernels::FusedChain args = iterated_args();
+    KernelContext cctx = capture_context(ctx, *body_->device_graph);
+    std::string why;
+    GraphNodeHandle run = api.graph_add_captured(
+        h, {&copy, 1},
+        [&](cuda::StreamHandle s) {
+          cctx.stream = s;
+          launch_chain(cctx, args);
+        },
+        &why);
+    if (!run) return "CUDA refused to capture the loop's fused body: " + why;
+    exits->push_back(api.graph_add_memcpy(h, {&run, 1}, state_[0].out->data(), state_buffer(0),
+                                          state_[0].bytes, CopyKind::device_to_device));
+    return {};
+  }
   if (k > cuda::kMaxLoopCopies)
     return tide::detail::concat("a loop of ", k, " state tensors (a CUDA graph's loop kernels "
                                 "copy at most ", cuda::kMaxLoopCopies, ")");
@@ -103,7 +136,6 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
   }
   api.graph_add_loop_step(body, before_step, cond, counter, next);
 
-  exits->clear();
   for (size_t j = 0; j < k; ++j)
     exits->push_back(api.graph_add_memcpy(h, {&loop, 1}, state_[j].out->data(), state_buffer(j),
                                           state_[j].bytes, CopyKind::device_to_device));
@@ -115,6 +147,14 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (dst != src) api.memcpy_async(dst, src, bytes, CopyKind::device_to_device, ctx.stream);
   };
+  if (iterated_) {  // the count is read on the device
+    copy(state_buffer(0),
+         static_cast<const unsigned char*>(state_[0].in->data()) + state_[0].in_offset,
+         state_[0].bytes);
+    launch_chain(ctx, iterated_args());
+    copy(state_[0].out->data(), state_buffer(0), state_[0].bytes);
+    return;
+  }
   int64_t n = fixed_;
   if (count_) {
     // The count's writer ran earlier on this stream (or another stream's writer was waited

@@ -14,8 +14,14 @@
 // instead (when the enclosing graph fell back), the loop reads a tensor count on the host
 // (it synchronises the stream once) and launches the body's nodes n times.
 //
+// A body that is one fused chain on its one state (Fusion::elementwise; see
+// LoopProgram::iterated on the CPU) runs instead as one kernel that applies the chain n
+// times per element, the state in place, the count read on the device:
+//   copy node (initial state) -> chain kernel (n iterations) -> copy node (the output)
+//
 // A count below zero: the node-by-node launch throws "loop count must be >= 0" as on the
-// CPU; inside a CUDA graph the kernels cannot throw, so the loop runs no iteration.
+// CPU; inside a CUDA graph the kernels cannot throw, so the loop runs no iteration (nor
+// does the one-kernel form, which reads the count on the device in both launches).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "core/storage.h"
+#include "trace/device_fusion.h"
 #include "trace/device_graph.h"
 #include "trace/graph.h"
 
@@ -41,9 +48,11 @@ class DeviceLoop final : public GraphPiece {
   // `body`: recorded, planned and prepared (prepare_device_graph) on the GPU; its inputs
   // are the state placeholders, its outputs the next state, in order. `count`: the
   // storage holding the count (one element of count_dtype at count_offset elements), or
-  // null for `fixed`. Allocates the counter (and spare buffers) on the device.
+  // null for `fixed`. `iterated`: the body's one chain, bound in place to the state buffer
+  // (the one-kernel form). Allocates the counter (and spare buffers) on the device.
   DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
-             DType count_dtype, int64_t count_offset, int64_t fixed);
+             DType count_dtype, int64_t count_offset, int64_t fixed,
+             std::shared_ptr<DeviceChain> iterated = nullptr);
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                      const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
@@ -54,12 +63,14 @@ class DeviceLoop final : public GraphPiece {
   void* state_buffer(size_t j) const;  // the body's input j (its fixed buffer)
   const void* next_source(size_t j) const;  // where the body leaves the next state j
   const void* count_address() const;
+  kernels::FusedChain iterated_args() const;  // the chain with this loop's count
 
   std::shared_ptr<Graph> body_;
   std::vector<LoopState> state_;
   Storage* count_;
   DType count_dtype_;
   int64_t count_offset_, fixed_;
+  std::shared_ptr<DeviceChain> iterated_;
   StorageRef counter_;              // int64 on the device: iterations left
   std::vector<StorageRef> spare_;   // per state: where a next state read from another
                                     // state's buffer waits (null when not needed)

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "trace/device_fusion.h"
 #include "trace/device_graph.h"
 #include "trace/executor.h"
 #include "trace/planner.h"
@@ -127,11 +128,14 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   auto e = std::make_unique<Entry>();
   e->sig = sig;
   if (opt_.verify) g->reference = g->nodes;
-  e->fused = on_gpu ? 0 : fuse(*g, opt_.fusion);  // fused chains are CPU kernels so far
+  e->fused = fuse(*g, opt_.fusion);
   g->streams = opt_.streams;
   e->plan = plan(*g);
   prepare_replay(*g);
-  if (on_gpu) prepare_device_graph(*g);
+  if (on_gpu) {
+    prepare_device_graph(*g);
+    prepare_device_fusion(*g);  // fused chains as step-interpreter kernels
+  }
   e->graph = g;
   cache_.push_front(std::move(e));
   if (cache_.size() > opt_.cache_budget) {

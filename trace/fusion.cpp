@@ -50,6 +50,7 @@ void FusedKernel::finalize() {
       continue;
     }
     Hot h;
+    h.step = j;
     h.iterate = in_place_on_register(st) ? st.iterate : nullptr;
     h.block = st.block;
     h.functor = st.functor;
@@ -160,6 +161,7 @@ class GroupBuilder {
     const Node& first = g_.nodes[begin];
     fk->n = first.ew->n;
     fk->elem_size = size_of(first.ew->in);
+    fk->dtype = first.ew->in;
     Node out;
     out.op = "fused";
     out.site = first.site;
@@ -176,6 +178,7 @@ class GroupBuilder {
       FusedKernel::Step s;
       s.block = n.ew->block;
       s.iterate = n.ew->iterate;
+      s.functor_id = n.ew->functor_id;
       std::memcpy(s.functor, n.ew->functor, sizeof(s.functor));
       s.a = operand(n.ew->a, reg_of, out, add_unique);
       if (n.ew->arity == 2) s.b = operand(n.ew->b, reg_of, out, add_unique);

@@ -39,6 +39,7 @@ struct FusedKernel {
   struct Step {
     tide::detail::EwBlockFn block = nullptr;
     tide::detail::EwIterateFn iterate = nullptr;  // see run(iterations)
+    kernels::FunctorId functor_id = kernels::FunctorId::count_;  // a GPU's chains
     alignas(8) unsigned char functor[16] = {};
     Operand a, b;
     Operand out;  // reg or mem
@@ -48,6 +49,7 @@ struct FusedKernel {
     tide::detail::EwBlockFn block = nullptr;
     tide::detail::EwIterateFn iterate = nullptr;
     int64_t repeat = 1;             // > 1: that many identical in-place steps (iterate)
+    size_t step = 0;                // the first of them, in steps
     const void* functor = nullptr;  // into the step's functor bytes
     unsigned char* base[3] = {};    // a, b, out: mem (per run), scalar value; unused for reg
     uint32_t reg_offset[3] = {};
@@ -66,6 +68,7 @@ struct FusedKernel {
   std::vector<MemRef> mem;
   int64_t n = 0;
   size_t elem_size = 4;
+  DType dtype = DType::float32;
   int registers = 0;
 
   // Builds `hot` from `steps`; call once after the steps are final. Consecutive identical

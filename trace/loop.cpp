@@ -10,6 +10,7 @@
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/op_util.h"
+#include "trace/device_fusion.h"
 #include "trace/device_graph.h"
 #include "trace/device_loop.h"
 #include "trace/executor.h"
@@ -173,12 +174,23 @@ void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
 std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
                                        std::shared_ptr<Graph> body,
                                        const std::vector<Tensor>& state,
+                                       const std::shared_ptr<FusedKernel>& iterated,
                                        tide::SourceLocation site) {
   TIDE_CHECK(body->random.empty(), "loop", "the body draws random numbers on ", body->device.str(),
              ": random ops inside a traced loop on a GPU are not supported yet (the counters "
              "of each iteration would have to advance on the device); draw them outside the "
              "loop and pass them in, or run the loop eagerly");
   prepare_device_graph(*body);
+  prepare_device_fusion(*body);
+  // A body that is one fused chain on its one state: all iterations in one kernel, the
+  // state updated in place in the body's state buffer (see LoopProgram::iterated).
+  std::shared_ptr<DeviceChain> chain;
+  if (iterated) {
+    void* in_place = body->values[size_t(body->inputs[0])].storage->data();
+    chain = upload_chain(*iterated, body->device,
+                         {{body->values[size_t(body->inputs[0])].storage.get(), in_place},
+                          {body->values[size_t(body->outputs[0].value)].storage.get(), in_place}});
+  }
   std::vector<Tensor> result;
   std::vector<LoopState> ls;
   std::vector<Storage*> reads, writes;
@@ -198,7 +210,7 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
   auto loop = std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
                                            count.tensor.defined() ? count.tensor.dtype() : DType::int64,
                                            count.tensor.defined() ? count.tensor.offset() : 0,
-                                           count.fixed);
+                                           count.fixed, std::move(chain));
   outer.record("loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); },
                site);
   outer.set_last_piece(std::move(loop));
@@ -220,11 +232,12 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
   ph.clear();
   prog->body = rec.finish(std::move(next));
-  const bool on_gpu = !prog->body->device.is_cpu();
-  if (!on_gpu) fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);  // CPU kernels so far
+  fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
   plan(*prog->body);
   prepare_replay(*prog->body);
-  if (on_gpu) return traced_device_loop(outer, count, prog->body, state, site);
+  if (!prog->body->device.is_cpu())
+    return traced_device_loop(outer, count, prog->body, state,
+                              iterable(*prog->body, prog->body_inputs, state), site);
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);

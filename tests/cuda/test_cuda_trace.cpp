@@ -111,6 +111,18 @@ TEST(CudaTrace, RandomOpsAndDropoutStepEqualEagerBitwise) {
   EXPECT_EQ(step.stats().graph_fallback, "");
 }
 
+// verify = true: the node-by-node launch and the graph leave the same bytes.
+TEST(CudaTrace, VerifyPassesForTheTextbookStep) {
+  TrainRig r = textbook(false);
+  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(r, x, y); },
+                           {.name = "verified_step", .verify = true});
+  Generator data(2);
+  for (int i = 0; i < 3; ++i)
+    (void)f(randn({128, 512}, DType::float32, data, gpu()), ones({128, 1}, DType::float32, gpu()))
+        .to_vector<float>();
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
 Tensor body_step(const Tensor& s) { return tanh(s * 1.01 + 0.5); }
 

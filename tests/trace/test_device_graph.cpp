@@ -306,6 +306,46 @@ TEST(DeviceGraph, VerifyNamesTheNodeThatLastWroteTheFirstDifferingValue) {
       << e;
 }
 
+// Fusion on a GPU: elementwise chains become step-interpreter kernels (ops/fused_chain.h).
+Tensor chain_of_ops(const Tensor& x, const Tensor& b) {
+  Tensor y = exp(x * 0.5) - b;
+  for (int i = 0; i < 6; ++i) y = y + 1.0;  // re-rolled into one repeated step
+  return tanh(y) * b + sqrt(abs(x));
+}
+
+TEST(DeviceGraphFusion, FusedChainsEqualEagerBitwiseInFewerNodes) {
+  auto f = trace::function(chain_of_ops, {.name = "fused", .fusion = trace::Fusion::elementwise});
+  auto plain = trace::function(chain_of_ops, {.name = "plain"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu(values(40, 0.1f * float(call + 1)), {5, 8});
+    Tensor b = on_gpu(values(40, 0.3f), {5, 8});
+    std::vector<float> want = chain_of_ops(x, b).to_vector<float>();
+    EXPECT_EQ(f(x, b).to_vector<float>(), want) << call;
+    EXPECT_EQ(plain(x, b).to_vector<float>(), want) << call;
+  }
+  trace::FunctionStats fs = f.stats(), ps = plain.stats();
+  EXPECT_EQ(fs.graph_fallback, "");
+  EXPECT_EQ(fs.fused_kernels, 1);
+  EXPECT_EQ(fs.kernels, 1) << "the whole chain is one kernel";
+  EXPECT_LT(fs.graph_nodes, ps.graph_nodes);
+  EXPECT_LT(fs.arena_bytes, ps.arena_bytes) << "fused-away values need no memory";
+}
+
+TEST(DeviceGraphFusion, ATrainingStepWithFusionEqualsEager) {
+  test_util::TrainRig eager = make_rig(false), traced = make_rig(false);
+  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+                           {.name = "fused_step", .fusion = trace::Fusion::elementwise,
+                            .warmup_calls = 1});
+  Generator data(3);
+  for (int i = 0; i < 6; ++i) {
+    Tensor x = randn({24, 12}, DType::float32, data, gpu());
+    Tensor y = randn({24, 1}, DType::float32, data, gpu());
+    ASSERT_EQ(train_step(eager, x, y).to_vector<float>(), f(x, y).to_vector<float>()) << i;
+  }
+  EXPECT_GT(f.stats().fused_kernels, 0);
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 // ---- trace::loop: a WHILE node of the CUDA graph ----
 
 Tensor step(const Tensor& s) { return s * 1.5 - 0.25; }
@@ -404,6 +444,30 @@ TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
   Tensor negative = from_vector(std::vector<int64_t>{-1}, Shape({1}), gpu());
   std::string e = error_of([&] { (void)f(x, negative).to_vector<float>(); });
   EXPECT_NE(e.find("loop count must be >= 0, got -1"), std::string::npos) << e;
+}
+
+TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
+  auto body = [](const Tensor& y) { return (y + 1.0) * 0.5; };
+  auto f = trace::function([&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); },
+                           {.fusion = trace::Fusion::elementwise});
+  Tensor x = on_gpu(values(9, 2), {9});
+  for (int64_t n : {5, 0, 12}) {
+    Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body, x).to_vector<float>())
+        << "n = " << n;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  Tensor count = from_vector(std::vector<int64_t>{1}, Shape({1}), gpu());
+  FakeDevice::GraphShape shape = fake().graph_shape(f.graph(x, count)->device_graph->exec);
+  // two input copies; initial state copy, the chain kernel, copy-out; output copy.
+  EXPECT_EQ(shape.kinds, "mmmkmm");
+  EXPECT_TRUE(shape.bodies.empty()) << "no WHILE node";
+  // And node by node.
+  auto g = trace::function([&](const Tensor& x) { return trace::loop(7, body, x * 1.0); },
+                           {.fusion = trace::Fusion::elementwise});
+  fake().refuse_next_capture("fallback");
+  EXPECT_EQ(g(x).to_vector<float>(), trace::loop(7, body, x * 1.0).to_vector<float>());
+  EXPECT_NE(g.stats().graph_fallback, "");
 }
 
 TEST(DeviceGraphLoop, ALoopWhoseBodyReturnsItsStateUnchanged) {

@@ -1,0 +1,153 @@
+// A fused elementwise chain as data (DESIGN §6, §8): the device-neutral form of a trace's
+// fused node. Each step names its functor (FunctorId, from ops/functors.h's lists), its
+// parameters (the functor's bytes) and where its operands are (a register, memory, a
+// scalar); one interpreter, compiled by g++ and by nvcc, evaluates the chain per element.
+// The CPU entry (ops/cpu/fused_chain.cpp) runs it on a host-kernel fake GPU; the CUDA
+// entry (ops/cuda/fused.cu) is one grid-stride kernel over the elements.
+//
+// The same functors in the same type and order as the unfused ops, so the results are
+// the same bits: on the device each step's result passes an optimisation barrier, so nvcc
+// cannot contract one step's multiply with the next step's add into an FMA that the
+// separate kernels would not compute.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "core/host_device.h"
+#include "core/kernel_context.h"
+#include "ops/functors.h"
+#include "ops/kernel_types.h"
+
+namespace tide::kernels {
+
+// Every elementwise functor, numbered in the order of the lists.
+enum class FunctorId : uint8_t {
+#define TIDE_FUNCTOR_ID(F) F,
+  TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID) TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID)
+      TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID)
+#undef TIDE_FUNCTOR_ID
+  count_  // not a listed functor: a chain with it cannot be fused for a GPU
+};
+
+template <class F> struct FunctorIdOf { static constexpr FunctorId value = FunctorId::count_; };
+#define TIDE_FUNCTOR_ID_OF(F) \
+  template <> struct FunctorIdOf<fn::F> { static constexpr FunctorId value = FunctorId::F; };
+TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
+TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID_OF)
+TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
+#undef TIDE_FUNCTOR_ID_OF
+
+struct ChainOperand {
+  enum Kind : uint8_t { reg, mem, scalar };
+  const void* ptr = nullptr;  // mem: element 0, on the kernel's device
+  uint64_t scalar_bits = 0;   // scalar: the value's bytes
+  Kind kind = scalar;
+  uint8_t reg_index = 0;
+  uint8_t stride = 1;  // mem: 1, or 0 for one element repeated
+};
+
+struct ChainStep {
+  FunctorId functor = FunctorId::count_;
+  int64_t repeat = 1;  // > 1: out = f(out, b) that many times (an in-place register run)
+  ChainOperand a, b, out;
+  alignas(8) unsigned char functor_bytes[16] = {};
+};
+
+inline constexpr int kMaxChainRegisters = 16;
+
+// The kernel entry's arguments: steps[0, num_steps) applied to every element i < n, the
+// whole chain `iterations` times per element (a loop body updating its state in place),
+// or *count times when count is set (read when the kernel runs; below 0 runs none).
+struct FusedChain {
+  const ChainStep* steps = nullptr;  // on the kernel's device
+  int num_steps = 0;
+  int64_t n = 0;
+  DType dtype = DType::float32;
+  int64_t iterations = 1;
+  const void* count = nullptr;
+  DType count_dtype = DType::int64;
+};
+
+namespace chain {
+
+template <class T, class F>
+TIDE_HOST_DEVICE T call(const unsigned char* bytes, T a, T b) {
+  F f{};
+  if constexpr (!std::is_empty_v<F>) memcpy(&f, bytes, sizeof(F));
+  if constexpr (std::is_invocable_v<F, T, T>) return T(f(a, b));
+  else return T(f(a));
+}
+
+template <class T>
+TIDE_HOST_DEVICE T apply(FunctorId id, const unsigned char* bytes, T a, T b) {
+  switch (id) {
+#define TIDE_CHAIN_CASE(F) \
+  case FunctorId::F: return call<T, fn::F>(bytes, a, b);
+    TIDE_BINARY_FUNCTORS(TIDE_CHAIN_CASE)
+    TIDE_MASK_FUNCTORS(TIDE_CHAIN_CASE)
+    TIDE_UNARY_FUNCTORS(TIDE_CHAIN_CASE)
+#undef TIDE_CHAIN_CASE
+    default: return a;  // unreachable: chains are built from listed functors only
+  }
+}
+
+template <class T>
+TIDE_HOST_DEVICE T load(const ChainOperand& o, const T* reg, int64_t i) {
+  if (o.kind == ChainOperand::reg) return reg[o.reg_index];
+  if (o.kind == ChainOperand::mem) return static_cast<const T*>(o.ptr)[i * o.stride];
+  T v;
+  memcpy(&v, &o.scalar_bits, sizeof(T));
+  return v;
+}
+
+// A step's result as the separate kernel stores it: opaque to the optimiser (no FMA across
+// steps).
+template <class T>
+TIDE_HOST_DEVICE T stored(T v) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) asm volatile("" : "+f"(v));
+  else if constexpr (std::is_same_v<T, double>) asm volatile("" : "+d"(v));
+#endif
+  return v;
+}
+
+// The count of a FusedChain, read where it lives.
+TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
+  if (!c.count) return c.iterations;
+  switch (c.count_dtype) {
+    case DType::float32: return int64_t(*static_cast<const float*>(c.count));
+    case DType::float64: return int64_t(*static_cast<const double*>(c.count));
+    case DType::int32: return *static_cast<const int32_t*>(c.count);
+    default: return *static_cast<const int64_t*>(c.count);
+  }
+}
+
+}  // namespace chain
+
+// Element i of the chain, `iterations` times.
+template <class T>
+TIDE_HOST_DEVICE void run_chain_element(const ChainStep* steps, int num_steps, int64_t i,
+                                        int64_t iterations) {
+  T reg[kMaxChainRegisters];
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int s = 0; s < num_steps; ++s) {
+      const ChainStep& st = steps[s];
+      const T b = chain::load<T>(st.b, reg, i);
+      T r = chain::stored(
+          chain::apply<T>(st.functor, st.functor_bytes, chain::load<T>(st.a, reg, i), b));
+      for (int64_t k = 1; k < st.repeat; ++k)
+        r = chain::stored(chain::apply<T>(st.functor, st.functor_bytes, r, b));
+      if (st.out.kind == ChainOperand::reg) reg[st.out.reg_index] = r;
+      else static_cast<T*>(const_cast<void*>(st.out.ptr))[i] = r;
+    }
+}
+
+namespace cpu {
+// Runs the chain on the host (the CPU, or a host-kernel fake GPU's memory).
+void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&);
+}  // namespace cpu
+
+}  // namespace tide::kernels

@@ -1,0 +1,91 @@
+#include "trace/device_fusion.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/capture.h"
+#include "core/error.h"
+#include "ops/creation.h"
+#include "ops/kernel_entry.h"
+
+namespace tide::trace {
+
+namespace {
+
+kernels::ChainOperand operand(const FusedKernel::Operand& o, size_t elem_size,
+                              const std::unordered_map<const Storage*, void*>& redirect) {
+  kernels::ChainOperand c;
+  switch (o.kind) {
+    case FusedKernel::Operand::reg:
+      c.kind = kernels::ChainOperand::reg;
+      c.reg_index = uint8_t(o.reg_index);
+      break;
+    case FusedKernel::Operand::mem: {
+      c.kind = kernels::ChainOperand::mem;
+      auto it = redirect.find(o.storage);
+      auto* base = static_cast<unsigned char*>(it != redirect.end() ? it->second : o.storage->data());
+      c.ptr = base + size_t(o.offset) * elem_size;
+      c.stride = uint8_t(o.stride);
+      break;
+    }
+    case FusedKernel::Operand::scalar:
+      c.kind = kernels::ChainOperand::scalar;
+      std::memcpy(&c.scalar_bits, o.value, sizeof(c.scalar_bits));
+      break;
+  }
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
+                                          const std::unordered_map<const Storage*, void*>& redirect) {
+  static_assert(FusedKernel::kMaxRegisters <= kernels::kMaxChainRegisters);
+  std::vector<kernels::ChainStep> steps;
+  for (const FusedKernel::Hot& h : fk.hot) {  // re-rolled runs stay one step
+    const FusedKernel::Step& s = fk.steps[h.step];
+    TIDE_ASSERT(s.functor_id != kernels::FunctorId::count_, "trace: a fused step without a functor id");
+    kernels::ChainStep c;
+    c.functor = s.functor_id;
+    c.repeat = h.repeat;
+    c.a = operand(s.a, fk.elem_size, redirect);
+    c.b = operand(s.b, fk.elem_size, redirect);
+    c.out = operand(s.out, fk.elem_size, redirect);
+    std::memcpy(c.functor_bytes, s.functor, sizeof(c.functor_bytes));
+    steps.push_back(c);
+  }
+  auto chain = std::make_shared<DeviceChain>();
+  std::vector<int64_t> words((steps.size() * sizeof(kernels::ChainStep) + 7) / 8);
+  std::memcpy(words.data(), steps.data(), steps.size() * sizeof(kernels::ChainStep));
+  {
+    tide::detail::CapturePause pause;  // an upload, also while a trace records
+    chain->program = from_vector(words, Shape({int64_t(words.size())}), device);
+    chain->program.wait_to_read();
+  }
+  chain->args.steps = static_cast<const kernels::ChainStep*>(chain->program.storage()->data());
+  chain->args.num_steps = int(steps.size());
+  chain->args.n = fk.n;
+  chain->args.dtype = fk.dtype;
+  return chain;
+}
+
+void launch_chain(const KernelContext& ctx, const kernels::FusedChain& c) {
+  if (kernels::detail::runs_host_kernels(ctx.device)) {
+    kernels::run_on_host(ctx, [c] { kernels::cpu::fused_chain(cpu_kernel_context(), c, {}); });
+    return;
+  }
+  kernels::detail::ensure_cuda_kernels();
+  auto fn = kernels::CudaKernel<kernels::FusedChain, kernels::NoExtra>::fn;
+  if (!fn) throw std::runtime_error("fused chains have no CUDA kernel in this build");
+  fn(ctx, c, {});
+}
+
+void prepare_device_fusion(Graph& g) {
+  for (Node& n : g.nodes) {
+    if (!n.fused) continue;
+    std::shared_ptr<DeviceChain> chain = upload_chain(*n.fused, g.device);
+    n.kernel = [chain](const KernelContext& ctx) { launch_chain(ctx, chain->args); };
+  }
+}
+
+}  // namespace tide::trace
