@@ -13,7 +13,8 @@
 //               CUDA graph per step), one sync per step;
 //   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node;
 //   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
-//               and the loop's step kernel per iteration (vs eager async: BM_CudaTinyOpThroughput).
+//               and the loop's step kernel per iteration (vs eager async: BM_CudaTinyOpThroughput);
+//               fused, one kernel running the 10000 adds per element.
 // Every benchmark times wall-clock and syncs inside the timed region.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -264,14 +265,15 @@ void BM_CudaGraphTinyAdds(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The same 10000 adds as a traced loop: a WHILE node (the count kept on the device).
-void BM_CudaWhileTinyAdds(benchmark::State& state) {
+// The same 10000 adds as a traced loop: a WHILE node (the count kept on the device), or
+// fused: one kernel applying all 10000 adds per element.
+void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion) {
   constexpr int kOps = 10000;
   auto f = tide::trace::function(
       [](const Tensor& x) {
         return tide::trace::loop(kOps, [](const Tensor& y) { return y + 1.0; }, x);
       },
-      {.name = "while_adds"});
+      {.name = "loop_adds", .fusion = fusion});
   Tensor x = tide::zeros({1}, DType::float32, kGpu);
   for (int i = 0; i < 2; ++i) f(x).wait_to_read();  // trace, build
   for (auto _ : state) f(x).wait_to_read();
@@ -280,7 +282,12 @@ void BM_CudaWhileTinyAdds(benchmark::State& state) {
   state.counters["graph_nodes"] = double(s.graph_nodes);
   if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
 }
+void BM_CudaWhileTinyAdds(benchmark::State& state) { loop_tiny_adds(state, tide::trace::Fusion::none); }
+void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
+  loop_tiny_adds(state, tide::trace::Fusion::elementwise);
+}
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaFusedLoopTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

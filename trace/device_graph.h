@@ -22,7 +22,8 @@
 //     (in eager order, as on the CPU) before its graph runs: a replay draws what eager
 //     would, and every replay draws new numbers.
 //   - verify (trace/verify.h): the same bindings launched node by node, then as the graph.
-// Not yet: fused chains (nodes stay one per op), random ops in loop bodies.
+//   - Fused nodes launch their chain's step-interpreter kernel (trace/device_fusion.h).
+// Not yet: random ops in loop bodies.
 #pragma once
 
 #include <cstdint>

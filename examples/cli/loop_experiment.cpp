@@ -5,10 +5,10 @@
 // add's own loop over all n iterations, in registers), and the unrolled trace with
 // elementwise fusion (one kernel evaluating the n adds per element). Prints time per
 // iteration and the speed-up over eager with one sync, then checks every result.
-// With --device cuda[:N] x is created on that GPU: the two eager ways run there, the
-// unrolled trace runs as one CUDA graph and the loop node as a CUDA graph's conditional
-// WHILE node (the count kept and decremented on the device); the fused ways are skipped
-// with a note (fusion is not built on the GPU yet).
+// With --device cuda[:N] x is created on that GPU and every way runs there: each trace is
+// one CUDA graph, the loop node a conditional WHILE node (the count kept and decremented
+// on the device), the fused loop node one kernel running all n iterations per element,
+// and the fused unrolled trace one step-interpreter kernel.
 #include <iostream>
 #include <string>
 
@@ -55,7 +55,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     else throw UsageError("unknown option '" + args[i] + "'");
   }
   const Device device = global.device;
-  const bool fused_ways = device.is_cpu();  // a GPU runs the unrolled trace and the loop node
+  const bool gpu = !device.is_cpu();
   std::cout << "tide loop: device: " << device_label(device) << "\n";
   const Tensor x = ones({1, 2}, DType::float32, device);
   // What every way computes: x + 1 applied n times, chained (the textbook adds to x each
@@ -98,13 +98,11 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     return t;
   });
   add("eager, one sync at the end", [&] { return add_chain(x); });
-  add(fused_ways ? "traced, loop unrolled" : "traced, unrolled: one CUDA graph",
+  add(gpu ? "traced, unrolled: one CUDA graph" : "traced, loop unrolled",
       [&] { return unrolled(x); });
-  add(fused_ways ? "traced, loop node" : "traced, loop node: a WHILE node", [&] { return node(x); });
-  if (fused_ways) {
-    add("traced, loop node + fused", [&] { return fused_node(x); });
-    add("traced, unrolled + fused", [&] { return fused(x); });
-  }
+  add(gpu ? "traced, loop node: a WHILE node" : "traced, loop node", [&] { return node(x); });
+  add("traced, loop node + fused", [&] { return fused_node(x); });
+  add("traced, unrolled + fused", [&] { return fused(x); });
 
   const double base = ways[1].seconds;
   Table t("y = y + 1 on a 1x2 tensor on " + device.str() + ", n = " + std::to_string(n) +
@@ -116,28 +114,27 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     t.row({w.name, format_seconds(w.seconds), format_seconds(w.seconds / double(n)),
            format_fixed(base / w.seconds, 1) + "x", w.ok ? "ok" : "WRONG"});
   }
-  if (fused_ways) {
-    auto us = unrolled.stats(), fs = fused.stats(), ns = node.stats();
+  auto us = unrolled.stats(), fs = fused.stats(), ns = node.stats(), fns = fused_node.stats();
+  if (!gpu) {
     t.note("unrolled: " + std::to_string(us.recorded_ops) + " recorded ops, " +
            std::to_string(us.kernels) + " kernels; fused: " + std::to_string(fs.kernels) +
            " kernel(s); loop node: " + std::to_string(ns.recorded_ops) + " node");
   } else {
     auto graph = [](const trace::FunctionStats& s) {
-      return "a CUDA graph of " + std::to_string(s.graph_nodes) + " nodes" +
+      return std::to_string(s.graph_nodes) + " graph nodes" +
              (s.graph_fallback.empty() ? std::string() : " (not used: " + s.graph_fallback + ")");
     };
-    auto us = unrolled.stats(), ns = node.stats();
     t.note("unrolled: " + std::to_string(us.recorded_ops) + " recorded ops, " + graph(us) +
-           "; loop node: " + graph(ns) + "; the fused ways are skipped on " + device.str() +
-           ": fusion is not built on the GPU yet");
+           "; loop node: " + graph(ns) + "; loop node + fused: " + graph(fns) +
+           "; unrolled + fused: " + std::to_string(fs.kernels) + " kernel(s), " + graph(fs));
   }
   t.print();
-  if (!fused_ways) {
+  if (gpu) {
     std::cout << "\nEager, each op pays the frontend's queueing (and, with a sync per op, a "
-                 "round trip to the worker and the device). The unrolled trace launches one "
-                 "graph of n kernel nodes; the loop node launches a graph whose WHILE node "
-                 "runs the body's kernel and the loop's step kernel per iteration, with no "
-                 "host involvement.\n";
+                 "round trip to the worker and the device). Each trace is one graph launch: "
+                 "the unrolled one has n kernel nodes; the loop node's WHILE node runs the "
+                 "body's kernel and the loop's step kernel per iteration on the device; fused, "
+                 "one kernel applies all n adds per element.\n";
     return all_ok ? 0 : 1;
   }
   std::cout

@@ -17,6 +17,9 @@ namespace {
 
 Device gpu() { return Device::cuda(0); }
 
+// A loop body: one elementwise chain on the state.
+Tensor body_step(const Tensor& s) { return tanh(s * 1.01 + 0.5); }
+
 using test_util::train_step;
 using test_util::TrainRig;
 
@@ -123,8 +126,49 @@ TEST(CudaTrace, VerifyPassesForTheTextbookStep) {
   EXPECT_EQ(f.stats().graph_fallback, "");
 }
 
+// Fusion: the step-interpreter kernel gives the separate kernels' bits.
+TEST(CudaTrace, FusedChainsAndAFusedTrainingStepEqualEagerBitwise) {
+  auto chain = [](const Tensor& x, const Tensor& b) {
+    Tensor y = exp(x * 0.5) - b;
+    for (int i = 0; i < 6; ++i) y = y + 1.0;
+    return tanh(y) * b + sqrt(abs(x)) * 1.5 + 0.25;
+  };
+  auto f = trace::function(chain, {.fusion = trace::Fusion::elementwise});
+  for (DType dt : {DType::float32, DType::float64}) {
+    Tensor x = randn({1000, 37}, dt, default_generator(), gpu());
+    Tensor b = randn({1000, 37}, dt, default_generator(), gpu());
+    if (dt == DType::float32)
+      EXPECT_EQ(f(x, b).to_vector<float>(), chain(x, b).to_vector<float>());
+    else
+      EXPECT_EQ(f(x, b).to_vector<double>(), chain(x, b).to_vector<double>());
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  EXPECT_GT(f.stats().fused_kernels, 0);
+
+  TrainRig eager = textbook(true), traced = textbook(true);
+  auto step = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+                              {.name = "fused_step", .fusion = trace::Fusion::elementwise,
+                               .warmup_calls = 1});
+  Generator data(7);
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = randn({128, 512}, DType::float32, data, gpu());
+    Tensor y = ones({128, 1}, DType::float32, gpu());
+    ASSERT_EQ(train_step(eager, x, y).to_vector<float>(), step(x, y).to_vector<float>()) << i;
+  }
+}
+
+TEST(CudaTrace, AFusedLoopRunsAllIterationsInOneKernelAndEqualsEager) {
+  auto f = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); },
+                           {.fusion = trace::Fusion::elementwise});
+  Tensor x = randn({4096}, DType::float32, default_generator(), gpu());
+  for (int64_t n : {0, 3, 1000}) {
+    Tensor count = full({1}, double(n), DType::int64, gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>()) << n;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
-Tensor body_step(const Tensor& s) { return tanh(s * 1.01 + 0.5); }
 
 TEST(CudaTrace, LoopWithAnIntCountIsOneWhileNodeAndEqualsEager) {
   auto f = trace::function([](const Tensor& x) { return trace::loop(1000, body_step, x); });
