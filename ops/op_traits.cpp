@@ -50,6 +50,8 @@ constexpr std::array kTable{
     OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
     OpTraits{OpId::linear, "linear", K::linalg, N, N, E},
     OpTraits{OpId::one_hot, "one_hot", K::linalg, N, N, N},
+    OpTraits{OpId::take_rows, "take_rows", K::linalg, N, N, E},
+    OpTraits{OpId::scatter_add_rows, "scatter_add_rows", K::linalg, N, N, E},
     OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
     OpTraits{OpId::slice, "slice", K::view, N, N, E},
     OpTraits{OpId::select, "select", K::view, N, N, E},

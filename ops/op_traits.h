@@ -24,6 +24,8 @@ enum class OpId : uint16_t {
   sum, mean, max, argmax,
   // linear algebra and rows
   matmul, transpose, softmax, log_softmax, linear, one_hot,
+  // gather (ops/gather.h)
+  take_rows, scatter_add_rows,
   // views (no kernel)
   reshape, slice, select,
   // test and demo helpers (ops/debug.h)

@@ -5,6 +5,7 @@
 #include "ops/creation.h"
 #include "ops/debug.h"
 #include "ops/elementwise.h"
+#include "ops/gather.h"
 #include "ops/linalg.h"
 #include "ops/op_traits.h"
 #include "ops/optim.h"

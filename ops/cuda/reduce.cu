@@ -21,6 +21,7 @@
 #include "core/allocator.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
+#include "ops/cuda/scratch.h"
 #include "ops/reduce_kernels.h"
 
 namespace tide::kernels::cuda {
@@ -145,31 +146,6 @@ __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
     }
     y[j] = arg ? O(at) : O(best);
   }
-}
-
-// ---- CUB temporary storage ------------------------------------------------------------
-
-void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
-}
-
-// CUB's scratch: the stream's workspace when it is large enough, else a workspace block
-// that `keep` holds until the entry returns (the allocator tags it with the running task).
-void* scratch(const KernelContext& ctx, size_t bytes, StorageRef& keep, const char* op) {
-  if (bytes == 0) bytes = 1;  // CUB reads a null pointer as "query the size"
-  if (ctx.workspace && bytes <= ctx.workspace_bytes) return ctx.workspace;
-  keep = Allocator::get(ctx.device).workspace(bytes, op);
-  return keep->data();
-}
-
-// Runs a CUB call twice: once for the size of its scratch, then on that scratch.
-template <class Call>
-void run_cub(const KernelContext& ctx, const char* op, const char* what, Call call) {
-  size_t bytes = 0;
-  check(call(nullptr, bytes), what);
-  StorageRef keep;
-  void* tmp = scratch(ctx, bytes, keep, op);
-  check(call(tmp, bytes), what);
 }
 
 const char* kind_name(ReduceKind k) {

@@ -18,6 +18,7 @@ void register_reduce(OpList& ops);       // reduce.cu
 void register_matmul(OpList& ops);       // matmul.cu
 void register_rows(OpList& ops);         // rows.cu
 void register_optim(OpList& ops);        // optim.cu
+void register_gather(OpList& ops);       // gather.cu
 void register_fused(OpList& ops);        // fused.cu: a trace's fused chains (no op of its own)
 
 }  // namespace tide::kernels::cuda
