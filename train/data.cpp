@@ -18,6 +18,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "ops/creation.h"
+#include "ops/gather.h"
 
 // gzip support needs zlib linked into tide; CMake defines TIDE_HAVE_ZLIB when it is (the
 // header alone being present is not enough to link).
@@ -438,14 +439,34 @@ void IdxSource::reset(uint64_t epoch) {
   pos_ = 0;
 }
 
+std::array<float, 256> IdxSource::pixel_values() const {
+  std::array<float, 256> lut;
+  for (int v = 0; v < 256; ++v)
+    lut[size_t(v)] = float((double(v) / 255.0 - opt_.mean_) / opt_.std_);
+  return lut;
+}
+
+void IdxSource::upload() {
+  const std::array<float, 256> lut = pixel_values();
+  std::vector<float> x(pixels_.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = lut[pixels_[i]];
+  x_all_ = from_vector(x, Shape{n_, rows_ * cols_}, opt_.device_);
+  y_all_ = from_vector(std::vector<int64_t>(labels_.begin(), labels_.end()), Shape{n_}, opt_.device_);
+}
+
 std::optional<Batch> IdxSource::next_batch() {
   if (pos_ >= n_) return std::nullopt;
   int64_t b = std::min(opt_.batch_size_, n_ - pos_);
   int64_t pix = rows_ * cols_;
-  std::array<float, 256> lut;
-  for (int v = 0; v < 256; ++v)
-    lut[size_t(v)] = float((double(v) / 255.0 - opt_.mean_) / opt_.std_);
   Shape xs = opt_.flatten_ ? Shape{b, pix} : Shape{b, rows_, cols_};
+  if (!opt_.device_.is_cpu() && opt_.resident_) {
+    if (!x_all_.defined()) upload();
+    Tensor idx = from_vector(std::vector<int64_t>(order_.begin() + pos_, order_.begin() + pos_ + b),
+                             Shape{b}, opt_.device_);
+    pos_ += b;
+    return Batch{take_rows(x_all_, idx).reshape(xs.vec()), take_rows(y_all_, idx)};
+  }
+  const std::array<float, 256> lut = pixel_values();
   // Fresh tensors no queued op has touched yet: filling them on the host is safe.
   Tensor x = Tensor::empty(xs, DType::float32, Device::cpu(), "idx");
   Tensor y = Tensor::empty(Shape{b}, DType::int64, Device::cpu(), "idx");

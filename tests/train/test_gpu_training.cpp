@@ -79,7 +79,9 @@ TEST(GpuData, SyntheticBatchesAreMadeOnTheDeviceWithTheCpuNumbers) {
   EXPECT_FALSE(dev.next_batch());
 }
 
-TEST(GpuData, IdxBatchesAreCopiedToTheDevice) {
+// Resident (the default on a GPU: the data set on the device, batches gathered there) and
+// copied (built on the host, then Tensor::to): the CPU's batches either way.
+TEST(GpuData, IdxBatchesAreGatheredOnOrCopiedToTheDevice) {
   const Device d = gpu();
   fs::path dir = fs::temp_directory_path() / ("tide_idx_gpu_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -90,21 +92,30 @@ TEST(GpuData, IdxBatchesAreCopiedToTheDevice) {
   write("train-images-idx3-ubyte", test_util::images_bytes(10, 2, 3));
   write("train-labels-idx1-ubyte", test_util::labels_bytes(10));
 
-  auto opts = IdxOptions().dir(dir.string()).batch_size(4).shuffle(true).seed(5).normalize(0.5, 0.25);
-  IdxSource cpu(opts), dev(IdxOptions(opts).device(d));
-  int batches = 0;
-  while (std::optional<Batch> c = cpu.next_batch()) {
-    std::optional<Batch> g = dev.next_batch();
-    ASSERT_TRUE(g);
-    EXPECT_EQ(g->x.device(), d);
-    EXPECT_EQ(g->y.device(), d);
-    EXPECT_EQ(g->x.shape(), c->x.shape());
-    EXPECT_EQ(g->x.to_vector<float>(), c->x.to_vector<float>()) << "batch " << batches;
-    EXPECT_EQ(g->y.to_vector<int64_t>(), c->y.to_vector<int64_t>()) << "batch " << batches;
-    ++batches;
-  }
-  EXPECT_EQ(batches, 3);  // 4 + 4 + 2
-  EXPECT_FALSE(dev.next_batch());
+  for (bool flatten : {true, false})
+    for (bool resident : {true, false}) {
+      SCOPED_TRACE(std::string(resident ? "resident" : "copied") + (flatten ? ", flat" : ", 2-D"));
+      auto opts = IdxOptions().dir(dir.string()).batch_size(4).shuffle(true).seed(5)
+                      .normalize(0.5, 0.25).flatten(flatten);
+      IdxSource cpu(opts), dev(IdxOptions(opts).device(d).resident(resident));
+      for (uint64_t epoch : {0, 1}) {
+        cpu.reset(epoch);
+        dev.reset(epoch);
+        int batches = 0;
+        while (std::optional<Batch> c = cpu.next_batch()) {
+          std::optional<Batch> g = dev.next_batch();
+          ASSERT_TRUE(g);
+          EXPECT_EQ(g->x.device(), d);
+          EXPECT_EQ(g->y.device(), d);
+          EXPECT_EQ(g->x.shape(), c->x.shape());
+          EXPECT_EQ(g->x.to_vector<float>(), c->x.to_vector<float>()) << "batch " << batches;
+          EXPECT_EQ(g->y.to_vector<int64_t>(), c->y.to_vector<int64_t>()) << "batch " << batches;
+          ++batches;
+        }
+        EXPECT_EQ(batches, 3);  // 4 + 4 + 2
+        EXPECT_FALSE(dev.next_batch());
+      }
+    }
   fs::remove_all(dir);
 }
 
