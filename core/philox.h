@@ -85,4 +85,23 @@ TIDE_HOST_DEVICE void uniform4(uint64_t offset, uint64_t key, uint64_t blk, T* o
   }
 }
 
+// splitmix64's output function (Steele, Lea, Flood, "Fast splittable pseudorandom number
+// generators", OOPSLA'14; the finalizer of Java's SplittableRandom): a bijection of 64-bit
+// words in which every input bit flips each output bit with probability close to 1/2.
+TIDE_HOST_DEVICE constexpr uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The Philox key of a sub-stream (trace::loop with a tensor count draws its body's numbers
+// from one): splitmix64(splitmix64(key) ^ counter), where (counter, key) is the block the
+// sub-stream reserved from its parent stream. Both steps are bijections, so under one key
+// different blocks give different sub-keys; a sub-key meets its parent's key, or another
+// seed's key, only by a 64-bit coincidence.
+TIDE_HOST_DEVICE constexpr uint64_t substream_key(uint64_t key, uint64_t counter) {
+  return splitmix64(splitmix64(key) ^ counter);
+}
+
 }  // namespace tide::philox

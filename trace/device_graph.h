@@ -23,7 +23,6 @@
 //     would, and every replay draws new numbers.
 //   - verify (trace/verify.h): the same bindings launched node by node, then as the graph.
 //   - Fused nodes launch their chain's step-interpreter kernel (trace/device_fusion.h).
-// Not yet: random ops in loop bodies.
 #pragma once
 
 #include <cstdint>

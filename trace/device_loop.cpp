@@ -6,6 +6,7 @@
 #include "core/capture.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/philox.h"
 #include "trace/executor.h"
 
 namespace tide::trace {
@@ -17,14 +18,15 @@ using cuda::LoopCopy;
 
 DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
                        DType count_dtype, int64_t count_offset, int64_t fixed,
-                       std::shared_ptr<DeviceChain> iterated)
+                       std::shared_ptr<DeviceChain> iterated, cuda::LoopRandom random)
     : body_(std::move(body)),
       state_(std::move(state)),
       count_(count),
       count_dtype_(count_dtype),
       count_offset_(count_offset),
       fixed_(fixed),
-      iterated_(std::move(iterated)) {
+      iterated_(std::move(iterated)),
+      random_(random) {
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
                   body_->outputs.size() == state_.size(),
               "trace: a GPU loop's body must be prepared with one input and output per state");
@@ -111,7 +113,8 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     count.tensor = count_address();
     count.dtype = count_dtype_;
   }
-  GraphNodeHandle start = api.graph_add_loop_start(h, deps, cond, counter, count, initial);
+  const cuda::LoopRandom* random = random_.num_ops ? &random_ : nullptr;
+  GraphNodeHandle start = api.graph_add_loop_start(h, deps, cond, counter, count, initial, random);
   GraphHandle body = nullptr;
   GraphNodeHandle loop = api.graph_add_while(h, {&start, 1}, cond, &body, &why);
   if (!loop) return "CUDA refused a WHILE node: " + why;
@@ -134,7 +137,7 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     }
     next.push_back({state_buffer(j), src, state_[j].bytes});
   }
-  api.graph_add_loop_step(body, before_step, cond, counter, next);
+  api.graph_add_loop_step(body, before_step, cond, counter, next, random);
 
   for (size_t j = 0; j < k; ++j)
     exits->push_back(api.graph_add_memcpy(h, {&loop, 1}, state_[j].out->data(), state_buffer(j),
@@ -155,25 +158,35 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
     copy(state_[0].out->data(), state_buffer(0), state_[0].bytes);
     return;
   }
+  // What the host must read first (the writers ran earlier on this stream, or another
+  // stream's were waited for before this task): the count, the random base.
   int64_t n = fixed_;
-  if (count_) {
-    // The count's writer ran earlier on this stream (or another stream's writer was waited
-    // for before this task): wait for the stream, then read it.
+  uint64_t base[2] = {0, 0};
+  if (count_ || random_.num_ops) {
     cuda::Status st = api.synchronize(ctx.stream);
     if (st.failed()) throw std::runtime_error("reading the loop count: " + st.message);
-    unsigned char host[8] = {};
-    cuda::DeviceRuntime::get(body_->device.index).copy_to_host(host, count_address(),
-                                                               size_of(count_dtype_), "loop");
-    n = dispatch_dtype(count_dtype_, [&](auto z) -> int64_t {
-      return int64_t(*reinterpret_cast<const decltype(z)*>(host));
-    });
+    cuda::DeviceRuntime& rt = cuda::DeviceRuntime::get(body_->device.index);
+    if (count_) {
+      unsigned char host[8] = {};
+      rt.copy_to_host(host, count_address(), size_of(count_dtype_), "loop");
+      n = dispatch_dtype(count_dtype_, [&](auto z) -> int64_t {
+        return int64_t(*reinterpret_cast<const decltype(z)*>(host));
+      });
+    }
+    if (random_.num_ops) rt.copy_to_host(base, random_.base, sizeof(base), "loop");
   }
+  const uint64_t offset0 = random_.substream ? 0 : base[0];
+  const uint64_t key = random_.substream ? philox::substream_key(base[1], base[0]) : base[1];
   if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
   const size_t k = state_.size();
   for (size_t j = 0; j < k; ++j)
     copy(state_buffer(j), static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset,
          state_[j].bytes);
   for (int64_t it = 0; it < n; ++it) {
+    for (size_t r = 0; r < random_.num_ops; ++r) {
+      const uint64_t counters[2] = {offset0 + uint64_t(it) * random_.blocks + random_.prefix[r], key};
+      api.write_words(ctx.stream, random_.slots[r], counters);
+    }
     for (size_t i = 0; i < body_->nodes.size(); ++i) {
       try {
         body_->nodes[i].kernel(ctx);

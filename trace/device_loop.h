@@ -10,9 +10,11 @@
 //                          decrements the counter, sets the condition to counter > 0
 //   copy nodes:   the state buffers into the loop node's outputs
 //
-// No iteration and no tensor count costs a host synchronisation. Launched node by node
-// instead (when the enclosing graph fell back), the loop reads a tensor count on the host
-// (it synchronises the stream once) and launches the body's nodes n times.
+// No iteration and no tensor count costs a host synchronisation. Random ops in the body
+// draw eager's numbers: the start and step kernels set and advance their counters on the
+// device (cuda::LoopRandom). Launched node by node instead (when the enclosing graph fell
+// back), the loop reads a tensor count and the random base on the host (it synchronises
+// the stream once), writes each iteration's counters and launches the body's nodes n times.
 //
 // A body that is one fused chain on its one state (Fusion::elementwise; see
 // LoopProgram::iterated on the CPU) runs instead as one kernel that applies the chain n
@@ -50,9 +52,11 @@ class DeviceLoop final : public GraphPiece {
   // storage holding the count (one element of count_dtype at count_offset elements), or
   // null for `fixed`. `iterated`: the body's one chain, bound in place to the state buffer
   // (the one-kernel form). Allocates the counter (and spare buffers) on the device.
+  // `random`: the body's random ops (num_ops 0: none), their counters set and advanced by
+  // the loop kernels.
   DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
              DType count_dtype, int64_t count_offset, int64_t fixed,
-             std::shared_ptr<DeviceChain> iterated = nullptr);
+             std::shared_ptr<DeviceChain> iterated = nullptr, cuda::LoopRandom random = {});
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                      const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
@@ -71,6 +75,7 @@ class DeviceLoop final : public GraphPiece {
   DType count_dtype_;
   int64_t count_offset_, fixed_;
   std::shared_ptr<DeviceChain> iterated_;
+  cuda::LoopRandom random_;
   StorageRef counter_;              // int64 on the device: iterations left
   std::vector<StorageRef> spare_;   // per state: where a next state read from another
                                     // state's buffer waits (null when not needed)

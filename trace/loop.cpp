@@ -160,6 +160,41 @@ Generator* substream_generator(const Graph& body) {
   return gen;
 }
 
+// Random ops in the body, iteration i, op j drawing at base + i * S + prefix_j. A tensor
+// count: one block reserved by the enclosing replay in eager order, the base 0 of the
+// sub-stream it keys. An int count: one range of counters for all n iterations, reserved
+// by the enclosing replay in eager order. No generator: nothing to reserve.
+struct BodyRandom {
+  Generator* gen = nullptr;
+  std::vector<uint64_t> prefix;  // per random op of the body
+  uint64_t blocks = 0;           // S
+  bool substream = false;
+  // Elements' worth of counters the enclosing replay reserves for the loop.
+  uint64_t reserved_numel(const Count& count) const {
+    return substream ? 4 : uint64_t(count.fixed) * blocks * 4;
+  }
+};
+
+BodyRandom plan_body_random(const Graph& body, const Count& count) {
+  BodyRandom r;
+  const std::vector<RandomCounter>& rnd = body.random;
+  if (count.tensor.defined()) {
+    r.gen = substream_generator(body);
+  } else if (!rnd.empty()) {
+    for (const RandomCounter& c : rnd)
+      TIDE_CHECK(c.gen == rnd[0].gen, "loop",
+                 "random ops inside one traced loop body must share a generator");
+    r.gen = rnd[0].gen;
+  }
+  if (!r.gen) return r;
+  for (const RandomCounter& c : rnd) {
+    r.prefix.push_back(r.blocks);
+    r.blocks += (c.numel + 3) / 4;
+  }
+  r.substream = count.tensor.defined();
+  return r;
+}
+
 // What the body reads and writes outside itself (captures, state), for the loop node.
 void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
                         std::vector<Storage*>& writes) {
@@ -176,10 +211,23 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
                                        const std::vector<Tensor>& state,
                                        const std::shared_ptr<FusedKernel>& iterated,
                                        tide::SourceLocation site) {
-  TIDE_CHECK(body->random.empty(), "loop", "the body draws random numbers on ", body->device.str(),
-             ": random ops inside a traced loop on a GPU are not supported yet (the counters "
-             "of each iteration would have to advance on the device); draw them outside the "
-             "loop and pass them in, or run the loop eagerly");
+  // The body's counters advance on the device (cuda::LoopRandom): the loop kernels set and
+  // move them from the range or block the enclosing replay reserves and writes.
+  const BodyRandom br = plan_body_random(*body, count);
+  cuda::LoopRandom random;
+  if (br.gen) {
+    TIDE_CHECK(body->random.size() <= cuda::kMaxLoopRandom, "loop", "the body has ",
+               body->random.size(), " random ops; a traced loop on a GPU takes at most ",
+               cuda::kMaxLoopRandom, " (run the loop eagerly, or draw some outside it)");
+    random.base = outer.random_counter(*br.gen, br.reserved_numel(count), body->device);
+    random.substream = br.substream;
+    random.blocks = br.blocks;
+    random.num_ops = body->random.size();
+    for (size_t r = 0; r < random.num_ops; ++r) {
+      random.slots[r] = static_cast<uint64_t*>(body->random[r].device_slot->data());
+      random.prefix[r] = br.prefix[r];
+    }
+  }
   prepare_device_graph(*body);
   prepare_device_fusion(*body);
   // A body that is one fused chain on its one state: all iterations in one kernel, the
@@ -210,7 +258,7 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
   auto loop = std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
                                            count.tensor.defined() ? count.tensor.dtype() : DType::int64,
                                            count.tensor.defined() ? count.tensor.offset() : 0,
-                                           count.fixed, std::move(chain));
+                                           count.fixed, std::move(chain), random);
   outer.record("loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); },
                site);
   outer.set_last_piece(std::move(loop));
@@ -241,29 +289,12 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);
-  // Random ops in the body, iteration i, op j drawing at base + i * S + prefix_j. A tensor
-  // count: one block reserved by the enclosing replay in eager order, the base 0 of the
-  // sub-stream it keys (see run()). An int count: one range of counters for all n
-  // iterations, reserved by the enclosing replay in eager order.
-  const std::vector<RandomCounter>& rnd = prog->body->random;
-  Generator* gen = nullptr;
-  if (count.tensor.defined()) {
-    gen = substream_generator(*prog->body);
-  } else if (!rnd.empty()) {
-    for (const RandomCounter& c : rnd)
-      TIDE_CHECK(c.gen == rnd[0].gen, "loop",
-                 "random ops inside one traced loop body must share a generator");
-    gen = rnd[0].gen;
-  }
-  if (gen) {
-    for (const RandomCounter& c : rnd) {
-      prog->random_prefix.push_back(prog->random_blocks);
-      prog->random_blocks += (c.numel + 3) / 4;
-    }
-    prog->substream = count.tensor.defined();
-    prog->random_base = outer.random_counter(
-        *gen, prog->substream ? 4 : uint64_t(count.fixed) * prog->random_blocks * 4,
-        Device::cpu());
+  const BodyRandom br = plan_body_random(*prog->body, count);
+  if (br.gen) {
+    prog->random_prefix = br.prefix;
+    prog->random_blocks = br.blocks;
+    prog->substream = br.substream;
+    prog->random_base = outer.random_counter(*br.gen, br.reserved_numel(count), Device::cpu());
   }
 
   // The node: reads the initial state, the count and what the body reads from outside;

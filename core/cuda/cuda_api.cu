@@ -308,16 +308,17 @@ class CudaApi final : public DeviceApi {
   }
   GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                        ConditionalHandle cond, int64_t* counter,
-                                       const LoopCount& count,
-                                       std::span<const LoopCopy> copies) override {
+                                       const LoopCount& count, std::span<const LoopCopy> copies,
+                                       const LoopRandom* random) override {
     make_current();
-    return add_loop_kernel_node(cudaGraph_t(g), deps, cond, counter, &count, copies);
+    return add_loop_kernel_node(cudaGraph_t(g), deps, cond, counter, &count, copies, random);
   }
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
                                       ConditionalHandle cond, int64_t* counter,
-                                      std::span<const LoopCopy> copies) override {
+                                      std::span<const LoopCopy> copies,
+                                      const LoopRandom* random) override {
     make_current();
-    return add_loop_kernel_node(cudaGraph_t(body), deps, cond, counter, nullptr, copies);
+    return add_loop_kernel_node(cudaGraph_t(body), deps, cond, counter, nullptr, copies, random);
   }
 
   void* create_blas() override {

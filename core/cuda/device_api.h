@@ -52,6 +52,20 @@ struct LoopCount {
 };
 // Copies one kernel of a loop may make (kernel parameters are passed by value).
 inline constexpr size_t kMaxLoopCopies = 32;
+// Random ops in a loop body: their Philox counters advance on the device. The start kernel
+// sets op r's {offset, key} slot to {o + prefix[r], k}, the step kernel adds `blocks` to
+// each offset, so iteration i, op r draws at o + i * blocks + prefix[r] (trace/loop.h's
+// rule). With an int count (o, k) = the range base[0..1] the enclosing replay reserved;
+// with a tensor count (0, substream_key(base[1], base[0])).
+inline constexpr size_t kMaxLoopRandom = 8;
+struct LoopRandom {
+  const uint64_t* base = nullptr;  // device memory: {offset, key}, written by the replay
+  bool substream = false;
+  uint64_t blocks = 0;             // Philox blocks the body draws per iteration
+  size_t num_ops = 0;              // at most kMaxLoopRandom
+  uint64_t* slots[kMaxLoopRandom] = {};
+  uint64_t prefix[kMaxLoopRandom] = {};
+};
 
 struct MemInfo {
   size_t free = 0, total = 0;
@@ -170,18 +184,22 @@ class DeviceApi {
   virtual GraphNodeHandle graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                           ConditionalHandle cond, GraphHandle* body,
                                           std::string* why) = 0;
-  // Adds the start kernel after deps: makes `copies` (the initial state), then *counter =
-  // the count and the condition = (count > 0). At most kMaxLoopCopies copies.
+  // Adds the start kernel after deps: makes `copies` (the initial state), sets the random
+  // ops' first counters (when `random` is given), then *counter = the count and the
+  // condition = (count > 0). At most kMaxLoopCopies copies.
   virtual GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                                ConditionalHandle cond, int64_t* counter,
                                                const LoopCount& count,
-                                               std::span<const LoopCopy> copies) = 0;
+                                               std::span<const LoopCopy> copies,
+                                               const LoopRandom* random) = 0;
   // Adds the step kernel to a body graph after deps: makes `copies` (the next state into
-  // the state), then --*counter and the condition = (*counter > 0). At most kMaxLoopCopies.
+  // the state), advances the random ops' counters (when `random` is given), then
+  // --*counter and the condition = (*counter > 0). At most kMaxLoopCopies copies.
   virtual GraphNodeHandle graph_add_loop_step(GraphHandle body,
                                               std::span<const GraphNodeHandle> deps,
                                               ConditionalHandle cond, int64_t* counter,
-                                              std::span<const LoopCopy> copies) = 0;
+                                              std::span<const LoopCopy> copies,
+                                              const LoopRandom* random) = 0;
 
   // ---- libraries ----
   // A cuBLASLt handle for one stream, or nullptr where there is no cuBLASLt (the fake).

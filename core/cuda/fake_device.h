@@ -121,11 +121,12 @@ class FakeDevice final : public DeviceApi {
                                   std::string* why) override;
   GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                        ConditionalHandle cond, int64_t* counter,
-                                       const LoopCount& count,
-                                       std::span<const LoopCopy> copies) override;
+                                       const LoopCount& count, std::span<const LoopCopy> copies,
+                                       const LoopRandom* random) override;
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
                                       ConditionalHandle cond, int64_t* counter,
-                                      std::span<const LoopCopy> copies) override;
+                                      std::span<const LoopCopy> copies,
+                                      const LoopRandom* random) override;
 
  private:
   struct Event;
@@ -146,6 +147,7 @@ class FakeDevice final : public DeviceApi {
     int64_t* counter = nullptr;
     std::vector<LoopCopy> copies;
     LoopCount count;
+    LoopRandom random;  // num_ops 0: none
   };
   struct Graph {
     std::vector<GraphNode> nodes;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/philox.h"
 
 namespace tide::cuda {
 
@@ -22,7 +23,23 @@ struct LoopKernelArgs {
   const void* count;  // device memory, or null: `fixed`
   int count_dtype;    // DType
   long long fixed;
+  LoopRandom random;  // num_ops 0: none
 };
+
+// The body's random counters: set from the loop's reserved range or block (start), or
+// moved on by one iteration's blocks (step); see LoopRandom.
+__device__ void advance_random(const LoopRandom& r, bool start) {
+  if (!start) {
+    for (size_t i = 0; i < r.num_ops; ++i) r.slots[i][0] += r.blocks;
+    return;
+  }
+  const uint64_t offset = r.substream ? 0 : r.base[0];
+  const uint64_t key = r.substream ? philox::substream_key(r.base[1], r.base[0]) : r.base[1];
+  for (size_t i = 0; i < r.num_ops; ++i) {
+    r.slots[i][0] = offset + r.prefix[i];
+    r.slots[i][1] = key;
+  }
+}
 
 __device__ long long read_count(const LoopKernelArgs& a) {
   if (!a.count) return a.fixed;
@@ -54,6 +71,7 @@ __global__ void loop_kernel(LoopKernelArgs a) {
     }
   }
   if (tid == 0) {
+    advance_random(a.random, a.start);
     long long n = a.start ? read_count(a) : *a.counter - 1;
     *a.counter = n;
     cudaGraphSetConditional(a.cond, n > 0 ? 1u : 0u);
@@ -101,9 +119,11 @@ cudaGraphNode_t add_while_node(cudaGraph_t g, std::span<const GraphNodeHandle> d
 
 cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      ConditionalHandle cond, int64_t* counter,
-                                     const LoopCount* count, std::span<const LoopCopy> copies) {
-  if (copies.size() > kMaxLoopCopies)
-    throw_cuda_error("a loop kernel with more than kMaxLoopCopies copies", cudaErrorInvalidValue);
+                                     const LoopCount* count, std::span<const LoopCopy> copies,
+                                     const LoopRandom* random) {
+  if (copies.size() > kMaxLoopCopies || (random && random->num_ops > kMaxLoopRandom))
+    throw_cuda_error("a loop kernel with more than kMaxLoopCopies copies or kMaxLoopRandom "
+                     "random ops", cudaErrorInvalidValue);
   LoopKernelArgs a{};
   size_t bytes = 0;
   for (size_t i = 0; i < copies.size(); ++i) {
@@ -111,6 +131,7 @@ cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHan
     bytes = std::max(bytes, copies[i].bytes);
   }
   a.num_copies = int(copies.size());
+  if (random) a.random = *random;
   a.start = count != nullptr;
   a.cond = cond;
   a.counter = reinterpret_cast<long long*>(counter);

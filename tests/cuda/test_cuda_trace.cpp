@@ -212,5 +212,26 @@ TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {
   EXPECT_EQ(f.stats().graph_fallback, "");
 }
 
+// Random ops in a loop body: counters advanced by the loop kernels on the device.
+TEST(CudaTrace, RandomOpsInLoopBodiesEqualTheEagerLoop) {
+  auto body = [](Generator& gen) {
+    return [&gen](const Tensor& s) {
+      return s * 0.5 + rand({1000}, DType::float32, gen, gpu()) - randn({1000}, DType::float32, gen, gpu());
+    };
+  };
+  Generator tg(77), eg(77);
+  auto f = trace::function([&](const Tensor& x, const Tensor& n) {
+    return trace::loop(n, body(tg), trace::loop(20, body(tg), x));
+  });
+  Tensor x = randn({1000}, DType::float32, default_generator(), gpu());
+  for (int64_t n : {0, 7, 50}) {
+    Tensor count = full({1}, double(n), DType::int64, gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(),
+              trace::loop(count, body(eg), trace::loop(20, body(eg), x)).to_vector<float>())
+        << n;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 }  // namespace
 }  // namespace tide

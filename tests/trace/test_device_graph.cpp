@@ -184,21 +184,23 @@ void check_training(bool adam) {
 TEST(DeviceGraph, TrainingStepWithSgdMomentumEqualsEager) { check_training(false); }
 TEST(DeviceGraph, TrainingStepWithAdamEqualsEager) { check_training(true); }
 
-TEST(DeviceGraph, WhatAGpuTraceDoesNotSupportYetIsRefusedClearly) {
+TEST(DeviceGraph, MixingDevicesInOneTraceIsRefusedClearly) {
   Tensor x = on_gpu({1, 2}, {2});
-  auto random_loop = trace::function([](const Tensor& t) {
-    return trace::loop(
-        3, [](const Tensor& s) { return s + rand({2}, DType::float32, default_generator(), s.device()); },
-        t);
+  auto mixed = trace::function([](const Tensor& t) { return t.to(Device::cpu()) + ones({2}); });
+  std::string e = error_of([&] { (void)mixed(x); });
+  EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
+  // Too many random ops in one GPU loop body for the loop kernels' parameters.
+  auto many = trace::function([](const Tensor& t) {
+    return trace::loop(2, [](const Tensor& s) {
+      Tensor y = s;
+      for (int i = 0; i < 9; ++i) y = y + rand({2}, DType::float32, default_generator(), s.device());
+      return y;
+    }, t);
   });
-  std::string e = error_of([&] { (void)random_loop(x); });
-  EXPECT_NE(e.find("random ops inside a traced loop on a GPU are not supported yet"),
+  e = error_of([&] { (void)many(x); });
+  EXPECT_NE(e.find("the body has 9 random ops; a traced loop on a GPU takes at most 8"),
             std::string::npos)
       << e;
-
-  auto mixed = trace::function([](const Tensor& t) { return t.to(Device::cpu()) + ones({2}); });
-  e = error_of([&] { (void)mixed(x); });
-  EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
 }
 
 // Random ops read their counters from device memory each replay writes: a replay draws
@@ -468,6 +470,36 @@ TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
   fake().refuse_next_capture("fallback");
   EXPECT_EQ(g(x).to_vector<float>(), trace::loop(7, body, x * 1.0).to_vector<float>());
   EXPECT_NE(g.stats().graph_fallback, "");
+}
+
+// Random ops in a loop body: the loop kernels set and advance their counters on the device,
+// so every iteration draws what the eager loop draws (int count: a range; tensor count: a
+// sub-stream), in the graph and node by node.
+TEST(DeviceGraphLoop, RandomOpsInTheBodyDrawWhatTheEagerLoopDraws) {
+  auto body = [](Generator& gen) {
+    return [&gen](const Tensor& s) {
+      return s * 0.5 + rand({3}, DType::float32, gen, s.device()) - randn({3}, DType::float32, gen, s.device());
+    };
+  };
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "node by node" : "graph");
+    Generator tg(31), eg(31);
+    auto f = trace::function([&](const Tensor& x, const Tensor& n) {
+      Tensor a = trace::loop(4, body(tg), x);             // an int count: a range
+      return trace::loop(n, body(tg), a + rand({3}, DType::float32, tg, x.device()));  // a sub-stream
+    });
+    auto eager = [&](const Tensor& x, const Tensor& n) {
+      Tensor a = trace::loop(4, body(eg), x);
+      return trace::loop(n, body(eg), a + rand({3}, DType::float32, eg, x.device()));
+    };
+    if (fallback) fake().refuse_next_capture("fallback");
+    Tensor x = on_gpu({1, 2, 3}, {3});
+    for (int64_t n : {3, 0, 5}) {
+      Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+      EXPECT_EQ(f(x, count).to_vector<float>(), eager(x, count).to_vector<float>()) << "n = " << n;
+    }
+    EXPECT_EQ(f.stats().graph_fallback.empty(), !fallback) << f.stats().graph_fallback;
+  }
 }
 
 TEST(DeviceGraphLoop, ALoopWhoseBodyReturnsItsStateUnchanged) {
