@@ -245,42 +245,40 @@ void BM_CudaTracedTextbookMlpStep(benchmark::State& state) { textbook_step(state
 BENCHMARK(BM_CudaTextbookMlpStep)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaTracedTextbookMlpStep)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// 10000 dependent tiny adds traced unrolled: one CUDA graph of 10000 kernel nodes (and two
-// copies) per replay. Time per replay / 10000 = what one graph node costs.
-void BM_CudaGraphTinyAdds(benchmark::State& state) {
-  constexpr int kOps = 10000;
-  auto chain = [](const Tensor& x) {
-    Tensor y = x;
-    for (int i = 0; i < kOps; ++i) y = y + 1.0;
-    return y;
-  };
-  auto f = tide::trace::function(chain, {.name = "tiny_adds"});
+// 10000 dependent tiny adds as one traced function on one element, replayed and waited for
+// each iteration; the graph's node count as a counter.
+constexpr int kTinyAdds = 10000;
+template <class Body>
+void replay_tiny_adds(benchmark::State& state, Body body, tide::trace::Options options) {
+  auto f = tide::trace::function(body, options);
   Tensor x = tide::zeros({1}, DType::float32, kGpu);
   for (int i = 0; i < 2; ++i) f(x).wait_to_read();  // trace, build
   for (auto _ : state) f(x).wait_to_read();
-  state.SetItemsProcessed(state.iterations() * kOps);
+  state.SetItemsProcessed(state.iterations() * kTinyAdds);
   tide::trace::FunctionStats s = f.stats();
   state.counters["graph_nodes"] = double(s.graph_nodes);
   if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
 }
+
+// Unrolled: one CUDA graph of 10000 kernel nodes (and two copies) per replay. Time per
+// replay / 10000 = what one graph node costs.
+void BM_CudaGraphTinyAdds(benchmark::State& state) {
+  auto chain = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < kTinyAdds; ++i) y = y + 1.0;
+    return y;
+  };
+  replay_tiny_adds(state, chain, {.name = "tiny_adds"});
+}
 BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The same 10000 adds as a traced loop: a WHILE node (the count kept on the device), or
-// fused: one kernel applying all 10000 adds per element.
+// As a traced loop: a WHILE node (the count kept on the device), or fused: one kernel
+// applying all 10000 adds per element.
 void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion) {
-  constexpr int kOps = 10000;
-  auto f = tide::trace::function(
-      [](const Tensor& x) {
-        return tide::trace::loop(kOps, [](const Tensor& y) { return y + 1.0; }, x);
-      },
-      {.name = "loop_adds", .fusion = fusion});
-  Tensor x = tide::zeros({1}, DType::float32, kGpu);
-  for (int i = 0; i < 2; ++i) f(x).wait_to_read();  // trace, build
-  for (auto _ : state) f(x).wait_to_read();
-  state.SetItemsProcessed(state.iterations() * kOps);
-  tide::trace::FunctionStats s = f.stats();
-  state.counters["graph_nodes"] = double(s.graph_nodes);
-  if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
+  auto looped = [](const Tensor& x) {
+    return tide::trace::loop(kTinyAdds, [](const Tensor& y) { return y + 1.0; }, x);
+  };
+  replay_tiny_adds(state, looped, {.name = "loop_adds", .fusion = fusion});
 }
 void BM_CudaWhileTinyAdds(benchmark::State& state) { loop_tiny_adds(state, tide::trace::Fusion::none); }
 void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {

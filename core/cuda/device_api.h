@@ -17,6 +17,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/host_device.h"
+#include "core/philox.h"
 
 namespace tide::cuda {
 
@@ -66,6 +68,21 @@ struct LoopRandom {
   uint64_t* slots[kMaxLoopRandom] = {};
   uint64_t prefix[kMaxLoopRandom] = {};
 };
+// What the start (start = true) and step kernels do to the counters, on the device and in
+// the recording fake alike.
+TIDE_HOST_DEVICE void advance_loop_random(const LoopRandom& r, bool start) {
+  if (!start) {
+    for (size_t i = 0; i < r.num_ops; ++i) r.slots[i][0] += r.blocks;
+    return;
+  }
+  if (r.num_ops == 0) return;
+  const uint64_t offset = r.substream ? 0 : r.base[0];
+  const uint64_t key = r.substream ? philox::substream_key(r.base[1], r.base[0]) : r.base[1];
+  for (size_t i = 0; i < r.num_ops; ++i) {
+    r.slots[i][0] = offset + r.prefix[i];
+    r.slots[i][1] = key;
+  }
+}
 
 struct MemInfo {
   size_t free = 0, total = 0;

@@ -153,6 +153,9 @@ class FakeDevice final : public DeviceApi {
     std::vector<GraphNode> nodes;
   };
   GraphNodeHandle add_node(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode node);
+  GraphNodeHandle add_loop_kernel(char kind, GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                  ConditionalHandle cond, int64_t* counter, const LoopCount* count,
+                                  std::span<const LoopCopy> copies, const LoopRandom* random);
   void log(Call c);
   void enqueue(StreamHandle s, std::function<void()> op);
   // What `launch` queues on a stream that captures instead of running (fake_graph.cpp).

@@ -11,7 +11,6 @@
 
 #include "core/cuda/fake_device.h"
 #include "core/error.h"
-#include "core/philox.h"
 
 namespace tide::cuda {
 
@@ -146,23 +145,33 @@ void check_copies(std::span<const LoopCopy> copies) {
 }
 }  // namespace
 
+GraphNodeHandle FakeDevice::add_loop_kernel(char kind, GraphHandle g,
+                                            std::span<const GraphNodeHandle> deps,
+                                            ConditionalHandle cond, int64_t* counter,
+                                            const LoopCount* count,
+                                            std::span<const LoopCopy> copies,
+                                            const LoopRandom* random) {
+  check_copies(copies);
+  TIDE_ASSERT(!random || random->num_ops <= kMaxLoopRandom, "fake device: too many random ops");
+  std::lock_guard lock(mu_);
+  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
+  GraphNode node;
+  node.kind = kind;
+  node.cond = cond;
+  node.counter = counter;
+  if (count) node.count = *count;
+  node.copies.assign(copies.begin(), copies.end());
+  if (random) node.random = *random;
+  return add_node(g, deps, std::move(node));
+}
+
 GraphNodeHandle FakeDevice::graph_add_loop_start(GraphHandle g,
                                                  std::span<const GraphNodeHandle> deps,
                                                  ConditionalHandle cond, int64_t* counter,
                                                  const LoopCount& count,
                                                  std::span<const LoopCopy> copies,
                                                  const LoopRandom* random) {
-  check_copies(copies);
-  std::lock_guard lock(mu_);
-  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
-  GraphNode node;
-  node.kind = 's';
-  node.cond = cond;
-  node.counter = counter;
-  node.count = count;
-  node.copies.assign(copies.begin(), copies.end());
-  if (random) node.random = *random;
-  return add_node(g, deps, std::move(node));
+  return add_loop_kernel('s', g, deps, cond, counter, &count, copies, random);
 }
 
 GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
@@ -170,16 +179,7 @@ GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
                                                 ConditionalHandle cond, int64_t* counter,
                                                 std::span<const LoopCopy> copies,
                                                 const LoopRandom* random) {
-  check_copies(copies);
-  std::lock_guard lock(mu_);
-  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
-  GraphNode node;
-  node.kind = 'e';
-  node.cond = cond;
-  node.counter = counter;
-  node.copies.assign(copies.begin(), copies.end());
-  if (random) node.random = *random;
-  return add_node(body, deps, std::move(node));
+  return add_loop_kernel('e', body, deps, cond, counter, nullptr, copies, random);
 }
 
 GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string*) {
@@ -223,21 +223,6 @@ int64_t read_count(const LoopCount& c) {
   });
 }
 
-// The loop kernels' random counters, as graph_loop.cu's kernel sets them.
-void advance_random(const LoopRandom& r, bool start) {
-  if (r.num_ops == 0) return;
-  if (!start) {
-    for (size_t i = 0; i < r.num_ops; ++i) r.slots[i][0] += r.blocks;
-    return;
-  }
-  const uint64_t offset = r.substream ? 0 : r.base[0];
-  const uint64_t key = r.substream ? philox::substream_key(r.base[1], r.base[0]) : r.base[1];
-  for (size_t i = 0; i < r.num_ops; ++i) {
-    r.slots[i][0] = offset + r.prefix[i];
-    r.slots[i][1] = key;
-  }
-}
-
 // Runs nodes in the order they were added; conditions start at 0 for each launch.
 template <typename Node>
 void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond) {
@@ -250,7 +235,7 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
       case 'e':
         for (const LoopCopy& c : n.copies)
           if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
-        advance_random(n.random, n.kind == 's');
+        advance_loop_random(n.random, n.kind == 's');
         *n.counter = n.kind == 's' ? read_count(n.count) : *n.counter - 1;
         cond[n.cond] = *n.counter > 0;
         break;

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "core/cuda/check.h"
-#include "core/philox.h"
 
 namespace tide::cuda {
 
@@ -25,21 +24,6 @@ struct LoopKernelArgs {
   long long fixed;
   LoopRandom random;  // num_ops 0: none
 };
-
-// The body's random counters: set from the loop's reserved range or block (start), or
-// moved on by one iteration's blocks (step); see LoopRandom.
-__device__ void advance_random(const LoopRandom& r, bool start) {
-  if (!start) {
-    for (size_t i = 0; i < r.num_ops; ++i) r.slots[i][0] += r.blocks;
-    return;
-  }
-  const uint64_t offset = r.substream ? 0 : r.base[0];
-  const uint64_t key = r.substream ? philox::substream_key(r.base[1], r.base[0]) : r.base[1];
-  for (size_t i = 0; i < r.num_ops; ++i) {
-    r.slots[i][0] = offset + r.prefix[i];
-    r.slots[i][1] = key;
-  }
-}
 
 __device__ long long read_count(const LoopKernelArgs& a) {
   if (!a.count) return a.fixed;
@@ -71,7 +55,7 @@ __global__ void loop_kernel(LoopKernelArgs a) {
     }
   }
   if (tid == 0) {
-    advance_random(a.random, a.start);
+    advance_loop_random(a.random, a.start);
     long long n = a.start ? read_count(a) : *a.counter - 1;
     *a.counter = n;
     cudaGraphSetConditional(a.cond, n > 0 ? 1u : 0u);

@@ -33,6 +33,14 @@ int64_t width_of(const Shape& s) {
   return w;
 }
 
+// The same case on integer dtypes (values only).
+OpCase on_ints(OpCase c) {
+  c.dtypes = {DType::int32, DType::int64};
+  c.gen = test::gen_ints(-100, 100);
+  c.grad = false;
+  return c;
+}
+
 std::vector<ShapeSet> row_shapes(std::mt19937& rng) {
   return {{test::random_shape(rng, 2, 1, 9)}, {test::random_shape(rng, 3, 1, 5)},
           {Shape{7}},       {Shape{1, 4}},   {Shape{0, 3}},
@@ -55,16 +63,12 @@ TIDE_OP_CASES(Gather, TakeRows) {
            },
            .shapes = row_shapes,
            .grad = true};
-  OpCase ints = c;
-  ints.dtypes = {DType::int32, DType::int64};
-  ints.gen = test::gen_ints(-100, 100);
-  ints.grad = false;
   OpCase idx32 = c;  // int32 indices
   idx32.build = [](const V& x) {
     return take_rows(x[0], picks_on(x[0].size(0), x[0].device(), DType::int32));
   };
   idx32.grad = false;
-  return {c, ints, idx32};
+  return {c, on_ints(c), idx32};
 }
 
 // g has one row per pick; y has n rows where n comes from g's shape: (k, ...) -> n = k + 2.
@@ -95,11 +99,7 @@ TIDE_OP_CASES(Gather, ScatterAddRows) {
            },
            .shapes = row_shapes,
            .grad = true};
-  OpCase ints = c;
-  ints.dtypes = {DType::int32, DType::int64};
-  ints.gen = test::gen_ints(-100, 100);
-  ints.grad = false;
-  return {c, ints};
+  return {c, on_ints(c)};
 }
 
 std::vector<Device> all_devices() {
