@@ -48,6 +48,10 @@ void* DeviceLoop::state_buffer(size_t j) const {
   return body_->values[size_t(body_->inputs[j])].storage->data();
 }
 
+const void* DeviceLoop::initial_source(size_t j) const {
+  return static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset;
+}
+
 const void* DeviceLoop::next_source(size_t j) const {
   const Graph::Output& o = body_->outputs[j];
   return static_cast<const unsigned char*>(body_->values[size_t(o.value)].storage->data()) +
@@ -76,9 +80,8 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
   const size_t k = state_.size();
   exits->clear();
   if (iterated_) {
-    const void* in = static_cast<const unsigned char*>(state_[0].in->data()) + state_[0].in_offset;
-    GraphNodeHandle copy =
-        api.graph_add_memcpy(h, deps, state_buffer(0), in, state_[0].bytes, CopyKind::device_to_device);
+    GraphNodeHandle copy = api.graph_add_memcpy(h, deps, state_buffer(0), initial_source(0),
+                                                state_[0].bytes, CopyKind::device_to_device);
     const kernels::FusedChain args = iterated_args();
     KernelContext cctx = capture_context(ctx, *body_->device_graph);
     std::string why;
@@ -104,9 +107,7 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
 
   std::vector<LoopCopy> initial;
   for (size_t j = 0; j < k; ++j)
-    initial.push_back({state_buffer(j),
-                       static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset,
-                       state_[j].bytes});
+    initial.push_back({state_buffer(j), initial_source(j), state_[j].bytes});
   cuda::LoopCount count;
   count.fixed = fixed_;
   if (count_) {
@@ -151,9 +152,7 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
     if (dst != src) api.memcpy_async(dst, src, bytes, CopyKind::device_to_device, ctx.stream);
   };
   if (iterated_) {  // the count is read on the device
-    copy(state_buffer(0),
-         static_cast<const unsigned char*>(state_[0].in->data()) + state_[0].in_offset,
-         state_[0].bytes);
+    copy(state_buffer(0), initial_source(0), state_[0].bytes);
     launch_chain(ctx, iterated_args());
     copy(state_[0].out->data(), state_buffer(0), state_[0].bytes);
     return;
@@ -164,7 +163,8 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
   uint64_t base[2] = {0, 0};
   if (count_ || random_.num_ops) {
     cuda::Status st = api.synchronize(ctx.stream);
-    if (st.failed()) throw std::runtime_error("reading the loop count: " + st.message);
+    if (st.failed())
+      throw std::runtime_error("reading the loop's count and random counters: " + st.message);
     cuda::DeviceRuntime& rt = cuda::DeviceRuntime::get(body_->device.index);
     if (count_) {
       unsigned char host[8] = {};
@@ -180,8 +180,7 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
   if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
   const size_t k = state_.size();
   for (size_t j = 0; j < k; ++j)
-    copy(state_buffer(j), static_cast<const unsigned char*>(state_[j].in->data()) + state_[j].in_offset,
-         state_[j].bytes);
+    copy(state_buffer(j), initial_source(j), state_[j].bytes);
   for (int64_t it = 0; it < n; ++it) {
     for (size_t r = 0; r < random_.num_ops; ++r) {
       const uint64_t counters[2] = {offset0 + uint64_t(it) * random_.blocks + random_.prefix[r], key};

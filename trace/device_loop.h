@@ -65,6 +65,7 @@ class DeviceLoop final : public GraphPiece {
 
  private:
   void* state_buffer(size_t j) const;  // the body's input j (its fixed buffer)
+  const void* initial_source(size_t j) const;  // where the initial state j is
   const void* next_source(size_t j) const;  // where the body leaves the next state j
   const void* count_address() const;
   kernels::FusedChain iterated_args() const;  // the chain with this loop's count
