@@ -33,8 +33,7 @@ class Communicator {
   virtual void broadcast(void* data, int64_t count, DType dtype, int root, const char* op) = 0;
   virtual void barrier(const char* op) = 0;
   // out[r * in.size() + i] = rank r's in[i]; out.size() == in.size() * size().
-  virtual void all_gather(std::span<const int64_t> in, std::span<int64_t> out,
-                          const char* op) = 0;
+  virtual void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) = 0;
 };
 
 }  // namespace tide::dist

@@ -45,8 +45,8 @@ DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
     : group_(group), params_(module.parameters()) {
   TIDE_CHECK(!params_.empty(), kOp, "the module has no parameters");
   TIDE_CHECK(options.first_bucket_bytes_ > 0 && options.bucket_bytes_ > 0, kOp,
-             "bucket caps must be positive, got first_bucket_bytes ",
-             options.first_bucket_bytes_, " and bucket_bytes ", options.bucket_bytes_);
+             "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
+             " and bucket_bytes ", options.bucket_bytes_);
   for (const auto& [name, p] : module.named_parameters())
     TIDE_CHECK(p.device().is_cpu(), kOp, "parameter '", name, "' is on ", p.device().str(),
                ": only CPU parameters can be reduced until tide has an NCCL backend");

@@ -125,11 +125,11 @@ ProcessGroup* make_world(int* argc, char*** argv) {
   if (initialized) {  // the program initialised MPI itself: it finalises it too
     MPI_Query_thread(&provided);
   } else {
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
-          "dist");
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread", "dist");
   }
   TIDE_CHECK(provided >= MPI_THREAD_SERIALIZED, "dist", "MPI offers only ",
-             thread_level_name(provided), "; tide calls MPI from a worker thread and needs "
+             thread_level_name(provided),
+             "; tide calls MPI from a worker thread and needs "
              "MPI_THREAD_SERIALIZED or better");
   // A communicator of our own: tide's traffic never matches the program's own MPI calls,
   // and errors on it return instead of aborting the job.

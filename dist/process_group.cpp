@@ -31,10 +31,11 @@ void check_not_tracing(const char* op) {
 void check_tensor(const Tensor& t, const char* op) {
   TIDE_CHECK(t.defined(), op, "got an undefined tensor");
   TIDE_CHECK(t.device().is_cpu(), op, "needs a CPU tensor, got ", describe(t), " on ",
-             t.device().str(), ": tensors on a GPU need the NCCL backend, which tide does "
+             t.device().str(),
+             ": tensors on a GPU need the NCCL backend, which tide does "
              "not have yet (copy it with .to(Device::cpu()) first)");
-  TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ",
-             describe(t), " in place: it requires grad and grad mode is on; use NoGrad");
+  TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ", describe(t),
+             " in place: it requires grad and grad mode is on; use NoGrad");
   check_not_tracing(op);
 }
 
@@ -91,37 +92,39 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
   const int64_t count = t.numel();
   const DType dtype = t.dtype();
   Communicator* comm = comm_.get();
-  queue(stream_, comm, kAllReduce, s, desc,
-        [comm, s, byte_offset, count, dtype, op] {
-          void* data = static_cast<char*>(s->data()) + byte_offset;
-          comm->all_reduce_sum(data, count, dtype, kAllReduce);
-          if (op != ReduceOp::average) return;
-          dispatch_floating(dtype, [&](auto zero) {
-            using T = decltype(zero);
-            T* p = static_cast<T*>(data);
-            const T n = T(comm->size());
-            for (int64_t i = 0; i < count; ++i) p[i] /= n;
-          });
-        },
-        site);
+  queue(
+      stream_, comm, kAllReduce, s, desc,
+      [comm, s, byte_offset, count, dtype, op] {
+        void* data = static_cast<char*>(s->data()) + byte_offset;
+        comm->all_reduce_sum(data, count, dtype, kAllReduce);
+        if (op != ReduceOp::average) return;
+        dispatch_floating(dtype, [&](auto zero) {
+          using T = decltype(zero);
+          T* p = static_cast<T*>(data);
+          const T n = T(comm->size());
+          for (int64_t i = 0; i < count; ++i) p[i] /= n;
+        });
+      },
+      site);
 }
 
 void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
   check_tensor(t, kBroadcast);
-  TIDE_CHECK(root >= 0 && root < size(), kBroadcast, "root ", root, " is not a rank of this group (",
-             size(), " ranks)");
+  TIDE_CHECK(root >= 0 && root < size(), kBroadcast, "root ", root,
+             " is not a rank of this group (", size(), " ranks)");
   CollectiveDesc desc{Collective::broadcast, root, t.dtype(), t.shape()};
   Storage* s = t.storage();
   const size_t byte_offset = size_t(t.offset()) * size_of(t.dtype());
   const int64_t count = t.numel();
   const DType dtype = t.dtype();
   Communicator* comm = comm_.get();
-  queue(stream_, comm, kBroadcast, s, desc,
-        [comm, s, byte_offset, count, dtype, root] {
-          comm->broadcast(static_cast<char*>(s->data()) + byte_offset, count, dtype, root,
-                          kBroadcast);
-        },
-        site);
+  queue(
+      stream_, comm, kBroadcast, s, desc,
+      [comm, s, byte_offset, count, dtype, root] {
+        comm->broadcast(static_cast<char*>(s->data()) + byte_offset, count, dtype, root,
+                        kBroadcast);
+      },
+      site);
 }
 
 void ProcessGroup::barrier(Site site) {
@@ -130,8 +133,9 @@ void ProcessGroup::barrier(Site site) {
   // ordinary sync below.
   Tensor token = Tensor::empty({1}, DType::int32, Device::cpu(), kBarrier);
   Communicator* comm = comm_.get();
-  queue(stream_, comm, kBarrier, token.storage(), CollectiveDesc{},
-        [comm] { comm->barrier(kBarrier); }, site);
+  queue(
+      stream_, comm, kBarrier, token.storage(), CollectiveDesc{},
+      [comm] { comm->barrier(kBarrier); }, site);
   token.wait_to_read();
 }
 

@@ -46,8 +46,7 @@ class ProcessGroup {
   // grad mode is on, or a call inside a trace. A failure while it runs (ranks that
   // disagree, a backend error) is stored in t and rethrown by the first sync that reads it,
   // with the backend's message, t's shape and dtype and this rank.
-  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum,
-                  Site site = Site::current());
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum, Site site = Site::current());
   // Queues an in-place broadcast: afterwards every rank's t holds rank root's t. Does not
   // wait. Throws "[broadcast]" at the call like all_reduce (any dtype is accepted), and for
   // a root outside [0, size()). Failures while it runs are stored in t, as for all_reduce.

@@ -65,16 +65,16 @@ TEST(DataParallel, BucketsInReverseOrderUnderTheCaps) {
                 DataParallel bad(*mlp, pg, DataParallelOptions().bucket_bytes(0));
               }).find("[data_parallel] bucket caps must be positive") != std::string::npos);
   nn::Sequential empty;
-  EXPECT_TRUE(test_util::error_of([&] { DataParallel bad(empty, pg); })
-                  .find("[data_parallel] the module has no parameters") != std::string::npos);
+  EXPECT_TRUE(test_util::error_of([&] {
+                DataParallel bad(empty, pg);
+              }).find("[data_parallel] the module has no parameters") != std::string::npos);
 }
 
 TEST(DataParallel, BroadcastsRank0sParameters) {
   auto& pg = dist::mpi_world();
   auto mlp = make_mlp(100 + uint64_t(pg.rank()));  // every rank starts elsewhere
   DataParallel dp(*mlp, pg);
-  for (const auto& [name, p] : mlp->named_parameters())
-    EXPECT_TRUE(same_as_rank0(pg, p)) << name;
+  for (const auto& [name, p] : mlp->named_parameters()) EXPECT_TRUE(same_as_rank0(pg, p)) << name;
 }
 
 // Each rank trains on its half of the batch; the averaged gradient is the full batch's, so
@@ -85,8 +85,8 @@ TEST(DataParallel, HalfBatchPerRankMatchesTheWholeBatch) {
   for (size_t first_bucket : {size_t(64), size_t(1) << 20}) {  // several buckets, then one
     SCOPED_TRACE("first_bucket_bytes " + std::to_string(first_bucket));
     auto mlp = make_mlp(7 + uint64_t(pg.rank()));
-    DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(first_bucket)
-                                  .bucket_bytes(256));
+    DataParallel dp(*mlp, pg,
+                    DataParallelOptions().first_bucket_bytes(first_bucket).bucket_bytes(256));
     auto whole = make_mlp(0);  // the one-process reference, from the same start
     {
       NoGrad no_grad;
