@@ -57,17 +57,18 @@ void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Collec
   Engine::get().submit(
       Device::cpu(), op, std::span<Storage* const>(), std::span<Storage* const>(writes, 1),
       [comm, op, s, desc, call = std::move(call)]() {
-        const std::string where =
-            "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
+        auto where = [comm] {
+          return "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
+        };
         try {
           check_agreement(*comm, desc, s->failure() != nullptr, op);
         } catch (const Error& e) {
-          throw Error(op, message_of(e, op) + " (" + where + ")");
+          throw Error(op, message_of(e, op) + " (" + where() + ")");
         }
         try {
           call();
         } catch (const Error& e) {
-          throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where + ")");
+          throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where() + ")");
         }
       },
       site);
