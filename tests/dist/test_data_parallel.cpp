@@ -3,8 +3,11 @@
 // equal and match one process that sees the whole batch.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <latch>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/data_parallel.h"
@@ -12,6 +15,7 @@
 #include "error_of.h"
 #include "nn/module.h"
 #include "ops/autograd.h"
+#include "ops/debug.h"
 #include "ops/ops.h"
 
 namespace tide {
@@ -111,6 +115,36 @@ TEST(DataParallel, HalfBatchPerRankMatchesTheWholeBatch) {
         ASSERT_NEAR(got[k], want[k], 1e-5) << ps[i].first << "[" << k << "]";
     }
   }
+}
+
+// The reduction runs off the compute stream: with that stream held by a gate queued after
+// backward, the averaged gradients still arrive. (Queued on the compute stream, the copies
+// would wait behind the gate; on the communication stream each waits only for its own
+// gradients, which is what lets a bucket overlap the rest of backward.)
+TEST(DataParallel, ReducesWhileTheComputeStreamIsHeld) {
+  auto& pg = dist::mpi_world();
+  if (Engine::get().synchronous()) GTEST_SKIP() << "the gate would block the caller";
+  auto mlp = make_mlp(3);
+  DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128));
+  ASSERT_GT(dp.buckets().size(), 2u);
+  Tensor x = full({2, 4}, 0.5 + pg.rank()), y = zeros({2, 3});
+  Tensor d = (*mlp)(x)-y;
+  mean(d * d).backward();
+  std::latch release(1);
+  Tensor hold = zeros({1});
+  debug::gate(hold, [&] { release.wait(); });  // the compute stream stops here
+  dp.reduce_gradients();
+  bool arrived = false;
+  for (int i = 0; i < 2000 && !arrived; ++i) {
+    arrived = true;
+    for (const Tensor& p : dp.parameters()) arrived = arrived && p.grad().is_ready();
+    if (!arrived) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(arrived) << "the gradients waited for the held compute stream";
+  EXPECT_FALSE(hold.is_ready());
+  release.count_down();
+  for (const auto& [name, p] : mlp->named_parameters())
+    EXPECT_TRUE(same_as_rank0(pg, p.grad())) << name;
 }
 
 }  // namespace
