@@ -10,6 +10,9 @@
 // (dist/agreement.h): a rank that disagrees makes the collective fail on every rank with a
 // message naming each side, rather than hang or corrupt memory.
 //
+// Tensors are always contiguous in tide (a view is an offset into a storage), so a
+// collective takes any view as it is and needs no stride check.
+//
 // Not done here: autograd (collectives are not differentiable, like torch.distributed),
 // tensors on a GPU (they need the NCCL backend, which tide does not have yet), and
 // collectives inside a trace (trace::function).
