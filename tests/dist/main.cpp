@@ -19,44 +19,52 @@ namespace {
 
 constexpr auto kTestLimit = std::chrono::seconds(60);
 
+// What the watchdog thread reads. Never freed: the detached thread may outlive main and
+// gtest's listeners (which gtest deletes at exit).
+struct WatchState {
+  std::mutex mu;
+  long long started = 0;  // seconds (+1) when the running test started, 0 between tests
+  std::string name;
+  int rank = -1;
+};
+
+long long now_s() {
+  using namespace std::chrono;
+  return duration_cast<seconds>(steady_clock::now().time_since_epoch()).count() + 1;
+}
+
+WatchState* start_watchdog(int rank) {
+  static WatchState* state = new WatchState;
+  state->rank = rank;
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::lock_guard lock(state->mu);
+      if (state->started != 0 && now_s() - state->started > kTestLimit.count()) {
+        std::fprintf(stderr, "rank %d: %s ran for more than %lld s: a hang, stopping\n",
+                     state->rank, state->name.c_str(), static_cast<long long>(kTestLimit.count()));
+        std::_Exit(3);  // a rank stuck in MPI cannot be unwound
+      }
+    }
+  }).detach();
+  return state;
+}
+
 class Watchdog : public ::testing::EmptyTestEventListener {
  public:
-  Watchdog() {
-    std::thread([this] {
-      for (;;) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        std::lock_guard lock(mu_);
-        if (started_ != 0 && now() - started_ > kTestLimit.count()) {
-          std::fprintf(stderr, "rank %d: %s ran for more than %lld s: a hang, stopping\n", rank_,
-                       name_.c_str(), static_cast<long long>(kTestLimit.count()));
-          std::_Exit(3);  // a rank stuck in MPI cannot be unwound
-        }
-      }
-    }).detach();
-  }
-  void set_rank(int r) {
-    std::lock_guard lock(mu_);
-    rank_ = r;
-  }
+  explicit Watchdog(WatchState* state) : state_(state) {}
   void OnTestStart(const ::testing::TestInfo& info) override {
-    std::lock_guard lock(mu_);
-    name_ = std::string(info.test_suite_name()) + "." + info.name();
-    started_ = now();
+    std::lock_guard lock(state_->mu);
+    state_->name = std::string(info.test_suite_name()) + "." + info.name();
+    state_->started = now_s();
   }
   void OnTestEnd(const ::testing::TestInfo&) override {
-    std::lock_guard lock(mu_);
-    started_ = 0;
+    std::lock_guard lock(state_->mu);
+    state_->started = 0;
   }
 
  private:
-  static long long now() {
-    using namespace std::chrono;
-    return duration_cast<seconds>(steady_clock::now().time_since_epoch()).count() + 1;
-  }
-  std::mutex mu_;
-  long long started_ = 0;  // seconds (+1), 0 between tests
-  std::string name_;
-  int rank_ = -1;
+  WatchState* state_;
 };
 
 }  // namespace
@@ -78,8 +86,8 @@ int main(int argc, char** argv) {
   }
   ::testing::InitGoogleTest(&argc, argv);
   auto& world = tide::dist::mpi_world(&argc, &argv);
-  auto* watchdog = new Watchdog;  // owned by gtest's listener list
-  watchdog->set_rank(world.rank());
-  ::testing::UnitTest::GetInstance()->listeners().Append(watchdog);
+  // Owned by gtest's listener list.
+  ::testing::UnitTest::GetInstance()->listeners().Append(
+      new Watchdog(start_watchdog(world.rank())));
   return RUN_ALL_TESTS();
 }
