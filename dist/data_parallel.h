@@ -37,14 +37,15 @@ struct DataParallelOptions {
   bool broadcast_parameters_ = true;
 };
 
-// One bucket: parameters of one dtype, in reverse parameter order, laid end to end in
-// `flat` (which a bucket of one parameter does not need: its gradient is reduced in place).
+// One bucket: parameters of one dtype, in reverse parameter order, whose gradients
+// reduce_gradients() lays end to end in a flat buffer of `numel` elements, taken fresh each
+// step from the caching allocator (a bucket of one parameter needs none: its gradient is
+// reduced in place).
 struct GradBucket {
   DType dtype = DType::float32;
   std::vector<size_t> params;    // indices into DataParallel::parameters()
-  std::vector<int64_t> offsets;  // element offset of each in flat
+  std::vector<int64_t> offsets;  // element offset of each in the flat buffer
   int64_t numel = 0;
-  Tensor flat;
 };
 
 class DataParallel {
