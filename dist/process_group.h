@@ -1,9 +1,11 @@
 // ProcessGroup: the ranks of a data-parallel job and the collectives between them
 // (DESIGN §10). Collectives are engine tasks, queued like any op: each runs on the group's
 // communication stream, whose worker makes the blocking backend call (MPI_Allreduce, ...).
-// The tensor is declared read and written, so hazard tracking orders the collective after
-// the ops that write it and the ops that read it afterwards after the collective, on any
-// stream, with no user bookkeeping; and it counts in the engine's queued bytes.
+// The tensor is declared written (which the engine orders as it would a read and write, but
+// which lets the task run when the tensor holds an earlier failure, to tell the other ranks),
+// so hazard tracking orders the collective after the ops that write or read it before, and
+// the ops that touch it afterwards after the collective, on any stream, with no user
+// bookkeeping; and it counts in the engine's queued bytes while it waits.
 //
 // Every rank must queue the same collectives in the same order, with the same shapes and
 // dtypes. Before each call the ranks exchange what they are about to do
