@@ -120,18 +120,32 @@ TEST(AllReduce, ManyQueuedBackToBack) {
   expect_reduced<double>(twice, pg.size(), ReduceOp::sum, pg.size());
 }
 
+// Every element of t is rank `rank`'s rank_values.
+template <class T>
+void expect_rank_values(const Tensor& t, int rank) {
+  std::vector<T> got = t.to_vector<T>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != T((rank + 1) * (int64_t(i) % 13 + 1))) {
+      ADD_FAILURE() << "element " << i << " of " << got.size() << " is " << double(got[i])
+                    << ", not rank " << rank << "'s";
+      return;
+    }
+  }
+}
+
 TEST(Broadcast, EveryRankGetsTheRootsValues) {
   auto& pg = world();
   for (int root : {0, pg.size() - 1}) {
+    SCOPED_TRACE("root " + std::to_string(root));
     Tensor f = rank_values<float>(pg.rank(), 1000003);
+    Tensor d = rank_values<double>(pg.rank(), 1);
     Tensor l = rank_values<int64_t>(pg.rank(), 7);
     pg.broadcast(f, root);
+    pg.broadcast(d, root);
     pg.broadcast(l, root);
-    std::vector<float> got = f.to_vector<float>();
-    std::vector<int64_t> got_l = l.to_vector<int64_t>();
-    for (int64_t i : {int64_t(0), int64_t(6), int64_t(1000002)})
-      EXPECT_EQ(got[size_t(i)], float((root + 1) * (i % 13 + 1))) << "root " << root;
-    for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(got_l[size_t(i)], (root + 1) * (i % 13 + 1));
+    expect_rank_values<float>(f, root);
+    expect_rank_values<double>(d, root);
+    expect_rank_values<int64_t>(l, root);
   }
 }
 
