@@ -9,5 +9,6 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "dist/mpi.h"
 #include "ops/ops.h"
 #include "trace/trace.h"

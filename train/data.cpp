@@ -393,6 +393,9 @@ void IdxSource::check_options() const {
   TIDE_CHECK(std::isfinite(o.std_) && o.std_ > 0, "idx", "std must be positive (got ", o.std_,
              ")");
   TIDE_CHECK(o.limit_ >= 0, "idx", "limit must be >= 0 (got ", o.limit_, ")");
+  TIDE_CHECK(o.shard_count_ >= 1 && o.shard_index_ >= 0 && o.shard_index_ < o.shard_count_,
+             "idx", "shard ", o.shard_index_, " of ", o.shard_count_,
+             " does not exist (want 0 <= index < count)");
   check_device(o.device_, "idx");
 }
 
@@ -419,6 +422,8 @@ void IdxSource::init(IdxArray images, IdxArray labels) {
     pixels_.resize(size_t(n_ * rows_ * cols_));
     labels_.resize(size_t(n_));
   }
+  TIDE_CHECK(n_ >= opt_.shard_count_, "idx", "cannot cut ", n_, " examples into ",
+             opt_.shard_count_, " shards: every shard needs one at least");
   guarded(labels_path_, [&] { reset(0); });
 }
 
@@ -435,6 +440,11 @@ void IdxSource::reset(uint64_t epoch) {
       auto j = int64_t((unsigned __int128)rng() * uint64_t(i + 1) >> 64);
       std::swap(order_[size_t(i)], order_[size_t(j)]);
     }
+  }
+  if (opt_.shard_count_ > 1) {  // this shard's slice of the whole epoch's order
+    const int64_t per = n_ / opt_.shard_count_, first = per * opt_.shard_index_;
+    order_.erase(order_.begin() + first + per, order_.end());
+    order_.erase(order_.begin(), order_.begin() + first);
   }
   pos_ = 0;
 }
@@ -455,8 +465,9 @@ void IdxSource::upload() {
 }
 
 std::optional<Batch> IdxSource::next_batch() {
-  if (pos_ >= n_) return std::nullopt;
-  int64_t b = std::min(opt_.batch_size_, n_ - pos_);
+  const int64_t n = size();
+  if (pos_ >= n) return std::nullopt;
+  int64_t b = std::min(opt_.batch_size_, n - pos_);
   int64_t pix = rows_ * cols_;
   Shape xs = opt_.flatten_ ? Shape{b, pix} : Shape{b, rows_, cols_};
   if (!opt_.device_.is_cpu() && opt_.resident_) {

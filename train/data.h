@@ -112,6 +112,16 @@ struct IdxOptions {
   // example). false: each batch is built on the host and copied with Tensor::to (queued,
   // through the GPU's pinned staging). The batches are the same either way.
   IdxOptions& resident(bool on) { resident_ = on; return *this; }
+  // Data-parallel training: this source yields shard `index` of `count` (a rank of a
+  // dist::ProcessGroup and its size). Every epoch's order (the same seed on every rank) is
+  // cut into `count` equal slices and this source walks slice `index`; the n % count
+  // examples left over are skipped that epoch, so every rank takes the same number of
+  // batches and the ranks' collectives stay in step.
+  IdxOptions& shard(int index, int count) {
+    shard_index_ = index;
+    shard_count_ = count;
+    return *this;
+  }
   std::string dir_ = kFashionMnistDir;
   std::string split_ = "train";
   std::string images_, labels_;
@@ -123,6 +133,7 @@ struct IdxOptions {
   bool flatten_ = true;
   Device device_ = Device::cpu();
   bool resident_ = true;
+  int shard_index_ = 0, shard_count_ = 1;
 };
 
 // True when .gz files can be read (tide was built with zlib).
@@ -152,24 +163,27 @@ IdxArray read_idx(const std::string& path, int ndim);
 // both on options.device_.
 // With shuffle, epoch e visits the examples in a permutation drawn from
 // std::mt19937_64(seed, e) by a fixed Fisher-Yates, so the order is the same everywhere.
+// With shard(i, k), size() is this shard's examples per epoch (n / k) and order() this
+// shard's slice of the epoch's permutation.
 // The constructor reads and decodes both files (read_idx) and throws "[idx] ..." naming the
 // file for a missing or unreadable file, a bad magic, a truncated or oversized file, a gzip
 // file without zlib support, memory running out, or image and label counts that differ;
-// "[idx]" also for a non-positive batch size or std, or a device this process cannot use.
+// "[idx]" also for a non-positive batch size or std, a device this process cannot use, or a
+// shard outside [0, count) or with no example (count > n).
 class IdxSource : public DataSource {
  public:
   explicit IdxSource(const IdxOptions& options = IdxOptions());
   // From arrays already decoded (decode_idx): images (n, rows, cols), labels (n); the
   // files named in options are not read. Throws "[idx]" as above.
   IdxSource(IdxArray images, IdxArray labels, const IdxOptions& options = IdxOptions());
-  int64_t size() const override { return n_; }
+  int64_t size() const override { return int64_t(order_.size()); }
   int64_t batch_size() const override { return opt_.batch_size_; }
   void reset(uint64_t epoch) override;
   std::optional<Batch> next_batch() override;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
-  // The example order of the current epoch.
+  // The example order of the current epoch (of this shard's slice, when sharded).
   const std::vector<int64_t>& order() const { return order_; }
   const std::string& images_path() const { return images_path_; }
   const std::string& labels_path() const { return labels_path_; }

@@ -203,6 +203,44 @@ TEST_F(IdxTest, ShufflingIsSeededAndCoversEveryExample) {
   EXPECT_NE(c.order(), e0);
 }
 
+// Data-parallel shards: with the same seed, the ranks' slices of an epoch are disjoint,
+// equal in size, cover the unsharded order but for the remainder, and reshuffle together.
+TEST_F(IdxTest, ShardsCutEachEpochIntoEqualDisjointSlices) {
+  write_split("train", 37, 1, 1);  // 37 = 3 * 12 + 1: one example left over each epoch
+  IdxOptions o = opts().batch_size(5).seed(9);
+  IdxSource whole(o);
+  std::vector<IdxSource> shards;
+  shards.reserve(3);
+  for (int r = 0; r < 3; ++r) shards.emplace_back(IdxOptions(o).shard(r, 3));
+  for (uint64_t epoch : {0, 1}) {
+    whole.reset(epoch);
+    std::vector<int64_t> joined;
+    for (auto& s : shards) {
+      s.reset(epoch);
+      EXPECT_EQ(s.size(), 12);
+      EXPECT_EQ(s.num_batches(), 3);  // 5 + 5 + 2 on every rank
+      std::vector<int64_t> visited;
+      while (auto b = s.next_batch())
+        for (float x : b->x.to_vector<float>()) visited.push_back(std::lround(x * 255.0f) / 7);
+      EXPECT_EQ(visited, s.order());
+      joined.insert(joined.end(), visited.begin(), visited.end());
+    }
+    EXPECT_EQ(joined, std::vector<int64_t>(whole.order().begin(), whole.order().begin() + 36));
+  }
+  shards[0].reset(0);
+  std::vector<int64_t> e0 = shards[0].order();
+  shards[0].reset(1);
+  EXPECT_NE(shards[0].order(), e0);
+
+  EXPECT_NE(error_of([&] { IdxSource(IdxOptions(o).shard(3, 3)); }).find("[idx] shard 3 of 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { IdxSource(IdxOptions(o).shard(0, 0)); }).find("[idx] shard 0 of 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { IdxSource(IdxOptions(o).shard(0, 40)); })
+                .find("cannot cut 37 examples into 40 shards"),
+            std::string::npos);
+}
+
 TEST_F(IdxTest, LimitKeepsTheFirstExamples) {
   write_split("train", 20);
   IdxSource src(opts().limit(6).batch_size(100));

@@ -1,0 +1,39 @@
+// Communicator: the blocking calls of one collective backend (MPI today; NCCL next), as the
+// communication stream's worker makes them. Sees raw buffers of one dtype, never tensors:
+// ProcessGroup (dist/process_group.h) does the checks, the queueing and the messages.
+// Not thread-safe by itself: ProcessGroup makes one call at a time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+
+namespace tide::dist {
+
+// How all_reduce combines the ranks' values. average is the sum divided by the group's size
+// (floating dtypes only), as gradient averaging in data-parallel training needs.
+enum class ReduceOp : uint8_t { sum, average };
+constexpr const char* name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "average"; }
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The backend's name for messages ("mpi").
+  virtual const char* backend() const = 0;
+
+  // Each call blocks until every rank of the group took part, and throws
+  // tide::Error("[op] <call> failed: <backend's message>") when the backend reports an error.
+  // Element-wise sum over all ranks, in place over `count` elements at `data`.
+  virtual void all_reduce_sum(void* data, int64_t count, DType dtype, const char* op) = 0;
+  // Copies rank root's `count` elements at `data` over every other rank's.
+  virtual void broadcast(void* data, int64_t count, DType dtype, int root, const char* op) = 0;
+  virtual void barrier(const char* op) = 0;
+  // out[r * in.size() + i] = rank r's in[i]; out.size() == in.size() * size().
+  virtual void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) = 0;
+};
+
+}  // namespace tide::dist

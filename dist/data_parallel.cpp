@@ -1,0 +1,89 @@
+// DataParallel: the bucket layout, the broadcast at construction and the bucketed
+// gradient average.
+#include "dist/data_parallel.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "ops/autograd.h"
+#include "ops/creation.h"
+
+namespace tide::dist {
+namespace {
+
+constexpr const char* kOp = "data_parallel";
+
+// Reverse parameter order; a bucket closes when the next gradient would pass its cap or
+// has another dtype. The first cap is first_bucket_bytes, every later one bucket_bytes.
+std::vector<GradBucket> lay_out(const std::vector<Tensor>& params, const DataParallelOptions& o) {
+  std::vector<GradBucket> out;
+  GradBucket cur;
+  size_t cur_bytes = 0, cap = o.first_bucket_bytes_;
+  auto close = [&] {
+    out.push_back(std::move(cur));
+    cur = GradBucket();
+    cur_bytes = 0;
+    cap = o.bucket_bytes_;
+  };
+  for (size_t k = params.size(); k-- > 0;) {
+    const Tensor& p = params[k];
+    if (!cur.params.empty() && (p.dtype() != cur.dtype || cur_bytes + p.nbytes() > cap)) close();
+    cur.dtype = p.dtype();
+    cur.params.push_back(k);
+    cur.offsets.push_back(cur.numel);
+    cur.numel += p.numel();
+    cur_bytes += p.nbytes();
+  }
+  if (!cur.params.empty()) close();
+  return out;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
+                           const DataParallelOptions& options)
+    : group_(group), params_(module.parameters()) {
+  TIDE_CHECK(!params_.empty(), kOp, "the module has no parameters");
+  TIDE_CHECK(options.first_bucket_bytes_ > 0 && options.bucket_bytes_ > 0, kOp,
+             "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
+             " and bucket_bytes ", options.bucket_bytes_);
+  for (const auto& [name, p] : module.named_parameters())
+    TIDE_CHECK(p.device().is_cpu(), kOp, "parameter '", name, "' is on ", p.device().str(),
+               ": only CPU parameters can be reduced until tide has an NCCL backend");
+  buckets_ = lay_out(params_, options);
+  for (const Tensor& p : params_) bytes_per_step_ += p.nbytes();
+  if (options.broadcast_parameters_) {
+    NoGrad no_grad;  // an in-place write of leaves that require grad
+    for (const Tensor& p : params_) group_.broadcast(p, 0);
+  }
+}
+
+void DataParallel::reduce_gradients(Site site) {
+  NoGrad no_grad;
+  // The copies run on the communication stream too: queued on the compute stream, they
+  // would wait behind the whole backward there.
+  StreamGuard on_comm(group_.stream());
+  for (const GradBucket& b : buckets_) {
+    if (b.params.size() == 1) {  // reduced in place, no copies
+      Tensor g = params_[b.params[0]].grad();
+      if (!g.defined()) g = zeros(params_[b.params[0]].shape(), b.dtype);
+      group_.all_reduce(g, ReduceOp::average, site);
+      continue;
+    }
+    // A fresh buffer each step: a failure stored in it stays with this step only.
+    Tensor flat = Tensor::empty({b.numel}, b.dtype, Device::cpu(), kOp);
+    std::vector<std::pair<Tensor, Tensor>> views;  // (gradient, its place in flat)
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const Tensor& p = params_[b.params[i]];
+      Tensor view = flat.slice(b.offsets[i], b.offsets[i] + p.numel()).reshape(p.shape().vec());
+      Tensor g = p.grad();
+      view.copy_(g.defined() ? g : zeros(p.shape(), b.dtype), site);
+      views.emplace_back(g, view);
+    }
+    group_.all_reduce(flat, ReduceOp::average, site);
+    for (auto& [g, view] : views)
+      if (g.defined()) g.copy_(view, site);
+  }
+}
+
+}  // namespace tide::dist

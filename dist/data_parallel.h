@@ -1,0 +1,81 @@
+// DataParallel: data-parallel training over a ProcessGroup, after PyTorch's
+// DistributedDataParallel. Every rank holds the whole model, runs forward and backward on
+// its own part of the batch, and averages the gradients before the optimizer step.
+//
+// Gradients travel in buckets laid out in reverse parameter order, where backward finishes
+// them first: a small first bucket, the later ones capped at a byte size. Each bucket's
+// copy-in, all-reduce and copy-out are queued on the group's communication stream, so each
+// waits by hazard tracking only for the writes of its own gradients and runs while the
+// compute stream still works through the rest of the queued backward. No autograd hook is
+// needed for that: backward() only queues, and reduce_gradients() follows at once.
+//
+// Not done here: traced mode (collectives refuse to be recorded), GPU parameters (no NCCL
+// backend yet), parameters that get a gradient on some ranks only (see reduce_gradients).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/tensor.h"
+#include "dist/process_group.h"
+#include "nn/module.h"
+
+namespace tide::dist {
+
+struct DataParallelOptions {
+  // Cap of the first bucket (PyTorch: 1 MiB): small, so its all-reduce starts early.
+  DataParallelOptions& first_bucket_bytes(size_t b) { first_bucket_bytes_ = b; return *this; }
+  // Cap of every later bucket (PyTorch: 25 MiB). A parameter bigger than the cap gets a
+  // bucket of its own.
+  DataParallelOptions& bucket_bytes(size_t b) { bucket_bytes_ = b; return *this; }
+  // Broadcast the parameters from rank 0 at construction, so every rank starts equal.
+  DataParallelOptions& broadcast_parameters(bool on) { broadcast_parameters_ = on; return *this; }
+  size_t first_bucket_bytes_ = size_t(1) << 20;
+  size_t bucket_bytes_ = size_t(25) << 20;
+  bool broadcast_parameters_ = true;
+};
+
+// One bucket: parameters of one dtype, in reverse parameter order, whose gradients
+// reduce_gradients() lays end to end in a flat buffer of `numel` elements, taken fresh each
+// step from the caching allocator (a bucket of one parameter needs none: its gradient is
+// reduced in place).
+struct GradBucket {
+  DType dtype = DType::float32;
+  std::vector<size_t> params;    // indices into DataParallel::parameters()
+  std::vector<int64_t> offsets;  // element offset of each in the flat buffer
+  int64_t numel = 0;
+};
+
+class DataParallel {
+ public:
+  // Takes module's parameters (named_parameters() order; the module must outlive this) and
+  // lays out the buckets. With broadcast_parameters, queues a broadcast of each parameter
+  // from rank 0. Does not wait. Throws "[data_parallel]" for a module without parameters, a
+  // parameter not on the CPU, or a zero bucket cap.
+  DataParallel(nn::Module& module, ProcessGroup& group,
+               const DataParallelOptions& options = DataParallelOptions());
+
+  // Queues the average over the group of every parameter's gradient, bucket by bucket (see
+  // the top of this file). Call after backward() and before the optimizer step, on every
+  // rank; the step waits for the averaged gradients by hazard tracking. Does not wait.
+  // A parameter without a gradient on this rank contributes zeros and gets none (every
+  // rank must still call this, or the others wait for it). Failures (a rank whose gradient
+  // failed, a backend error) are stored in the gradients and surface at the next sync.
+  void reduce_gradients(Site site = Site::current());
+
+  const std::vector<Tensor>& parameters() const { return params_; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // Bytes each reduce_gradients() all-reduces on this rank (every parameter's gradient).
+  size_t bytes_per_step() const { return bytes_per_step_; }
+  ProcessGroup& group() const { return group_; }
+
+ private:
+  ProcessGroup& group_;
+  std::vector<Tensor> params_;
+  std::vector<GradBucket> buckets_;
+  size_t bytes_per_step_ = 0;
+};
+
+}  // namespace tide::dist

@@ -1,0 +1,143 @@
+// ProcessGroup: the checks at the call, and the task each collective queues on the
+// communication stream (agreement first, then the backend call).
+#include "dist/process_group.h"
+
+#include <span>
+#include <string>
+#include <utility>
+
+#include "core/capture.h"
+#include "core/error.h"
+#include "dist/agreement.h"
+#include "ops/autograd.h"
+
+namespace tide::dist {
+namespace {
+
+constexpr const char* kAllReduce = "all_reduce";
+constexpr const char* kBroadcast = "broadcast";
+constexpr const char* kBarrier = "barrier";
+
+std::string describe(const Tensor& t) {
+  return t.shape().str() + " " + std::string(name(t.dtype()));
+}
+
+void check_not_tracing(const char* op) {
+  TIDE_CHECK(!detail::capturing(), op,
+             "cannot be recorded in a trace: collectives run eagerly only (call it outside "
+             "trace::function)");
+}
+
+void check_tensor(const Tensor& t, const char* op) {
+  TIDE_CHECK(t.defined(), op, "got an undefined tensor");
+  TIDE_CHECK(t.device().is_cpu(), op, "needs a CPU tensor, got ", describe(t), " on ",
+             t.device().str(),
+             ": tensors on a GPU need the NCCL backend, which tide does "
+             "not have yet (copy it with .to(Device::cpu()) first)");
+  TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ", describe(t),
+             " in place: it requires grad and grad mode is on; use NoGrad");
+  check_not_tracing(op);
+}
+
+// "[op] message" -> "message"
+std::string message_of(const Error& e, const char* op) {
+  std::string what = e.what(), prefix = std::string("[") + op + "] ";
+  return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
+}
+
+// Queues call() on the group's stream, writing `s`. `s` is declared written only, which
+// orders the task as read+write would (after the writes and reads queued before it, before
+// everything queued after it) but lets it run when `s` holds a failure: it must still take
+// part in the agreement, or the other ranks would wait for it for ever.
+template <class Call>
+void queue(Stream stream, Communicator* comm, const char* op, Storage* s, CollectiveDesc desc,
+           Call call, Site site) {
+  StreamGuard guard(stream);
+  Storage* writes[1] = {s};
+  Engine::get().submit(
+      Device::cpu(), op, std::span<Storage* const>(), std::span<Storage* const>(writes, 1),
+      [comm, op, s, desc, call = std::move(call)]() {
+        auto where = [comm] {
+          return "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
+        };
+        try {
+          check_agreement(*comm, desc, s->failure() != nullptr, op);
+        } catch (const Error& e) {
+          throw Error(op, message_of(e, op) + " (" + where() + ")");
+        }
+        try {
+          call();
+        } catch (const Error& e) {
+          throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where() + ")");
+        }
+      },
+      site);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> comm)
+    : comm_(std::move(comm)), stream_(Stream::create(Device::cpu())) {
+  TIDE_ASSERT(comm_ != nullptr, "a process group needs a communicator");
+}
+
+ProcessGroup::~ProcessGroup() { stream_.synchronize(); }
+
+void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
+  check_tensor(t, kAllReduce);
+  TIDE_CHECK(op == ReduceOp::sum || is_floating(t.dtype()), kAllReduce,
+             "average needs a floating tensor, got ", describe(t), " (use sum)");
+  CollectiveDesc desc{Collective::all_reduce, int64_t(op), t.dtype(), t.shape()};
+  Storage* s = t.storage();
+  const size_t byte_offset = size_t(t.offset()) * size_of(t.dtype());
+  const int64_t count = t.numel();
+  const DType dtype = t.dtype();
+  Communicator* comm = comm_.get();
+  queue(
+      stream_, comm, kAllReduce, s, desc,
+      [comm, s, byte_offset, count, dtype, op] {
+        void* data = static_cast<char*>(s->data()) + byte_offset;
+        comm->all_reduce_sum(data, count, dtype, kAllReduce);
+        if (op != ReduceOp::average) return;
+        dispatch_floating(dtype, [&](auto zero) {
+          using T = decltype(zero);
+          T* p = static_cast<T*>(data);
+          const T n = T(comm->size());
+          for (int64_t i = 0; i < count; ++i) p[i] /= n;
+        });
+      },
+      site);
+}
+
+void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
+  check_tensor(t, kBroadcast);
+  TIDE_CHECK(root >= 0 && root < size(), kBroadcast, "root ", root,
+             " is not a rank of this group (", size(), " ranks)");
+  CollectiveDesc desc{Collective::broadcast, root, t.dtype(), t.shape()};
+  Storage* s = t.storage();
+  const size_t byte_offset = size_t(t.offset()) * size_of(t.dtype());
+  const int64_t count = t.numel();
+  const DType dtype = t.dtype();
+  Communicator* comm = comm_.get();
+  queue(
+      stream_, comm, kBroadcast, s, desc,
+      [comm, s, byte_offset, count, dtype, root] {
+        comm->broadcast(static_cast<char*>(s->data()) + byte_offset, count, dtype, root,
+                        kBroadcast);
+      },
+      site);
+}
+
+void ProcessGroup::barrier(Site site) {
+  check_not_tracing(kBarrier);
+  // A token written by the barrier task: its failure, if any, comes back through the
+  // ordinary sync below.
+  Tensor token = Tensor::empty({1}, DType::int32, Device::cpu(), kBarrier);
+  Communicator* comm = comm_.get();
+  queue(
+      stream_, comm, kBarrier, token.storage(), CollectiveDesc{},
+      [comm] { comm->barrier(kBarrier); }, site);
+  token.wait_to_read();
+}
+
+}  // namespace tide::dist

@@ -1,0 +1,69 @@
+// ProcessGroup: the ranks of a data-parallel job and the collectives between them
+// (DESIGN §10). Collectives are engine tasks, queued like any op: each runs on the group's
+// communication stream, whose worker makes the blocking backend call (MPI_Allreduce, ...).
+// The tensor is declared written (which the engine orders as it would a read and write, but
+// which lets the task run when the tensor holds an earlier failure, to tell the other ranks),
+// so hazard tracking orders the collective after the ops that write or read it before, and
+// the ops that touch it afterwards after the collective, on any stream, with no user
+// bookkeeping; and it counts in the engine's queued bytes while it waits.
+//
+// Every rank must queue the same collectives in the same order, with the same shapes and
+// dtypes. Before each call the ranks exchange what they are about to do
+// (dist/agreement.h): a rank that disagrees makes the collective fail on every rank with a
+// message naming each side, rather than hang or corrupt memory.
+//
+// Tensors are always contiguous in tide (a view is an offset into a storage), so a
+// collective takes any view as it is and needs no stride check.
+//
+// Not done here: autograd (collectives are not differentiable, like torch.distributed),
+// tensors on a GPU (they need the NCCL backend, which tide does not have yet), and
+// collectives inside a trace (trace::function).
+#pragma once
+
+#include <memory>
+
+#include "core/engine.h"
+#include "core/tensor.h"
+#include "dist/communicator.h"
+
+namespace tide::dist {
+
+class ProcessGroup {
+ public:
+  // A group over `comm`'s ranks, with a new communication stream (a CPU stream and its
+  // worker thread). Does not wait. Use mpi_world() (dist/mpi.h) for the MPI world group.
+  explicit ProcessGroup(std::unique_ptr<Communicator> comm);
+  // Waits for the collectives queued on this group (Stream::synchronize); does not rethrow.
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  const char* backend() const { return comm_->backend(); }
+  // The communication stream every collective of this group is queued on.
+  Stream stream() const { return stream_; }
+
+  // Queues an in-place all-reduce of t over the group: afterwards every rank's t holds the
+  // element-wise sum of all ranks' t (average: the sum divided by size(), floating dtypes
+  // only). Does not wait. Throws "[all_reduce]" at the call for an undefined tensor, a
+  // tensor not on the CPU, average of an integer tensor, a tensor that requires grad while
+  // grad mode is on, or a call inside a trace. A failure while it runs (ranks that
+  // disagree, a backend error) is stored in t and rethrown by the first sync that reads it,
+  // with the backend's message, t's shape and dtype and this rank.
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum, Site site = Site::current());
+  // Queues an in-place broadcast: afterwards every rank's t holds rank root's t. Does not
+  // wait. Throws "[broadcast]" at the call like all_reduce (any dtype is accepted), and for
+  // a root outside [0, size()). Failures while it runs are stored in t, as for all_reduce.
+  void broadcast(const Tensor& t, int root = 0, Site site = Site::current());
+  // Waits until every rank has reached its barrier, after this group's collectives queued
+  // before it (not after other streams' work: sync tensors for that). Throws "[barrier]"
+  // when the backend fails or the ranks disagree (another rank is in another collective).
+  void barrier(Site site = Site::current());
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  Stream stream_;
+};
+
+}  // namespace tide::dist

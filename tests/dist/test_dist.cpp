@@ -1,0 +1,303 @@
+// The MPI process group, run by every rank of `mpirun -n 2` (any size >= 1 works; the tests
+// that need two ranks skip alone). Every rank runs the same tests in the same order, so the
+// collectives match up. Values are small integers times the rank, exact in float32.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <latch>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "dist/mpi.h"
+#include "error_of.h"
+#include "fake_gpu.h"
+#include "ops/autograd.h"
+#include "ops/debug.h"
+#include "ops/ops.h"
+#include "trace/trace.h"
+
+namespace tide {
+namespace {
+
+using dist::ReduceOp;
+using test_util::error_of;
+
+dist::ProcessGroup& world() { return dist::mpi_world(); }
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Rank r's element i: (r + 1) * (i % 13 + 1).
+template <class T>
+Tensor rank_values(int rank, int64_t n) {
+  std::vector<T> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = T((rank + 1) * (i % 13 + 1));
+  return from_vector(v, {n});
+}
+
+// Sum over ranks of rank_values: (i % 13 + 1) * S (S + 1) / 2 for S ranks.
+double rank_sum(int64_t i, int size) { return double(i % 13 + 1) * size * (size + 1) / 2; }
+
+template <class T>
+void expect_reduced(const Tensor& t, int size, ReduceOp op, double scale = 1) {
+  std::vector<T> got = t.to_vector<T>();
+  const double div = op == ReduceOp::average ? size : 1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = scale * rank_sum(int64_t(i), size) / div;
+    if (double(got[i]) != want) {
+      ADD_FAILURE() << "element " << i << " of " << got.size() << ": got " << double(got[i])
+                    << ", want " << want;
+      return;
+    }
+  }
+}
+
+TEST(ProcessGroup, RankAndSizeMatchTheLauncher) {
+  auto& pg = world();
+  EXPECT_STREQ(pg.backend(), "mpi");
+  EXPECT_GE(pg.rank(), 0);
+  EXPECT_LT(pg.rank(), pg.size());
+  if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE")) EXPECT_EQ(pg.size(), std::atoi(n));
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) EXPECT_EQ(pg.rank(), std::atoi(r));
+  EXPECT_FALSE(pg.stream() == Stream::current());  // collectives have a stream of their own
+  EXPECT_EQ(&dist::mpi_world(), &pg);              // one world group per process
+}
+
+TEST(AllReduce, SumAndAverageOverOddSizesFloat32AndFloat64) {
+  auto& pg = world();
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000003)}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + ", " + dist::name(op));
+      Tensor f = rank_values<float>(pg.rank(), n);
+      Tensor d = rank_values<double>(pg.rank(), n);
+      pg.all_reduce(f, op);
+      pg.all_reduce(d, op);
+      expect_reduced<float>(f, pg.size(), op);
+      expect_reduced<double>(d, pg.size(), op);
+    }
+  }
+}
+
+TEST(AllReduce, IntegerSum) {
+  auto& pg = world();
+  Tensor a = rank_values<int32_t>(pg.rank(), 7);
+  Tensor b = rank_values<int64_t>(pg.rank(), 1000);
+  pg.all_reduce(a);
+  pg.all_reduce(b);
+  expect_reduced<int32_t>(a, pg.size(), ReduceOp::sum);
+  expect_reduced<int64_t>(b, pg.size(), ReduceOp::sum);
+}
+
+TEST(AllReduce, ViewsAndEmptyTensors) {
+  auto& pg = world();
+  // A slice reduces its own elements only; the rest of the storage is left alone.
+  Tensor base = rank_values<float>(pg.rank(), 20);
+  Tensor part = base.slice(5, 12);
+  pg.all_reduce(part);
+  std::vector<float> got = base.to_vector<float>();
+  for (int64_t i = 0; i < 20; ++i) {
+    const bool inside = i >= 5 && i < 12;
+    const double want = inside ? rank_sum(i, pg.size()) : double((pg.rank() + 1) * (i % 13 + 1));
+    EXPECT_EQ(got[size_t(i)], want) << "element " << i;
+  }
+  Tensor empty = zeros({0, 3});
+  pg.all_reduce(empty);
+  EXPECT_NO_THROW(empty.wait_to_read());
+}
+
+TEST(AllReduce, ManyQueuedBackToBack) {
+  auto& pg = world();
+  std::vector<Tensor> ts;
+  for (int k = 0; k < 16; ++k) ts.push_back(rank_values<float>(pg.rank(), 100 + k));
+  for (auto& t : ts) pg.all_reduce(t);
+  // Twice on the same tensor: the second sums the first's result.
+  Tensor twice = rank_values<double>(pg.rank(), 33);
+  pg.all_reduce(twice);
+  pg.all_reduce(twice);
+  for (auto& t : ts) expect_reduced<float>(t, pg.size(), ReduceOp::sum);
+  expect_reduced<double>(twice, pg.size(), ReduceOp::sum, pg.size());
+}
+
+// Every element of t is rank `rank`'s rank_values.
+template <class T>
+void expect_rank_values(const Tensor& t, int rank) {
+  std::vector<T> got = t.to_vector<T>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != T((rank + 1) * (int64_t(i) % 13 + 1))) {
+      ADD_FAILURE() << "element " << i << " of " << got.size() << " is " << double(got[i])
+                    << ", not rank " << rank << "'s";
+      return;
+    }
+  }
+}
+
+TEST(Broadcast, EveryRankGetsTheRootsValues) {
+  auto& pg = world();
+  for (int root : {0, pg.size() - 1}) {
+    SCOPED_TRACE("root " + std::to_string(root));
+    Tensor f = rank_values<float>(pg.rank(), 1000003);
+    Tensor d = rank_values<double>(pg.rank(), 1);
+    Tensor l = rank_values<int64_t>(pg.rank(), 7);
+    pg.broadcast(f, root);
+    pg.broadcast(d, root);
+    pg.broadcast(l, root);
+    expect_rank_values<float>(f, root);
+    expect_rank_values<double>(d, root);
+    expect_rank_values<int64_t>(l, root);
+  }
+}
+
+// The hazard tracking across streams, with no wait by the caller: the all-reduce sees the
+// value written just before it on the default stream, a read queued after it sees the
+// reduced values, and a write queued after it waits for it.
+TEST(Ordering, AllReduceAfterWriterAndBeforeReaders) {
+  auto& pg = world();
+  if (Engine::get().synchronous())
+    GTEST_SKIP() << "the gate would block the caller (TIDE_ENGINE=sync)";
+  const int64_t n = 100003;
+  Tensor t = zeros({n});
+  t.wait_to_read();
+  std::latch release(1);
+  debug::gate(t, [&] { release.wait(); });   // holds the default stream
+  t.add_(rank_values<float>(pg.rank(), n));  // the writer, queued behind the gate
+  pg.all_reduce(t);                          // on the communication stream
+  Tensor doubled = t * 2.0;                  // a reader, on the default stream
+  t.mul_(3.0);                               // a writer after the collective
+  EXPECT_FALSE(t.is_ready());                // nothing waited: the gate still holds everything
+  release.count_down();
+  expect_reduced<float>(doubled, pg.size(), ReduceOp::sum, 2);
+  expect_reduced<float>(t, pg.size(), ReduceOp::sum, 3);
+}
+
+TEST(Ordering, WriterOnAnotherStream) {
+  auto& pg = world();
+  Stream side = Stream::create();
+  Tensor src = rank_values<float>(pg.rank(), 5001);
+  Tensor t = zeros({5001});
+  {
+    StreamGuard g(side);
+    t.copy_(src);  // the writer, on a stream of its own
+  }
+  pg.all_reduce(t, ReduceOp::average);
+  expect_reduced<float>(t, pg.size(), ReduceOp::average);
+}
+
+TEST(Ordering, SynchronousModeGivesTheSameResult) {
+  auto& pg = world();
+  SynchronousGuard sync;
+  Tensor t = rank_values<float>(pg.rank(), 1001);
+  pg.all_reduce(t, ReduceOp::average);
+  EXPECT_TRUE(t.is_ready());  // ran in the call
+  expect_reduced<float>(t, pg.size(), ReduceOp::average);
+}
+
+TEST(Barrier, WaitsForEveryRank) {
+  auto& pg = world();
+  Tensor t = rank_values<float>(pg.rank(), 11);
+  pg.all_reduce(t);
+  pg.barrier();
+  EXPECT_TRUE(t.is_ready());  // the barrier ran after the group's earlier collectives
+  expect_reduced<float>(t, pg.size(), ReduceOp::sum);
+}
+
+TEST(Errors, BadArgumentsThrowAtTheCall) {
+  auto& pg = world();
+  EXPECT_TRUE(
+      contains(error_of([&] { pg.all_reduce(Tensor()); }), "[all_reduce] got an undefined"));
+  EXPECT_TRUE(contains(error_of([&] { pg.all_reduce(ones({3}, DType::int32), ReduceOp::average); }),
+                       "average needs a floating tensor, got (3,) int32"));
+  EXPECT_TRUE(contains(error_of([&] { pg.broadcast(ones({3}), pg.size()); }),
+                       "[broadcast] root " + std::to_string(pg.size()) + " is not a rank"));
+  EXPECT_TRUE(contains(error_of([&] { pg.broadcast(ones({3}), -1); }), "[broadcast] root -1"));
+
+  test_util::fake_gpu();
+  Tensor gpu = Tensor::empty({4}, DType::float32, Device::cuda(8));
+  std::string e = error_of([&] { pg.all_reduce(gpu); });
+  EXPECT_TRUE(contains(e, "[all_reduce] needs a CPU tensor, got (4,) float32 on cuda:8"));
+  EXPECT_TRUE(contains(e, "NCCL"));
+
+  Tensor w = ones({2}).requires_grad_();
+  EXPECT_TRUE(contains(error_of([&] { pg.all_reduce(w); }), "requires grad and grad mode is on"));
+  {
+    autograd::NoGrad no_grad;
+    pg.all_reduce(w);
+  }
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(2, float(pg.size())));
+
+  auto traced = trace::function([&](const Tensor& x) {
+    Tensor y = x + 1.0;
+    pg.all_reduce(y);
+    return y;
+  });
+  EXPECT_TRUE(
+      contains(error_of([&] { traced(ones({2})); }), "[all_reduce] cannot be recorded in a trace"));
+  // Nothing above reached another rank: the group is in step and still works.
+  Tensor t = rank_values<float>(pg.rank(), 3);
+  pg.all_reduce(t);
+  expect_reduced<float>(t, pg.size(), ReduceOp::sum);
+}
+
+// Ranks that disagree all fail alike, naming each rank's call, instead of hanging; the
+// group keeps working afterwards. The watchdog in main.cpp turns a hang into a failure.
+TEST(Errors, MismatchedSizesFailOnEveryRank) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  Tensor t = rank_values<float>(pg.rank(), pg.rank() == 0 ? 7 : 8);
+  pg.all_reduce(t);
+  std::string e = error_of([&] { t.wait_to_read(); });
+  EXPECT_TRUE(contains(e,
+                       "[all_reduce] ranks disagree on the collective: rank 0: "
+                       "all_reduce(sum) (7,) float32; rank 1: all_reduce(sum) (8,) float32"))
+      << e;
+  EXPECT_TRUE(contains(e, "rank " + std::to_string(pg.rank()) + " of ")) << e;
+  EXPECT_TRUE(contains(e, "queued at")) << e;
+
+  Tensor ok = rank_values<float>(pg.rank(), 7);
+  pg.all_reduce(ok);
+  expect_reduced<float>(ok, pg.size(), ReduceOp::sum);
+}
+
+TEST(Errors, MismatchedDtypeOrCollectiveFailOnEveryRank) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  Tensor t = pg.rank() == 0 ? rank_values<float>(0, 5) : rank_values<double>(1, 5);
+  pg.all_reduce(t);
+  EXPECT_TRUE(
+      contains(error_of([&] { t.wait_to_read(); }),
+               "rank 0: all_reduce(sum) (5,) float32; rank 1: all_reduce(sum) (5,) float64"));
+
+  // Rank 0 broadcasts while rank 1 waits at a barrier.
+  Tensor b = rank_values<float>(pg.rank(), 4);
+  std::string e = pg.rank() == 0 ? (pg.broadcast(b, 0), error_of([&] { b.wait_to_read(); }))
+                                 : error_of([&] { pg.barrier(); });
+  EXPECT_TRUE(contains(e, "rank 0: broadcast(root 0) (4,) float32; rank 1: barrier")) << e;
+
+  pg.barrier();  // in step again
+}
+
+// A rank whose input failed earlier cannot contribute: every rank's collective fails, none
+// waits for ever, and the failing rank keeps its own error.
+TEST(Errors, FailedInputOnOneRankFailsEveryRank) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  Tensor t = rank_values<float>(pg.rank(), 9);
+  if (pg.rank() == 1) debug::fail(t, t, "boom on rank 1");
+  pg.all_reduce(t);
+  std::string e = error_of([&] { t.wait_to_read(); });
+  if (pg.rank() == 1) {
+    EXPECT_TRUE(contains(e, "[fail] boom on rank 1")) << e;
+  } else {
+    EXPECT_TRUE(contains(e,
+                         "[all_reduce] the input of rank 1 holds the failure of an earlier "
+                         "op"))
+        << e;
+  }
+  Tensor ok = rank_values<float>(pg.rank(), 9);
+  pg.all_reduce(ok);
+  expect_reduced<float>(ok, pg.size(), ReduceOp::sum);
+}
+
+}  // namespace
+}  // namespace tide
