@@ -6,12 +6,18 @@
 // collectives ran. Errors come back as tide::Error (MPI_ERRORS_RETURN), never an abort.
 #pragma once
 
+#include <string>
+
 #include "dist/process_group.h"
 
 namespace tide::dist {
 
 // True when this build of tide has the MPI backend. Does not initialise anything.
 bool mpi_available();
+
+// The launcher variable that says this process was started by mpirun ("OMPI_COMM_WORLD_SIZE=2",
+// or MPICH's PMI_SIZE, or PMIx's PMIX_RANK), or "" when it was not. Reads the environment only.
+std::string launched_by_mpirun();
 
 // The group of every rank of this MPI job (a duplicate of MPI_COMM_WORLD), initialising
 // MPI on the first call (argc/argv may be null; MPI may read and edit them). Later calls

@@ -11,14 +11,9 @@ namespace tide::dist {
 bool mpi_available() { return false; }
 
 ProcessGroup& mpi_world(int*, char***) {
-  std::string launched;
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
-    if (const char* v = std::getenv(var)) {
-      launched = std::string("; this process was started by mpirun (") + var + "=" + v +
-                 "), so every rank would run alone";
-      break;
-    }
-  }
+  std::string launched = launched_by_mpirun();
+  if (!launched.empty())
+    launched = "; this process was started by mpirun (" + launched + "), so every rank would run alone";
   throw Error("dist",
               "tide was built without MPI: install it (Debian: apt-get install "
               "libopenmpi-dev openmpi-bin) and configure again with -DTIDE_MPI=ON" +

@@ -10,16 +10,27 @@
 // the progress bar, which shows that minibatch's loss ("loss 0.4213") after its counts.
 //
 // --device cuda[:N]: the model is moved to that GPU before Adam is built, the IDX sources
-// copy each minibatch there (the data set stays in host memory), and the epoch's sums are
-// 0-d tensors on the GPU.
+// keep the data set there and gather each minibatch on the device, and the epoch's sums
+// are 0-d tensors on the GPU.
+//
+// Under mpirun (`mpirun -np N tide train fashion-mnist`): data-parallel training over the
+// MPI world group (dist/). Every rank holds the model and walks its own shard of each
+// epoch's order (the same shuffle seed) with a per-rank batch of --batch / N, so the
+// global batch and the learning rate mean what they mean in one process;
+// dist::DataParallel averages the gradients after each backward. The epoch's sums are
+// all-reduced, every rank tests the whole test set with identical parameters, and rank 0
+// alone prints and saves. A build without MPI refuses to start under mpirun.
 //
 // Not done here: a learning-rate schedule, data augmentation, or checkpoints per epoch.
 #include <charconv>
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 
+#include "dist/data_parallel.h"
+#include "dist/mpi.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
@@ -81,14 +92,27 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
     }
   }
 
+  // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" when this
+  // build has none); one rank is the plain single-process run.
+  dist::ProcessGroup* group = nullptr;
+  if (!dist::launched_by_mpirun().empty()) group = &dist::mpi_world();
+  const int ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  if (batch % ranks != 0)
+    throw UsageError("--batch " + std::to_string(batch) + " must be a multiple of the " +
+                     std::to_string(ranks) + " ranks (each takes batch / ranks examples)");
+  // Only rank 0 prints.
+  std::ostringstream silent;
+  std::ostream& out = rank == 0 ? std::cout : silent;
+
   // Throws "[idx] <file>: ..." when the data is missing or malformed.
   train::IdxSource train_data(train::IdxOptions()
                                   .dir(data_dir)
                                   .split("train")
-                                  .batch_size(batch)
+                                  .batch_size(batch / ranks)
                                   .shuffle(true)
                                   .seed(static_cast<uint64_t>(seed))
                                   .normalize(kPixelMean, kPixelStd)
+                                  .shard(rank, ranks)
                                   .device(device));
   train::IdxSource test_data(train::IdxOptions()
                                  .dir(data_dir)
@@ -98,13 +122,17 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
                                  .normalize(kPixelMean, kPixelStd)
                                  .device(device));
   const int64_t features = train_data.rows() * train_data.cols();
-  std::cout << "fashion-mnist: " << train_data.size() << " train, " << test_data.size()
+  const int64_t train_examples = train_data.size() * ranks;  // per epoch, all ranks
+  out << "fashion-mnist: " << train_examples << " train, " << test_data.size()
             << " test images of " << train_data.rows() << "x" << train_data.cols() << " from "
             << data_dir << "\n"
             << "model: MLP " << features << "-256-128-10 (ReLU), cross-entropy, Adam lr " << lr
             << " (halved after 1/2 and 3/4 of the epochs)"
             << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n"
             << "device: " << device_label(device) << "\n";
+  if (group)
+    out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
+        << batch / ranks << " per rank, gradients averaged after each backward\n";
 
   Generator gen{static_cast<uint64_t>(seed)};
   auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
@@ -115,6 +143,8 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       std::make_shared<nn::Linear>(nn::LinearOptions(128, 10), gen)});
   net->to(device);  // before Adam, whose state is made where the parameters are
   train::Adam opt(net->parameters(), train::AdamOptions(lr));
+  std::unique_ptr<dist::DataParallel> ddp;
+  if (group) ddp = std::make_unique<dist::DataParallel>(*net, *group);
 
   double best_acc = 0;
   long long best_epoch = 0;
@@ -128,14 +158,17 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
     train_data.reset(static_cast<uint64_t>(epoch - 1));
     Tensor loss_sum = zeros(Shape{}, DType::float32, device);
     Tensor train_correct = zeros(Shape{}, DType::float32, device);
-    train::ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(epochs),
-                           train_data.num_batches());
+    const std::string label = "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs);
+    auto bar = rank == 0 ? std::make_unique<train::ProgressBar>(label, train_data.num_batches())
+                         : std::make_unique<train::ProgressBar>(label, train_data.num_batches(),
+                                                                silent, false);
     int64_t done = 0;
     while (auto b = train_data.next_batch()) {
       opt.zero_grad();
       Tensor logits = (*net)(b->x);
       Tensor loss = nn::cross_entropy(logits, b->y);
       loss.backward();
+      if (ddp) ddp->reduce_gradients();  // queued: the step waits for it by hazard tracking
       opt.step();
       {
         NoGrad no_grad;
@@ -146,12 +179,12 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       ++done;
       if (done % kReadEvery == 0) {
         const float batch_loss = loss.item<float>();  // the one sync inside an epoch
-        bar.set_status("loss " + format_fixed(batch_loss, 4));
-        bar.update(done);
+        bar->set_status("loss " + format_fixed(batch_loss, 4));
+        bar->update(done);
       }
     }
-    bar.update(done);
-    bar.finish();
+    bar->update(done);
+    bar->finish();
 
     net->eval();
     test_data.reset(0);
@@ -161,8 +194,12 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       while (auto b = test_data.next_batch())
         test_correct.add_(sum(eq(argmax((*net)(b->x), 1), b->y)));
     }
-    const double mean_loss = loss_sum.item<double>() / static_cast<double>(train_data.size());
-    const double train_acc = train_correct.item<double>() / static_cast<double>(train_data.size());
+    if (group) {  // every rank's share of the epoch's sums
+      group->all_reduce(loss_sum);
+      group->all_reduce(train_correct);
+    }
+    const double mean_loss = loss_sum.item<double>() / static_cast<double>(train_examples);
+    const double train_acc = train_correct.item<double>() / static_cast<double>(train_examples);
     const double test_acc = test_correct.item<double>() / static_cast<double>(test_data.size());
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -170,17 +207,17 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       best_acc = test_acc;
       best_epoch = epoch;
     }
-    std::cout << "epoch " << epoch << "/" << epochs << "  loss " << format_fixed(mean_loss, 4)
+    out << "epoch " << epoch << "/" << epochs << "  loss " << format_fixed(mean_loss, 4)
               << "  train acc " << format_fixed(train_acc, 4) << "  test acc "
               << format_fixed(test_acc, 4) << "  time " << format_fixed(secs, 1) << " s"
               << std::endl;
   }
 
-  if (!save_path.empty()) {
+  if (!save_path.empty() && rank == 0) {
     write_output("--save", save_path, [&](const std::string& tmp) { nn::save(*net, tmp); });
-    std::cout << "saved the model to " << save_path << " (safetensors)\n";
+    out << "saved the model to " << save_path << " (safetensors)\n";
   }
-  std::cout << "best test acc " << format_fixed(best_acc, 4) << " (epoch " << best_epoch << "): "
+  out << "best test acc " << format_fixed(best_acc, 4) << " (epoch " << best_epoch << "): "
             << (best_acc >= kTarget ? "reached" : "did not reach") << " "
             << format_fixed(kTarget, 2) << "\n";
   return 0;
