@@ -10,17 +10,17 @@
 #include "core/error.h"
 #include "dist/agreement.h"
 #include "ops/autograd.h"
+#include "ops/op_util.h"
 
 namespace tide::dist {
 namespace {
 
+using tide::detail::check_defined;
+using tide::detail::describe;
+
 constexpr const char* kAllReduce = "all_reduce";
 constexpr const char* kBroadcast = "broadcast";
 constexpr const char* kBarrier = "barrier";
-
-std::string describe(const Tensor& t) {
-  return t.shape().str() + " " + std::string(name(t.dtype()));
-}
 
 void check_not_tracing(const char* op) {
   TIDE_CHECK(!detail::capturing(), op,
@@ -28,8 +28,23 @@ void check_not_tracing(const char* op) {
              "trace::function)");
 }
 
+// Where a collective's tensor lives: resolved when the task runs (s->data()), with the
+// tensor's element offset, count and dtype taken at the call.
+struct Elements {
+  Storage* s;
+  size_t byte_offset;
+  int64_t count;
+  DType dtype;
+  explicit Elements(const Tensor& t)
+      : s(t.storage()),
+        byte_offset(size_t(t.offset()) * size_of(t.dtype())),
+        count(t.numel()),
+        dtype(t.dtype()) {}
+  void* data() const { return static_cast<char*>(s->data()) + byte_offset; }
+};
+
 void check_tensor(const Tensor& t, const char* op) {
-  TIDE_CHECK(t.defined(), op, "got an undefined tensor");
+  check_defined(t, op);
   TIDE_CHECK(t.device().is_cpu(), op, "needs a CPU tensor, got ", describe(t), " on ",
              t.device().str(),
              ": tensors on a GPU need the NCCL backend, which tide does "
@@ -88,22 +103,19 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
   TIDE_CHECK(op == ReduceOp::sum || is_floating(t.dtype()), kAllReduce,
              "average needs a floating tensor, got ", describe(t), " (use sum)");
   CollectiveDesc desc{Collective::all_reduce, int64_t(op), t.dtype(), t.shape()};
-  Storage* s = t.storage();
-  const size_t byte_offset = size_t(t.offset()) * size_of(t.dtype());
-  const int64_t count = t.numel();
-  const DType dtype = t.dtype();
+  const Elements e(t);
   Communicator* comm = comm_.get();
   queue(
-      stream_, comm, kAllReduce, s, desc,
-      [comm, s, byte_offset, count, dtype, op] {
-        void* data = static_cast<char*>(s->data()) + byte_offset;
-        comm->all_reduce_sum(data, count, dtype, kAllReduce);
+      stream_, comm, kAllReduce, e.s, desc,
+      [comm, e, op] {
+        void* data = e.data();
+        comm->all_reduce_sum(data, e.count, e.dtype, kAllReduce);
         if (op != ReduceOp::average) return;
-        dispatch_floating(dtype, [&](auto zero) {
+        dispatch_floating(e.dtype, [&](auto zero) {
           using T = decltype(zero);
           T* p = static_cast<T*>(data);
           const T n = T(comm->size());
-          for (int64_t i = 0; i < count; ++i) p[i] /= n;
+          for (int64_t i = 0; i < e.count; ++i) p[i] /= n;
         });
       },
       site);
@@ -114,17 +126,11 @@ void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
   TIDE_CHECK(root >= 0 && root < size(), kBroadcast, "root ", root,
              " is not a rank of this group (", size(), " ranks)");
   CollectiveDesc desc{Collective::broadcast, root, t.dtype(), t.shape()};
-  Storage* s = t.storage();
-  const size_t byte_offset = size_t(t.offset()) * size_of(t.dtype());
-  const int64_t count = t.numel();
-  const DType dtype = t.dtype();
+  const Elements e(t);
   Communicator* comm = comm_.get();
   queue(
-      stream_, comm, kBroadcast, s, desc,
-      [comm, s, byte_offset, count, dtype, root] {
-        comm->broadcast(static_cast<char*>(s->data()) + byte_offset, count, dtype, root,
-                        kBroadcast);
-      },
+      stream_, comm, kBroadcast, e.s, desc,
+      [comm, e, root] { comm->broadcast(e.data(), e.count, e.dtype, root, kBroadcast); },
       site);
 }
 

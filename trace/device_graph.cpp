@@ -153,6 +153,16 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
   return {};
 }
 
+void launch_planned_nodes(const Graph& g, const KernelContext& ctx) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    try {
+      g.nodes[i].kernel(ctx);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(node_failure(g, i, e.what()));
+    }
+  }
+}
+
 namespace {
 
 // Builds dg's CUDA graph from g (see the header). Returns "" when dg.exec is ready, else
@@ -196,13 +206,7 @@ void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ct
     api.memcpy_async(cp.dst, cp.src, cp.bytes, CopyKind::device_to_device, ctx.stream);
   };
   for (size_t k = 0; k < g.inputs.size(); ++k) copy(input_copy(g, c, k));
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    try {
-      g.nodes[i].kernel(ctx);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(node_failure(g, i, e.what()));
-    }
-  }
+  launch_planned_nodes(g, ctx);
   for (int id : dg.out_values) copy(output_copy(g, c, id));
 }
 

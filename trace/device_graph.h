@@ -91,6 +91,9 @@ void prepare_device_graph(Graph& g);
 std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,
                               std::span<const cuda::GraphNodeHandle> roots_after,
                               const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* sinks);
+// Launches g's planned nodes one by one on ctx.stream, in program order (no graph). Rethrows
+// a node's error as node_failure() words it. Does not wait.
+void launch_planned_nodes(const Graph& g, const KernelContext& ctx);
 // ctx for capturing g's kernels: its DeviceGraph's workspace (a GPU's) and host functions.
 KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg);
 

@@ -186,13 +186,7 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
       const uint64_t counters[2] = {offset0 + uint64_t(it) * random_.blocks + random_.prefix[r], key};
       api.write_words(ctx.stream, random_.slots[r], counters);
     }
-    for (size_t i = 0; i < body_->nodes.size(); ++i) {
-      try {
-        body_->nodes[i].kernel(ctx);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(node_failure(*body_, i, e.what()));
-      }
-    }
+    launch_planned_nodes(*body_, ctx);
     for (size_t j = 0; j < k; ++j)
       if (spare_[j]) copy(spare_[j]->data(), next_source(j), state_[j].bytes);
     for (size_t j = 0; j < k; ++j)
