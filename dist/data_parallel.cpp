@@ -2,6 +2,8 @@
 // gradient average.
 #include "dist/data_parallel.h"
 
+#include <algorithm>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -42,7 +44,7 @@ std::vector<GradBucket> lay_out(const std::vector<Tensor>& params, const DataPar
 
 DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
                            const DataParallelOptions& options)
-    : group_(group), params_(module.parameters()) {
+    : group_(group), overlap_(options.overlap_), params_(module.parameters()) {
   TIDE_CHECK(!params_.empty(), kOp, "the module has no parameters");
   TIDE_CHECK(options.first_bucket_bytes_ > 0 && options.bucket_bytes_ > 0, kOp,
              "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
@@ -63,6 +65,19 @@ void DataParallel::reduce_gradients(Site site) {
   // The copies run on the communication stream too: queued on the compute stream, they
   // would wait behind the whole backward there.
   StreamGuard on_comm(group_.stream());
+  if (!overlap_) {
+    // Tasks that only read the gradients (a task holds at most Engine::kMaxStorages): the
+    // stream's later tasks wait behind them, so no bucket starts before backward wrote all.
+    std::vector<Storage*> grads;
+    for (const Tensor& p : params_)
+      if (p.grad().defined()) grads.push_back(p.grad().storage());
+    for (size_t i = 0; i < grads.size(); i += Engine::kMaxStorages) {
+      const size_t n = std::min(grads.size() - i, size_t(Engine::kMaxStorages));
+      Engine::get().submit(Device::cpu(), "data_parallel_fence",
+                           std::span<Storage* const>(grads.data() + i, n),
+                           std::span<Storage* const>(), [] {}, site);
+    }
+  }
   for (const GradBucket& b : buckets_) {
     if (b.params.size() == 1) {  // reduced in place, no copies
       Tensor g = params_[b.params[0]].grad();

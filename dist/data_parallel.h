@@ -9,8 +9,12 @@
 // compute stream still works through the rest of the queued backward. No autograd hook is
 // needed for that: backward() only queues, and reduce_gradients() follows at once.
 //
-// Not done here: traced mode (collectives refuse to be recorded), GPU parameters (no NCCL
-// backend yet), parameters that get a gradient on some ranks only (see reduce_gradients).
+// In a trace (trace::function over a whole training step) the same calls are recorded: the
+// copies and all-reduces become nodes of the step's graph, and every replay averages that
+// replay's gradients (process_group.h says how traced collectives are ordered).
+//
+// Not done here: GPU parameters (no NCCL backend yet), parameters that get a gradient on
+// some ranks only (see reduce_gradients).
 #pragma once
 
 #include <cstddef>
@@ -32,9 +36,15 @@ struct DataParallelOptions {
   DataParallelOptions& bucket_bytes(size_t b) { bucket_bytes_ = b; return *this; }
   // Broadcast the parameters from rank 0 at construction, so every rank starts equal.
   DataParallelOptions& broadcast_parameters(bool on) { broadcast_parameters_ = on; return *this; }
+  // Overlap (the default): each bucket's all-reduce starts once its own gradients are
+  // final, while backward still computes the others. Off: no bucket starts before every
+  // gradient is final (one wait on the communication stream for all of backward), the
+  // baseline that shows what overlapping saves. Results are the same either way.
+  DataParallelOptions& overlap(bool on) { overlap_ = on; return *this; }
   size_t first_bucket_bytes_ = size_t(1) << 20;
   size_t bucket_bytes_ = size_t(25) << 20;
   bool broadcast_parameters_ = true;
+  bool overlap_ = true;
 };
 
 // One bucket: parameters of one dtype, in reverse parameter order, whose gradients
@@ -73,6 +83,7 @@ class DataParallel {
 
  private:
   ProcessGroup& group_;
+  bool overlap_ = true;
   std::vector<Tensor> params_;
   std::vector<GradBucket> buckets_;
   size_t bytes_per_step_ = 0;

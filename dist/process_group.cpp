@@ -22,11 +22,7 @@ constexpr const char* kAllReduce = "all_reduce";
 constexpr const char* kBroadcast = "broadcast";
 constexpr const char* kBarrier = "barrier";
 
-void check_not_tracing(const char* op) {
-  TIDE_CHECK(!detail::capturing(), op,
-             "cannot be recorded in a trace: collectives run eagerly only (call it outside "
-             "trace::function)");
-}
+bool tracing() { return detail::capturing() != nullptr; }
 
 // Where a collective's tensor lives: resolved when the task runs (s->data()), with the
 // tensor's element offset, count and dtype taken at the call.
@@ -51,7 +47,6 @@ void check_tensor(const Tensor& t, const char* op) {
              "not have yet (copy it with .to(Device::cpu()) first)");
   TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ", describe(t),
              " in place: it requires grad and grad mode is on; use NoGrad");
-  check_not_tracing(op);
 }
 
 // "[op] message" -> "message"
@@ -60,17 +55,24 @@ std::string message_of(const Error& e, const char* op) {
   return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
 }
 
-// Queues call() on the group's stream, writing `s`. `s` is declared written only, which
-// orders the task as read+write would (after the writes and reads queued before it, before
-// everything queued after it) but lets it run when `s` holds a failure: it must still take
-// part in the agreement, or the other ranks would wait for it for ever.
+// Queues call() on the group's stream, writing `s`. Eagerly, `s` is declared written only,
+// which orders the task as read+write would (after the writes and reads queued before it,
+// before everything queued after it) but lets it run when `s` holds a failure: it must
+// still take part in the agreement, or the other ranks would wait for it for ever.
+// Recorded in a trace, the node reads and writes `s` (so the planner keeps what was copied
+// in before it) and the group's `order` token, which chains the group's collectives in the
+// order they were recorded: a replay that runs independent branches at once
+// (trace::Options::streams) must still call them in the same order on every rank.
 template <class Call>
-void queue(Stream stream, Communicator* comm, const char* op, Storage* s, CollectiveDesc desc,
-           Call call, Site site) {
+void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storage* order,
+           CollectiveDesc desc, Call call, Site site) {
   StreamGuard guard(stream);
-  Storage* writes[1] = {s};
+  Storage* touched[2] = {s, order};
+  const bool traced = tracing();
   Engine::get().submit(
-      Device::cpu(), op, std::span<Storage* const>(), std::span<Storage* const>(writes, 1),
+      Device::cpu(), op,
+      traced ? std::span<Storage* const>(touched, 2) : std::span<Storage* const>(),
+      std::span<Storage* const>(touched, traced ? 2 : 1),
       [comm, op, s, desc, call = std::move(call)]() {
         auto where = [comm] {
           return "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
@@ -94,6 +96,8 @@ void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Collec
 ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> comm)
     : comm_(std::move(comm)), stream_(Stream::create(Device::cpu())) {
   TIDE_ASSERT(comm_ != nullptr, "a process group needs a communicator");
+  detail::CapturePause not_recorded;  // a group made inside a trace still owns a real token
+  order_ = Tensor::empty({1}, DType::int32, Device::cpu(), "process_group");
 }
 
 ProcessGroup::~ProcessGroup() { stream_.synchronize(); }
@@ -106,7 +110,7 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
   const Elements e(t);
   Communicator* comm = comm_.get();
   queue(
-      stream_, comm, kAllReduce, e.s, desc,
+      stream_, comm, kAllReduce, e.s, order_.storage(), desc,
       [comm, e, op] {
         void* data = e.data();
         comm->all_reduce_sum(data, e.count, e.dtype, kAllReduce);
@@ -129,19 +133,21 @@ void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
   const Elements e(t);
   Communicator* comm = comm_.get();
   queue(
-      stream_, comm, kBroadcast, e.s, desc,
+      stream_, comm, kBroadcast, e.s, order_.storage(), desc,
       [comm, e, root] { comm->broadcast(e.data(), e.count, e.dtype, root, kBroadcast); },
       site);
 }
 
 void ProcessGroup::barrier(Site site) {
-  check_not_tracing(kBarrier);
+  TIDE_CHECK(!tracing(), kBarrier,
+             "cannot be recorded in a trace: it waits on the host (call it outside "
+             "trace::function)");
   // A token written by the barrier task: its failure, if any, comes back through the
   // ordinary sync below.
   Tensor token = Tensor::empty({1}, DType::int32, Device::cpu(), kBarrier);
   Communicator* comm = comm_.get();
   queue(
-      stream_, comm, kBarrier, token.storage(), CollectiveDesc{},
+      stream_, comm, kBarrier, token.storage(), order_.storage(), CollectiveDesc{},
       [comm] { comm->barrier(kBarrier); }, site);
   token.wait_to_read();
 }

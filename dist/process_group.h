@@ -15,9 +15,15 @@
 // Tensors are always contiguous in tide (a view is an offset into a storage), so a
 // collective takes any view as it is and needs no stride check.
 //
-// Not done here: autograd (collectives are not differentiable, like torch.distributed),
-// tensors on a GPU (they need the NCCL backend, which tide does not have yet), and
-// collectives inside a trace (trace::function).
+// Inside a trace (trace::function, trace::loop) all_reduce and broadcast are recorded as
+// nodes like any op, and every replay makes the call on the thread that runs the replay.
+// The group's collectives in one trace keep their recorded order, also when the replay runs
+// independent branches at once. In a trace, a replay whose inputs hold a failure is
+// skipped as a whole (as any task reading a failed storage), so that rank does not take
+// part: make sure a traced step's inputs are valid on every rank.
+//
+// Not done here: autograd (collectives are not differentiable, like torch.distributed) and
+// tensors on a GPU (they need the NCCL backend, which tide does not have yet).
 #pragma once
 
 #include <memory>
@@ -47,10 +53,10 @@ class ProcessGroup {
   // Queues an in-place all-reduce of t over the group: afterwards every rank's t holds the
   // element-wise sum of all ranks' t (average: the sum divided by size(), floating dtypes
   // only). Does not wait. Throws "[all_reduce]" at the call for an undefined tensor, a
-  // tensor not on the CPU, average of an integer tensor, a tensor that requires grad while
-  // grad mode is on, or a call inside a trace. A failure while it runs (ranks that
-  // disagree, a backend error) is stored in t and rethrown by the first sync that reads it,
-  // with the backend's message, t's shape and dtype and this rank.
+  // tensor not on the CPU, average of an integer tensor, or a tensor that requires grad
+  // while grad mode is on. A failure while it runs (ranks that disagree, a backend error)
+  // is stored in t and rethrown by the first sync that reads it, with the backend's
+  // message, t's shape and dtype and this rank.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum, Site site = Site::current());
   // Queues an in-place broadcast: afterwards every rank's t holds rank root's t. Does not
   // wait. Throws "[broadcast]" at the call like all_reduce (any dtype is accepted), and for
@@ -58,12 +64,15 @@ class ProcessGroup {
   void broadcast(const Tensor& t, int root = 0, Site site = Site::current());
   // Waits until every rank has reached its barrier, after this group's collectives queued
   // before it (not after other streams' work: sync tensors for that). Throws "[barrier]"
-  // when the backend fails or the ranks disagree (another rank is in another collective).
+  // when the backend fails or the ranks disagree (another rank is in another collective),
+  // and inside a trace (it waits on the host).
   void barrier(Site site = Site::current());
 
  private:
   std::unique_ptr<Communicator> comm_;
   Stream stream_;
+  // Read and written by every collective recorded in a trace: orders them (process_group.cpp).
+  Tensor order_;
 };
 
 }  // namespace tide::dist

@@ -151,6 +151,7 @@ Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   Tensor pred = model_(x);
   Tensor loss = loss_(pred, y);
   loss.backward();
+  if (after_backward_) after_backward_();
   opt_.step();
   return loss;
 }

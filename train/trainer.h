@@ -11,7 +11,8 @@
 //                The previous bound is restored when the run ends (also on error).
 //
 // One minibatch: zero_grad, x/y from the source (the next epoch when it is exhausted),
-// loss = loss_fn(model(x), y), loss.backward(), optimizer.step(). Then a memory snapshot
+// loss = loss_fn(model(x), y), loss.backward(), the after-backward hook (if set: e.g. the
+// data-parallel gradient average), optimizer.step(). Then a memory snapshot
 // is taken (after queueing, before any sync) and stored in a StepRecord.
 //
 // Device: the trainer runs where the model lives. It does not take a device: it reads it
@@ -31,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -166,6 +168,12 @@ class Trainer {
   // The device the model lives on now: its first parameter's (the CPU without parameters).
   Device device() const;
 
+  // f runs after each minibatch's backward and before the optimizer step, on the calling
+  // thread (inside the traced step in traced mode, so what it queues is recorded too):
+  // the place for dist::DataParallel::reduce_gradients. An empty f (the default) does
+  // nothing. Set it before the first traced run: a step already traced keeps what it saw.
+  void set_after_backward(std::function<void()> f) { after_backward_ = std::move(f); }
+
   // The traced step's statistics (traces, replays, planned bytes); zeros before a traced
   // run.
   trace::FunctionStats traced_stats() const;
@@ -185,6 +193,7 @@ class Trainer {
   // The traced step, made on the first traced run.
   std::function<Tensor(const Tensor&, const Tensor&)> traced_;
   std::function<trace::FunctionStats()> traced_stats_;
+  std::function<void()> after_backward_;
 };
 
 }  // namespace tide::train

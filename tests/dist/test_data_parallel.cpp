@@ -17,6 +17,7 @@
 #include "ops/autograd.h"
 #include "ops/debug.h"
 #include "ops/ops.h"
+#include "trace/trace.h"
 
 namespace tide {
 namespace {
@@ -115,6 +116,68 @@ TEST(DataParallel, HalfBatchPerRankMatchesTheWholeBatch) {
         ASSERT_NEAR(got[k], want[k], 1e-5) << ps[i].first << "[" << k << "]";
     }
   }
+}
+
+// A traced training step (forward, backward, the bucketed average, the update) equals the
+// eager one bit for bit, and so does the step without overlap: the average is the same
+// sums in the same order, only started later.
+TEST(DataParallel, TracedAndNonOverlappedStepsEqualTheEagerOne) {
+  auto& pg = dist::mpi_world();
+  auto eager = make_mlp(11), traced = make_mlp(11), serial = make_mlp(11);
+  const auto opts = DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128);
+  DataParallel dp_eager(*eager, pg, opts), dp_traced(*traced, pg, opts),
+      dp_serial(*serial, pg, DataParallelOptions(opts).overlap(false));
+  ASSERT_GT(dp_traced.buckets().size(), 2u);
+  auto step = trace::function(
+      [&](const Tensor& x, const Tensor& y) {
+        sgd_step(*traced, x, y, &dp_traced);
+        return traced->parameters()[0] * 1.0;
+      },
+      {.name = "dp_step", .warmup_calls = 1});
+  Generator data(5 + uint64_t(pg.rank()));  // each rank its own data
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = randn({3, 4}, DType::float32, data), y = randn({3, 3}, DType::float32, data);
+    sgd_step(*eager, x, y, &dp_eager);
+    sgd_step(*serial, x, y, &dp_serial);
+    step(x, y);
+  }
+  EXPECT_EQ(step.stats().replays, 3);
+  auto es = eager->named_parameters();
+  auto ts = traced->parameters(), ss = serial->parameters();
+  for (size_t i = 0; i < es.size(); ++i) {
+    EXPECT_EQ(ts[i].to_vector<float>(), es[i].second.to_vector<float>()) << es[i].first;
+    EXPECT_EQ(ss[i].to_vector<float>(), es[i].second.to_vector<float>()) << es[i].first;
+    EXPECT_TRUE(same_as_rank0(pg, es[i].second)) << es[i].first;
+  }
+}
+
+// Without overlap no bucket starts while a gradient is still being written: with one held,
+// even the first bucket, whose gradient is final, waits.
+TEST(DataParallel, WithoutOverlapNoBucketStartsBeforeEveryGradient) {
+  auto& pg = dist::mpi_world();
+  if (Engine::get().synchronous()) GTEST_SKIP() << "the gate would block the caller";
+  auto mlp = make_mlp(3);
+  DataParallel dp(*mlp, pg,
+                  DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128).overlap(false));
+  Tensor x = full({2, 4}, 0.5 + pg.rank()), y = zeros({2, 3});
+  Tensor d = (*mlp)(x)-y;
+  mean(d * d).backward();
+  // A held write of the first layer's gradient on another stream stands for a backward
+  // that has not finished it yet.
+  std::latch release(1);
+  Tensor w0 = mlp->parameters()[0].grad();
+  Stream writer = Stream::create(Device::cpu());
+  {
+    StreamGuard on_writer(writer);
+    debug::gate(w0, [&] { release.wait(); });
+  }
+  dp.reduce_gradients();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The last layer's bias is the first bucket: with overlap it would be reduced by now.
+  EXPECT_FALSE(mlp->parameters()[3].grad().is_ready());
+  release.count_down();
+  for (const auto& [name, p] : mlp->named_parameters())
+    EXPECT_TRUE(same_as_rank0(pg, p.grad())) << name;
 }
 
 // The reduction runs off the compute stream: with that stream held by a gate queued after

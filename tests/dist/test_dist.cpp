@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/thread_pool.h"
 #include "dist/mpi.h"
 #include "error_of.h"
 #include "fake_gpu.h"
@@ -227,16 +228,72 @@ TEST(Errors, BadArgumentsThrowAtTheCall) {
   EXPECT_EQ(w.to_vector<float>(), std::vector<float>(2, float(pg.size())));
 
   auto traced = trace::function([&](const Tensor& x) {
-    Tensor y = x + 1.0;
-    pg.all_reduce(y);
-    return y;
+    pg.barrier();
+    return x + 1.0;
   });
   EXPECT_TRUE(
-      contains(error_of([&] { traced(ones({2})); }), "[all_reduce] cannot be recorded in a trace"));
+      contains(error_of([&] { traced(ones({2})); }), "[barrier] cannot be recorded in a trace"));
   // Nothing above reached another rank: the group is in step and still works.
   Tensor t = rank_values<float>(pg.rank(), 3);
   pg.all_reduce(t);
   expect_reduced<float>(t, pg.size(), ReduceOp::sum);
+}
+
+// A traced function with collectives: each replay makes the calls with that call's values,
+// as the eager function does, and its results are the eager ones bit for bit.
+TEST(Traced, CollectivesAreNodesOfTheReplay) {
+  auto& pg = world();
+  auto body = [&](const Tensor& x) {
+    Tensor y = x * 2.0;
+    pg.all_reduce(y, ReduceOp::average);
+    Tensor z = y + 1.0;
+    pg.broadcast(z, pg.size() - 1);
+    return z * y;
+  };
+  auto traced = trace::function(body, {.name = "collectives"});
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> v(7);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float((pg.rank() + 1) * (call + 3) + int(i));
+    Tensor x = from_vector(v, {7});
+    std::vector<float> want = body(x).to_vector<float>();
+    EXPECT_EQ(traced(x).to_vector<float>(), want);
+  }
+  EXPECT_EQ(traced.stats().traces, 1);
+  EXPECT_GE(traced.stats().replays, 3);
+}
+
+// Two all-reduces of the same shape on independent branches, each behind a product whose
+// size differs by rank (rank 0's a branch is slow, rank 1's b branch): a replay that runs
+// branches at once (streams 2) and called collectives as their inputs became ready would
+// reduce rank 0's b with rank 1's a, without any error. They must keep the recorded order.
+TEST(Traced, IndependentCollectivesKeepTheirOrder) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int saved_threads = num_threads();  // CI runs each rank with TIDE_NUM_THREADS=1
+  set_num_threads(2);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{saved_threads};
+  const int64_t big = 384, n = 64;
+  const bool slow_a = pg.rank() % 2 == 0;
+  Tensor ha = ones({slow_a ? big : 1, slow_a ? big : 1});
+  Tensor hb = ones({slow_a ? 1 : big, slow_a ? 1 : big});
+  auto traced = trace::function(
+      [&](const Tensor& a, const Tensor& b) {
+        Tensor a2 = a + sum(matmul(ha, ha)) * 0.0, b2 = b + sum(matmul(hb, hb)) * 0.0;
+        pg.all_reduce(a2);
+        pg.all_reduce(b2);
+        return a2 * 1000.0 + b2;
+      },
+      {.name = "two_branches", .streams = 2});
+  const double s = double(pg.size()) * (pg.size() + 1) / 2;
+  for (int call = 0; call < 6; ++call) {
+    Tensor a = full({n}, double(pg.rank() + 1)), b = full({n}, 100.0 * (pg.rank() + 1));
+    std::vector<float> got = traced(a, b).to_vector<float>();
+    ASSERT_EQ(got, std::vector<float>(size_t(n), float(s * 1000.0 + 100.0 * s))) << "call " << call;
+  }
 }
 
 // Ranks that disagree all fail alike, naming each rank's call, instead of hanging; the
