@@ -263,6 +263,28 @@ TEST(Traced, CollectivesAreNodesOfTheReplay) {
   EXPECT_GE(traced.stats().replays, 3);
 }
 
+// A loop node whose body all-reduces: every iteration of every replay makes the call.
+TEST(Traced, CollectivesInALoopBody) {
+  auto& pg = world();
+  auto body = [&](const Tensor& x) {
+    return trace::loop(
+        3,
+        [&](const Tensor& s) {
+          Tensor y = s * 2.0 + 1.0;
+          pg.all_reduce(y, ReduceOp::average);
+          return y;
+        },
+        x);
+  };
+  auto traced = trace::function(body, {.name = "loop_of_collectives"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = full({5}, double(pg.rank() * 10 + call));
+    std::vector<float> want = body(x).to_vector<float>();
+    EXPECT_EQ(traced(x).to_vector<float>(), want) << "call " << call;
+  }
+  EXPECT_EQ(traced.stats().traces, 1);
+}
+
 // Two all-reduces of the same shape on independent branches, each behind a product whose
 // size differs by rank (rank 0's a branch is slow, rank 1's b branch): a replay that runs
 // branches at once (streams 2) and called collectives as their inputs became ready would
