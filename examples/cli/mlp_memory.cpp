@@ -16,6 +16,13 @@
 // records the allocator of the model's device). Traced mode on a GPU replays each step as
 // one CUDA graph.
 //
+// Under mpirun (`mpirun -np N tide mlp-memory`): every rank trains the same model on its
+// own synthetic data with batch 1024 / N, and dist::DataParallel averages the gradients
+// after each backward (queued on the communication stream, overlapping the rest of
+// backward; inside the traced step in traced mode). Rank 0 prints what one process prints,
+// for its own memory, and then a table with a line per rank and run: each rank's peak
+// queued bytes and memory growth (gathered with one all-reduce per run).
+//
 // Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
 // queued; it is driven from the data source (the Trainer calls next_batch once per
 // minibatch on the calling thread) and reads no tensor, so it adds no sync. Under `none` it
@@ -25,9 +32,12 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "dist/data_parallel.h"
+#include "dist/mpi.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
@@ -72,11 +82,18 @@ struct Experiment {
   train::SyntheticSource data;
   CountingSource source{data};
   std::unique_ptr<train::SGD> opt;
+  std::unique_ptr<dist::DataParallel> dp;
   std::unique_ptr<train::Trainer> trainer;
 
-  explicit Experiment(Device device)
-      : data(train::SyntheticOptions().examples(1024).features(512).batch_size(1024).seed(0).device(
-            device)) {
+  // group: under mpirun, each rank's data is its own (seeded by rank) and of batch
+  // 1024 / ranks, and the trainer averages the gradients over the group.
+  Experiment(Device device, dist::ProcessGroup* group)
+      : data(train::SyntheticOptions()
+                 .examples(1024 / (group ? group->size() : 1))
+                 .features(512)
+                 .batch_size(1024 / (group ? group->size() : 1))
+                 .seed(group ? uint64_t(group->rank()) : 0)
+                 .device(device)) {
     net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
         std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
         std::make_shared<nn::ReLU>(),
@@ -86,6 +103,10 @@ struct Experiment {
     net->to(device);  // before the optimizer, whose state is made where the parameters are
     opt = std::make_unique<train::SGD>(net->parameters(), train::SGDOptions(0.005));
     trainer = std::make_unique<train::Trainer>(*net, nn::l2_loss, *opt, source);
+    if (group) {
+      dp = std::make_unique<dist::DataParallel>(*net, *group);
+      trainer->set_after_backward([d = dp.get()] { d->reduce_gradients(); });
+    }
   }
 };
 
@@ -104,6 +125,21 @@ class AllocationScope {
  private:
   Allocation prev_;
 };
+
+// Every rank's peak queued bytes, allocator growth and RSS growth for one run, gathered
+// with one all-reduce (each rank fills its own slots of a zero tensor): rank r's figures
+// at [r * kMemoryFigures, (r + 1) * kMemoryFigures). Waits.
+constexpr size_t kMemoryFigures = 3;
+std::vector<double> gather_memory(dist::ProcessGroup& group, const train::TrainResult& r) {
+  std::vector<double> mine(size_t(group.size()) * kMemoryFigures, 0.0);
+  double* slot = &mine[size_t(group.rank()) * kMemoryFigures];
+  slot[0] = double(r.peak_inflight_bytes);
+  slot[1] = double(r.increased_active());
+  slot[2] = double(r.increased_rss());
+  Tensor t = from_vector(mine, {int64_t(mine.size())});
+  group.all_reduce(t);
+  return t.to_vector<double>();
+}
 
 }  // namespace
 
@@ -159,8 +195,24 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   else if (alloc_arg == "execution") allocs = {Allocation::at_execution};
   else throw UsageError("--alloc must be enqueue, execution or all, got '" + alloc_arg + "'");
 
-  std::cout << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
-            << batches << " minibatches, device: " << device_label(device) << "\n\n";
+  // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" when this
+  // build has none).
+  dist::ProcessGroup* group = nullptr;
+  if (!dist::launched_by_mpirun().empty()) group = &dist::mpi_world();
+  const int ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  if (1024 % ranks != 0)
+    throw UsageError("the batch of 1024 must split evenly over the ranks, got " +
+                     std::to_string(ranks) + " ranks");
+  std::ostringstream silent;  // only rank 0 prints
+  std::ostream& out = rank == 0 ? std::cout : silent;
+
+  out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
+      << batches << " minibatches, device: " << device_label(device) << "\n";
+  if (group)
+    out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
+        << 1024 / ranks << " per rank, gradients averaged after each backward; memory "
+        << "figures are rank 0's, every rank's in the last table\n";
+  out << "\n";
 
   // Bytes one queued minibatch holds, measured on a throwaway copy (one step queued behind a
   // gate that holds the worker back), per mode and allocation; allocated at execution, also
@@ -169,7 +221,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   for (train::Mode m : modes)
     for (Allocation a : allocs) {
       AllocationScope scope(a);
-      Experiment probe(device);
+      Experiment probe(device, group);
       step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
       if (a == Allocation::at_execution) step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
     }
@@ -185,32 +237,35 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   const int n = int(batches);
   const int mid = std::max(1, n / 2);
   std::vector<train::TrainResult> results;
+  std::vector<std::vector<double>> rank_memory;  // per run: gather_memory's figures
   for (train::Mode mode : modes)
   for (Allocation alloc : allocs)
   for (const train::Policy& p : policies) {
     AllocationScope scope(alloc);
-    Experiment ex(device);  // same seeds: every run starts from the same weights and data
+    Experiment ex(device, group);  // same seeds: every run starts from the same weights and data
     train::TrainerOptions o;
     o.batches = n;
     o.policy = p;
     o.mode = mode;
     train::TrainResult r;
     {
-      train::ProgressBar bar(p.str() + " (queued)", n);
-      ex.source.bar = &bar;
+      auto bar = rank == 0 ? std::make_unique<train::ProgressBar>(p.str() + " (queued)", n)
+                           : std::make_unique<train::ProgressBar>(p.str(), n, silent, false);
+      ex.source.bar = bar.get();
       r = ex.trainer->run(o);
       ex.source.bar = nullptr;
     }  // the bar ends its line before the results are printed
-    std::cout << "policy " << label(r) << ", outputs allocated at "
+    out << "policy " << label(r) << ", outputs allocated at "
               << train::alloc_name(r.allocation) << ":\n";
     if (mid < n)
-      std::cout << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
+      out << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
                 << " sec\n";
-    std::cout << "batch " << n << ", time " << format_fixed(r.steps.back().t_enqueue_s, 4)
+    out << "batch " << n << ", time " << format_fixed(r.steps.back().t_enqueue_s, 4)
               << " sec (queued; " << format_fixed(r.total_s, 4) << " sec after the final sync)\n";
-    std::cout << "increased memory: " << mb(double(r.increased_active())) << " MB (allocator), "
+    out << "increased memory: " << mb(double(r.increased_active())) << " MB (allocator), "
               << mb(double(r.increased_rss())) << " MB (RSS)\n";
-    std::cout << "final loss " << r.final_loss << "\n\n";
+    out << "final loss " << r.final_loss << "\n\n";
+    if (group) rank_memory.push_back(gather_memory(*group, r));
     results.push_back(std::move(r));
   }
 
@@ -233,24 +288,24 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
          "(allocated at execution, outputs count only once allocated)" +
          (device.is_cpu() ? std::string()
                           : "; alloc = " + device.str() + "'s allocator (RSS: the host process)"));
-  t.print();
+  t.print(out);
 
-  std::cout << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
+  out << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
                "in flight)\n"
                "  [+ what one running step needs, when outputs are allocated at execution].\n"
             << "  bytes one queued minibatch holds (one step queued behind a held-back "
                "worker): ";
   for (train::Mode m : modes)
     for (Allocation a : allocs)
-      std::cout << mb(double(step_bytes[int(m)][int(a)])) << " MB " << train::name(m) << " @"
+      out << mb(double(step_bytes[int(m)][int(a)])) << " MB " << train::name(m) << " @"
                 << train::alloc_name(a) << "  ";
-  std::cout << "\n";
+  out << "\n";
   if (std::find(allocs.begin(), allocs.end(), Allocation::at_execution) != allocs.end()) {
-    std::cout << "  one running step's peak, allocated at execution: ";
+    out << "  one running step's peak, allocated at execution: ";
     for (train::Mode m : modes)
-      std::cout << mb(double(step_peak[int(m)][int(Allocation::at_execution)])) << " MB "
+      out << mb(double(step_peak[int(m)][int(Allocation::at_execution)])) << " MB "
                 << train::name(m) << "  ";
-    std::cout << "\n";
+    out << "\n";
   }
   Table pred("predicted vs measured growth (" + device.str() + ")",
              {"policy", "alloc at", "steps in flight", "predicted MB", "measured +alloc MB",
@@ -270,11 +325,27 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
             "holds the gradients and the first minibatch, which runs eagerly as the warm-up. "
             "Allocated at execution, a queued step holds almost nothing, and the growth is one "
             "running step's peak plus what executed work holds until it is reclaimed");
-  pred.print();
+  pred.print(out);
 
+  if (group) {
+    Table per_rank("memory per rank (" + std::to_string(ranks) + " ranks, " + device.str() + ")",
+                   {"run", "alloc at", "rank", "peak queued MB", "+alloc MB", "+RSS MB"});
+    for (size_t i = 0; i < results.size(); ++i)
+      for (int r = 0; r < ranks; ++r) {
+        const double* m = &rank_memory[i][size_t(r) * kMemoryFigures];
+        per_rank.row({label(results[i]), train::alloc_name(results[i].allocation),
+                      std::to_string(r), mb(m[0]), mb(m[1]), mb(m[2])});
+      }
+    per_rank.note("each rank queues its own minibatches and holds its own copy of the model; "
+                  "the data-parallel buckets add a flat buffer per multi-parameter bucket to "
+                  "each step");
+    per_rank.print(out);
+  }
+
+  if (rank != 0) return 0;  // rank 0 alone writes files
   if (!csv.empty()) {
     write_output("--csv", csv, [&](const std::string& tmp) { train::write_csv(tmp, results); });
-    std::cout << "\nwrote " << csv << "\n";
+    out << "\nwrote " << csv << "\n";
   }
   if (!svg.empty()) {
     const std::string on = device.is_cpu() ? std::string() : " (" + device.str() + ")";
@@ -296,7 +367,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     }
     write_output("--svg", svg,
                  [&](const std::string& tmp) { train::write_svg(tmp, {mem, tim}); });
-    std::cout << (csv.empty() ? "\n" : "") << "wrote " << svg << "\n";
+    out << (csv.empty() ? "\n" : "") << "wrote " << svg << "\n";
   }
   return 0;
 }

@@ -64,28 +64,28 @@ size_t width(const std::string& s) {
 }
 }  // namespace
 
-void Table::print() const {
+void Table::print(std::ostream& os) const {
   std::vector<size_t> w(header_.size());
   for (size_t c = 0; c < header_.size(); ++c) w[c] = width(header_[c]);
   for (const auto& r : rows_)
     for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], width(r[c]));
   auto line = [&](const std::vector<std::string>& cells, bool header) {
-    std::string out = "| ";
+    std::string text = "| ";
     for (size_t c = 0; c < cells.size(); ++c) {
       std::string pad(w[c] - width(cells[c]), ' ');
-      out += (!header && looks_numeric(cells[c])) ? pad + cells[c] : cells[c] + pad;
-      out += c + 1 < cells.size() ? " | " : " |";
+      text += (!header && looks_numeric(cells[c])) ? pad + cells[c] : cells[c] + pad;
+      text += c + 1 < cells.size() ? " | " : " |";
     }
-    std::cout << out << "\n";
+    os << text << "\n";
   };
-  std::cout << "\n" << title_ << "\n";
+  os << "\n" << title_ << "\n";
   line(header_, true);
   std::string sep = "|";
   for (size_t c = 0; c < w.size(); ++c) sep += std::string(w[c] + 2, '-') + "|";
-  std::cout << sep << "\n";
+  os << sep << "\n";
   for (const auto& r : rows_) line(r, false);
-  for (const auto& n : notes_) std::cout << "  " << n << "\n";
-  std::cout.flush();
+  for (const auto& n : notes_) os << "  " << n << "\n";
+  os.flush();
 }
 
 }  // namespace tide::cli

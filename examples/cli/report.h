@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ class Table {
   void row(std::vector<std::string> cells);
   // A line of text printed under the table (what was measured, how often).
   void note(std::string text);
-  void print() const;
+  void print() const { print(std::cout); }
+  void print(std::ostream& out) const;
 
  private:
   std::string title_;
