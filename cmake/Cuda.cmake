@@ -23,3 +23,14 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "tide: CUDA ${TIDE_WITH_CUDA}")
+
+# NCCL for dist/ (DESIGN §10): its header comes with the CUDA toolkit; the library is
+# loaded at run time (dist/nccl.cpp), so only nccl.h is needed to build. Sets TIDE_WITH_NCCL.
+set(TIDE_WITH_NCCL OFF)
+if(TIDE_WITH_CUDA)
+  find_path(TIDE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(TIDE_NCCL_INCLUDE_DIR)
+    set(TIDE_WITH_NCCL ON)
+  endif()
+endif()
+message(STATUS "tide: NCCL ${TIDE_WITH_NCCL}")

@@ -1,4 +1,4 @@
-// Communicator: the blocking calls of one collective backend (MPI today; NCCL next), as the
+// Communicator: the calls of one collective backend (MPI on the CPU, NCCL on a GPU), as the
 // communication stream's worker makes them. Sees raw buffers of one dtype, never tensors:
 // ProcessGroup (dist/process_group.h) does the checks, the queueing and the messages.
 // Not thread-safe by itself: ProcessGroup makes one call at a time.
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace tide::dist {
@@ -22,17 +23,25 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // The backend's name for messages ("mpi").
+  // The backend's name for messages ("mpi", "nccl").
   virtual const char* backend() const = 0;
+  // Where the buffers of all_reduce and broadcast live: the CPU for MPI, the GPU an NCCL
+  // communicator was made for. The group's communication stream is on this device.
+  virtual Device device() const { return Device::cpu(); }
 
-  // Each call blocks until every rank of the group took part, and throws
-  // tide::Error("[op] <call> failed: <backend's message>") when the backend reports an error.
-  // Element-wise sum over all ranks, in place over `count` elements at `data`.
-  virtual void all_reduce_sum(void* data, int64_t count, DType dtype, const char* op) = 0;
+  // Each call throws tide::Error("[op] <call> failed: <backend's message>") when the backend
+  // reports an error. A CPU backend blocks until every rank took part; a GPU backend
+  // enqueues the data calls on `stream` (the cudaStream_t of the task's KernelContext) and
+  // returns; its all_gather and barrier still block on the host.
+  // Element-wise reduction over all ranks, in place over `count` elements at `data`
+  // (average: floating dtypes only, the sum divided by size()).
+  virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp red, void* stream,
+                          const char* op) = 0;
   // Copies rank root's `count` elements at `data` over every other rank's.
-  virtual void broadcast(void* data, int64_t count, DType dtype, int root, const char* op) = 0;
+  virtual void broadcast(void* data, int64_t count, DType dtype, int root, void* stream,
+                         const char* op) = 0;
   virtual void barrier(const char* op) = 0;
-  // out[r * in.size() + i] = rank r's in[i]; out.size() == in.size() * size().
+  // Host memory: out[r * in.size() + i] = rank r's in[i]; out.size() == in.size() * size().
   virtual void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) = 0;
 };
 

@@ -50,8 +50,11 @@ DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
              "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
              " and bucket_bytes ", options.bucket_bytes_);
   for (const auto& [name, p] : module.named_parameters())
-    TIDE_CHECK(p.device().is_cpu(), kOp, "parameter '", name, "' is on ", p.device().str(),
-               ": only CPU parameters can be reduced until tide has an NCCL backend");
+    TIDE_CHECK(p.device() == group.device(), kOp, "parameter '", name, "' is on ",
+               p.device().str(), " but the ", group.backend(), " group reduces on ",
+               group.device().str(), " (move the model with to(), or use ",
+               group.device().is_cpu() ? "dist::nccl_world() for GPU parameters)"
+                                       : "dist::mpi_world() for CPU parameters)");
   buckets_ = lay_out(params_, options);
   for (const Tensor& p : params_) bytes_per_step_ += p.nbytes();
   if (options.broadcast_parameters_) {
@@ -73,7 +76,7 @@ void DataParallel::reduce_gradients(Site site) {
       if (p.grad().defined()) grads.push_back(p.grad().storage());
     for (size_t i = 0; i < grads.size(); i += Engine::kMaxStorages) {
       const size_t n = std::min(grads.size() - i, size_t(Engine::kMaxStorages));
-      Engine::get().submit(Device::cpu(), "data_parallel_fence",
+      Engine::get().submit(group_.device(), "data_parallel_fence",
                            std::span<Storage* const>(grads.data() + i, n),
                            std::span<Storage* const>(), [] {}, site);
     }
@@ -81,18 +84,18 @@ void DataParallel::reduce_gradients(Site site) {
   for (const GradBucket& b : buckets_) {
     if (b.params.size() == 1) {  // reduced in place, no copies
       Tensor g = params_[b.params[0]].grad();
-      if (!g.defined()) g = zeros(params_[b.params[0]].shape(), b.dtype);
+      if (!g.defined()) g = zeros(params_[b.params[0]].shape(), b.dtype, group_.device());
       group_.all_reduce(g, ReduceOp::average, site);
       continue;
     }
     // A fresh buffer each step: a failure stored in it stays with this step only.
-    Tensor flat = Tensor::empty({b.numel}, b.dtype, Device::cpu(), kOp);
+    Tensor flat = Tensor::empty({b.numel}, b.dtype, group_.device(), kOp);
     std::vector<std::pair<Tensor, Tensor>> views;  // (gradient, its place in flat)
     for (size_t i = 0; i < b.params.size(); ++i) {
       const Tensor& p = params_[b.params[i]];
       Tensor view = flat.slice(b.offsets[i], b.offsets[i] + p.numel()).reshape(p.shape().vec());
       Tensor g = p.grad();
-      view.copy_(g.defined() ? g : zeros(p.shape(), b.dtype), site);
+      view.copy_(g.defined() ? g : zeros(p.shape(), b.dtype, group_.device()), site);
       views.emplace_back(g, view);
     }
     group_.all_reduce(flat, ReduceOp::average, site);

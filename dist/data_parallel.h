@@ -13,8 +13,10 @@
 // copies and all-reduces become nodes of the step's graph, and every replay averages that
 // replay's gradients (process_group.h says how traced collectives are ordered).
 //
-// Not done here: GPU parameters (no NCCL backend yet), parameters that get a gradient on
-// some ranks only (see reduce_gradients).
+// The parameters live on the group's device: the CPU for an MPI group, this rank's GPU for
+// an NCCL group (dist/nccl.h), whose buckets are then reduced by NCCL on a CUDA stream.
+//
+// Not done here: parameters that get a gradient on some ranks only (see reduce_gradients).
 #pragma once
 
 #include <cstddef>
@@ -63,7 +65,7 @@ class DataParallel {
   // Takes module's parameters (named_parameters() order; the module must outlive this) and
   // lays out the buckets. With broadcast_parameters, queues a broadcast of each parameter
   // from rank 0. Does not wait. Throws "[data_parallel]" for a module without parameters, a
-  // parameter not on the CPU, or a zero bucket cap.
+  // parameter not on the group's device, or a zero bucket cap.
   DataParallel(nn::Module& module, ProcessGroup& group,
                const DataParallelOptions& options = DataParallelOptions());
 

@@ -67,14 +67,25 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
 
-  void all_reduce_sum(void* data, int64_t count, DType dtype, const char* op) override {
-    std::lock_guard lock(mpi_mutex());
-    in_chunks(data, count, dtype, [&](void* p, int n) {
-      check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(dtype), MPI_SUM, comm_), "MPI_Allreduce",
-            op);
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp red, void*,
+                  const char* op) override {
+    {
+      std::lock_guard lock(mpi_mutex());
+      in_chunks(data, count, dtype, [&](void* p, int n) {
+        check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(dtype), MPI_SUM, comm_),
+              "MPI_Allreduce", op);
+      });
+    }
+    if (red != ReduceOp::average) return;  // MPI has no average: divide the sum here
+    dispatch_floating(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      T* p = static_cast<T*>(data);
+      const T n = T(size_);
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
     });
   }
-  void broadcast(void* data, int64_t count, DType dtype, int root, const char* op) override {
+  void broadcast(void* data, int64_t count, DType dtype, int root, void*,
+                 const char* op) override {
     std::lock_guard lock(mpi_mutex());
     in_chunks(data, count, dtype, [&](void* p, int n) {
       check(MPI_Bcast(p, n, mpi_type(dtype), root, comm_), "MPI_Bcast", op);

@@ -39,14 +39,20 @@ struct Elements {
   void* data() const { return static_cast<char*>(s->data()) + byte_offset; }
 };
 
-void check_tensor(const Tensor& t, const char* op) {
+void check_tensor(const Tensor& t, const Communicator& comm, const char* op) {
   check_defined(t, op);
-  TIDE_CHECK(t.device().is_cpu(), op, "needs a CPU tensor, got ", describe(t), " on ",
+  TIDE_CHECK(t.device() == comm.device(), op, "needs a tensor on ", comm.device().str(),
+             " (this group's ", comm.backend(), " backend), got ", describe(t), " on ",
              t.device().str(),
-             ": tensors on a GPU need the NCCL backend, which tide does "
-             "not have yet (copy it with .to(Device::cpu()) first)");
+             comm.device().is_cpu() ? ": tensors on a GPU need an NCCL group (dist::nccl_world)"
+                                    : ": CPU tensors need an MPI group (dist::mpi_world)");
   TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ", describe(t),
              " in place: it requires grad and grad mode is on; use NoGrad");
+}
+
+Device comm_device(const Communicator* comm) {
+  TIDE_ASSERT(comm != nullptr, "a process group needs a communicator");
+  return comm->device();
 }
 
 // "[op] message" -> "message"
@@ -70,10 +76,10 @@ void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storag
   Storage* touched[2] = {s, order};
   const bool traced = tracing();
   Engine::get().submit(
-      Device::cpu(), op,
+      comm->device(), op,
       traced ? std::span<Storage* const>(touched, 2) : std::span<Storage* const>(),
       std::span<Storage* const>(touched, traced ? 2 : 1),
-      [comm, op, s, desc, call = std::move(call)]() {
+      [comm, op, s, desc, call = std::move(call)](const KernelContext& ctx) {
         auto where = [comm] {
           return "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
         };
@@ -83,7 +89,7 @@ void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storag
           throw Error(op, message_of(e, op) + " (" + where() + ")");
         }
         try {
-          call();
+          call(ctx.stream);
         } catch (const Error& e) {
           throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where() + ")");
         }
@@ -94,16 +100,15 @@ void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storag
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> comm)
-    : comm_(std::move(comm)), stream_(Stream::create(Device::cpu())) {
-  TIDE_ASSERT(comm_ != nullptr, "a process group needs a communicator");
+    : comm_(std::move(comm)), stream_(Stream::create(comm_device(comm_.get()))) {
   detail::CapturePause not_recorded;  // a group made inside a trace still owns a real token
-  order_ = Tensor::empty({1}, DType::int32, Device::cpu(), "process_group");
+  order_ = Tensor::empty({1}, DType::int32, comm_->device(), "process_group");
 }
 
 ProcessGroup::~ProcessGroup() { stream_.synchronize(); }
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
-  check_tensor(t, kAllReduce);
+  check_tensor(t, *comm_, kAllReduce);
   TIDE_CHECK(op == ReduceOp::sum || is_floating(t.dtype()), kAllReduce,
              "average needs a floating tensor, got ", describe(t), " (use sum)");
   CollectiveDesc desc{Collective::all_reduce, int64_t(op), t.dtype(), t.shape()};
@@ -111,22 +116,14 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
   Communicator* comm = comm_.get();
   queue(
       stream_, comm, kAllReduce, e.s, order_.storage(), desc,
-      [comm, e, op] {
-        void* data = e.data();
-        comm->all_reduce_sum(data, e.count, e.dtype, kAllReduce);
-        if (op != ReduceOp::average) return;
-        dispatch_floating(e.dtype, [&](auto zero) {
-          using T = decltype(zero);
-          T* p = static_cast<T*>(data);
-          const T n = T(comm->size());
-          for (int64_t i = 0; i < e.count; ++i) p[i] /= n;
-        });
+      [comm, e, op](void* stream) {
+        comm->all_reduce(e.data(), e.count, e.dtype, op, stream, kAllReduce);
       },
       site);
 }
 
 void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
-  check_tensor(t, kBroadcast);
+  check_tensor(t, *comm_, kBroadcast);
   TIDE_CHECK(root >= 0 && root < size(), kBroadcast, "root ", root,
              " is not a rank of this group (", size(), " ranks)");
   CollectiveDesc desc{Collective::broadcast, root, t.dtype(), t.shape()};
@@ -134,7 +131,9 @@ void ProcessGroup::broadcast(const Tensor& t, int root, Site site) {
   Communicator* comm = comm_.get();
   queue(
       stream_, comm, kBroadcast, e.s, order_.storage(), desc,
-      [comm, e, root] { comm->broadcast(e.data(), e.count, e.dtype, root, kBroadcast); },
+      [comm, e, root](void* stream) {
+        comm->broadcast(e.data(), e.count, e.dtype, root, stream, kBroadcast);
+      },
       site);
 }
 
@@ -144,11 +143,11 @@ void ProcessGroup::barrier(Site site) {
              "trace::function)");
   // A token written by the barrier task: its failure, if any, comes back through the
   // ordinary sync below.
-  Tensor token = Tensor::empty({1}, DType::int32, Device::cpu(), kBarrier);
+  Tensor token = Tensor::empty({1}, DType::int32, comm_->device(), kBarrier);
   Communicator* comm = comm_.get();
   queue(
       stream_, comm, kBarrier, token.storage(), order_.storage(), CollectiveDesc{},
-      [comm] { comm->barrier(kBarrier); }, site);
+      [comm](void*) { comm->barrier(kBarrier); }, site);
   token.wait_to_read();
 }
 

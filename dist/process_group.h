@@ -22,8 +22,13 @@
 // skipped as a whole (as any task reading a failed storage), so that rank does not take
 // part: make sure a traced step's inputs are valid on every rank.
 //
-// Not done here: autograd (collectives are not differentiable, like torch.distributed) and
-// tensors on a GPU (they need the NCCL backend, which tide does not have yet).
+// A group lives on one device, its communicator's: an MPI group (dist/mpi.h) on the CPU,
+// an NCCL group (dist/nccl.h) on one GPU per rank. Its collectives take tensors on that
+// device only. On a GPU the communication stream is a CUDA stream: its worker makes the
+// agreement exchange on the host and enqueues the NCCL call on that stream, and hazard
+// tracking orders it against the compute stream with CUDA events, as for any GPU op.
+//
+// Not done here: autograd (collectives are not differentiable, like torch.distributed).
 #pragma once
 
 #include <memory>
@@ -36,8 +41,9 @@ namespace tide::dist {
 
 class ProcessGroup {
  public:
-  // A group over `comm`'s ranks, with a new communication stream (a CPU stream and its
-  // worker thread). Does not wait. Use mpi_world() (dist/mpi.h) for the MPI world group.
+  // A group over `comm`'s ranks, with a new communication stream on comm's device (and its
+  // worker thread). Does not wait. Use mpi_world() (dist/mpi.h) for the MPI world group,
+  // nccl_world() (dist/nccl.h) for its GPUs.
   explicit ProcessGroup(std::unique_ptr<Communicator> comm);
   // Waits for the collectives queued on this group (Stream::synchronize); does not rethrow.
   ~ProcessGroup();
@@ -47,13 +53,18 @@ class ProcessGroup {
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   const char* backend() const { return comm_->backend(); }
+  // Where this group's collectives run and its tensors must live.
+  Device device() const { return comm_->device(); }
   // The communication stream every collective of this group is queued on.
   Stream stream() const { return stream_; }
+  // The backend itself, for backends that build on this group (NCCL exchanges its id and
+  // the agreement over the MPI group's). Its calls bypass the stream and block.
+  Communicator& communicator() const { return *comm_; }
 
   // Queues an in-place all-reduce of t over the group: afterwards every rank's t holds the
   // element-wise sum of all ranks' t (average: the sum divided by size(), floating dtypes
   // only). Does not wait. Throws "[all_reduce]" at the call for an undefined tensor, a
-  // tensor not on the CPU, average of an integer tensor, or a tensor that requires grad
+  // tensor not on device(), average of an integer tensor, or a tensor that requires grad
   // while grad mode is on. A failure while it runs (ranks that disagree, a backend error)
   // is stored in t and rethrown by the first sync that reads it, with the backend's
   // message, t's shape and dtype and this rank.

@@ -14,6 +14,10 @@
 #   OFF_REDUCE=per-param  overlap-off all-reduce: per-param (one call per gradient) or flat
 #   OUT              where the raw results go (default a new /tmp/tide-ddp.XXXXXX)
 #   PYTHON=python3   the interpreter that creates the venv and summarizes
+#   TIDE_BENCH_DIST  path of tide's build/bench/tide_bench_dist: each round then also runs
+#                    it as $RANKS ranks under mpirun (1 thread per rank: TIDE_NUM_THREADS=1,
+#                    OPENBLAS_NUM_THREADS=1), so tide's figures share the rounds' load
+#   MPIRUN="mpirun --oversubscribe"  how tide's ranks are started
 #
 # Each round runs every configuration once, the order rotated by one each round (so load
 # drift on a shared machine does not always hit the same one):
@@ -70,6 +74,8 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 } | tee "$out/context.txt"
 
 configs=(on off single1 single2)
+[[ -n "${TIDE_BENCH_DIST:-}" ]] && configs+=(tide)
+mpirun_cmd=${MPIRUN:-mpirun --oversubscribe}
 bucket=()
 [[ -n "${BUCKET_MB:-}" ]] && bucket=(--bucket-mb "$BUCKET_MB")
 echo -e "round\tconfig\tstart_utc\tload1_before\tload1_after" > "$out/load.tsv"
@@ -83,6 +89,19 @@ for ((r = 1; r <= rounds; ++r)); do
     l0=$(cut -d' ' -f1 /proc/loadavg); t0=$(date -u +%H:%M:%S)
     f="$out/r$r.$c.json"
     common=(--steps "$steps" --warmup "$warmup")
+    if [[ $c == tide ]]; then
+      TIDE_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader \
+        $mpirun_cmd -n "$ranks" "$TIDE_BENCH_DIST" --benchmark_format=json \
+        --benchmark_out="$out/r$r.tide.gbench.json" > "$f.log" 2>&1 ||
+        { echo "   tide failed:"; tail -20 "$f.log"; exit 1; }
+      echo -e "$r\t$c\t$t0\t$l0\t$(cut -d' ' -f1 /proc/loadavg)" >> "$out/load.tsv"
+      "$py" -c "
+import json, sys
+for b in json.load(open(sys.argv[1]))['benchmarks']:
+    print(f\"   tide {b['name']:58s} {b['real_time']:8.2f} ms\")
+" "$out/r$r.tide.gbench.json"
+      continue
+    fi
     case $c in
       on)      threads=1; a=(--ranks "$ranks" --overlap on "${bucket[@]}") ;;
       off)     threads=1; a=(--ranks "$ranks" --overlap off --off-reduce "$off_reduce") ;;

@@ -67,10 +67,43 @@ def main():
     if load:
         lines.append("- load1 before->after each run: " + "; ".join(
             f"{c}: {', '.join(v)}" for c, v in load.items()))
+    tide = tide_table(out, rounds)
+    if tide:
+        lines += [""] + tide
     text = "\n".join(lines)
     print(text)
     with open(f"{out}/summary.md", "w") as f:
         f.write(text + "\n")
+
+
+def tide_table(out, rounds):
+    """tide's tide_bench_dist runs of the same rounds (ddp_run.sh with TIDE_BENCH_DIST)."""
+    files = [f"{out}/r{r}.tide.gbench.json" for r in rounds]
+    if not all(os.path.exists(f) for f in files):
+        return []
+    per = {}
+    for f in files:
+        for b in json.load(open(f))["benchmarks"]:
+            per.setdefault(b["name"], []).append(b)
+    lines = ["| tide (tide_bench_dist) | median ms/step over rounds | each round | all-reduced MB/step/rank | loss |",
+             "|---|---|---|---|---|"]
+    med = {}
+    for name, bs in per.items():
+        med[name] = statistics.median(b["real_time"] for b in bs)
+        lines.append(f"| {name.replace('/iterations:30/real_time', '')} | **{med[name]:.1f}** | "
+                     + ", ".join(f"{b['real_time']:.1f}" for b in bs)
+                     + f" | {bs[0].get('allreduce_MB_per_step', 0):.2f} | {bs[0].get('loss', float('nan')):.6f} |")
+    on = [n for n in per if "comm:1/traced:0" in n]
+    off = [n for n in per if "comm:2/traced:0" in n]
+    none = [n for n in per if "comm:0/traced:0" in n]
+    if on and off:
+        pr = [a["real_time"] / b["real_time"] for a, b in zip(per[on[0]], per[off[0]])]
+        lines.append(f"\n- tide on/off (eager): ratio of the medians {med[on[0]] / med[off[0]]:.3f}; "
+                     "per-round ratios " + ", ".join(f"{x:.3f}" for x in pr))
+    if on and none:
+        lines.append(f"- tide: the step with its all-reduce / without communication (eager): "
+                     f"{med[on[0]] / med[none[0]]:.3f}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -3,16 +3,20 @@
 // collectives match up. Values are small integers times the rank, exact in float32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <latch>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/engine.h"
 #include "core/thread_pool.h"
+#include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "error_of.h"
 #include "fake_gpu.h"
+#include "nn/module.h"
 #include "ops/autograd.h"
 #include "ops/debug.h"
 #include "ops/ops.h"
@@ -216,8 +220,9 @@ TEST(Errors, BadArgumentsThrowAtTheCall) {
   test_util::fake_gpu();
   Tensor gpu = Tensor::empty({4}, DType::float32, Device::cuda(8));
   std::string e = error_of([&] { pg.all_reduce(gpu); });
-  EXPECT_TRUE(contains(e, "[all_reduce] needs a CPU tensor, got (4,) float32 on cuda:8"));
-  EXPECT_TRUE(contains(e, "NCCL"));
+  EXPECT_TRUE(contains(e, "[all_reduce] needs a tensor on cpu (this group's mpi backend), got "
+                          "(4,) float32 on cuda:8"));
+  EXPECT_TRUE(contains(e, "dist::nccl_world"));
 
   Tensor w = ones({2}).requires_grad_();
   EXPECT_TRUE(contains(error_of([&] { pg.all_reduce(w); }), "requires grad and grad mode is on"));
@@ -316,6 +321,130 @@ TEST(Traced, IndependentCollectivesKeepTheirOrder) {
     std::vector<float> got = traced(a, b).to_vector<float>();
     ASSERT_EQ(got, std::vector<float>(size_t(n), float(s * 1000.0 + 100.0 * s))) << "call " << call;
   }
+}
+
+// ---- a group on a GPU (what the NCCL backend builds on), on the recording fake GPU ----
+
+// Stands in for NCCL on the fake GPU: pretends to be `ranks` ranks that all hold this
+// rank's values, so a sum multiplies by `ranks` and an average leaves the values alone.
+// Like NCCL it does not run the reduction itself: it enqueues it on the stream it is given
+// (the fake runs host functions in stream order), so a test sees where and when it ran.
+class FakeGpuCommunicator final : public dist::Communicator {
+ public:
+  FakeGpuCommunicator(cuda::FakeDevice& gpu, Device device, int ranks)
+      : gpu_(gpu), device_(device), ranks_(ranks) {}
+  int rank() const override { return 0; }
+  int size() const override { return ranks_; }
+  const char* backend() const override { return "fake"; }
+  Device device() const override { return device_; }
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp red, void* stream,
+                  const char*) override {
+    EXPECT_EQ(dtype, DType::float32);
+    streams.push_back(stream);
+    auto* job = new Scale{static_cast<float*>(data), count,
+                          red == ReduceOp::sum ? float(ranks_) : 1.0f};
+    gpu_.launch_host(stream, &Scale::run, job);
+  }
+  void broadcast(void*, int64_t, DType, int, void* stream, const char*) override {
+    streams.push_back(stream);  // every rank holds the same values already
+  }
+  void barrier(const char*) override {}
+  void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char*) override {
+    for (int r = 0; r < ranks_; ++r) std::copy(in.begin(), in.end(), out.begin() + r * in.size());
+  }
+  std::vector<void*> streams;  // the stream of each data call, in order
+
+ private:
+  struct Scale {
+    float* p;
+    int64_t n;
+    float f;
+    static void run(void* arg) {
+      auto* s = static_cast<Scale*>(arg);
+      for (int64_t i = 0; i < s->n; ++i) s->p[i] *= s->f;
+      delete s;
+    }
+  };
+  cuda::FakeDevice& gpu_;
+  Device device_;
+  int ranks_;
+};
+
+// The collective is queued on the group's own CUDA stream with that stream's handle, after
+// the compute stream's write of its tensor and before the compute stream's next read.
+TEST(GpuGroup, CollectivesRunOnTheGroupsStreamInHazardOrder) {
+  cuda::FakeDevice& gpu = test_util::fake_gpu();
+  const Device dev = Device::cuda(8);
+  auto owned = std::make_unique<FakeGpuCommunicator>(gpu, dev, 2);
+  FakeGpuCommunicator* comm = owned.get();
+  dist::ProcessGroup pg(std::move(owned));
+  EXPECT_EQ(pg.device(), dev);
+  EXPECT_EQ(pg.stream().device(), dev);
+  Tensor t = full({1000}, 3.0, DType::float32, dev);
+  Tensor u = t * 1.0;
+  u.wait_to_read();
+  gpu.clear_calls();
+  Tensor w = u * 2.0;  // compute stream writes w...
+  pg.all_reduce(w);    // ...the group's stream doubles it...
+  Tensor v = w + 1.0;  // ...and the compute stream reads it afterwards
+  EXPECT_EQ(v.to_vector<float>(), std::vector<float>(1000, 13.0f));
+  ASSERT_EQ(comm->streams.size(), 1u);
+  EXPECT_NE(comm->streams[0], nullptr);
+  EXPECT_EQ(gpu.count(cuda::FakeDevice::CallKind::launch_host, comm->streams[0]), 1u);
+  // Each of the three ran as one launch on its stream: the compute stream twice, the group's
+  // once. (Event waits are left out: the engine skips one when the awaited work already
+  // completed, which on the fake depends on timing.)
+  EXPECT_EQ(gpu.count(cuda::FakeDevice::CallKind::launch_host), 3u);
+
+  std::string e = error_of([&] { pg.all_reduce(ones({3})); });
+  EXPECT_TRUE(contains(e, "[all_reduce] needs a tensor on cuda:8 (this group's fake backend), "
+                          "got (3,) float32 on cpu"));
+  EXPECT_TRUE(contains(e, "dist::mpi_world"));
+}
+
+// DataParallel over a GPU group: the model's gradients are averaged on the GPU (the fake's
+// 2 equal ranks leave them as they are), so a step equals the one-process step bit for bit,
+// and each bucket made one call on the group's stream.
+TEST(GpuGroup, DataParallelAveragesGradientsOnTheGpu) {
+  cuda::FakeDevice& gpu = test_util::fake_gpu();
+  const Device dev = Device::cuda(8);
+  auto owned = std::make_unique<FakeGpuCommunicator>(gpu, dev, 2);
+  FakeGpuCommunicator* comm = owned.get();
+  dist::ProcessGroup pg(std::move(owned));
+  auto make = [&] {
+    Generator gen(9);
+    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(nn::LinearOptions(4, 8), gen), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(nn::LinearOptions(8, 3), gen)});
+    m->to(dev);
+    return m;
+  };
+  auto with_dp = make(), alone = make();
+  EXPECT_TRUE(contains(error_of([&] {
+                         auto cpu_model = make();
+                         cpu_model->to(Device::cpu());
+                         dist::DataParallel bad(*cpu_model, pg);
+                       }),
+                       "[data_parallel] parameter '0.weight' is on cpu but the fake group "
+                       "reduces on cuda:8"));
+  dist::DataParallel dp(*with_dp, pg,
+                        dist::DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128));
+  pg.stream().synchronize();  // the broadcasts of the constructor ran
+  comm->streams.clear();
+  Generator data(3);
+  Tensor x = randn({5, 4}, DType::float32, data, dev), y = randn({5, 3}, DType::float32, data, dev);
+  for (nn::Module* m : {static_cast<nn::Module*>(with_dp.get()), static_cast<nn::Module*>(alone.get())}) {
+    Tensor d = (*m)(x)-y;
+    mean(d * d).backward();
+    if (m == with_dp.get()) dp.reduce_gradients();
+  }
+  auto a = with_dp->named_parameters();
+  auto b = alone->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].second.grad().to_vector<float>(), b[i].grad().to_vector<float>()) << a[i].first;
+  pg.stream().synchronize();  // the worker's calls are visible from here
+  EXPECT_EQ(comm->streams.size(), dp.buckets().size());
+  for (void* s : comm->streams) EXPECT_EQ(s, comm->streams[0]);
 }
 
 // Ranks that disagree all fail alike, naming each rank's call, instead of hanging; the
