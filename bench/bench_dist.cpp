@@ -21,6 +21,7 @@
 
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
+#include "bench/textbook_mlp.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/optimizer.h"
@@ -29,19 +30,8 @@ namespace {
 
 using tide::Tensor;
 
-constexpr int64_t kBatch = 1024, kIn = 512, kH1 = 2048, kH2 = 512, kOut = 1;
-constexpr double kLr = 0.005;
+using namespace tide_bench;  // kBatch, kIn, kH1, kH2, kOut, kLr, textbook_mlp
 constexpr int kIterations = 30;  // fixed: every rank must run the same number of steps
-
-std::shared_ptr<tide::nn::Sequential> textbook_mlp(tide::Generator& gen) {
-  namespace nn = tide::nn;
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(nn::LinearOptions(kIn, kH1), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(kH1, kH2), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(kH2, kOut), gen)});
-}
 
 enum Comm : int64_t { kNone = 0, kOverlap = 1, kAfterBackward = 2 };
 

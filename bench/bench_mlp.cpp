@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/blas_threads.h"  // the BLAS's thread count, whichever library TIDE_BLAS chose
+#include "bench/textbook_mlp.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -47,8 +48,7 @@ namespace {
 
 using tide::Tensor;
 
-constexpr int64_t kBatch = 1024, kIn = 512, kH1 = 2048, kH2 = 512, kOut = 1;
-constexpr double kLr = 0.005;
+using namespace tide_bench;  // kBatch, kIn, kH1, kH2, kOut, kLr, textbook_mlp
 constexpr uint64_t kSeed = 42;
 
 // FLOPs of the 8 GEMMs a step needs (see the table above).
@@ -60,16 +60,6 @@ constexpr double kStepGemmFlop =
 void set_step_gflops(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(kStepGemmFlop / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
-std::shared_ptr<tide::nn::Sequential> textbook_mlp(tide::Generator& gen) {
-  namespace nn = tide::nn;
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(nn::LinearOptions(kIn, kH1), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(kH1, kH2), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(kH2, kOut), gen)});
 }
 
 // Sets tide's intra-op pool and OpenBLAS's thread counts for one benchmark and restores them

@@ -5,7 +5,6 @@
 #include "dist/nccl.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/shared_library.h"
 #include "dist/mpi.h"
 
 namespace tide::dist {
@@ -35,18 +35,13 @@ struct Nccl {
 
 template <class F>
 void bind(void* lib, F& f, const char* name) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  if (!f) throw Error("dist", std::string("NCCL has no ") + name + ": " + dlerror());
+  tide::detail::bind_symbol(lib, f, name, "NCCL", "dist");
 }
 
 Nccl load() {
-  void* lib = nullptr;
-  for (const char* name : {"libnccl.so.2", "libnccl.so"})
-    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-  if (!lib)
-    throw Error("dist", std::string("cannot load NCCL (libnccl.so.2): ") + dlerror() +
-                            "; it comes with the CUDA toolkit, add its lib directory to "
-                            "LD_LIBRARY_PATH");
+  void* lib = tide::detail::load_library(
+      {"libnccl.so.2", "libnccl.so"}, "NCCL", "dist",
+      "it comes with the CUDA toolkit, add its lib directory to LD_LIBRARY_PATH");
   Nccl n{};
   bind(lib, n.GetVersion, "ncclGetVersion");
   bind(lib, n.GetUniqueId, "ncclGetUniqueId");

@@ -1,12 +1,7 @@
 // The cuBLASLt loader (core/cuda/cublaslt.h): dlopen on first use, every function looked
 // up once.
-#include <dlfcn.h>
-
-#include <mutex>
-#include <string>
-
 #include "core/cuda/cublaslt.h"
-#include "core/error.h"
+#include "core/shared_library.h"
 
 namespace tide::cuda::lt {
 
@@ -14,17 +9,13 @@ namespace {
 
 template <class F>
 void bind(void* lib, F& f, const char* name) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  if (!f) throw Error("cuda", std::string("cuBLASLt has no ") + name + ": " + dlerror());
+  tide::detail::bind_symbol(lib, f, name, "cuBLASLt", "cuda");
 }
 
 Api load() {
-  void* lib = nullptr;
-  for (const char* name : {"libcublasLt.so.13", "libcublasLt.so"})
-    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-  if (!lib)
-    throw Error("cuda", std::string("cannot load cuBLASLt (libcublasLt.so.13): ") + dlerror() +
-                            "; it comes with the CUDA toolkit, add its lib64 to LD_LIBRARY_PATH");
+  void* lib = tide::detail::load_library(
+      {"libcublasLt.so.13", "libcublasLt.so"}, "cuBLASLt", "cuda",
+      "it comes with the CUDA toolkit, add its lib64 to LD_LIBRARY_PATH");
   Api a{};
   bind(lib, a.Create, "cublasLtCreate");
   bind(lib, a.Destroy, "cublasLtDestroy");

@@ -370,14 +370,23 @@ class FakeGpuCommunicator final : public dist::Communicator {
   int ranks_;
 };
 
+// A process group over a FakeGpuCommunicator of 2 pretended ranks on `device`.
+struct FakeGpuGroup {
+  FakeGpuGroup(cuda::FakeDevice& gpu, Device device)
+      : comm(new FakeGpuCommunicator(gpu, device, 2)),
+        group(std::unique_ptr<dist::Communicator>(comm)) {}
+  FakeGpuCommunicator* comm;  // owned by group
+  dist::ProcessGroup group;
+};
+
 // The collective is queued on the group's own CUDA stream with that stream's handle, after
 // the compute stream's write of its tensor and before the compute stream's next read.
 TEST(GpuGroup, CollectivesRunOnTheGroupsStreamInHazardOrder) {
   cuda::FakeDevice& gpu = test_util::fake_gpu();
   const Device dev = Device::cuda(8);
-  auto owned = std::make_unique<FakeGpuCommunicator>(gpu, dev, 2);
-  FakeGpuCommunicator* comm = owned.get();
-  dist::ProcessGroup pg(std::move(owned));
+  FakeGpuGroup fake(gpu, dev);
+  FakeGpuCommunicator* comm = fake.comm;
+  dist::ProcessGroup& pg = fake.group;
   EXPECT_EQ(pg.device(), dev);
   EXPECT_EQ(pg.stream().device(), dev);
   Tensor t = full({1000}, 3.0, DType::float32, dev);
@@ -408,9 +417,9 @@ TEST(GpuGroup, CollectivesRunOnTheGroupsStreamInHazardOrder) {
 TEST(GpuGroup, DataParallelAveragesGradientsOnTheGpu) {
   cuda::FakeDevice& gpu = test_util::fake_gpu();
   const Device dev = Device::cuda(8);
-  auto owned = std::make_unique<FakeGpuCommunicator>(gpu, dev, 2);
-  FakeGpuCommunicator* comm = owned.get();
-  dist::ProcessGroup pg(std::move(owned));
+  FakeGpuGroup fake(gpu, dev);
+  FakeGpuCommunicator* comm = fake.comm;
+  dist::ProcessGroup& pg = fake.group;
   auto make = [&] {
     Generator gen(9);
     auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
