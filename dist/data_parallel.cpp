@@ -15,8 +15,11 @@ namespace {
 
 constexpr const char* kOp = "data_parallel";
 
-// Reverse parameter order; a bucket closes when the next gradient would pass its cap or
-// has another dtype. The first cap is first_bucket_bytes, every later one bucket_bytes.
+// Reverse parameter order. A bucket closes once it holds at least its cap, or before a
+// gradient of another dtype (PyTorch's rule): so the first bucket, whose cap is small, still
+// takes the last layers' gradients up to a large weight, and its all-reduce can run while
+// backward computes the layers before. The first cap is first_bucket_bytes, every later
+// one bucket_bytes.
 std::vector<GradBucket> lay_out(const std::vector<Tensor>& params, const DataParallelOptions& o) {
   std::vector<GradBucket> out;
   GradBucket cur;
@@ -29,12 +32,13 @@ std::vector<GradBucket> lay_out(const std::vector<Tensor>& params, const DataPar
   };
   for (size_t k = params.size(); k-- > 0;) {
     const Tensor& p = params[k];
-    if (!cur.params.empty() && (p.dtype() != cur.dtype || cur_bytes + p.nbytes() > cap)) close();
+    if (!cur.params.empty() && p.dtype() != cur.dtype) close();
     cur.dtype = p.dtype();
     cur.params.push_back(k);
     cur.offsets.push_back(cur.numel);
     cur.numel += p.numel();
     cur_bytes += p.nbytes();
+    if (cur_bytes >= cap) close();
   }
   if (!cur.params.empty()) close();
   return out;

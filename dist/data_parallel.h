@@ -3,7 +3,8 @@
 // its own part of the batch, and averages the gradients before the optimizer step.
 //
 // Gradients travel in buckets laid out in reverse parameter order, where backward finishes
-// them first: a small first bucket, the later ones capped at a byte size. Each bucket's
+// them first; a bucket closes once it holds at least its cap (PyTorch's rule): a small cap
+// for the first bucket, a larger one for the later ones. Each bucket's
 // copy-in, all-reduce and copy-out are queued on the group's communication stream, so each
 // waits by hazard tracking only for the writes of its own gradients and runs while the
 // compute stream still works through the rest of the queued backward. No autograd hook is
@@ -31,10 +32,10 @@
 namespace tide::dist {
 
 struct DataParallelOptions {
-  // Cap of the first bucket (PyTorch: 1 MiB): small, so its all-reduce starts early.
+  // Cap of the first bucket (PyTorch: 1 MiB): small, so its all-reduce starts early. The
+  // bucket closes with the gradient that reaches the cap (it may hold more than the cap).
   DataParallelOptions& first_bucket_bytes(size_t b) { first_bucket_bytes_ = b; return *this; }
-  // Cap of every later bucket (PyTorch: 25 MiB). A parameter bigger than the cap gets a
-  // bucket of its own.
+  // Cap of every later bucket (PyTorch: 25 MiB), with the same rule.
   DataParallelOptions& bucket_bytes(size_t b) { bucket_bytes_ = b; return *this; }
   // Broadcast the parameters from rank 0 at construction, so every rank starts equal.
   DataParallelOptions& broadcast_parameters(bool on) { broadcast_parameters_ = on; return *this; }

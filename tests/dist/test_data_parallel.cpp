@@ -52,8 +52,9 @@ void sgd_step(nn::Module& model, const Tensor& x, const Tensor& y, DataParallel*
 TEST(DataParallel, BucketsInReverseOrderUnderTheCaps) {
   auto& pg = dist::mpi_world();
   auto mlp = make_mlp(1);
-  // Parameters: 0.weight 128 B, 0.bias 32 B, 2.weight 96 B, 2.bias 12 B.
-  DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(100).bucket_bytes(150));
+  // Parameters: 0.weight 128 B, 0.bias 32 B, 2.weight 96 B, 2.bias 12 B. A bucket closes
+  // with the gradient that reaches its cap: 12 >= 8; 96 + 32 >= 100; 128 >= 100.
+  DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(8).bucket_bytes(100));
   ASSERT_EQ(dp.buckets().size(), 3u);
   EXPECT_EQ(dp.buckets()[0].params, (std::vector<size_t>{3}));
   EXPECT_EQ(dp.buckets()[1].params, (std::vector<size_t>{2, 1}));
@@ -65,6 +66,11 @@ TEST(DataParallel, BucketsInReverseOrderUnderTheCaps) {
   DataParallel one(*mlp, pg, DataParallelOptions().first_bucket_bytes(1 << 20));
   ASSERT_EQ(one.buckets().size(), 1u);
   EXPECT_EQ(one.buckets()[0].params, (std::vector<size_t>{3, 2, 1, 0}));
+  // PyTorch's layout of the textbook MLP: the first bucket takes 2.weight past its cap.
+  DataParallel two(*mlp, pg, DataParallelOptions().first_bucket_bytes(64).bucket_bytes(1 << 20));
+  ASSERT_EQ(two.buckets().size(), 2u);
+  EXPECT_EQ(two.buckets()[0].params, (std::vector<size_t>{3, 2}));
+  EXPECT_EQ(two.buckets()[1].params, (std::vector<size_t>{1, 0}));
 
   EXPECT_TRUE(test_util::error_of([&] {
                 DataParallel bad(*mlp, pg, DataParallelOptions().bucket_bytes(0));
@@ -124,7 +130,7 @@ TEST(DataParallel, HalfBatchPerRankMatchesTheWholeBatch) {
 TEST(DataParallel, TracedAndNonOverlappedStepsEqualTheEagerOne) {
   auto& pg = dist::mpi_world();
   auto eager = make_mlp(11), traced = make_mlp(11), serial = make_mlp(11);
-  const auto opts = DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128);
+  const auto opts = DataParallelOptions().first_bucket_bytes(8).bucket_bytes(100);
   DataParallel dp_eager(*eager, pg, opts), dp_traced(*traced, pg, opts),
       dp_serial(*serial, pg, DataParallelOptions(opts).overlap(false));
   ASSERT_GT(dp_traced.buckets().size(), 2u);
@@ -158,7 +164,7 @@ TEST(DataParallel, WithoutOverlapNoBucketStartsBeforeEveryGradient) {
   if (Engine::get().synchronous()) GTEST_SKIP() << "the gate would block the caller";
   auto mlp = make_mlp(3);
   DataParallel dp(*mlp, pg,
-                  DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128).overlap(false));
+                  DataParallelOptions().first_bucket_bytes(8).bucket_bytes(100).overlap(false));
   Tensor x = full({2, 4}, 0.5 + pg.rank()), y = zeros({2, 3});
   Tensor d = (*mlp)(x)-y;
   mean(d * d).backward();
@@ -188,7 +194,7 @@ TEST(DataParallel, ReducesWhileTheComputeStreamIsHeld) {
   auto& pg = dist::mpi_world();
   if (Engine::get().synchronous()) GTEST_SKIP() << "the gate would block the caller";
   auto mlp = make_mlp(3);
-  DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128));
+  DataParallel dp(*mlp, pg, DataParallelOptions().first_bucket_bytes(8).bucket_bytes(100));
   ASSERT_GT(dp.buckets().size(), 2u);
   Tensor x = full({2, 4}, 0.5 + pg.rank()), y = zeros({2, 3});
   Tensor d = (*mlp)(x)-y;
