@@ -19,9 +19,7 @@ using Grads = std::vector<Tensor>;
 
 namespace {
 
-std::string pair_str(const std::array<int64_t, 2>& p) {
-  return concat("(", p[0], ", ", p[1], ")");
-}
+std::string pair_str(const std::array<int64_t, 2>& p) { return concat("(", p[0], ", ", p[1], ")"); }
 
 std::string conv_opts_str(const Conv2dOptions& o) {
   return concat("stride ", pair_str(o.strides), ", padding ", pair_str(o.pads), ", dilation ",
@@ -37,13 +35,11 @@ std::string pool_opts_str(const Pool2dOptions& o) {
 // op's errors name both shapes and the options).
 kernels::ConvGeom conv_geom(const char* op, const Shape& xs, const Shape& ws,
                             const Conv2dOptions& o) {
-  auto what = [&] {
-    return concat("x ", xs.str(), ", w ", ws.str(), ", ", conv_opts_str(o));
-  };
+  auto what = [&] { return concat("x ", xs.str(), ", w ", ws.str(), ", ", conv_opts_str(o)); };
   TIDE_CHECK(xs.ndim() == 4 && ws.ndim() == 4, op,
              "expected x (N, C, H, W) and w (O, C / groups, KH, KW), got ", what());
-  TIDE_CHECK(o.strides[0] >= 1 && o.strides[1] >= 1 && o.dilations[0] >= 1 &&
-                 o.dilations[1] >= 1 && o.group_count >= 1 && o.pads[0] >= 0 && o.pads[1] >= 0,
+  TIDE_CHECK(o.strides[0] >= 1 && o.strides[1] >= 1 && o.dilations[0] >= 1 && o.dilations[1] >= 1 &&
+                 o.group_count >= 1 && o.pads[0] >= 0 && o.pads[1] >= 0,
              op, "needs stride, dilation and groups >= 1 and padding >= 0, got ", what());
   kernels::ConvGeom g;
   g.n = xs[0], g.c = xs[1], g.h = xs[2], g.w = xs[3];
@@ -57,21 +53,21 @@ kernels::ConvGeom conv_geom(const char* op, const Shape& xs, const Shape& ws,
   TIDE_CHECK(g.o % g.groups == 0, op, "groups = ", g.groups, " does not divide the ", g.o,
              " output channels: ", what());
   TIDE_CHECK(ws[1] * g.groups == g.c, op, "channel mismatch: x has ", g.c,
-             " channels but w expects ", ws[1], " per group x ", g.groups, " groups = ",
-             ws[1] * g.groups, ": ", what());
+             " channels but w expects ", ws[1], " per group x ", g.groups,
+             " groups = ", ws[1] * g.groups, ": ", what());
   g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
   g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
   // Integer division truncates towards zero: a negative numerator above -sh still gives 1.
-  const bool fits = g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1 >= 0 &&
-                    g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1 >= 0;
+  const bool fits =
+      g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1 >= 0 && g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1 >= 0;
   TIDE_CHECK(fits, op, "the output would be empty (below 1x1): the dilated kernel (",
              g.dh * (g.kh - 1) + 1, ", ", g.dw * (g.kw - 1) + 1,
              ") is larger than the padded input (", g.h + 2 * g.ph, ", ", g.w + 2 * g.pw,
              "): ", what());
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   const int64_t k = ws[1] * g.kh * g.kw;
-  TIDE_CHECK(k <= kMax && g.oh * g.ow <= kMax && g.o <= kMax,
-             op, "sizes exceed the 32-bit dimension limit of BLAS: ", what());
+  TIDE_CHECK(k <= kMax && g.oh * g.ow <= kMax && g.o <= kMax, op,
+             "sizes exceed the 32-bit dimension limit of BLAS: ", what());
   return g;
 }
 
@@ -85,8 +81,8 @@ void check_grad_shape(const char* op, const Tensor& dy, const Shape& want, const
 kernels::PoolGeom pool_geom(const char* op, const Shape& xs, const Pool2dOptions& o) {
   auto what = [&] { return concat("x ", xs.str(), ", ", pool_opts_str(o)); };
   TIDE_CHECK(xs.ndim() == 4, op, "expected x (N, C, H, W), got ", what());
-  TIDE_CHECK(o.kernel[0] >= 1 && o.kernel[1] >= 1 && o.strides[0] >= 1 && o.strides[1] >= 1,
-             op, "needs kernel and stride >= 1, got ", what());
+  TIDE_CHECK(o.kernel[0] >= 1 && o.kernel[1] >= 1 && o.strides[0] >= 1 && o.strides[1] >= 1, op,
+             "needs kernel and stride >= 1, got ", what());
   TIDE_CHECK(o.pads[0] >= 0 && o.pads[1] >= 0 && 2 * o.pads[0] <= o.kernel[0] &&
                  2 * o.pads[1] <= o.kernel[1],
              op, "padding must be >= 0 and at most half the kernel, got ", what());
@@ -128,8 +124,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
       kernels::Conv2dForward<T> a{x.ref<T>(), w.ref<T>(), {}, y.ref<T>(), g, has_bias};
       if (has_bias) {
         a.bias = bias.ref<T>();
-        kernels::queue(id, x.device(), {x.storage(), w.storage(), bias.storage()},
-                       {y.storage()}, &kernels::cpu::conv2d<T>, a, kernels::NoExtra{}, site);
+        kernels::queue(id, x.device(), {x.storage(), w.storage(), bias.storage()}, {y.storage()},
+                       &kernels::cpu::conv2d<T>, a, kernels::NoExtra{}, site);
       } else {
         kernels::queue(id, x.device(), {x.storage(), w.storage()}, {y.storage()},
                        &kernels::cpu::conv2d<T>, a, kernels::NoExtra{}, site);
@@ -138,8 +134,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   const bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
   const bool need_b = has_bias && autograd::needs_grad({&bias});
   autograd::record(op, y, {&x, &w, &bias},
-                   [x = x.detach(), w = w.detach(), opt, need_x, need_w,
-                    need_b](const Tensor& gy) {
+                   [x = x.detach(), w = w.detach(), opt, need_x, need_w, need_b](const Tensor& gy) {
                      Tensor gx, gw, gb;
                      if (need_x) gx = conv2d_input_grad(gy, w, x.shape(), opt);
                      if (need_w) gw = conv2d_weight_grad(gy, x, w.shape(), opt);
@@ -205,8 +200,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(id, x.device(), {x.storage()}, {y.storage()}, &kernels::cpu::max_pool2d<T>,
-                     kernels::MaxPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{},
-                     site);
+                     kernels::MaxPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{}, site);
     });
   autograd::record(op, y, {&x}, [x = x.detach(), opt](const Tensor& gy) {
     return Grads{max_pool2d_grad(gy, x, opt)};
@@ -214,8 +208,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
   return y;
 }
 
-Tensor max_pool2d_grad(const Tensor& dy, const Tensor& x, const Pool2dOptions& opt,
-                       Site site) {
+Tensor max_pool2d_grad(const Tensor& dy, const Tensor& x, const Pool2dOptions& opt, Site site) {
   const OpId id = OpId::max_pool2d_grad;
   const char* op = op_name(id);
   check_same(dy, x, id);
@@ -246,8 +239,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(id, x.device(), {x.storage()}, {y.storage()}, &kernels::cpu::avg_pool2d<T>,
-                     kernels::AvgPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{},
-                     site);
+                     kernels::AvgPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{}, site);
     });
   autograd::record(op, y, {&x}, [shape = x.shape(), opt](const Tensor& gy) {
     return Grads{avg_pool2d_grad(gy, shape, opt)};
@@ -268,10 +260,9 @@ Tensor avg_pool2d_grad(const Tensor& dy, const Shape& input_shape, const Pool2dO
   if (dx.numel() > 0)
     dispatch_floating(dy.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::queue(id, dy.device(), {dy.storage()}, {dx.storage()},
-                     &kernels::cpu::avg_pool2d_grad<T>,
-                     kernels::AvgPool2dGrad<T>{dy.ref<T>(), dx.ref<T>(), g}, kernels::NoExtra{},
-                     site);
+      kernels::queue(
+          id, dy.device(), {dy.storage()}, {dx.storage()}, &kernels::cpu::avg_pool2d_grad<T>,
+          kernels::AvgPool2dGrad<T>{dy.ref<T>(), dx.ref<T>(), g}, kernels::NoExtra{}, site);
     });
   return dx;
 }
@@ -330,19 +321,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (stats.numel() > 0)
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::BatchNorm<T> a{x.ref<T>(), weight.ref<T>(), bias.ref<T>(), {}, {}, y.ref<T>(),
-                              stats.ref<T>(), d.n, d.c, d.s, training, has_running,
-                              momentum, eps};
+      kernels::BatchNorm<T> a{x.ref<T>(), weight.ref<T>(), bias.ref<T>(), {},  {},
+                              y.ref<T>(), stats.ref<T>(),  d.n,           d.c, d.s,
+                              training,   has_running,     momentum,      eps};
       if (has_running) {
         a.running_mean = running_mean.ref<T>();
         a.running_var = running_var.ref<T>();
       }
       auto fn = &kernels::cpu::batch_norm<T>;
       if (training && has_running)  // the running estimates are updated in place
-        kernels::queue(id, x.device(), {x.storage(), weight.storage(), bias.storage()},
-                       {y.storage(), stats.storage(), running_mean.storage(),
-                        running_var.storage()},
-                       fn, a, kernels::NoExtra{}, site);
+        kernels::queue(
+            id, x.device(), {x.storage(), weight.storage(), bias.storage()},
+            {y.storage(), stats.storage(), running_mean.storage(), running_var.storage()}, fn, a,
+            kernels::NoExtra{}, site);
       else if (training)
         kernels::queue(id, x.device(), {x.storage(), weight.storage(), bias.storage()},
                        {y.storage(), stats.storage()}, fn, a, kernels::NoExtra{}, site);
@@ -379,14 +370,12 @@ BatchNormGrads batch_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& 
   if (d.c > 0)
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::queue(id, x.device(),
-                     {dy.storage(), x.storage(), weight.storage(), stats.storage()},
+      kernels::queue(id, x.device(), {dy.storage(), x.storage(), weight.storage(), stats.storage()},
                      {g.x.storage(), g.weight.storage(), g.bias.storage()},
                      &kernels::cpu::batch_norm_grad<T>,
                      kernels::BatchNormGrad<T>{dy.ref<T>(), x.ref<T>(), weight.ref<T>(),
-                                               stats.ref<T>(), g.x.ref<T>(),
-                                               g.weight.ref<T>(), g.bias.ref<T>(), d.n, d.c,
-                                               d.s, training},
+                                               stats.ref<T>(), g.x.ref<T>(), g.weight.ref<T>(),
+                                               g.bias.ref<T>(), d.n, d.c, d.s, training},
                      kernels::NoExtra{}, site);
     });
   return g;
@@ -397,8 +386,8 @@ BatchNormGrads batch_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& 
 Tensor flatten(const Tensor& x, int start_dim) {
   const char* op = "flatten";
   check_defined(x, op);
-  TIDE_CHECK(x.ndim() >= 1 && start_dim >= 0 && start_dim < x.ndim(), op,
-             "start_dim ", start_dim, " is outside [0, rank) for x ", describe(x));
+  TIDE_CHECK(x.ndim() >= 1 && start_dim >= 0 && start_dim < x.ndim(), op, "start_dim ", start_dim,
+             " is outside [0, rank) for x ", describe(x));
   std::vector<int64_t> dims(x.shape().begin(), x.shape().begin() + start_dim);
   int64_t rest = 1;
   for (int i = start_dim; i < x.ndim(); ++i) rest *= x.size(i);
@@ -408,9 +397,8 @@ Tensor flatten(const Tensor& x, int start_dim) {
     NoGrad no_grad;  // one node named flatten, not reshape's
     v = x.reshape(dims);
   }
-  autograd::record(op, v, {&x}, [from = x.shape().vec()](const Tensor& g) {
-    return Grads{g.reshape(from)};
-  });
+  autograd::record(op, v, {&x},
+                   [from = x.shape().vec()](const Tensor& g) { return Grads{g.reshape(from)}; });
   return v;
 }
 

@@ -126,8 +126,7 @@ struct BatchNormGrads {
 // they were the batch's (then dx includes the terms through the mean and the variance).
 // Not differentiable. Throws "[batch_norm_grad]" on mismatched shapes.
 BatchNormGrads batch_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                               const Tensor& stats, bool training,
-                               Site site = Site::current());
+                               const Tensor& stats, bool training, Site site = Site::current());
 // x reshaped to (x.size(0), ..., product of the extents from start_dim on): a view that
 // shares x's storage (no kernel). Differentiable. Throws "[flatten]" for a 0-d x or
 // start_dim outside [0, rank).

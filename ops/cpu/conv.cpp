@@ -24,16 +24,16 @@ namespace {
 
 // Row-major c (m x n) = alpha * op(a) @ op(b) + beta * c.
 template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
   const CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE ctb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0f, a, int(lda), b,
-                int(ldb), beta, c, int(ldc));
+    cblas_sgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
   else
-    cblas_dgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0, a, int(lda), b,
-                int(ldb), beta, c, int(ldc));
+    cblas_dgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
 }
 
 int64_t grain_for(int64_t work_per_item) {
@@ -366,21 +366,18 @@ void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoEx
   });
 }
 
-#define TIDE_CONV(T)                                                                         \
-  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&);   \
-  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,       \
-                                     const NoExtra&);                                       \
-  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,     \
-                                      const NoExtra&);                                      \
-  template void max_pool2d<T>(const KernelContext&, const MaxPool2d<T>&, const NoExtra&);   \
-  template void max_pool2d_grad<T>(const KernelContext&, const MaxPool2dGrad<T>&,           \
-                                   const NoExtra&);                                         \
-  template void avg_pool2d<T>(const KernelContext&, const AvgPool2d<T>&, const NoExtra&);   \
-  template void avg_pool2d_grad<T>(const KernelContext&, const AvgPool2dGrad<T>&,           \
-                                   const NoExtra&);                                         \
-  template void batch_norm<T>(const KernelContext&, const BatchNorm<T>&, const NoExtra&);   \
-  template void batch_norm_grad<T>(const KernelContext&, const BatchNormGrad<T>&,           \
-                                   const NoExtra&);
+#define TIDE_CONV(T)                                                                               \
+  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&);          \
+  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,              \
+                                     const NoExtra&);                                              \
+  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,            \
+                                      const NoExtra&);                                             \
+  template void max_pool2d<T>(const KernelContext&, const MaxPool2d<T>&, const NoExtra&);          \
+  template void max_pool2d_grad<T>(const KernelContext&, const MaxPool2dGrad<T>&, const NoExtra&); \
+  template void avg_pool2d<T>(const KernelContext&, const AvgPool2d<T>&, const NoExtra&);          \
+  template void avg_pool2d_grad<T>(const KernelContext&, const AvgPool2dGrad<T>&, const NoExtra&); \
+  template void batch_norm<T>(const KernelContext&, const BatchNorm<T>&, const NoExtra&);          \
+  template void batch_norm_grad<T>(const KernelContext&, const BatchNormGrad<T>&, const NoExtra&);
 TIDE_CONV(float)
 TIDE_CONV(double)
 #undef TIDE_CONV

@@ -65,11 +65,12 @@ Array conv_ref(const Array& x, const Array& w, const Array* bias, const ConvSpec
   conv_terms(x.shape, w.shape, s,
              [&](int64_t b, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t cl, int64_t i,
                  int64_t j, int64_t iy, int64_t ix) {
-               y.v[size_t(at4(ys, b, oc, oy, ox))] +=
-                   w.v[size_t(at4(w.shape, oc, cl, i, j))] * x.v[size_t(at4(x.shape, b, c, iy, ix))];
+               y.v[size_t(at4(ys, b, oc, oy, ox))] += w.v[size_t(at4(w.shape, oc, cl, i, j))] *
+                                                      x.v[size_t(at4(x.shape, b, c, iy, ix))];
              });
   if (bias)
-    for (int64_t k = 0; k < ys.numel(); ++k) y.v[size_t(k)] += bias->v[size_t((k / (ys[2] * ys[3])) % ys[1])];
+    for (int64_t k = 0; k < ys.numel(); ++k)
+      y.v[size_t(k)] += bias->v[size_t((k / (ys[2] * ys[3])) % ys[1])];
   return y;
 }
 
@@ -87,13 +88,22 @@ struct ConvGeomCase {
 std::vector<ConvGeomCase> conv_geoms() {
   return {
       {"plain", {}, Shape{2, 3, 5, 6}, Shape{4, 3, 3, 3}, true},
-      {"stride 2, padding 1", {.sh = 2, .sw = 2, .ph = 1, .pw = 1}, Shape{2, 2, 7, 6},
-       Shape{3, 2, 3, 2}, true},
-      {"dilation 2, padding 2", {.ph = 2, .pw = 2, .dh = 2, .dw = 2}, Shape{1, 2, 6, 7},
-       Shape{2, 2, 3, 3}, true},
+      {"stride 2, padding 1",
+       {.sh = 2, .sw = 2, .ph = 1, .pw = 1},
+       Shape{2, 2, 7, 6},
+       Shape{3, 2, 3, 2},
+       true},
+      {"dilation 2, padding 2",
+       {.ph = 2, .pw = 2, .dh = 2, .dw = 2},
+       Shape{1, 2, 6, 7},
+       Shape{2, 2, 3, 3},
+       true},
       {"groups 2, no bias", {.groups = 2}, Shape{2, 4, 5, 5}, Shape{6, 2, 3, 3}, false},
-      {"mixed", {.sh = 2, .sw = 1, .ph = 0, .pw = 1, .dh = 1, .dw = 2, .groups = 2},
-       Shape{1, 4, 6, 5}, Shape{4, 2, 2, 3}, true},
+      {"mixed",
+       {.sh = 2, .sw = 1, .ph = 0, .pw = 1, .dh = 1, .dw = 2, .groups = 2},
+       Shape{1, 4, 6, 5},
+       Shape{4, 2, 2, 3},
+       true},
       {"1x1, 1 channel", {}, Shape{3, 1, 4, 4}, Shape{2, 1, 1, 1}, true},
   };
 }
@@ -106,12 +116,14 @@ TIDE_OP_CASES(Conv, Conv2d) {
     const ConvSpec s = gc.spec;
     const bool bias = gc.bias;
     OpCase c{.op = OpId::conv2d,
-             .build = [s, bias](const V& in) {
-               return conv2d(in[0], in[1], bias ? in[2] : Tensor(), s.opts());
-             },
-             .ref = [s, bias](const std::vector<Array>& in) {
-               return conv_ref(in[0], in[1], bias ? &in[2] : nullptr, s);
-             },
+             .build =
+                 [s, bias](const V& in) {
+                   return conv2d(in[0], in[1], bias ? in[2] : Tensor(), s.opts());
+                 },
+             .ref =
+                 [s, bias](const std::vector<Array>& in) {
+                   return conv_ref(in[0], in[1], bias ? &in[2] : nullptr, s);
+                 },
              .shapes = [small](std::mt19937&) { return std::vector<ShapeSet>{small}; },
              .tol32 = Tol{1e-5, 1e-4},
              .grad = true,
@@ -125,9 +137,10 @@ TIDE_OP_CASES(Conv, Conv2d) {
       .op = OpId::conv2d,
       .build = [s](const V& in) { return conv2d(in[0], in[1], in[2], s.opts()); },
       .ref = [s](const std::vector<Array>& in) { return conv_ref(in[0], in[1], &in[2], s); },
-      .shapes = [](std::mt19937&) {
-        return std::vector<ShapeSet>{{Shape{3, 8, 28, 27}, Shape{16, 8, 3, 3}, Shape{16}}};
-      },
+      .shapes =
+          [](std::mt19937&) {
+            return std::vector<ShapeSet>{{Shape{3, 8, 28, 27}, Shape{16, 8, 3, 3}, Shape{16}}};
+          },
       .tol32 = Tol{1e-4, 1e-4}});
   return cases;
 }
@@ -141,19 +154,23 @@ TIDE_OP_CASES(Conv, Conv2dInputGrad) {
     cases.push_back(OpCase{
         .op = OpId::conv2d_input_grad,
         .build = [s, xs](const V& in) { return conv2d_input_grad(in[0], in[1], xs, s.opts()); },
-        .ref = [s, xs](const std::vector<Array>& in) {
-          const Array &dy = in[0], &w = in[1];
-          Array dx{xs, std::vector<double>(size_t(xs.numel()), 0.0)};
-          conv_terms(xs, w.shape, s,
-                     [&](int64_t b, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t cl,
-                         int64_t i, int64_t j, int64_t iy, int64_t ix) {
-                       dx.v[size_t(at4(xs, b, c, iy, ix))] +=
-                           w.v[size_t(at4(w.shape, oc, cl, i, j))] *
-                           dy.v[size_t(at4(dy.shape, b, oc, oy, ox))];
-                     });
-          return dx;
-        },
-        .shapes = [ys, ws](std::mt19937&) { return std::vector<ShapeSet>{{ys, ws}}; },
+        .ref =
+            [s, xs](const std::vector<Array>& in) {
+              const Array &dy = in[0], &w = in[1];
+              Array dx{xs, std::vector<double>(size_t(xs.numel()), 0.0)};
+              conv_terms(xs, w.shape, s,
+                         [&](int64_t b, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t cl,
+                             int64_t i, int64_t j, int64_t iy, int64_t ix) {
+                           dx.v[size_t(at4(xs, b, c, iy, ix))] +=
+                               w.v[size_t(at4(w.shape, oc, cl, i, j))] *
+                               dy.v[size_t(at4(dy.shape, b, oc, oy, ox))];
+                         });
+              return dx;
+            },
+        .shapes =
+            [ys, ws](std::mt19937&) {
+              return std::vector<ShapeSet>{{ys, ws}};
+            },
         .tol32 = Tol{1e-5, 1e-4},
         .label = std::string("Conv.Conv2dInputGrad ") + gc.what});
   }
@@ -169,19 +186,23 @@ TIDE_OP_CASES(Conv, Conv2dWeightGrad) {
     cases.push_back(OpCase{
         .op = OpId::conv2d_weight_grad,
         .build = [s, ws](const V& in) { return conv2d_weight_grad(in[0], in[1], ws, s.opts()); },
-        .ref = [s, ws](const std::vector<Array>& in) {
-          const Array &dy = in[0], &x = in[1];
-          Array dw{ws, std::vector<double>(size_t(ws.numel()), 0.0)};
-          conv_terms(x.shape, ws, s,
-                     [&](int64_t b, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t cl,
-                         int64_t i, int64_t j, int64_t iy, int64_t ix) {
-                       dw.v[size_t(at4(ws, oc, cl, i, j))] +=
-                           x.v[size_t(at4(x.shape, b, c, iy, ix))] *
-                           dy.v[size_t(at4(dy.shape, b, oc, oy, ox))];
-                     });
-          return dw;
-        },
-        .shapes = [ys, xs](std::mt19937&) { return std::vector<ShapeSet>{{ys, xs}}; },
+        .ref =
+            [s, ws](const std::vector<Array>& in) {
+              const Array &dy = in[0], &x = in[1];
+              Array dw{ws, std::vector<double>(size_t(ws.numel()), 0.0)};
+              conv_terms(x.shape, ws, s,
+                         [&](int64_t b, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t cl,
+                             int64_t i, int64_t j, int64_t iy, int64_t ix) {
+                           dw.v[size_t(at4(ws, oc, cl, i, j))] +=
+                               x.v[size_t(at4(x.shape, b, c, iy, ix))] *
+                               dy.v[size_t(at4(dy.shape, b, oc, oy, ox))];
+                         });
+              return dw;
+            },
+        .shapes =
+            [ys, xs](std::mt19937&) {
+              return std::vector<ShapeSet>{{ys, xs}};
+            },
         .tol32 = Tol{1e-5, 1e-4},
         .label = std::string("Conv.Conv2dWeightGrad ") + gc.what});
   }
@@ -244,11 +265,13 @@ TIDE_OP_CASES(Conv, MaxPool2d) {
   for (const PoolSpec& s : pool_specs())
     cases.push_back(OpCase{.op = OpId::max_pool2d,
                            .build = [s](const V& in) { return max_pool2d(in[0], s.opts()); },
-                           .ref = [s](const std::vector<Array>& in) {
-                             Array y{pooled(in[0].shape, s), {}};
-                             for (int64_t k : argmax_ref(in[0], s)) y.v.push_back(in[0].v[size_t(k)]);
-                             return y;
-                           },
+                           .ref =
+                               [s](const std::vector<Array>& in) {
+                                 Array y{pooled(in[0].shape, s), {}};
+                                 for (int64_t k : argmax_ref(in[0], s))
+                                   y.v.push_back(in[0].v[size_t(k)]);
+                                 return y;
+                               },
                            .shapes = pool_shapes,
                            .gen = test::gen_distinct(),  // no ties: a smooth neighbourhood
                            .grad = true});
@@ -258,43 +281,48 @@ TIDE_OP_CASES(Conv, MaxPool2d) {
 TIDE_OP_CASES(Conv, MaxPool2dGrad) {
   std::vector<OpCase> cases;
   for (const PoolSpec& s : pool_specs())
-    cases.push_back(OpCase{
-        .op = OpId::max_pool2d_grad,
-        .build = [s](const V& in) { return max_pool2d_grad(in[0], in[1], s.opts()); },
-        .ref = [s](const std::vector<Array>& in) {
-          Array dx{in[1].shape, std::vector<double>(in[1].v.size(), 0.0)};
-          std::vector<int64_t> best = argmax_ref(in[1], s);
-          for (size_t k = 0; k < best.size(); ++k) dx.v[size_t(best[k])] += in[0].v[k];
-          return dx;
-        },
-        .shapes = [s](std::mt19937& rng) {
-          std::vector<ShapeSet> sets;
-          for (const ShapeSet& x : pool_shapes(rng)) sets.push_back({pooled(x[0], s), x[0]});
-          return sets;
-        },
-        .gen = test::gen_ints(-3, 3)});  // many ties: the first maximum must take them
+    cases.push_back(
+        OpCase{.op = OpId::max_pool2d_grad,
+               .build = [s](const V& in) { return max_pool2d_grad(in[0], in[1], s.opts()); },
+               .ref =
+                   [s](const std::vector<Array>& in) {
+                     Array dx{in[1].shape, std::vector<double>(in[1].v.size(), 0.0)};
+                     std::vector<int64_t> best = argmax_ref(in[1], s);
+                     for (size_t k = 0; k < best.size(); ++k) dx.v[size_t(best[k])] += in[0].v[k];
+                     return dx;
+                   },
+               .shapes =
+                   [s](std::mt19937& rng) {
+                     std::vector<ShapeSet> sets;
+                     for (const ShapeSet& x : pool_shapes(rng))
+                       sets.push_back({pooled(x[0], s), x[0]});
+                     return sets;
+                   },
+               .gen = test::gen_ints(-3, 3)});  // many ties: the first maximum must take them
   return cases;
 }
 
 TIDE_OP_CASES(Conv, AvgPool2d) {
   std::vector<OpCase> cases;
   for (const PoolSpec& s : pool_specs())
-    cases.push_back(OpCase{.op = OpId::avg_pool2d,
-                           .build = [s](const V& in) { return avg_pool2d(in[0], s.opts()); },
-                           .ref = [s](const std::vector<Array>& in) {
-                             const Shape ys = pooled(in[0].shape, s);
-                             Array y{ys, std::vector<double>(size_t(ys.numel()), 0.0)};
-                             const int64_t hw = in[0].shape[2] * in[0].shape[3];
-                             pool_terms(in[0].shape, s, [&](int64_t p, int64_t oy, int64_t ox,
-                                                            int64_t iy, int64_t ix) {
-                               y.v[size_t((p * ys[2] + oy) * ys[3] + ox)] +=
-                                   in[0].v[size_t(p * hw + iy * in[0].shape[3] + ix)] /
-                                   double(s.kh * s.kw);  // padding counts
-                             });
-                             return y;
-                           },
-                           .shapes = pool_shapes,
-                           .grad = true});
+    cases.push_back(
+        OpCase{.op = OpId::avg_pool2d,
+               .build = [s](const V& in) { return avg_pool2d(in[0], s.opts()); },
+               .ref =
+                   [s](const std::vector<Array>& in) {
+                     const Shape ys = pooled(in[0].shape, s);
+                     Array y{ys, std::vector<double>(size_t(ys.numel()), 0.0)};
+                     const int64_t hw = in[0].shape[2] * in[0].shape[3];
+                     pool_terms(in[0].shape, s,
+                                [&](int64_t p, int64_t oy, int64_t ox, int64_t iy, int64_t ix) {
+                                  y.v[size_t((p * ys[2] + oy) * ys[3] + ox)] +=
+                                      in[0].v[size_t(p * hw + iy * in[0].shape[3] + ix)] /
+                                      double(s.kh * s.kw);  // padding counts
+                                });
+                     return y;
+                   },
+               .shapes = pool_shapes,
+               .grad = true});
   return cases;
 }
 
@@ -306,22 +334,25 @@ TIDE_OP_CASES(Conv, AvgPool2dGrad) {
     };
     cases.push_back(OpCase{
         .op = OpId::avg_pool2d_grad,
-        .build = [s, x_shape](const V& in) {
-          return avg_pool2d_grad(in[0], x_shape(in[0].shape()), s.opts());
-        },
-        .ref = [s, x_shape](const std::vector<Array>& in) {
-          const Shape xs = x_shape(in[0].shape);
-          Array dx{xs, std::vector<double>(size_t(xs.numel()), 0.0)};
-          const int64_t oh = in[0].shape[2], ow = in[0].shape[3];
-          pool_terms(xs, s, [&](int64_t p, int64_t oy, int64_t ox, int64_t iy, int64_t ix) {
-            dx.v[size_t((p * xs[2] + iy) * xs[3] + ix)] +=
-                in[0].v[size_t((p * oh + oy) * ow + ox)] / double(s.kh * s.kw);
-          });
-          return dx;
-        },
-        .shapes = [](std::mt19937&) {
-          return std::vector<ShapeSet>{{Shape{2, 3, 3, 4}}, {Shape{1, 2, 2, 2}}};
-        }});
+        .build =
+            [s, x_shape](const V& in) {
+              return avg_pool2d_grad(in[0], x_shape(in[0].shape()), s.opts());
+            },
+        .ref =
+            [s, x_shape](const std::vector<Array>& in) {
+              const Shape xs = x_shape(in[0].shape);
+              Array dx{xs, std::vector<double>(size_t(xs.numel()), 0.0)};
+              const int64_t oh = in[0].shape[2], ow = in[0].shape[3];
+              pool_terms(xs, s, [&](int64_t p, int64_t oy, int64_t ox, int64_t iy, int64_t ix) {
+                dx.v[size_t((p * xs[2] + iy) * xs[3] + ix)] +=
+                    in[0].v[size_t((p * oh + oy) * ow + ox)] / double(s.kh * s.kw);
+              });
+              return dx;
+            },
+        .shapes =
+            [](std::mt19937&) {
+              return std::vector<ShapeSet>{{Shape{2, 3, 3, 4}}, {Shape{1, 2, 2, 2}}};
+            }});
   }
   return cases;
 }
@@ -349,7 +380,8 @@ void channel_stats(const Array& x, std::vector<double>& mean, std::vector<double
   var.assign(size_t(c), 0.0);
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t j = 0; j < s; ++j) mean[size_t(ch)] += x.v[size_t((b * c + ch) * s + j)] / double(n * s);
+      for (int64_t j = 0; j < s; ++j)
+        mean[size_t(ch)] += x.v[size_t((b * c + ch) * s + j)] / double(n * s);
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < c; ++ch)
       for (int64_t j = 0; j < s; ++j) {
@@ -395,12 +427,13 @@ std::vector<ShapeSet> bn_shapes(std::mt19937&) {
 
 TIDE_OP_CASES(Conv, BatchNorm) {
   OpCase train{.op = OpId::batch_norm,
-               .build = [](const V& in) {
-                 const int64_t c = in[0].size(1);
-                 Tensor rm = zeros({c}, in[0].dtype(), in[0].device());
-                 Tensor rv = ones({c}, in[0].dtype(), in[0].device());
-                 return batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, kEps);
-               },
+               .build =
+                   [](const V& in) {
+                     const int64_t c = in[0].size(1);
+                     Tensor rm = zeros({c}, in[0].dtype(), in[0].device());
+                     Tensor rv = ones({c}, in[0].dtype(), in[0].device());
+                     return batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, kEps);
+                   },
                .ref = [](const std::vector<Array>& in) { return bn_ref(in, true); },
                .shapes = bn_shapes,
                .tol32 = Tol{1e-5, 1e-4},
@@ -428,52 +461,55 @@ TIDE_OP_CASES(Conv, BatchNormGrad) {
   for (bool training : {true, false})
     for (int which = 0; which < 3; ++which) {
       OpCase c{.op = OpId::batch_norm_grad,
-               .build = [training, which](const V& in) {
-                 // in: dy, x, weight. The statistics come from x's values (training) or the
-                 // fixed running estimates.
-                 Array x{in[1].shape(), in[1].to_vector<double>()};
-                 const int64_t ch = x.shape[1];
-                 std::vector<double> mean, var;
-                 if (training) channel_stats(x, mean, var);
-                 else mean = eval_mean(ch), var = eval_var(ch);
-                 std::vector<double> st = mean;
-                 for (double v : var) st.push_back(1.0 / std::sqrt(v + kEps));
-                 Tensor stats = from_data(st, Shape{2, ch}, in[1].dtype(), in[1].device());
-                 BatchNormGrads g = batch_norm_grad(in[0], in[1], in[2], stats, training);
-                 return which == 0 ? g.x : which == 1 ? g.weight : g.bias;
-               },
-               .ref = [training, which](const std::vector<Array>& in) {
-                 const Array &dy = in[0], &x = in[1], &w = in[2];
-                 const int64_t n = x.shape[0], c = x.shape[1], s = x.shape.numel() / (n * c);
-                 const double m = double(n * s);
-                 std::vector<double> mean, var;
-                 if (training) channel_stats(x, mean, var);
-                 else mean = eval_mean(c), var = eval_var(c);
-                 std::vector<double> sdy(size_t(c), 0.0), sdyx(size_t(c), 0.0);
-                 auto xhat = [&](size_t k, size_t ch) {
-                   return (x.v[k] - mean[ch]) / std::sqrt(var[ch] + kEps);
-                 };
-                 for (size_t k = 0; k < x.v.size(); ++k) {
-                   const size_t ch = size_t((int64_t(k) / s) % c);
-                   sdy[ch] += dy.v[k];
-                   sdyx[ch] += dy.v[k] * xhat(k, ch);
-                 }
-                 if (which == 1) return Array{Shape{c}, sdyx};
-                 if (which == 2) return Array{Shape{c}, sdy};
-                 Array dx{x.shape, x.v};
-                 for (size_t k = 0; k < x.v.size(); ++k) {
-                   const size_t ch = size_t((int64_t(k) / s) % c);
-                   const double g = training ? dy.v[k] - sdy[ch] / m - xhat(k, ch) * sdyx[ch] / m
-                                             : dy.v[k];
-                   dx.v[k] = w.v[ch] / std::sqrt(var[ch] + kEps) * g;
-                 }
-                 return dx;
-               },
-               .shapes = [](std::mt19937& rng) {
-                 std::vector<ShapeSet> sets;
-                 for (const ShapeSet& s : bn_shapes(rng)) sets.push_back({s[0], s[0], s[1]});
-                 return sets;
-               },
+               .build =
+                   [training, which](const V& in) {
+                     // in: dy, x, weight. The statistics come from x's values (training) or the
+                     // fixed running estimates.
+                     Array x{in[1].shape(), in[1].to_vector<double>()};
+                     const int64_t ch = x.shape[1];
+                     std::vector<double> mean, var;
+                     if (training) channel_stats(x, mean, var);
+                     else mean = eval_mean(ch), var = eval_var(ch);
+                     std::vector<double> st = mean;
+                     for (double v : var) st.push_back(1.0 / std::sqrt(v + kEps));
+                     Tensor stats = from_data(st, Shape{2, ch}, in[1].dtype(), in[1].device());
+                     BatchNormGrads g = batch_norm_grad(in[0], in[1], in[2], stats, training);
+                     return which == 0 ? g.x : which == 1 ? g.weight : g.bias;
+                   },
+               .ref =
+                   [training, which](const std::vector<Array>& in) {
+                     const Array &dy = in[0], &x = in[1], &w = in[2];
+                     const int64_t n = x.shape[0], c = x.shape[1], s = x.shape.numel() / (n * c);
+                     const double m = double(n * s);
+                     std::vector<double> mean, var;
+                     if (training) channel_stats(x, mean, var);
+                     else mean = eval_mean(c), var = eval_var(c);
+                     std::vector<double> sdy(size_t(c), 0.0), sdyx(size_t(c), 0.0);
+                     auto xhat = [&](size_t k, size_t ch) {
+                       return (x.v[k] - mean[ch]) / std::sqrt(var[ch] + kEps);
+                     };
+                     for (size_t k = 0; k < x.v.size(); ++k) {
+                       const size_t ch = size_t((int64_t(k) / s) % c);
+                       sdy[ch] += dy.v[k];
+                       sdyx[ch] += dy.v[k] * xhat(k, ch);
+                     }
+                     if (which == 1) return Array{Shape{c}, sdyx};
+                     if (which == 2) return Array{Shape{c}, sdy};
+                     Array dx{x.shape, x.v};
+                     for (size_t k = 0; k < x.v.size(); ++k) {
+                       const size_t ch = size_t((int64_t(k) / s) % c);
+                       const double g =
+                           training ? dy.v[k] - sdy[ch] / m - xhat(k, ch) * sdyx[ch] / m : dy.v[k];
+                       dx.v[k] = w.v[ch] / std::sqrt(var[ch] + kEps) * g;
+                     }
+                     return dx;
+                   },
+               .shapes =
+                   [](std::mt19937& rng) {
+                     std::vector<ShapeSet> sets;
+                     for (const ShapeSet& s : bn_shapes(rng)) sets.push_back({s[0], s[0], s[1]});
+                     return sets;
+                   },
                .tol32 = Tol{1e-4, 1e-4}};
       cases.push_back(c);
     }
@@ -519,8 +555,8 @@ TIDE_OP_CASES(Conv, Flatten) {
     };
   };
   auto shapes = [](std::mt19937& rng) {
-    return std::vector<ShapeSet>{{Shape{2, 3, 4, 5}}, {test::random_shape(rng, 3, 1, 4)},
-                                 {Shape{3, 2}}, {Shape{0, 3, 2}}};
+    return std::vector<ShapeSet>{
+        {Shape{2, 3, 4, 5}}, {test::random_shape(rng, 3, 1, 4)}, {Shape{3, 2}}, {Shape{0, 3, 2}}};
   };
   OpCase c{.op = OpId::flatten,
            .build = [](const V& in) { return flatten(in[0]); },
@@ -555,8 +591,7 @@ TEST(ConvErrors, Conv2d) {
                     "groups = 3 does not divide the 4 input channels");
   EXPECT_TIDE_ERROR(conv2d(x_c6, w_o4, Tensor(), Conv2dOptions().groups(3)), "[conv2d]",
                     "groups = 3 does not divide the 4 output channels");
-  EXPECT_TIDE_ERROR(conv2d(x, w_tall), "[conv2d]", "output would be empty", "(9, 3)",
-                    "(8, 8)");
+  EXPECT_TIDE_ERROR(conv2d(x, w_tall), "[conv2d]", "output would be empty", "(9, 3)", "(8, 8)");
   EXPECT_TIDE_ERROR(conv2d(x, w, Tensor(), Conv2dOptions().dilation(4)), "[conv2d]",
                     "output would be empty", "dilation (4, 4)");
   EXPECT_TIDE_ERROR(conv2d(x, w, Tensor(), Conv2dOptions().stride(0)), "[conv2d]",
@@ -582,19 +617,19 @@ TEST(ConvErrors, PoolingBatchNormFlatten) {
   EXPECT_TIDE_ERROR(max_pool2d(x, Pool2dOptions(2).padding(2)), "[max_pool2d]",
                     "at most half the kernel", "padding (2, 2)");
   EXPECT_TIDE_ERROR(max_pool2d(x, Pool2dOptions(2).stride(0)), "[max_pool2d]", "stride >= 1");
-  EXPECT_TIDE_ERROR(max_pool2d_grad(zeros({2, 3, 3, 3}), x, Pool2dOptions(2)),
-                    "[max_pool2d_grad]", "dy (2, 3, 3, 3)", "(2, 3, 2, 2)");
+  EXPECT_TIDE_ERROR(max_pool2d_grad(zeros({2, 3, 3, 3}), x, Pool2dOptions(2)), "[max_pool2d_grad]",
+                    "dy (2, 3, 3, 3)", "(2, 3, 2, 2)");
   Tensor c3 = ones({3}), c4 = ones({4});
   EXPECT_TIDE_ERROR(batch_norm(x, c4, c3, Tensor(), Tensor(), true), "[batch_norm]",
                     "weight (4,) float32", "(C) = (3)", "(2, 3, 4, 4)");
   EXPECT_TIDE_ERROR(batch_norm(zeros({5}), c3, c3, Tensor(), Tensor(), true), "[batch_norm]",
                     "rank >= 2", "(5,)");
-  EXPECT_TIDE_ERROR(batch_norm(x, c3, c3, Tensor(), Tensor(), false), "[batch_norm]",
-                    "eval mode", "running_mean and running_var");
+  EXPECT_TIDE_ERROR(batch_norm(x, c3, c3, Tensor(), Tensor(), false), "[batch_norm]", "eval mode",
+                    "running_mean and running_var");
   EXPECT_TIDE_ERROR(batch_norm(x, c3, c3, zeros({3}), Tensor(), true), "[batch_norm]",
                     "both running_mean and running_var");
-  EXPECT_TIDE_ERROR(batch_norm(zeros({1, 3}), c3, c3, Tensor(), Tensor(), true),
-                    "[batch_norm]", "more than one value per channel", "(1, 3)");
+  EXPECT_TIDE_ERROR(batch_norm(zeros({1, 3}), c3, c3, Tensor(), Tensor(), true), "[batch_norm]",
+                    "more than one value per channel", "(1, 3)");
   EXPECT_TIDE_ERROR(batch_norm(x, c3, c3, Tensor(), Tensor(), true, 1.5), "[batch_norm]",
                     "momentum 1.5");
   EXPECT_TIDE_ERROR(flatten(zeros({})), "[flatten]", "start_dim 1", "()");
@@ -613,8 +648,12 @@ TEST(Conv, TracedBlockMatchesEagerBitwise) {
     Tensor w, b, gamma, beta, rm, rv;
   };
   auto make = [&] {
-    State s{clone(w0).requires_grad_(), clone(b0).requires_grad_(),
-            ones({8}).requires_grad_(), zeros({8}).requires_grad_(), zeros({8}), ones({8})};
+    State s{clone(w0).requires_grad_(),
+            clone(b0).requires_grad_(),
+            ones({8}).requires_grad_(),
+            zeros({8}).requires_grad_(),
+            zeros({8}),
+            ones({8})};
     return s;
   };
   auto step = [](State& s, const Tensor& in) {
@@ -641,9 +680,9 @@ TEST(Conv, TracedBlockMatchesEagerBitwise) {
 // No CUDA kernels yet: a real GPU refuses the ops before anything is queued (the fake GPU
 // of tide_ops_tests runs the CPU kernels, so the cases above ran there too).
 TEST(Conv, NoCudaKernelOnARealGpu) {
-  for (OpId id : {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad,
-                  OpId::max_pool2d, OpId::max_pool2d_grad, OpId::avg_pool2d,
-                  OpId::avg_pool2d_grad, OpId::batch_norm, OpId::batch_norm_grad})
+  for (OpId id : {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad, OpId::max_pool2d,
+                  OpId::max_pool2d_grad, OpId::avg_pool2d, OpId::avg_pool2d_grad, OpId::batch_norm,
+                  OpId::batch_norm_grad})
     EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
   if (!cuda::available(0) || cuda::runs_host_kernels(0)) GTEST_SKIP() << "no real GPU";
   EXPECT_FALSE(op_supported(Device::cuda(0), OpId::conv2d));
