@@ -40,6 +40,17 @@ int64_t grain_for(int64_t work_per_item) {
   return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, work_per_item));
 }
 
+// The outputs [lo, hi) of a row of `out` outputs whose input column o * stride - pad + off
+// lies inside [0, in): the rest read padding.
+inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t off,
+                   int64_t& lo, int64_t& hi) {
+  const int64_t first = pad - off;  // o * stride >= first
+  lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const int64_t last = in - 1 + pad - off;  // o * stride <= last
+  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  lo = std::min(lo, hi);
+}
+
 // col (cg * kh * kw rows, oh * ow columns) of one sample's group: row (c, i, j) holds the
 // input element each output position sees at window offset (i, j) of channel c, 0 in the
 // padding.
@@ -51,6 +62,8 @@ void im2col(const T* x, int64_t cg, const ConvGeom& g, T* col) {
       const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
       const T* plane = x + c * g.h * g.w;
       T* out = col + r * ohw;
+      int64_t lo, hi;
+      inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         const int64_t iy = oy * g.sh - g.ph + i * g.dh;
         T* orow = out + oy * g.ow;
@@ -58,11 +71,13 @@ void im2col(const T* x, int64_t cg, const ConvGeom& g, T* col) {
           std::fill(orow, orow + g.ow, T(0));
           continue;
         }
-        const T* xrow = plane + iy * g.w;
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int64_t ix = ox * g.sw - g.pw + j * g.dw;
-          orow[ox] = (ix >= 0 && ix < g.w) ? xrow[ix] : T(0);
-        }
+        // Input index of output ox: base + ox * sw, inside the row for ox in [lo, hi).
+        const int64_t base = iy * g.w + j * g.dw - g.pw;
+        std::fill(orow, orow + lo, T(0));
+        if (g.sw == 1) std::copy(plane + base + lo, plane + base + hi, orow + lo);
+        else
+          for (int64_t ox = lo; ox < hi; ++ox) orow[ox] = plane[base + ox * g.sw];
+        std::fill(orow + hi, orow + g.ow, T(0));
       }
     }
   });
@@ -79,15 +94,14 @@ void col2im(const T* col, int64_t cg, const ConvGeom& g, T* dx) {
       for (int64_t i = 0; i < g.kh; ++i)
         for (int64_t j = 0; j < g.kw; ++j) {
           const T* in = col + ((c * g.kh + i) * g.kw + j) * ohw;
+          int64_t lo, hi;
+          inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
           for (int64_t oy = 0; oy < g.oh; ++oy) {
             const int64_t iy = oy * g.sh - g.ph + i * g.dh;
             if (iy < 0 || iy >= g.h) continue;
-            T* xrow = plane + iy * g.w;
+            const int64_t base = iy * g.w + j * g.dw - g.pw;  // as in im2col
             const T* crow = in + oy * g.ow;
-            for (int64_t ox = 0; ox < g.ow; ++ox) {
-              const int64_t ix = ox * g.sw - g.pw + j * g.dw;
-              if (ix >= 0 && ix < g.w) xrow[ix] += crow[ox];
-            }
+            for (int64_t ox = lo; ox < hi; ++ox) plane[base + ox * g.sw] += crow[ox];
           }
         }
     }
@@ -183,14 +197,18 @@ int64_t window_argmax(const T* plane, const PoolGeom& g, int64_t oy, int64_t ox)
   const int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + g.kw, g.w);
   int64_t best = ya * g.w + xa;
   T m = plane[best];
-  for (int64_t iy = ya; iy < yb; ++iy)
+  if (std::isnan(m)) return best;
+  for (int64_t iy = ya; iy < yb; ++iy) {
+    const T* row = plane + iy * g.w;
     for (int64_t ix = xa; ix < xb; ++ix) {
-      const T v = plane[iy * g.w + ix];
-      if (v > m || (std::isnan(v) && !std::isnan(m))) {
+      const T v = row[ix];
+      if (!(v <= m)) {  // greater, or NaN: the first NaN wins
         m = v;
         best = iy * g.w + ix;
+        if (std::isnan(v)) return best;
       }
     }
+  }
   return best;
 }
 
