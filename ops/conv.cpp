@@ -384,7 +384,7 @@ BatchNormGrads batch_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& 
 // ---- flatten -------------------------------------------------------------------------------
 
 Tensor flatten(const Tensor& x, int start_dim) {
-  const char* op = "flatten";
+  const char* op = op_name(OpId::flatten);
   check_defined(x, op);
   TIDE_CHECK(x.ndim() >= 1 && start_dim >= 0 && start_dim < x.ndim(), op, "start_dim ", start_dim,
              " is outside [0, rank) for x ", describe(x));
