@@ -16,8 +16,18 @@ void Module::check_new_name(const std::string& n, const char* op) const {
   TIDE_CHECK(n.find('.') == std::string::npos, op, "name '", n, "' contains '.'");
   for (const auto& [k, v] : params_)
     TIDE_CHECK(k != n, op, "name '", n, "' is already a parameter of ", name());
+  for (const auto& [k, v] : buffers_)
+    TIDE_CHECK(k != n, op, "name '", n, "' is already a buffer of ", name());
   for (const auto& [k, v] : children_)
     TIDE_CHECK(k != n, op, "name '", n, "' is already a submodule of ", name());
+}
+
+Tensor Module::register_buffer(const std::string& n, const Tensor& t) {
+  check_new_name(n, "register_buffer");
+  TIDE_CHECK(t.defined(), "register_buffer", "buffer '", n, "' is undefined");
+  Tensor b = t.detach();
+  buffers_.emplace_back(n, b);
+  return b;
 }
 
 Tensor Module::register_parameter(const std::string& n, const Tensor& t) {
@@ -38,15 +48,30 @@ void Module::add_child(const std::string& n, std::shared_ptr<Module> m) {
   children_.emplace_back(n, std::move(m));
 }
 
-void Module::collect(const std::string& prefix,
+void Module::collect(const std::string& prefix, Which which,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [k, v] : params_) out.emplace_back(prefix + k, v);
-  for (const auto& [k, m] : children_) m->collect(prefix + k + ".", out);
+  if (which != Which::buffers)
+    for (const auto& [k, v] : params_) out.emplace_back(prefix + k, v);
+  if (which != Which::parameters)
+    for (const auto& [k, v] : buffers_) out.emplace_back(prefix + k, v);
+  for (const auto& [k, m] : children_) m->collect(prefix + k + ".", which, out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect("", out);
+  collect("", Which::parameters, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", Which::buffers, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", Which::state, out);
   return out;
 }
 
@@ -67,7 +92,7 @@ void Module::zero_grad() {
 }
 
 Module& Module::to(Device device) {
-  std::vector<std::pair<std::string, Tensor>> params = named_parameters();
+  std::vector<std::pair<std::string, Tensor>> params = named_state();
   // Refuse an unusable device first, before looking at (or touching) any parameter.
   bool usable = device.is_cpu() || (device.is_cuda() && cuda::available(device.index));
   TIDE_CHECK(usable && op_supported(device, OpId::copy_), "to", "cannot move ", name(), " (",

@@ -6,6 +6,11 @@
 // Names are dotted paths through the submodules: a Sequential holding a Linear at index 0
 // names its weight "0.weight". Order: a module's own parameters in registration order,
 // then each submodule's, depth first.
+//
+// Buffers (BatchNorm2d's running estimates) are state that is saved and moved with the
+// module but is not a parameter: no gradient, not given to optimizers. named_state() lists
+// parameters and buffers in PyTorch's state_dict order (per module: its parameters, its
+// buffers, then its submodules), which save/load use.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +51,15 @@ class Module {
     return m;
   }
 
+  // Registers `t` (detached, no grad; any dtype) as a buffer and returns the handle. Throws
+  // "[register_buffer]" for an empty, dotted or duplicate name or an undefined tensor.
+  Tensor register_buffer(const std::string& name, const Tensor& t);
+
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Parameters and buffers in state_dict order (see the top of this file).
+  std::vector<std::pair<std::string, Tensor>> named_state() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
     return children_;
   }
@@ -61,7 +73,7 @@ class Module {
   // Drops the accumulated gradient of every parameter.
   void zero_grad();
 
-  // Moves every parameter of this module and its submodules to `device`, in place (as
+  // Moves every parameter and buffer of this module and its submodules to `device`, in place (as
   // PyTorch does): each parameter keeps its handle (so optimizers and callers holding it
   // see the move) and gets a copy of its values on `device` (Tensor::to, queued); its
   // accumulated gradient is dropped. Parameters already there are untouched (CPU -> CPU
@@ -73,11 +85,13 @@ class Module {
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
-  void collect(const std::string& prefix,
+  enum class Which { parameters, buffers, state };
+  void collect(const std::string& prefix, Which which,
                std::vector<std::pair<std::string, Tensor>>& out) const;
   void check_new_name(const std::string& name, const char* op) const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

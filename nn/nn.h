@@ -1,6 +1,7 @@
 // Everything in nn/: modules and layers, initialisers, losses, safetensors save/load.
 #pragma once
 
+#include "nn/conv.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/module.h"

@@ -578,7 +578,7 @@ void load_file(Module& module, const std::string& path) {
   std::optional<uint64_t> data_len;
   if (size) data_len = *size - 8 - n;
   const std::vector<Entry> entries = parse_header(header, data_len, path);
-  Params params = module.named_parameters();
+  Params params = module.named_state();
   const std::vector<const Entry*> matched = match(params, entries, path);
 
   // Only the declared bytes. Without a size to check them against, in steps that double
@@ -610,7 +610,7 @@ void load_memory(Module& module, std::string_view bytes, const std::string& name
   check_header_length(n, bytes.size(), name);
   const std::vector<Entry> entries =
       parse_header(bytes.substr(8, size_t(n)), bytes.size() - 8 - n, name);
-  Params params = module.named_parameters();
+  Params params = module.named_state();
   const std::vector<const Entry*> matched = match(params, entries, name);
   copy_in(params, matched, bytes.data() + 8 + n);
 }
@@ -624,7 +624,7 @@ void save(const Module& module, const std::string& path) {
   std::ostringstream hdr;
   hdr << '{';
   bool first = true;
-  for (const auto& [name, param] : module.named_parameters()) {
+  for (const auto& [name, param] : module.named_state()) {
     const Tensor& t = param;  // Clang before 16 cannot capture a structured binding
     size_t begin = data.size();
     dispatch_dtype(t.dtype(), [&](auto zero) {

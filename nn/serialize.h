@@ -1,4 +1,5 @@
-// save/load of a module's named parameters in the safetensors format:
+// save/load of a module's named parameters and buffers (Module::named_state, PyTorch's
+// state_dict names and order) in the safetensors format:
 //   8 bytes: little-endian uint64 header length N (at most 100,000,000)
 //   N bytes: JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...}
 //            (optionally "__metadata__": {...}); offsets are relative to the data section
@@ -13,11 +14,11 @@
 
 namespace tide::nn {
 
-// Waits for every parameter's value and writes them, in named_parameters() order, packed
+// Waits for every parameter's and buffer's value and writes them, in named_state() order, packed
 // without gaps. Throws "[save] <path>: ..." when the file cannot be written.
 void save(const Module& module, const std::string& path);
 
-// Reads `path` and copies each tensor into the module's parameter of the same name, in
+// Reads `path` and copies each tensor into the module's parameter or buffer of the same name, in
 // place (queued copies under NoGrad; the parameter handles stay the same). Everything is
 // validated before anything is copied, so a failed load leaves the module unchanged.
 // The file is read only as far as its header declares (a device such as /dev/zero or a

@@ -26,8 +26,11 @@ enum class OpId : uint16_t {
   matmul, transpose, softmax, log_softmax, linear, one_hot,
   // gather (ops/gather.h)
   take_rows, scatter_add_rows,
+  // convolutional networks (ops/conv.h)
+  conv2d, conv2d_input_grad, conv2d_weight_grad, max_pool2d, max_pool2d_grad, avg_pool2d,
+  avg_pool2d_grad, batch_norm, batch_norm_grad,
   // views (no kernel)
-  reshape, slice, select,
+  reshape, slice, select, flatten,
   // test and demo helpers (ops/debug.h)
   fail, gate,
   // fused optimizer updates and the step counter (ops/optim.h)
@@ -39,6 +42,7 @@ enum class OpId : uint16_t {
 
 enum class OpKind : uint8_t {
   creation, elementwise, reduction, linalg, view, debug,
+  conv,  // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU only so far
   optimizer  // fused in-place updates (ops/optim.h): several outputs, not for a fuser
 };
 

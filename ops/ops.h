@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/autograd.h"
+#include "ops/conv.h"
 #include "ops/creation.h"
 #include "ops/debug.h"
 #include "ops/elementwise.h"

@@ -55,8 +55,13 @@ const Command kCommands[] = {
      "  --svg F       write memory and time-per-minibatch charts\n",
      mlp_memory_main},
     {"train",
-     "train an MLP on Fashion-MNIST (784-256-128-10, Adam) and report test accuracy",
-     "fashion-mnist [--epochs N] [--data DIR] [--save F] [--batch N] [--lr X] [--seed S]",
+     "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
+     "fashion-mnist [--model mlp|cnn] [--mode eager|traced] [--epochs N] [--data DIR] "
+     "[--save F] [--batch N] [--lr X] [--seed S]",
+     "  --model M     mlp (default: 784-256-128-10, ReLU) or cnn (two conv 3x3 / batch norm /\n"
+     "                ReLU / max-pool blocks of 32 and 64 channels, then 3136-128-10)\n"
+     "  --mode M      eager (default) or traced (the training step and the test forward\n"
+     "                captured once with trace::function and replayed)\n"
      "  --epochs N    training epochs, 1 to " + num(kMaxEpochs) + " (default 15)\n"
      "  --data DIR    directory of the IDX files (default /usr/share/datasets/fashion-mnist)\n"
      "  --save F      write the trained parameters as safetensors\n"

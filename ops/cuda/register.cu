@@ -17,8 +17,8 @@ void register_cuda_kernels(std::array<bool, size_t(OpId::count_)>& ops) {
   cuda::register_fused(ops);
   // Ops that need no kernel of their own: views share storage, from_data fills the host
   // then copies (to), and the debug ops run host code on the worker.
-  for (OpId id : {OpId::reshape, OpId::slice, OpId::select, OpId::from_data, OpId::to,
-                  OpId::fail, OpId::gate})
+  for (OpId id : {OpId::reshape, OpId::slice, OpId::select, OpId::flatten, OpId::from_data,
+                  OpId::to, OpId::fail, OpId::gate})
     ops[size_t(id)] = true;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "tests/ops/op_harness.h"
 
@@ -46,8 +47,15 @@ TEST(OpTraits, GradientTestsOnlyForDifferentiableOps) {
 // in tide_cuda_tests): a GPU without one of the ops' kernels fails here, naming it.
 TEST(OpTraits, EveryDeviceSupportsEveryOp) {
   for (Device d : test::case_devices())
-    for (const OpTraits& t : all_ops())
+    for (const OpTraits& t : all_ops()) {
+      // The convolutional family has CPU kernels only so far (issue 14): a real GPU refuses
+      // it; a host-kernel fake runs the CPU kernels. Drop this once ops/cuda has them.
+      if (t.kind == OpKind::conv && !cuda::runs_host_kernels(d.index)) {
+        EXPECT_FALSE(op_supported(d, t.id)) << t.name << " has a CUDA kernel now";
+        continue;
+      }
       EXPECT_TRUE(op_supported(d, t.id)) << t.name << " has no kernel on " << d.str();
+    }
   EXPECT_FALSE(op_supported(Device::cuda(7), OpId::add)) << "a device this process lacks";
 }
 
@@ -116,7 +124,7 @@ TEST(OpTraits, TraitsAreConsistent) {
       EXPECT_TRUE(t.in_place) << "optimizer ops update in place";
     }
     bool shaped = t.kind == OpKind::reduction || t.kind == OpKind::linalg ||
-                  t.kind == OpKind::view;
+                  t.kind == OpKind::view || t.kind == OpKind::conv;
     if (t.kind == OpKind::elementwise) {
       EXPECT_TRUE(t.elementwise) << "elementwise kind";
     }

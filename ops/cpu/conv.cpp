@@ -1,0 +1,403 @@
+// CPU entries of the convolutional-network family (ops/conv_kernels.h). Convolution is
+// im2col + one CBLAS GEMM per sample and group (the weight gradient accumulates over the
+// batch with beta = 1, the input gradient is a GEMM then col2im); pooling and batch
+// normalisation are plain loops, parallel over independent planes or channels with sums in
+// double in a fixed order, so results never depend on the thread count. Not here: Winograd
+// or FFT convolution, a direct path for 1x1 kernels, or batching samples into one GEMM.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/conv_kernels.h"
+#include "ops/op_util.h"
+
+namespace tide::kernels::cpu {
+
+using tide::detail::kParallelGrain;
+
+namespace {
+
+// Row-major c (m x n) = alpha * op(a) @ op(b) + beta * c.
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE ctb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+}
+
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, work_per_item));
+}
+
+// The outputs [lo, hi) of a row of `out` outputs whose input column o * stride - pad + off
+// lies inside [0, in): the rest read padding.
+inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t off,
+                   int64_t& lo, int64_t& hi) {
+  const int64_t first = pad - off;  // o * stride >= first
+  lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const int64_t last = in - 1 + pad - off;  // o * stride <= last
+  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  lo = std::min(lo, hi);
+}
+
+// col (cg * kh * kw rows, oh * ow columns) of one sample's group: row (c, i, j) holds the
+// input element each output position sees at window offset (i, j) of channel c, 0 in the
+// padding.
+template <class T>
+void im2col(const T* x, int64_t cg, const ConvGeom& g, T* col) {
+  const int64_t rows = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  parallel_for(rows, grain_for(ohw), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      const T* plane = x + c * g.h * g.w;
+      T* out = col + r * ohw;
+      int64_t lo, hi;
+      inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+        T* orow = out + oy * g.ow;
+        if (iy < 0 || iy >= g.h) {
+          std::fill(orow, orow + g.ow, T(0));
+          continue;
+        }
+        // Input index of output ox: base + ox * sw, inside the row for ox in [lo, hi).
+        const int64_t base = iy * g.w + j * g.dw - g.pw;
+        std::fill(orow, orow + lo, T(0));
+        if (g.sw == 1) std::copy(plane + base + lo, plane + base + hi, orow + lo);
+        else
+          for (int64_t ox = lo; ox < hi; ++ox) orow[ox] = plane[base + ox * g.sw];
+        std::fill(orow + hi, orow + g.ow, T(0));
+      }
+    }
+  });
+}
+
+// The adjoint of im2col: dx (cg planes, zeroed by the caller) += each column entry at the
+// input element it was copied from. Parallel over channels (each writes its own plane).
+template <class T>
+void col2im(const T* col, int64_t cg, const ConvGeom& g, T* dx) {
+  const int64_t ohw = g.oh * g.ow;
+  parallel_for(cg, grain_for(g.kh * g.kw * ohw), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* plane = dx + c * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T* in = col + ((c * g.kh + i) * g.kw + j) * ohw;
+          int64_t lo, hi;
+          inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            const int64_t base = iy * g.w + j * g.dw - g.pw;  // as in im2col
+            const T* crow = in + oy * g.ow;
+            for (int64_t ox = lo; ox < hi; ++ox) plane[base + ox * g.sw] += crow[ox];
+          }
+        }
+    }
+  });
+}
+
+// A column buffer reused by the calls on one worker thread.
+template <class T>
+T* column_buffer(int64_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < size_t(n)) buf.resize(size_t(n));
+  return buf.data();
+}
+
+}  // namespace
+
+template <class T>
+void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const T* x = a.x.get();
+  const T* w = a.weight.get();
+  T* y = a.y.get();
+  T* col = column_buffer<T>(k * ohw);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      im2col(x + (n * g.c + gi * cg) * g.h * g.w, cg, g, col);
+      gemm<T>(false, false, og, ohw, k, w + gi * og * k, k, col, ohw, T(0),
+              y + (n * g.o + gi * og) * ohw, ohw);
+    }
+  if (!a.has_bias) return;
+  const T* b = a.bias.get();
+  parallel_for(g.n * g.o, grain_for(ohw), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T v = b[p % g.o];
+      T* plane = y + p * ohw;
+      for (int64_t i = 0; i < ohw; ++i) plane[i] += v;
+    }
+  });
+}
+
+template <class T>
+void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const T* dy = a.dy.get();
+  const T* w = a.weight.get();
+  T* dx = a.dx.get();
+  std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
+  T* col = column_buffer<T>(k * ohw);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      // col (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw)
+      gemm<T>(true, false, k, ohw, og, w + gi * og * k, k, dy + (n * g.o + gi * og) * ohw, ohw,
+              T(0), col, ohw);
+      col2im(col, cg, g, dx + (n * g.c + gi * cg) * g.h * g.w);
+    }
+}
+
+template <class T>
+void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const T* dy = a.dy.get();
+  const T* x = a.x.get();
+  T* dw = a.dweight.get();
+  if (g.n == 0 || ohw == 0) {
+    std::fill(dw, dw + g.o * k, T(0));
+    return;
+  }
+  T* col = column_buffer<T>(k * ohw);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      im2col(x + (n * g.c + gi * cg) * g.h * g.w, cg, g, col);
+      // dw_g (og x k) (+)= dy_g (og x ohw) @ col^T (ohw x k); the first sample overwrites
+      gemm<T>(false, true, og, k, ohw, dy + (n * g.o + gi * og) * ohw, ohw, col, ohw,
+              n == 0 ? T(0) : T(1), dw + gi * og * k, k);
+    }
+}
+
+namespace {
+
+// The flat index (iy * w + ix) of the first maximum of output (oy, ox)'s window in one
+// plane; NaN wins as in PyTorch. Padding positions are skipped (they count as -infinity);
+// the front-end keeps the padding under half the window, so every window has an element.
+template <class T>
+int64_t window_argmax(const T* plane, const PoolGeom& g, int64_t oy, int64_t ox) {
+  const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  const int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + g.kh, g.h);
+  const int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + g.kw, g.w);
+  int64_t best = ya * g.w + xa;
+  T m = plane[best];
+  if (std::isnan(m)) return best;
+  for (int64_t iy = ya; iy < yb; ++iy) {
+    const T* row = plane + iy * g.w;
+    for (int64_t ix = xa; ix < xb; ++ix) {
+      const T v = row[ix];
+      if (!(v <= m)) {  // greater, or NaN: the first NaN wins
+        m = v;
+        best = iy * g.w + ix;
+        if (std::isnan(v)) return best;
+      }
+    }
+  }
+  return best;
+}
+
+// Calls f(plane index) for each of the n * c planes, in parallel.
+template <class F>
+void for_planes(const PoolGeom& g, int64_t work_per_plane, F&& f) {
+  parallel_for(g.n * g.c, grain_for(work_per_plane), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) f(p);
+  });
+}
+
+}  // namespace
+
+template <class T>
+void max_pool2d(const KernelContext&, const MaxPool2d<T>& a, const NoExtra&) {
+  const PoolGeom& g = a.g;
+  const T* x = a.x.get();
+  T* y = a.y.get();
+  for_planes(g, g.oh * g.ow * g.kh * g.kw, [&](int64_t p) {
+    const T* plane = x + p * g.h * g.w;
+    T* out = y + p * g.oh * g.ow;
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        out[oy * g.ow + ox] = plane[window_argmax(plane, g, oy, ox)];
+  });
+}
+
+template <class T>
+void max_pool2d_grad(const KernelContext&, const MaxPool2dGrad<T>& a, const NoExtra&) {
+  const PoolGeom& g = a.g;
+  const T* x = a.x.get();
+  const T* dy = a.dy.get();
+  T* dx = a.dx.get();
+  for_planes(g, g.oh * g.ow * g.kh * g.kw, [&](int64_t p) {
+    const T* plane = x + p * g.h * g.w;
+    const T* gin = dy + p * g.oh * g.ow;
+    T* gout = dx + p * g.h * g.w;
+    std::fill(gout, gout + g.h * g.w, T(0));
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        gout[window_argmax(plane, g, oy, ox)] += gin[oy * g.ow + ox];
+  });
+}
+
+template <class T>
+void avg_pool2d(const KernelContext&, const AvgPool2d<T>& a, const NoExtra&) {
+  const PoolGeom& g = a.g;
+  const T* x = a.x.get();
+  T* y = a.y.get();
+  const double inv = 1.0 / double(g.kh * g.kw);  // padding counts (count_include_pad)
+  for_planes(g, g.oh * g.ow * g.kh * g.kw, [&](int64_t p) {
+    const T* plane = x + p * g.h * g.w;
+    T* out = y + p * g.oh * g.ow;
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        double s = 0;
+        for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + g.kh, g.h); ++iy)
+          for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + g.kw, g.w); ++ix)
+            s += double(plane[iy * g.w + ix]);
+        out[oy * g.ow + ox] = T(s * inv);
+      }
+  });
+}
+
+template <class T>
+void avg_pool2d_grad(const KernelContext&, const AvgPool2dGrad<T>& a, const NoExtra&) {
+  const PoolGeom& g = a.g;
+  const T* dy = a.dy.get();
+  T* dx = a.dx.get();
+  const T inv = T(1.0 / double(g.kh * g.kw));
+  for_planes(g, g.oh * g.ow * g.kh * g.kw, [&](int64_t p) {
+    const T* gin = dy + p * g.oh * g.ow;
+    T* gout = dx + p * g.h * g.w;
+    std::fill(gout, gout + g.h * g.w, T(0));
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        const T v = gin[oy * g.ow + ox] * inv;
+        for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + g.kh, g.h); ++iy)
+          for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + g.kw, g.w); ++ix)
+            gout[iy * g.w + ix] += v;
+      }
+  });
+}
+
+template <class T>
+void batch_norm(const KernelContext&, const BatchNorm<T>& a, const NoExtra&) {
+  const int64_t n = a.n, c = a.c, s = a.s, m = n * s;
+  const T* x = a.x.get();
+  const T* w = a.weight.get();
+  const T* b = a.bias.get();
+  T* y = a.y.get();
+  T* stats = a.stats.get();
+  T* rm = a.has_running ? a.running_mean.get() : nullptr;  // required when not training
+  T* rv = a.has_running ? a.running_var.get() : nullptr;
+  parallel_for(c, grain_for(2 * m), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      double mean, invstd;
+      if (a.training) {
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = x + (i * c + ch) * s;
+          for (int64_t j = 0; j < s; ++j) sum += double(p[j]);
+        }
+        mean = sum / double(m);
+        double sq = 0;  // two passes: no cancellation for large means
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = x + (i * c + ch) * s;
+          for (int64_t j = 0; j < s; ++j) sq += (double(p[j]) - mean) * (double(p[j]) - mean);
+        }
+        const double var = sq / double(m);
+        invstd = 1.0 / std::sqrt(var + a.eps);
+        if (rm) {
+          const double mo = a.momentum;
+          rm[ch] = T((1 - mo) * double(rm[ch]) + mo * mean);
+          rv[ch] = T((1 - mo) * double(rv[ch]) + mo * (sq / double(m - 1)));
+        }
+      } else {
+        mean = double(rm[ch]);
+        invstd = 1.0 / std::sqrt(double(rv[ch]) + a.eps);
+      }
+      stats[ch] = T(mean);
+      stats[c + ch] = T(invstd);
+      const double scale = invstd * double(w[ch]), shift = double(b[ch]) - mean * scale;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* p = x + (i * c + ch) * s;
+        T* q = y + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) q[j] = T(double(p[j]) * scale + shift);
+      }
+    }
+  });
+}
+
+template <class T>
+void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoExtra&) {
+  const int64_t n = a.n, c = a.c, s = a.s, m = n * s;
+  const T* dy = a.dy.get();
+  const T* x = a.x.get();
+  const T* w = a.weight.get();
+  const T* stats = a.stats.get();
+  T* dx = a.dx.get();
+  T* dw = a.dweight.get();
+  T* db = a.dbias.get();
+  parallel_for(c, grain_for(2 * m), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const double mean = double(stats[ch]), invstd = double(stats[c + ch]);
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* p = x + (i * c + ch) * s;
+        const T* g = dy + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          sum_dy += double(g[j]);
+          sum_dy_xhat += double(g[j]) * (double(p[j]) - mean) * invstd;
+        }
+      }
+      db[ch] = T(sum_dy);
+      dw[ch] = T(sum_dy_xhat);
+      const double k = double(w[ch]) * invstd;
+      // Training: the batch's mean and variance depend on x too.
+      const double mean_dy = a.training ? sum_dy / double(m) : 0.0;
+      const double mean_dy_xhat = a.training ? sum_dy_xhat / double(m) : 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* p = x + (i * c + ch) * s;
+        const T* g = dy + (i * c + ch) * s;
+        T* q = dx + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          const double xhat = (double(p[j]) - mean) * invstd;
+          q[j] = T(k * (double(g[j]) - mean_dy - xhat * mean_dy_xhat));
+        }
+      }
+    }
+  });
+}
+
+#define TIDE_CONV(T)                                                                               \
+  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&);          \
+  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,              \
+                                     const NoExtra&);                                              \
+  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,            \
+                                      const NoExtra&);                                             \
+  template void max_pool2d<T>(const KernelContext&, const MaxPool2d<T>&, const NoExtra&);          \
+  template void max_pool2d_grad<T>(const KernelContext&, const MaxPool2dGrad<T>&, const NoExtra&); \
+  template void avg_pool2d<T>(const KernelContext&, const AvgPool2d<T>&, const NoExtra&);          \
+  template void avg_pool2d_grad<T>(const KernelContext&, const AvgPool2dGrad<T>&, const NoExtra&); \
+  template void batch_norm<T>(const KernelContext&, const BatchNorm<T>&, const NoExtra&);          \
+  template void batch_norm_grad<T>(const KernelContext&, const BatchNormGrad<T>&, const NoExtra&);
+TIDE_CONV(float)
+TIDE_CONV(double)
+#undef TIDE_CONV
+
+}  // namespace tide::kernels::cpu
