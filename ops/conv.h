@@ -1,8 +1,8 @@
 // The convolutional-network family: 2-D convolution (NCHW), max and average pooling, batch
 // normalisation and flatten, with their gradients (first order: the gradient ops below
-// record no gradient of their own). CPU kernels only (ops/cpu/conv.cpp: im2col + CBLAS
-// GEMM); on a GPU these ops throw "[op] has no CUDA kernel" until one is registered, and
-// op_supported(device, op) says so beforehand. All queued; none waits.
+// record no gradient of their own). CPU kernels in ops/cpu/conv.cpp (im2col + CBLAS GEMM);
+// on a GPU the convolutions run through cuDNN (ops/cuda/conv.cu), pooling and batch norm
+// through tide's own kernels (ops/cuda/pool_norm.cu). All queued; none waits.
 #pragma once
 
 #include <array>

@@ -1,7 +1,7 @@
 // The convolutional-network family's kernel entries (ops/kernel_entry.h): convolution and
 // its two gradients, max / average pooling and their gradients, batch normalisation and
-// its gradient. CPU implementations in ops/cpu/conv.cpp; no CUDA implementation yet (the
-// entries' CudaKernel<...>::fn stay null, so a GPU call fails loudly).
+// its gradient. CPU implementations in ops/cpu/conv.cpp; CUDA ones in ops/cuda/conv.cu
+// (convolutions, through cuDNN) and ops/cuda/pool_norm.cu (pooling, batch norm).
 #pragma once
 
 #include <cstdint>

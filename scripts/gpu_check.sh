@@ -62,7 +62,9 @@ build() {
 }
 
 tests() {
-  # Every suite; the CUDA ones (label cuda) run for real here instead of skipping.
+  # Every suite; the CUDA ones (label cuda) run for real here instead of skipping, among them
+  # the NCCL group as one rank (tests/cuda/test_cuda_dist.cpp) and every conv/pool/batch-norm
+  # case of tests/ops on cuda:0.
   run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 900
   run cuda_fault build-gpu/tests/tide_cuda_fault_test  # its checks, line by line
 }
@@ -87,6 +89,13 @@ experiments() {
   run loop "$tide" loop --device cuda --n 10000 --runs 3
   run mlp_memory "$tide" mlp-memory --device cuda --policy all --batches 50 \
     --csv "$report_dir/mlp_memory_cuda.csv"
+  # The CNN (cuDNN convolutions, tide's pooling and batch-norm kernels), when the data is here.
+  local data=/usr/share/datasets/fashion-mnist
+  if [ -d "$data" ]; then
+    run cnn_cuda "$tide" train fashion-mnist --model cnn --device cuda --epochs 2 --data "$data"
+  else
+    log "cnn_cuda: no Fashion-MNIST at $data, skipped"
+  fi
 }
 
 bench() {

@@ -14,6 +14,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/conv_kernels.h"
+#include "ops/pool_window.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -187,31 +188,6 @@ void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, cons
 
 namespace {
 
-// The flat index (iy * w + ix) of the first maximum of output (oy, ox)'s window in one
-// plane; NaN wins as in PyTorch. Padding positions are skipped (they count as -infinity);
-// the front-end keeps the padding under half the window, so every window has an element.
-template <class T>
-int64_t window_argmax(const T* plane, const PoolGeom& g, int64_t oy, int64_t ox) {
-  const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  const int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + g.kh, g.h);
-  const int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + g.kw, g.w);
-  int64_t best = ya * g.w + xa;
-  T m = plane[best];
-  if (std::isnan(m)) return best;
-  for (int64_t iy = ya; iy < yb; ++iy) {
-    const T* row = plane + iy * g.w;
-    for (int64_t ix = xa; ix < xb; ++ix) {
-      const T v = row[ix];
-      if (!(v <= m)) {  // greater, or NaN: the first NaN wins
-        m = v;
-        best = iy * g.w + ix;
-        if (std::isnan(v)) return best;
-      }
-    }
-  }
-  return best;
-}
-
 // Calls f(plane index) for each of the n * c planes, in parallel.
 template <class F>
 void for_planes(const PoolGeom& g, int64_t work_per_plane, F&& f) {
@@ -264,11 +240,10 @@ void avg_pool2d(const KernelContext&, const AvgPool2d<T>& a, const NoExtra&) {
     T* out = y + p * g.oh * g.ow;
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        const Window b = window_of(g, oy, ox);
         double s = 0;
-        for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + g.kh, g.h); ++iy)
-          for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + g.kw, g.w); ++ix)
-            s += double(plane[iy * g.w + ix]);
+        for (int64_t iy = b.ya; iy < b.yb; ++iy)
+          for (int64_t ix = b.xa; ix < b.xb; ++ix) s += double(plane[iy * g.w + ix]);
         out[oy * g.ow + ox] = T(s * inv);
       }
   });
@@ -286,11 +261,10 @@ void avg_pool2d_grad(const KernelContext&, const AvgPool2dGrad<T>& a, const NoEx
     std::fill(gout, gout + g.h * g.w, T(0));
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        const Window b = window_of(g, oy, ox);
         const T v = gin[oy * g.ow + ox] * inv;
-        for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + g.kh, g.h); ++iy)
-          for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + g.kw, g.w); ++ix)
-            gout[iy * g.w + ix] += v;
+        for (int64_t iy = b.ya; iy < b.yb; ++iy)
+          for (int64_t ix = b.xa; ix < b.xb; ++ix) gout[iy * g.w + ix] += v;
       }
   });
 }

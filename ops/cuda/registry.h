@@ -19,6 +19,8 @@ void register_matmul(OpList& ops);       // matmul.cu
 void register_rows(OpList& ops);         // rows.cu
 void register_optim(OpList& ops);        // optim.cu
 void register_gather(OpList& ops);       // gather.cu
+void register_conv(OpList& ops);         // conv.cu: convolutions through cuDNN
+void register_pool_norm(OpList& ops);    // pool_norm.cu: pooling and batch norm
 void register_fused(OpList& ops);        // fused.cu: a trace's fused chains (no op of its own)
 
 }  // namespace tide::kernels::cuda

@@ -47,15 +47,8 @@ TEST(OpTraits, GradientTestsOnlyForDifferentiableOps) {
 // in tide_cuda_tests): a GPU without one of the ops' kernels fails here, naming it.
 TEST(OpTraits, EveryDeviceSupportsEveryOp) {
   for (Device d : test::case_devices())
-    for (const OpTraits& t : all_ops()) {
-      // The convolutional family has CPU kernels only so far (issue 14): a real GPU refuses
-      // it; a host-kernel fake runs the CPU kernels. Drop this once ops/cuda has them.
-      if (t.kind == OpKind::conv && !cuda::runs_host_kernels(d.index)) {
-        EXPECT_FALSE(op_supported(d, t.id)) << t.name << " has a CUDA kernel now";
-        continue;
-      }
+    for (const OpTraits& t : all_ops())
       EXPECT_TRUE(op_supported(d, t.id)) << t.name << " has no kernel on " << d.str();
-    }
   EXPECT_FALSE(op_supported(Device::cuda(7), OpId::add)) << "a device this process lacks";
 }
 

@@ -1,0 +1,317 @@
+// CUDA launchers of the convolution entries (ops/conv_kernels.h) through cuDNN 9:
+// cudnnConvolutionForward (+ cudnnAddTensor for the bias), cudnnConvolutionBackwardData and
+// cudnnConvolutionBackwardFilter, in NCHW, cross-correlation as PyTorch's conv2d.
+//   - cuDNN is loaded with dlopen on first use (libcudnn.so.9), as cuBLASLt is: a CUDA build
+//     runs without cuDNN until a convolution reaches a GPU.
+//   - One cuDNN handle per launching thread and device (a stream's worker), set to the
+//     task's stream before each call.
+//   - The algorithm is chosen once per (entry, geometry, dtype) from cuDNN's heuristics
+//     (cudnnGet*Algorithm_v7): the first *deterministic* one whose workspace the stream's
+//     workspace holds, else the first deterministic one (its workspace then comes from the
+//     device allocator), and cached. Deterministic, so the same program gives the same bits.
+//   - float32 runs with CUDNN_FMA_MATH (no TF32), so results stay within the CPU's
+//     float32 tolerances.
+// Built only where the toolkit has cudnn.h (elsewhere register_conv registers nothing).
+// Uses cuDNN's descriptor API, not its graph API: the graph API needs cudnn_frontend, which
+// the toolkit does not ship, and the descriptor calls it would wrap are these. Pooling and
+// batch normalisation have no CUDA kernels here yet (the GPU refuses them, op_supported says
+// so). Compiled in CI; written without a GPU to run it on (scripts/gpu_check.sh runs the
+// conv cases of tests/ops on one).
+#include "ops/cuda/registry.h"
+
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "core/allocator.h"
+#include "core/shared_library.h"
+#include "ops/conv_kernels.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/scratch.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN 9 marks this API so
+
+namespace tide::kernels::cuda {
+
+namespace {
+
+// The cuDNN entry points used here, looked up once.
+struct Cudnn {
+#define TIDE_CUDNN_FN(name) decltype(&::cudnn##name) name;
+  TIDE_CUDNN_FN(Create)
+  TIDE_CUDNN_FN(SetStream)
+  TIDE_CUDNN_FN(GetErrorString)
+  TIDE_CUDNN_FN(CreateTensorDescriptor)
+  TIDE_CUDNN_FN(SetTensor4dDescriptor)
+  TIDE_CUDNN_FN(DestroyTensorDescriptor)
+  TIDE_CUDNN_FN(CreateFilterDescriptor)
+  TIDE_CUDNN_FN(SetFilter4dDescriptor)
+  TIDE_CUDNN_FN(DestroyFilterDescriptor)
+  TIDE_CUDNN_FN(CreateConvolutionDescriptor)
+  TIDE_CUDNN_FN(SetConvolution2dDescriptor)
+  TIDE_CUDNN_FN(SetConvolutionGroupCount)
+  TIDE_CUDNN_FN(SetConvolutionMathType)
+  TIDE_CUDNN_FN(DestroyConvolutionDescriptor)
+  TIDE_CUDNN_FN(GetConvolutionForwardAlgorithm_v7)
+  TIDE_CUDNN_FN(GetConvolutionForwardWorkspaceSize)
+  TIDE_CUDNN_FN(ConvolutionForward)
+  TIDE_CUDNN_FN(GetConvolutionBackwardDataAlgorithm_v7)
+  TIDE_CUDNN_FN(GetConvolutionBackwardDataWorkspaceSize)
+  TIDE_CUDNN_FN(ConvolutionBackwardData)
+  TIDE_CUDNN_FN(GetConvolutionBackwardFilterAlgorithm_v7)
+  TIDE_CUDNN_FN(GetConvolutionBackwardFilterWorkspaceSize)
+  TIDE_CUDNN_FN(ConvolutionBackwardFilter)
+  TIDE_CUDNN_FN(AddTensor)
+#undef TIDE_CUDNN_FN
+};
+
+Cudnn load() {
+  void* lib = tide::detail::load_library(
+      {"libcudnn.so.9", "libcudnn.so"}, "cuDNN", "conv2d",
+      "install cuDNN 9 for this CUDA (Debian/NVIDIA: libcudnn9-cuda-13) or add its lib "
+      "directory to LD_LIBRARY_PATH");
+  Cudnn c{};
+#define TIDE_CUDNN_BIND(name) tide::detail::bind_symbol(lib, c.name, "cudnn" #name, "cuDNN", "conv2d");
+  TIDE_CUDNN_BIND(Create)
+  TIDE_CUDNN_BIND(SetStream)
+  TIDE_CUDNN_BIND(GetErrorString)
+  TIDE_CUDNN_BIND(CreateTensorDescriptor)
+  TIDE_CUDNN_BIND(SetTensor4dDescriptor)
+  TIDE_CUDNN_BIND(DestroyTensorDescriptor)
+  TIDE_CUDNN_BIND(CreateFilterDescriptor)
+  TIDE_CUDNN_BIND(SetFilter4dDescriptor)
+  TIDE_CUDNN_BIND(DestroyFilterDescriptor)
+  TIDE_CUDNN_BIND(CreateConvolutionDescriptor)
+  TIDE_CUDNN_BIND(SetConvolution2dDescriptor)
+  TIDE_CUDNN_BIND(SetConvolutionGroupCount)
+  TIDE_CUDNN_BIND(SetConvolutionMathType)
+  TIDE_CUDNN_BIND(DestroyConvolutionDescriptor)
+  TIDE_CUDNN_BIND(GetConvolutionForwardAlgorithm_v7)
+  TIDE_CUDNN_BIND(GetConvolutionForwardWorkspaceSize)
+  TIDE_CUDNN_BIND(ConvolutionForward)
+  TIDE_CUDNN_BIND(GetConvolutionBackwardDataAlgorithm_v7)
+  TIDE_CUDNN_BIND(GetConvolutionBackwardDataWorkspaceSize)
+  TIDE_CUDNN_BIND(ConvolutionBackwardData)
+  TIDE_CUDNN_BIND(GetConvolutionBackwardFilterAlgorithm_v7)
+  TIDE_CUDNN_BIND(GetConvolutionBackwardFilterWorkspaceSize)
+  TIDE_CUDNN_BIND(ConvolutionBackwardFilter)
+  TIDE_CUDNN_BIND(AddTensor)
+#undef TIDE_CUDNN_BIND
+  return c;  // the library stays loaded for the process
+}
+
+const Cudnn& dnn() {
+  static const Cudnn c = load();  // a failed load throws and is retried on the next call
+  return c;
+}
+
+void check(cudnnStatus_t st, const char* call) {
+  if (st != CUDNN_STATUS_SUCCESS) [[unlikely]]
+    throw std::runtime_error(std::string(call) + ": " + dnn().GetErrorString(st));
+}
+
+// This thread's handle for the current device, on `stream`.
+cudnnHandle_t handle(const KernelContext& ctx) {
+  thread_local std::map<int, cudnnHandle_t> handles;  // never destroyed: lives with the thread
+  cudnnHandle_t& h = handles[ctx.device.index];
+  if (!h) check(dnn().Create(&h), "cudnnCreate");
+  check(dnn().SetStream(h, stream_of(ctx)), "cudnnSetStream");
+  return h;
+}
+
+template <class T>
+constexpr cudnnDataType_t dtype_of() {
+  return std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+}
+
+// The descriptors of one convolution (RAII).
+template <class T>
+struct ConvDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  explicit ConvDescs(const ConvGeom& g) {
+    const Cudnn& d = dnn();
+    const cudnnDataType_t t = dtype_of<T>();
+    check(d.CreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    check(d.CreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    check(d.CreateTensorDescriptor(&bias), "cudnnCreateTensorDescriptor");
+    check(d.CreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+    check(d.CreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    check(d.SetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(g.n), int(g.c), int(g.h), int(g.w)),
+          "cudnnSetTensor4dDescriptor");
+    check(d.SetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(g.n), int(g.o), int(g.oh), int(g.ow)),
+          "cudnnSetTensor4dDescriptor");
+    check(d.SetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, t, 1, int(g.o), 1, 1),
+          "cudnnSetTensor4dDescriptor");
+    check(d.SetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(g.o), int(g.c / g.groups), int(g.kh),
+                                  int(g.kw)),
+          "cudnnSetFilter4dDescriptor");
+    check(d.SetConvolution2dDescriptor(conv, int(g.ph), int(g.pw), int(g.sh), int(g.sw), int(g.dh),
+                                       int(g.dw), CUDNN_CROSS_CORRELATION, t),
+          "cudnnSetConvolution2dDescriptor");
+    check(d.SetConvolutionGroupCount(conv, int(g.groups)), "cudnnSetConvolutionGroupCount");
+    check(d.SetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  }
+  ~ConvDescs() {
+    const Cudnn& d = dnn();
+    d.DestroyConvolutionDescriptor(conv);
+    d.DestroyFilterDescriptor(w);
+    d.DestroyTensorDescriptor(bias);
+    d.DestroyTensorDescriptor(y);
+    d.DestroyTensorDescriptor(x);
+  }
+  ConvDescs(const ConvDescs&) = delete;
+  ConvDescs& operator=(const ConvDescs&) = delete;
+};
+
+// What an algorithm choice depends on.
+enum class Pass : int { forward, data, filter };
+using AlgoKey = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           size_t>;
+AlgoKey key_of(Pass p, const KernelContext& ctx, bool dbl, const ConvGeom& g) {
+  return {int(p), ctx.device.index, dbl, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph,
+          g.pw, g.dh, g.dw, g.groups, ctx.workspace ? ctx.workspace_bytes : 0};
+}
+
+struct Choice {
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+// The cached choice for key, or pick(): the first deterministic algorithm of the heuristics'
+// list (best first) whose workspace fits the stream's, else the first deterministic one.
+template <class Pick>
+Choice choose(const AlgoKey& key, Pick pick) {
+  static std::mutex mu;
+  static std::map<AlgoKey, Choice> cache;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const Choice c = pick();
+  std::lock_guard lock(mu);
+  return cache.emplace(key, c).first->second;
+}
+
+template <class Perf>
+Choice first_deterministic(const Perf* perf, int n, size_t fits, const char* what) {
+  const Perf* best = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC)
+      continue;
+    if (perf[i].memory <= fits) return {int(perf[i].algo), perf[i].memory};
+    if (!best) best = &perf[i];
+  }
+  if (!best) throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm");
+  return {int(best->algo), best->memory};
+}
+
+constexpr int kMaxAlgos = 16;
+
+size_t stream_workspace(const KernelContext& ctx) { return ctx.workspace ? ctx.workspace_bytes : 0; }
+
+template <class T>
+void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  ConvDescs<T> d(g);
+  cudnnHandle_t h = handle(ctx);
+  const Choice c = choose(key_of(Pass::forward, ctx, std::is_same_v<T, double>, g), [&] {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    check(dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
+          "cudnnGetConvolutionForwardAlgorithm_v7");
+    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d");
+  });
+  StorageRef keep;
+  void* ws = scratch(ctx, c.workspace, keep, "conv2d");
+  const T one = 1, zero = 0;
+  check(dnn().ConvolutionForward(h, &one, d.x, a.x.get(), d.w, a.weight.get(), d.conv,
+                                 cudnnConvolutionFwdAlgo_t(c.algo), ws, c.workspace, &zero, d.y,
+                                 a.y.get()),
+        "cudnnConvolutionForward");
+  if (a.has_bias)
+    check(dnn().AddTensor(h, &one, d.bias, a.bias.get(), &one, d.y, a.y.get()), "cudnnAddTensor");
+}
+
+template <class T>
+void conv2d_input_grad(const KernelContext& ctx, const Conv2dInputGrad<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  ConvDescs<T> d(g);
+  cudnnHandle_t h = handle(ctx);
+  const Choice c = choose(key_of(Pass::data, ctx, std::is_same_v<T, double>, g), [&] {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    check(dnn().GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n,
+                                                       perf),
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d_input_grad");
+  });
+  StorageRef keep;
+  void* ws = scratch(ctx, c.workspace, keep, "conv2d_input_grad");
+  const T one = 1, zero = 0;
+  check(dnn().ConvolutionBackwardData(h, &one, d.w, a.weight.get(), d.y, a.dy.get(), d.conv,
+                                      cudnnConvolutionBwdDataAlgo_t(c.algo), ws, c.workspace,
+                                      &zero, d.x, a.dx.get()),
+        "cudnnConvolutionBackwardData");
+}
+
+template <class T>
+void conv2d_weight_grad(const KernelContext& ctx, const Conv2dWeightGrad<T>& a, const NoExtra&) {
+  const ConvGeom& g = a.g;
+  ConvDescs<T> d(g);
+  cudnnHandle_t h = handle(ctx);
+  const Choice c = choose(key_of(Pass::filter, ctx, std::is_same_v<T, double>, g), [&] {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    check(dnn().GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos, &n,
+                                                         perf),
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d_weight_grad");
+  });
+  StorageRef keep;
+  void* ws = scratch(ctx, c.workspace, keep, "conv2d_weight_grad");
+  const T one = 1, zero = 0;
+  check(dnn().ConvolutionBackwardFilter(h, &one, d.x, a.x.get(), d.y, a.dy.get(), d.conv,
+                                        cudnnConvolutionBwdFilterAlgo_t(c.algo), ws, c.workspace,
+                                        &zero, d.w, a.dweight.get()),
+        "cudnnConvolutionBackwardFilter");
+}
+
+template <class T>
+void register_for() {
+  CudaKernel<Conv2dForward<T>, NoExtra>::fn = &conv2d<T>;
+  CudaKernel<Conv2dInputGrad<T>, NoExtra>::fn = &conv2d_input_grad<T>;
+  CudaKernel<Conv2dWeightGrad<T>, NoExtra>::fn = &conv2d_weight_grad<T>;
+}
+
+}  // namespace
+
+void register_conv(OpList& ops) {
+  register_for<float>();
+  register_for<double>();
+  ops[size_t(OpId::conv2d)] = true;
+  ops[size_t(OpId::conv2d_input_grad)] = true;
+  ops[size_t(OpId::conv2d_weight_grad)] = true;
+}
+
+}  // namespace tide::kernels::cuda
+
+#pragma GCC diagnostic pop
+
+#else  // a toolkit without cuDNN's headers: the GPU has no convolution kernels
+
+namespace tide::kernels::cuda {
+void register_conv(OpList&) {}
+}  // namespace tide::kernels::cuda
+
+#endif
