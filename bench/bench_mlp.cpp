@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/blas_threads.h"  // the BLAS's thread count, whichever library TIDE_BLAS chose
+#include "bench/step_profile.h"
 #include "bench/textbook_mlp.h"
 #include "nn/nn.h"
 #include "tide.h"
@@ -145,10 +146,8 @@ BENCHMARK(BM_TextbookMlpStep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// Where a step's time goes, from the profiler's per-op start/end on the worker: per step,
-// the time inside matmul ops, inside every other op, and the worker's idle gaps between
-// ops (queue hand-offs, the frontend's sync). The label names the costliest other ops.
-// Manual time = the profiled steps' wall time; the profiler's own cost is in it.
+// Where a step's time goes (bench/step_profile.h): matmul ops against every other op and
+// the worker's idle gaps. Manual time = the profiled steps' wall time.
 void BM_TextbookMlpStepProfile(benchmark::State& state) {
   tide::Generator gen{kSeed};
   auto net = textbook_mlp(gen);
@@ -156,43 +155,17 @@ void BM_TextbookMlpStepProfile(benchmark::State& state) {
   Tensor x = tide::randn({kBatch, kIn}, tide::DType::float32, gen);
   Tensor y = tide::ones({kBatch, kOut});
   tide::wait_all();
-  double gemm_ms = 0, other_ms = 0, idle_ms = 0, gemms = 0, others = 0;
-  std::map<std::string, double> by_op;
+  StepProfile prof({"matmul"});
   for (auto _ : state) {
-    tide::profiler::start();
-    auto t0 = std::chrono::steady_clock::now();
+    prof.begin();
     opt.zero_grad();
     Tensor loss = tide::nn::l2_loss((*net)(x), y);
     loss.backward();
     opt.step();
     tide::wait_all();
-    auto t1 = std::chrono::steady_clock::now();
-    tide::profiler::stop();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    std::vector<tide::profiler::OpRecord> ops = tide::profiler::ops();
-    std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.start_ns < b.start_ns; });
-    for (size_t i = 0; i < ops.size(); ++i) {
-      double ms = 1e-6 * double(ops[i].end_ns - ops[i].start_ns);
-      bool gemm = std::string(ops[i].op) == "matmul";
-      (gemm ? gemm_ms : other_ms) += ms;
-      (gemm ? gemms : others) += 1;
-      if (!gemm) by_op[ops[i].op] += ms;
-      if (i > 0) idle_ms += 1e-6 * double(std::max<int64_t>(0, ops[i].start_ns - ops[i - 1].end_ns));
-    }
+    state.SetIterationTime(prof.end());
   }
-  double n = double(state.iterations());
-  state.counters["gemm_ms"] = gemm_ms / n;
-  state.counters["other_ms"] = other_ms / n;
-  state.counters["idle_ms"] = idle_ms / n;
-  state.counters["gemm_ops"] = gemms / n;
-  state.counters["other_ops"] = others / n;
-  std::vector<std::pair<double, std::string>> top;
-  for (auto& [op, ms] : by_op) top.push_back({ms / n, op});
-  std::sort(top.rbegin(), top.rend());
-  std::string label;
-  for (size_t i = 0; i < std::min<size_t>(6, top.size()); ++i)
-    label += top[i].second + "=" + std::to_string(top[i].first).substr(0, 5) + "ms ";
-  state.SetLabel(label);
+  prof.report(state, "gemm");
 }
 BENCHMARK(BM_TextbookMlpStepProfile)->UseManualTime()->Unit(benchmark::kMillisecond);
 

@@ -41,24 +41,8 @@ out=${OUT:-$(mktemp -d /tmp/tide-ddp.XXXXXX)}
 mkdir -p "$out"
 
 # ---- the venv (shared with run.sh; only torch + numpy needed here) -------------------------
-req="$here/requirements.txt"
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "== creating the venv $venv"
-  "$py" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
-torch_pin=$(grep -E '^torch==' "$req")
-numpy_pin=$(grep -E '^numpy==' "$req")
-if ! "$vpy" -c "import torch, numpy" 2>/dev/null; then
-  echo "== installing $torch_pin $numpy_pin into $venv"
-  if curl -sf -o /dev/null --max-time 15 https://download.pytorch.org/whl/cpu/torch/; then
-    echo "   download.pytorch.org answers: the CPU-only $torch_pin"
-    "$vpy" -m pip install "$torch_pin" --index-url https://download.pytorch.org/whl/cpu
-  else
-    echo "   download.pytorch.org does not answer: the default PyPI wheel (pulls CUDA wheels, ~3 GB)"
-  fi
-  "$vpy" -m pip install "$torch_pin" "$numpy_pin"
-fi
+. "$here/venv.sh"
+peers_venv_torch  # sets vpy
 
 # ---- machine context -------------------------------------------------------------------------
 load() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -40,26 +40,8 @@ bench="$build/bench/tide_bench"
 [[ -x "$bench" ]] || { echo "no $bench: build tide with -DTIDE_BUILD_BENCH=ON" >&2; exit 1; }
 
 # ---- the venv ------------------------------------------------------------------------------
-req="$here/requirements.txt"
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "== creating the venv $venv"
-  "$py" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
-stamp="$venv/.tide-peers-requirements.sha256"
-want=$(sha256sum "$req" | cut -d' ' -f1)
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  echo "== installing $req into $venv"
-  "$vpy" -m pip install -q --upgrade pip
-  torch_pin=$(grep -E '^torch==' "$req" || true)
-  if [[ -n "$torch_pin" ]] &&
-     curl -sf -o /dev/null --max-time 15 https://download.pytorch.org/whl/cpu/torch/; then
-    echo "   download.pytorch.org answers: the CPU-only $torch_pin first"
-    "$vpy" -m pip install "$torch_pin" --index-url https://download.pytorch.org/whl/cpu
-  fi
-  "$vpy" -m pip install -r "$req"
-  echo "$want" > "$stamp"
-fi
+. "$here/venv.sh"
+peers_venv_full  # sets vpy
 
 # ---- machine context -------------------------------------------------------------------------
 load() { cut -d' ' -f1-3 /proc/loadavg; }

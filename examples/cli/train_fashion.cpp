@@ -42,6 +42,7 @@
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/fashion_cnn.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
 #include "tide.h"
@@ -83,23 +84,6 @@ std::shared_ptr<nn::Sequential> make_mlp(int64_t features, Generator& gen) {
       std::make_shared<nn::Linear>(nn::LinearOptions(256, 128), gen),
       std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(nn::LinearOptions(128, 10), gen)});
-}
-
-// Two conv blocks and a classifier over (N, 1, rows, cols) images (rows, cols divisible by 4).
-std::shared_ptr<nn::Sequential> make_cnn(int64_t rows, int64_t cols, Generator& gen) {
-  auto net = std::make_shared<nn::Sequential>();
-  for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 32}, {32, 64}}) {
-    net->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(in, out, 3).padding(1), gen));
-    net->push_back(std::make_shared<nn::BatchNorm2d>(out));
-    net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::MaxPool2d>(Pool2dOptions(2)));
-  }
-  net->push_back(std::make_shared<nn::Flatten>());
-  net->push_back(
-      std::make_shared<nn::Linear>(nn::LinearOptions(64 * (rows / 4) * (cols / 4), 128), gen));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(128, 10), gen));
-  return net;
 }
 
 }  // namespace
@@ -189,7 +173,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
         << batch / ranks << " per rank, gradients averaged after each backward\n";
 
   Generator gen{static_cast<uint64_t>(seed)};
-  auto net = cnn ? make_cnn(rows, cols, gen) : make_mlp(features, gen);
+  auto net = cnn ? examples::fashion_cnn(rows, cols, gen) : make_mlp(features, gen);
   const double target = cnn ? kTargetCnn : kTargetMlp;
   // The data comes as rows of pixels; the CNN takes (N, 1, rows, cols) images (a view).
   auto forward = [&net, cnn, rows, cols](const Tensor& x) {

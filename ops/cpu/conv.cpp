@@ -2,11 +2,15 @@
 // im2col + one CBLAS GEMM per sample and group (the weight gradient accumulates over the
 // batch with beta = 1, the input gradient is a GEMM then col2im); pooling and batch
 // normalisation are plain loops, parallel over independent planes or channels with sums in
-// double in a fixed order, so results never depend on the thread count. Not here: Winograd
-// or FFT convolution, a direct path for 1x1 kernels, or batching samples into one GEMM.
+// double in a fixed order (ops/cpu/lane_sum.h), so results never depend on the thread
+// count. Not here: Winograd or FFT convolution, or a direct path for 1x1 kernels. Batching
+// a chunk of samples into one GEMM was tried and measured ~10% slower on the CNN's 14 x 14
+// layer (2-core EPYC VM): the chunk's columns no longer fit in L2, and the larger GEMM's
+// gain did not pay for that.
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -14,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/conv_kernels.h"
+#include "ops/cpu/lane_sum.h"
 #include "ops/pool_window.h"
 #include "ops/op_util.h"
 
@@ -196,6 +201,49 @@ void for_planes(const PoolGeom& g, int64_t work_per_plane, F&& f) {
   });
 }
 
+// window_argmax for KH x KW windows that lie inside the plane (no padding), with the
+// window's size known to the compiler and no branch on the data: the maximum as a chain
+// of max instructions (NaN tracked aside), then the first element equal to it, or the
+// first NaN, as the lowest bit of a hit mask. window_argmax's compare-and-replace loop ran
+// ~40 cycles per 2x2 window (mispredicted branches on random data).
+template <int KH, int KW, class T, class F>
+void inside_window_maxima(const T* plane, const PoolGeom& g, F& f) {
+  constexpr int K = KH * KW;
+  static_assert(K <= 32, "the hit mask is 32 bits");
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t at0 = oy * g.sh * g.w + ox * g.sw;
+      T v[K];
+      for (int i = 0; i < KH; ++i)
+        for (int j = 0; j < KW; ++j) v[i * KW + j] = plane[at0 + i * g.w + j];
+      T m = v[0];
+      for (int k = 1; k < K; ++k) m = v[k] > m ? v[k] : m;
+      uint32_t eq = 0, nan = 0;
+      for (int k = 0; k < K; ++k) {
+        eq |= uint32_t(v[k] == m) << k;
+        nan |= uint32_t(v[k] != v[k]) << k;
+      }
+      const int best = std::countr_zero(nan | (eq & (0u - uint32_t(nan == 0))));
+      f(oy * g.ow + ox, at0 + (best / KW) * g.w + best % KW, v[best]);
+    }
+}
+
+// Calls f(output index, flat index of its window's first maximum, that maximum) for every
+// output of one plane, in order. The common windows without padding take the unrolled
+// path.
+template <class T, class F>
+void for_window_maxima(const T* plane, const PoolGeom& g, F&& f) {
+  if (g.ph == 0 && g.pw == 0) {
+    if (g.kh == 2 && g.kw == 2) return inside_window_maxima<2, 2>(plane, g, f);
+    if (g.kh == 3 && g.kw == 3) return inside_window_maxima<3, 3>(plane, g, f);
+  }
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t at = window_argmax(plane, g, oy, ox);
+      f(oy * g.ow + ox, at, plane[at]);
+    }
+}
+
 }  // namespace
 
 template <class T>
@@ -206,9 +254,7 @@ void max_pool2d(const KernelContext&, const MaxPool2d<T>& a, const NoExtra&) {
   for_planes(g, g.oh * g.ow * g.kh * g.kw, [&](int64_t p) {
     const T* plane = x + p * g.h * g.w;
     T* out = y + p * g.oh * g.ow;
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox)
-        out[oy * g.ow + ox] = plane[window_argmax(plane, g, oy, ox)];
+    for_window_maxima(plane, g, [&](int64_t o, int64_t, T m) { out[o] = m; });
   });
 }
 
@@ -223,9 +269,7 @@ void max_pool2d_grad(const KernelContext&, const MaxPool2dGrad<T>& a, const NoEx
     const T* gin = dy + p * g.oh * g.ow;
     T* gout = dx + p * g.h * g.w;
     std::fill(gout, gout + g.h * g.w, T(0));
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox)
-        gout[window_argmax(plane, g, oy, ox)] += gin[oy * g.ow + ox];
+    for_window_maxima(plane, g, [&](int64_t o, int64_t at, T) { gout[at] += gin[o]; });
   });
 }
 
@@ -286,13 +330,16 @@ void batch_norm(const KernelContext&, const BatchNorm<T>& a, const NoExtra&) {
         double sum = 0;
         for (int64_t i = 0; i < n; ++i) {
           const T* p = x + (i * c + ch) * s;
-          for (int64_t j = 0; j < s; ++j) sum += double(p[j]);
+          sum += lane_sum<double>(s, [p](int64_t j) { return double(p[j]); });
         }
         mean = sum / double(m);
         double sq = 0;  // two passes: no cancellation for large means
         for (int64_t i = 0; i < n; ++i) {
           const T* p = x + (i * c + ch) * s;
-          for (int64_t j = 0; j < s; ++j) sq += (double(p[j]) - mean) * (double(p[j]) - mean);
+          sq += lane_sum<double>(s, [p, mean](int64_t j) {
+            const double d = double(p[j]) - mean;
+            return d * d;
+          });
         }
         const double var = sq / double(m);
         invstd = 1.0 / std::sqrt(var + a.eps);
@@ -334,11 +381,11 @@ void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoEx
       for (int64_t i = 0; i < n; ++i) {
         const T* p = x + (i * c + ch) * s;
         const T* g = dy + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) {
-          sum_dy += double(g[j]);
-          sum_dy_xhat += double(g[j]) * (double(p[j]) - mean) * invstd;
-        }
+        sum_dy += lane_sum<double>(s, [g](int64_t j) { return double(g[j]); });
+        sum_dy_xhat += lane_sum<double>(
+            s, [p, g, mean](int64_t j) { return double(g[j]) * (double(p[j]) - mean); });
       }
+      sum_dy_xhat *= invstd;
       db[ch] = T(sum_dy);
       dw[ch] = T(sum_dy_xhat);
       const double k = double(w[ch]) * invstd;

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/lane_sum.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -19,12 +20,11 @@ namespace {
 
 template <class T> using Acc = SumAcc<T>;
 
-// Sums x[k*stride], k < n, blockwise in a fixed order.
+// Sums x[0..n) in a fixed order (ops/cpu/lane_sum.h). One serial sum ran at a quarter
+// of the memory's rate: a conv's bias gradient, 128 x 32 rows of 784, took 10 ms.
 template <class T>
-Acc<T> sum_strided(const T* x, int64_t n, int64_t stride) {
-  Acc<T> s = 0;
-  for (int64_t k = 0; k < n; ++k) s += Acc<T>(x[k * stride]);
-  return s;
+Acc<T> sum_contiguous(const T* x, int64_t n) {
+  return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(x[k]); });
 }
 
 template <class T, class O>
@@ -50,7 +50,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       parallel_for(blocks, 2, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           int64_t lo = b * kBlock, hi = std::min(g.n, lo + kBlock);
-          part[size_t(b)] = sum_strided(x + lo, hi - lo, 1);
+          part[size_t(b)] = sum_contiguous(x + lo, hi - lo);
         }
       });
       Acc<T> s = 0;
@@ -59,6 +59,15 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       return;
     }
     int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
+    if (g.inner == 1) {  // rows of n contiguous elements
+      parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          const Acc<T> acc = sum_contiguous(x + o * g.n, g.n);
+          y[o] = kind == ReduceKind::mean ? O(acc_to_double(acc) * scale) : O(acc);
+        }
+      });
+      return;
+    }
     parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
       // Accumulators on the stack for the common small case; the heap for wide rows.
       constexpr int64_t kStack = 256;

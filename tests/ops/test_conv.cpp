@@ -222,7 +222,9 @@ struct PoolSpec {
 };
 
 std::vector<PoolSpec> pool_specs() {
-  return {{2, 2, 2, 2, 0, 0}, {3, 3, 2, 2, 1, 1}, {2, 3, 1, 2, 1, 0}, {3, 2, 3, 1, 0, 1}};
+  // 2x2 and 3x3 without padding take the CPU's unrolled path, the others the generic one.
+  return {{2, 2, 2, 2, 0, 0}, {3, 3, 1, 1, 0, 0}, {3, 3, 2, 2, 1, 1}, {2, 3, 1, 2, 1, 0},
+          {3, 2, 3, 1, 0, 1}};
 }
 
 std::vector<ShapeSet> pool_shapes(std::mt19937&) {
@@ -369,6 +371,29 @@ TIDE_OP_TEST(Conv, MaxPoolTiesGoToTheFirst, {OpId::max_pool2d_grad, Check::value
   EXPECT_EQ(max_pool2d(neg, Pool2dOptions(3).stride(1).padding(1)).to_vector<float>(),
             (std::vector<float>{-1, -1, -1, -1}))
       << "padding counts as -infinity, not 0";
+}
+
+// A NaN in a window wins (PyTorch's rule) and takes the gradient: the first NaN when there
+// are several, on the unrolled 2x2 / 3x3 path and the generic (padded) one alike.
+TIDE_OP_TEST(Conv, MaxPoolNanWins, {OpId::max_pool2d_grad, Check::value}) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Pool2dOptions& opt : {Pool2dOptions(2), Pool2dOptions(3).stride(1),
+                                   Pool2dOptions(3).stride(1).padding(1)}) {
+    // 4x4 with NaNs at (0, 1) and (1, 0), both in the first window; 9 the largest number.
+    Tensor x = from_vector<float>({1, nan, 2, 3, nan, 9, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4},
+                                  Shape{1, 1, 4, 4})
+                   .requires_grad_();
+    Tensor y = max_pool2d(x, opt);
+    EXPECT_TRUE(std::isnan(y.to_vector<float>()[0])) << "the first window holds NaNs";
+    // The gradient of the first window's output alone.
+    std::vector<float> first(size_t(y.numel()), 0.0f);
+    first[0] = 1.0f;
+    sum(y * from_vector<float>(first, y.shape())).backward();
+    const std::vector<float> g = x.grad().to_vector<float>();
+    EXPECT_EQ(g[1], 1.0f) << "the first NaN in row-major order takes the gradient";
+    EXPECT_EQ(g[4], 0.0f) << "the second NaN does not";
+    EXPECT_EQ(g[5], 0.0f) << "nor the largest number";
+  }
 }
 
 // ---- batch normalisation -------------------------------------------------------------------
