@@ -188,8 +188,13 @@ Tensor conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Shape& weight
 
 // ---- pooling -------------------------------------------------------------------------------
 
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
-  const OpId id = OpId::max_pool2d;
+namespace {
+
+// The shared part of max_pool2d and avg_pool2d: checks, the output, the queued kernel
+// (Args<T>{x, y, geometry}; kernel_of(T{}) names the CPU entry).
+template <template <class> class Args, class KernelOf>
+Tensor pool_forward(OpId id, const Tensor& x, const Pool2dOptions& opt, KernelOf kernel_of,
+                    Site site) {
   const char* op = op_name(id);
   check_defined(x, op);
   check_supported(x, id);
@@ -199,10 +204,19 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
   if (y.numel() > 0)
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::queue(id, x.device(), {x.storage()}, {y.storage()}, &kernels::cpu::max_pool2d<T>,
-                     kernels::MaxPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{}, site);
+      kernels::queue(id, x.device(), {x.storage()}, {y.storage()}, kernel_of(z),
+                     Args<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{}, site);
     });
-  autograd::record(op, y, {&x}, [x = x.detach(), opt](const Tensor& gy) {
+  return y;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
+  Tensor y = pool_forward<kernels::MaxPool2d>(
+      OpId::max_pool2d, x, opt, [](auto z) { return &kernels::cpu::max_pool2d<decltype(z)>; },
+      site);
+  autograd::record(op_name(OpId::max_pool2d), y, {&x}, [x = x.detach(), opt](const Tensor& gy) {
     return Grads{max_pool2d_grad(gy, x, opt)};
   });
   return y;
@@ -228,22 +242,13 @@ Tensor max_pool2d_grad(const Tensor& dy, const Tensor& x, const Pool2dOptions& o
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
-  const OpId id = OpId::avg_pool2d;
-  const char* op = op_name(id);
-  check_defined(x, op);
-  check_supported(x, id);
-  check_floating(x, op);
-  const kernels::PoolGeom g = pool_geom(op, x.shape(), opt);
-  Tensor y = Tensor::empty(Shape{g.n, g.c, g.oh, g.ow}, x.dtype(), x.device(), op);
-  if (y.numel() > 0)
-    dispatch_floating(x.dtype(), [&](auto z) {
-      using T = decltype(z);
-      kernels::queue(id, x.device(), {x.storage()}, {y.storage()}, &kernels::cpu::avg_pool2d<T>,
-                     kernels::AvgPool2d<T>{x.ref<T>(), y.ref<T>(), g}, kernels::NoExtra{}, site);
-    });
-  autograd::record(op, y, {&x}, [shape = x.shape(), opt](const Tensor& gy) {
-    return Grads{avg_pool2d_grad(gy, shape, opt)};
-  });
+  Tensor y = pool_forward<kernels::AvgPool2d>(
+      OpId::avg_pool2d, x, opt, [](auto z) { return &kernels::cpu::avg_pool2d<decltype(z)>; },
+      site);
+  autograd::record(op_name(OpId::avg_pool2d), y, {&x},
+                   [shape = x.shape(), opt](const Tensor& gy) {
+                     return Grads{avg_pool2d_grad(gy, shape, opt)};
+                   });
   return y;
 }
 

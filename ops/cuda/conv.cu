@@ -14,9 +14,9 @@
 // Built only where the toolkit has cudnn.h (elsewhere register_conv registers nothing).
 // Uses cuDNN's descriptor API, not its graph API: the graph API needs cudnn_frontend, which
 // the toolkit does not ship, and the descriptor calls it would wrap are these. Pooling and
-// batch normalisation have no CUDA kernels here yet (the GPU refuses them, op_supported says
-// so). Compiled in CI; written without a GPU to run it on (scripts/gpu_check.sh runs the
-// conv cases of tests/ops on one).
+// batch normalisation are tide's own kernels (ops/cuda/pool_norm.cu). Compiled in CI;
+// written without a GPU to run it on (scripts/gpu_check.sh runs the conv cases of
+// tests/ops on one).
 #include "ops/cuda/registry.h"
 
 #if __has_include(<cudnn.h>)
@@ -220,71 +220,80 @@ constexpr int kMaxAlgos = 16;
 
 size_t stream_workspace(const KernelContext& ctx) { return ctx.workspace ? ctx.workspace_bytes : 0; }
 
-template <class T>
-void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
+// One cuDNN pass: the descriptors, this thread's handle, the cached algorithm choice
+// (find(h, d, perf, n) fills cuDNN's heuristics list), its workspace, then
+// run(h, d, algo, workspace, bytes).
+template <class T, class Perf, class Find, class Run>
+void run_pass(const KernelContext& ctx, const ConvGeom& g, Pass pass, const char* op, Find find,
+              Run run) {
   ConvDescs<T> d(g);
   cudnnHandle_t h = handle(ctx);
-  const Choice c = choose(key_of(Pass::forward, ctx, std::is_same_v<T, double>, g), [&] {
-    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+  const Choice c = choose(key_of(pass, ctx, std::is_same_v<T, double>, g), [&] {
+    Perf perf[kMaxAlgos];
     int n = 0;
-    check(dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
-          "cudnnGetConvolutionForwardAlgorithm_v7");
-    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d");
+    find(h, d, perf, n);
+    return first_deterministic(perf, n, stream_workspace(ctx), op);
   });
   StorageRef keep;
-  void* ws = scratch(ctx, c.workspace, keep, "conv2d");
-  const T one = 1, zero = 0;
-  check(dnn().ConvolutionForward(h, &one, d.x, a.x.get(), d.w, a.weight.get(), d.conv,
-                                 cudnnConvolutionFwdAlgo_t(c.algo), ws, c.workspace, &zero, d.y,
-                                 a.y.get()),
-        "cudnnConvolutionForward");
-  if (a.has_bias)
-    check(dnn().AddTensor(h, &one, d.bias, a.bias.get(), &one, d.y, a.y.get()), "cudnnAddTensor");
+  void* ws = scratch(ctx, c.workspace, keep, op);
+  run(h, d, c.algo, ws, c.workspace);
+}
+
+template <class T>
+void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&) {
+  run_pass<T, cudnnConvolutionFwdAlgoPerf_t>(
+      ctx, a.g, Pass::forward, "conv2d",
+      [](cudnnHandle_t h, const ConvDescs<T>& d, auto* perf, int& n) {
+        check(dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n,
+                                                      perf),
+              "cudnnGetConvolutionForwardAlgorithm_v7");
+      },
+      [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
+        const T one = 1, zero = 0;
+        check(dnn().ConvolutionForward(h, &one, d.x, a.x.get(), d.w, a.weight.get(), d.conv,
+                                       cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, d.y,
+                                       a.y.get()),
+              "cudnnConvolutionForward");
+        if (a.has_bias)
+          check(dnn().AddTensor(h, &one, d.bias, a.bias.get(), &one, d.y, a.y.get()),
+                "cudnnAddTensor");
+      });
 }
 
 template <class T>
 void conv2d_input_grad(const KernelContext& ctx, const Conv2dInputGrad<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
-  ConvDescs<T> d(g);
-  cudnnHandle_t h = handle(ctx);
-  const Choice c = choose(key_of(Pass::data, ctx, std::is_same_v<T, double>, g), [&] {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-    int n = 0;
-    check(dnn().GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n,
-                                                       perf),
-          "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d_input_grad");
-  });
-  StorageRef keep;
-  void* ws = scratch(ctx, c.workspace, keep, "conv2d_input_grad");
-  const T one = 1, zero = 0;
-  check(dnn().ConvolutionBackwardData(h, &one, d.w, a.weight.get(), d.y, a.dy.get(), d.conv,
-                                      cudnnConvolutionBwdDataAlgo_t(c.algo), ws, c.workspace,
-                                      &zero, d.x, a.dx.get()),
-        "cudnnConvolutionBackwardData");
+  run_pass<T, cudnnConvolutionBwdDataAlgoPerf_t>(
+      ctx, a.g, Pass::data, "conv2d_input_grad",
+      [](cudnnHandle_t h, const ConvDescs<T>& d, auto* perf, int& n) {
+        check(dnn().GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos,
+                                                           &n, perf),
+              "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      },
+      [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
+        const T one = 1, zero = 0;
+        check(dnn().ConvolutionBackwardData(h, &one, d.w, a.weight.get(), d.y, a.dy.get(), d.conv,
+                                            cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero,
+                                            d.x, a.dx.get()),
+              "cudnnConvolutionBackwardData");
+      });
 }
 
 template <class T>
 void conv2d_weight_grad(const KernelContext& ctx, const Conv2dWeightGrad<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
-  ConvDescs<T> d(g);
-  cudnnHandle_t h = handle(ctx);
-  const Choice c = choose(key_of(Pass::filter, ctx, std::is_same_v<T, double>, g), [&] {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-    int n = 0;
-    check(dnn().GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos, &n,
-                                                         perf),
-          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    return first_deterministic(perf, n, stream_workspace(ctx), "conv2d_weight_grad");
-  });
-  StorageRef keep;
-  void* ws = scratch(ctx, c.workspace, keep, "conv2d_weight_grad");
-  const T one = 1, zero = 0;
-  check(dnn().ConvolutionBackwardFilter(h, &one, d.x, a.x.get(), d.y, a.dy.get(), d.conv,
-                                        cudnnConvolutionBwdFilterAlgo_t(c.algo), ws, c.workspace,
-                                        &zero, d.w, a.dweight.get()),
-        "cudnnConvolutionBackwardFilter");
+  run_pass<T, cudnnConvolutionBwdFilterAlgoPerf_t>(
+      ctx, a.g, Pass::filter, "conv2d_weight_grad",
+      [](cudnnHandle_t h, const ConvDescs<T>& d, auto* perf, int& n) {
+        check(dnn().GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos,
+                                                             &n, perf),
+              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      },
+      [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
+        const T one = 1, zero = 0;
+        check(dnn().ConvolutionBackwardFilter(h, &one, d.x, a.x.get(), d.y, a.dy.get(), d.conv,
+                                              cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes,
+                                              &zero, d.w, a.dweight.get()),
+              "cudnnConvolutionBackwardFilter");
+      });
 }
 
 template <class T>

@@ -233,9 +233,12 @@ void avg_pool2d_grad(const KernelContext& ctx, const AvgPool2dGrad<T>& a, const 
                                                                        a.g);
 }
 
+// An empty batch (eval mode only: training refuses it) still runs one block per channel:
+// the statistics (from the running estimates) and, in the gradient, the zero sums of
+// dweight and dbias are written, as on the CPU.
 template <class T>
 void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&) {
-  if (a.c == 0 || a.n * a.s == 0) return;
+  if (a.c == 0) return;
   const bool running = a.has_running || !a.training;  // eval reads the running estimates
   BnFwd<T> k{a.x.get(), a.weight.get(), a.bias.get(),
              running ? a.running_mean.get() : nullptr, running ? a.running_var.get() : nullptr,
@@ -246,7 +249,7 @@ void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&)
 
 template <class T>
 void batch_norm_grad(const KernelContext& ctx, const BatchNormGrad<T>& a, const NoExtra&) {
-  if (a.c == 0 || a.n * a.s == 0) return;
+  if (a.c == 0) return;
   BnBwd<T> k{a.dy.get(), a.x.get(), a.weight.get(), a.stats.get(), a.dx.get(), a.dweight.get(),
              a.dbias.get(), a.n, a.c, a.s, a.training};
   batch_norm_bwd<T><<<unsigned(a.c), kThreads, 0, stream_of(ctx)>>>(k);

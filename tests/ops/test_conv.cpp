@@ -565,6 +565,29 @@ TEST(Conv, BatchNormRunningEstimates) {
   EXPECT_EQ(rv.to_vector<double>(), got_rv);
 }
 
+// An empty batch in eval mode (training refuses it): an empty output, and batch_norm_grad
+// still writes its weight and bias gradients (zero sums) on every device.
+TIDE_OP_TEST(Conv, BatchNormEvalOnAnEmptyBatch, {OpId::batch_norm_grad, Check::value}) {
+  std::vector<Device> devices{Device::cpu()};
+  for (Device d : test::case_devices())
+    if (op_supported(d, OpId::batch_norm_grad)) devices.push_back(d);
+  for (Device d : devices) {
+    Tensor x = zeros({0, 3, 2, 2}, DType::float32, d).requires_grad_();
+    Tensor w = full({3}, 2.0, DType::float32, d).requires_grad_();
+    Tensor b = full({3}, 0.5, DType::float32, d).requires_grad_();
+    Tensor rm = zeros({3}, DType::float32, d), rv = ones({3}, DType::float32, d);
+    Tensor y = batch_norm(x, w, b, rm, rv, /*training=*/false);
+    EXPECT_EQ(y.shape(), (Shape{0, 3, 2, 2})) << d.str();
+    // NaN-filled gradient buffers would show a kernel that skipped the write.
+    sum(y).backward();
+    EXPECT_EQ(w.grad().to(Device::cpu()).to_vector<float>(), (std::vector<float>{0, 0, 0}))
+        << d.str();
+    EXPECT_EQ(b.grad().to(Device::cpu()).to_vector<float>(), (std::vector<float>{0, 0, 0}))
+        << d.str();
+    EXPECT_EQ(x.grad().shape(), x.shape()) << d.str();
+  }
+}
+
 // ---- flatten -------------------------------------------------------------------------------
 
 TIDE_OP_CASES(Conv, Flatten) {
