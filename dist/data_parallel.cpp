@@ -48,7 +48,10 @@ std::vector<GradBucket> lay_out(const std::vector<Tensor>& params, const DataPar
 
 DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
                            const DataParallelOptions& options)
-    : group_(group), overlap_(options.overlap_), params_(module.parameters()) {
+    : group_(group),
+      overlap_(options.overlap_),
+      broadcast_buffers_(options.broadcast_buffers_),
+      params_(module.parameters()) {
   TIDE_CHECK(!params_.empty(), kOp, "the module has no parameters");
   TIDE_CHECK(options.first_bucket_bytes_ > 0 && options.bucket_bytes_ > 0, kOp,
              "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
@@ -59,11 +62,18 @@ DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
                group.device().str(), " (move the model with to(), or use ",
                group.device().is_cpu() ? "dist::nccl_world() for GPU parameters)"
                                        : "dist::mpi_world() for CPU parameters)");
+  for (const auto& [name, b] : module.named_buffers()) {
+    TIDE_CHECK(b.device() == group.device(), kOp, "buffer '", name, "' is on ", b.device().str(),
+               " but the ", group.backend(), " group broadcasts on ", group.device().str(),
+               " (move the model with to())");
+    buffers_.push_back(b);
+  }
   buckets_ = lay_out(params_, options);
   for (const Tensor& p : params_) bytes_per_step_ += p.nbytes();
   if (options.broadcast_parameters_) {
     NoGrad no_grad;  // an in-place write of leaves that require grad
     for (const Tensor& p : params_) group_.broadcast(p, 0);
+    for (const Tensor& b : buffers_) group_.broadcast(b, 0);
   }
 }
 
@@ -106,6 +116,8 @@ void DataParallel::reduce_gradients(Site site) {
     for (auto& [g, view] : views)
       if (g.defined()) g.copy_(view, site);
   }
+  if (broadcast_buffers_)
+    for (const Tensor& b : buffers_) group_.broadcast(b, 0, site);
 }
 
 }  // namespace tide::dist

@@ -17,6 +17,11 @@
 // The parameters live on the group's device: the CPU for an MPI group, this rank's GPU for
 // an NCCL group (dist/nccl.h), whose buckets are then reduced by NCCL on a CUDA stream.
 //
+// Buffers (batch norm's running estimates) are rank 0's on every rank after each
+// reduce_gradients(), as PyTorch's broadcast_buffers=True makes them (PyTorch broadcasts
+// at the next forward's start; here right after the step's gradients, so a model saved or
+// evaluated after any step holds the same estimates on every rank).
+//
 // Not done here: parameters that get a gradient on some ranks only (see reduce_gradients).
 #pragma once
 
@@ -37,8 +42,13 @@ struct DataParallelOptions {
   DataParallelOptions& first_bucket_bytes(size_t b) { first_bucket_bytes_ = b; return *this; }
   // Cap of every later bucket (PyTorch: 25 MiB), with the same rule.
   DataParallelOptions& bucket_bytes(size_t b) { bucket_bytes_ = b; return *this; }
-  // Broadcast the parameters from rank 0 at construction, so every rank starts equal.
+  // Broadcast the parameters (and buffers) from rank 0 at construction, so every rank
+  // starts equal.
   DataParallelOptions& broadcast_parameters(bool on) { broadcast_parameters_ = on; return *this; }
+  // Broadcast the module's buffers from rank 0 in every reduce_gradients() (PyTorch's
+  // broadcast_buffers, on by default there too). Off: each rank keeps the running
+  // estimates of its own shard of the data.
+  DataParallelOptions& broadcast_buffers(bool on) { broadcast_buffers_ = on; return *this; }
   // Overlap (the default): each bucket's all-reduce starts once its own gradients are
   // final, while backward still computes the others. Off: no bucket starts before every
   // gradient is final (one wait on the communication stream for all of backward), the
@@ -47,6 +57,7 @@ struct DataParallelOptions {
   size_t first_bucket_bytes_ = size_t(1) << 20;
   size_t bucket_bytes_ = size_t(25) << 20;
   bool broadcast_parameters_ = true;
+  bool broadcast_buffers_ = true;
   bool overlap_ = true;
 };
 
@@ -64,9 +75,10 @@ struct GradBucket {
 class DataParallel {
  public:
   // Takes module's parameters (named_parameters() order; the module must outlive this) and
-  // lays out the buckets. With broadcast_parameters, queues a broadcast of each parameter
-  // from rank 0. Does not wait. Throws "[data_parallel]" for a module without parameters, a
-  // parameter not on the group's device, or a zero bucket cap.
+  // buffers, and lays out the buckets. With broadcast_parameters, queues a broadcast of
+  // each parameter and buffer from rank 0. Does not wait. Throws "[data_parallel]" for a
+  // module without parameters, a parameter or buffer not on the group's device, or a zero
+  // bucket cap.
   DataParallel(nn::Module& module, ProcessGroup& group,
                const DataParallelOptions& options = DataParallelOptions());
 
@@ -76,6 +88,8 @@ class DataParallel {
   // A parameter without a gradient on this rank contributes zeros and gets none (every
   // rank must still call this, or the others wait for it). Failures (a rank whose gradient
   // failed, a backend error) are stored in the gradients and surface at the next sync.
+  // With broadcast_buffers (the default), then queues a broadcast of each buffer from rank
+  // 0 (one small collective per buffer).
   void reduce_gradients(Site site = Site::current());
 
   const std::vector<Tensor>& parameters() const { return params_; }
@@ -87,7 +101,9 @@ class DataParallel {
  private:
   ProcessGroup& group_;
   bool overlap_ = true;
+  bool broadcast_buffers_ = true;
   std::vector<Tensor> params_;
+  std::vector<Tensor> buffers_;
   std::vector<GradBucket> buckets_;
   size_t bytes_per_step_ = 0;
 };

@@ -27,8 +27,8 @@
 // dist::DataParallel averages the gradients after each backward. The epoch's sums are
 // all-reduced, every rank tests the whole test set with identical parameters, and rank 0
 // alone prints and saves. With --mode traced the gradient average is recorded inside the
-// traced training step. The CNN's batch-norm running estimates are each rank's own (they
-// are not broadcast, unlike PyTorch DDP's broadcast_buffers); rank 0 tests with its own.
+// traced training step. The CNN's batch-norm running estimates are rank 0's on every
+// rank after each step (DataParallel broadcasts buffers, as PyTorch DDP does).
 // A build without MPI refuses to start under mpirun.
 //
 // Not done here: a learning-rate schedule, data augmentation, or checkpoints per epoch.

@@ -14,6 +14,7 @@
 #include "dist/mpi.h"
 #include "error_of.h"
 #include "nn/module.h"
+#include "nn/nn.h"
 #include "ops/autograd.h"
 #include "ops/debug.h"
 #include "ops/ops.h"
@@ -86,6 +87,44 @@ TEST(DataParallel, BroadcastsRank0sParameters) {
   auto mlp = make_mlp(100 + uint64_t(pg.rank()));  // every rank starts elsewhere
   DataParallel dp(*mlp, pg);
   for (const auto& [name, p] : mlp->named_parameters()) EXPECT_TRUE(same_as_rank0(pg, p)) << name;
+}
+
+// A model with batch norm: its running estimates (and step count) are buffers.
+std::shared_ptr<nn::Sequential> make_bn_net(uint64_t seed) {
+  Generator gen(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 2, 1), gen),
+      std::make_shared<nn::BatchNorm2d>(2)});
+}
+
+// Buffers compared as float64 (num_batches_tracked is int64).
+bool buffer_same_as_rank0(dist::ProcessGroup& pg, const Tensor& b) {
+  return same_as_rank0(pg, cast(b, DType::float32));
+}
+
+// Each rank normalises its own data, so the running estimates differ after a step unless
+// they are broadcast; by default they are rank 0's everywhere after reduce_gradients().
+TEST(DataParallel, BroadcastsBuffersAfterEachStep) {
+  auto& pg = dist::mpi_world();
+  for (bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast ? "broadcast_buffers(true)" : "broadcast_buffers(false)");
+    auto net = make_bn_net(3);
+    DataParallel dp(*net, pg, DataParallelOptions().broadcast_buffers(broadcast));
+    Generator data(50 + uint64_t(pg.rank()));  // every rank sees other images
+    for (int step = 0; step < 2; ++step) {
+      for (Tensor& p : net->parameters()) p.zero_grad();
+      Tensor y = (*net)(randn({4, 1, 3, 3}, DType::float32, data));
+      mean(y * y).backward();
+      dp.reduce_gradients();
+    }
+    for (const auto& [name, b] : net->named_buffers()) {
+      const bool same = buffer_same_as_rank0(pg, b);
+      if (broadcast || name.find("num_batches") != std::string::npos)
+        EXPECT_TRUE(same) << name;
+      else if (pg.rank() > 0)  // rank 0 is always the same as itself
+        EXPECT_FALSE(same) << name << ": each rank keeps its own estimates";
+    }
+  }
 }
 
 // Each rank trains on its half of the batch; the averaged gradient is the full batch's, so
