@@ -12,7 +12,7 @@
 #   OUT              where the raw results go (default a new /tmp/tide-cnn.XXXXXX)
 #   PYTHON=python3   the interpreter that creates the venv and summarizes
 #
-# Each round runs, in an order shuffled per round:
+# Each round runs, in an order rotated per round (each goes first as often as the others):
 #   tide-eager   tide_bench BM_CnnStep/traced:0
 #   tide-traced  tide_bench BM_CnnStep/traced:1 (trace::function of the whole step)
 #   torch        bench/peers/cnn_step.py (eager nn.Sequential + torch.optim.Adam)
@@ -51,7 +51,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 min_time=$("$py" -c "import json; ms = json.load(open('$out/calibration.json'))['benchmarks'][0]['real_time']; print(round(max(0.2, 0.8 * $steps / 3 * ms / 1e3), 2))")
 
 for ((r = 1; r <= rounds; ++r)); do
-  order=$("$py" -c "import random; c = ['tide-eager', 'tide-traced', 'torch']; random.Random($r).shuffle(c); print(' '.join(c))")
+  order=$("$py" -c "c = ['tide-eager', 'tide-traced', 'torch']; k = $r % 3; print(' '.join(c[k:] + c[:k]))")
   echo "== round $r of $rounds: $order (load $(load))"
   for c in $order; do
     f="$out/r$r.$c.json"
