@@ -2,17 +2,15 @@
 // as benchmarks (issue 14): one training step on a fixed minibatch of 128 random 28 x 28
 // images -- zero_grad, forward, cross_entropy, backward, Adam (lr 1e-3), then wait_all and
 // loss.item() -- eager and traced; where its time goes, per op; and each of its two
-// convolutions alone (forward, input gradient, weight gradient) next to the same
-// convolution as raw im2col + cblas_sgemm, the floor tide's CPU kernel is built on.
+// convolutions alone (forward, input gradient, weight gradient) next to the per-sample
+// GEMMs alone through cblas_sgemm (BM_CnnConvGemmFloor), the floor tide's CPU kernel is
+// built on. The anchor for the convolutions themselves, PyTorch's oneDNN kernels, is timed
+// by bench/peers/cnn_step.py --convs.
 // bench/peers/cnn_step.py runs PyTorch's step on the same network; bench/peers/cnn_run.sh
 // runs both in alternating rounds and prints the ratio. Part of tide_bench.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
-#include <algorithm>
-#include <chrono>
-#include <map>
-#include <string>
 #include <vector>
 
 #include "bench/step_profile.h"
@@ -115,6 +113,46 @@ void BM_CnnConv(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CnnConv)
+    ->ArgNames({"conv", "pass"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The floor under BM_CnnConv: the same per-sample GEMMs through cblas_sgemm on ready-made
+// columns (no im2col, col2im or tide), 128 per pass, as the CPU kernel calls them:
+//   forward      y_n (O x OHW)  = w (O x K) @ col_n (K x OHW)
+//   input grad   col_n (K x OHW) = w^T (K x O) @ dy_n (O x OHW)
+//   weight grad  dw (O x K)     += dy_n (O x OHW) @ col_n^T (OHW x K)
+// with K = C * 9. What BM_CnnConv takes beyond it is im2col / col2im and the hand-offs.
+void BM_CnnConvGemmFloor(benchmark::State& state) {
+  const ConvShape cs = kConvs[state.range(0)];
+  const int o = int(cs.o), k = int(cs.c * 9), ohw = int(cs.side * cs.side);
+  std::vector<float> w(size_t(o) * k, 0.01f), col(size_t(k) * ohw, 0.02f),
+      y(size_t(o) * ohw, 0.03f), dw(size_t(o) * k);
+  for (auto _ : state) {
+    for (int64_t n = 0; n < kCnnBatch; ++n) switch (state.range(1)) {
+        case 0:
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o, ohw, k, 1.0f, w.data(), k,
+                      col.data(), ohw, 0.0f, y.data(), ohw);
+          break;
+        case 1:
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, ohw, o, 1.0f, w.data(), k,
+                      y.data(), ohw, 0.0f, col.data(), ohw);
+          break;
+        default:
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o, k, ohw, 1.0f, y.data(), ohw,
+                      col.data(), ohw, n == 0 ? 0.0f : 1.0f, dw.data(), k);
+          break;
+      }
+    benchmark::DoNotOptimize(dw.data());
+    benchmark::DoNotOptimize(col.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * double(kCnnBatch * cs.o * cs.c * 9 * cs.side * cs.side) / 1e9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CnnConvGemmFloor)
     ->ArgNames({"conv", "pass"})
     ->ArgsProduct({{0, 1}, {0, 1, 2}})
     ->UseRealTime()

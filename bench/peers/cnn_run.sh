@@ -66,7 +66,7 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 echo "== each convolution alone (load $(load))"
-"$bench" --benchmark_filter='^BM_CnnConv/' --benchmark_repetitions=3 --benchmark_min_time=0.3 \
+"$bench" --benchmark_filter='^BM_CnnConv(GemmFloor)?/' --benchmark_repetitions=3 --benchmark_min_time=0.3 \
   --benchmark_format=json > "$out/convs.tide.json" 2> "$out/convs.tide.log"
 "$vpy" "$here/cnn_step.py" --convs --steps 20 > "$out/convs.torch.jsonl" 2> "$out/convs.torch.log"
 echo "load at end:   $(load)" | tee -a "$out/context.txt"
@@ -95,15 +95,18 @@ for c in ("tide-eager", "tide-traced"):
 
 names = {0: "forward", 1: "input_grad", 2: "weight_grad"}
 convs = ["1->32 28x28", "32->64 14x14"]
-tide = {}
+tide, floor = {}, {}
 for b in json.load(open(f"{out}/convs.tide.json"))["benchmarks"]:
     if b.get("aggregate_name") == "median":
         c, p = [int(x.split(":")[1]) for x in b["run_name"].split("/")[1:3]]
-        tide[(convs[c], names[p])] = b["real_time"] / 1e3  # us -> ms
+        into = floor if b["run_name"].startswith("BM_CnnConvGemmFloor") else tide
+        into[(convs[c], names[p])] = b["real_time"] / 1e3  # us -> ms
 torch = {(d["conv"], d["pass"]): d["ms_median"]
          for d in map(json.loads, open(f"{out}/convs.torch.jsonl").read().split("\n")[:-1])}
-print("\neach convolution alone at batch 128, ms (median): tide im2col + GEMM vs PyTorch oneDNN")
+print("\neach convolution alone at batch 128, ms (median): tide im2col + GEMM vs PyTorch oneDNN;")
+print("floor: tide's per-sample GEMMs alone through cblas_sgemm")
 for k in sorted(torch):
     t = tide.get(k)
-    print(f"  {k[0]:13s} {k[1]:12s} tide {t:7.2f}   torch {torch[k]:7.2f}   tide/torch {t / torch[k]:.2f}")
+    print(f"  {k[0]:13s} {k[1]:12s} tide {t:7.2f}   floor {floor.get(k, float('nan')):7.2f}"
+          f"   torch {torch[k]:7.2f}   tide/torch {t / torch[k]:.2f}")
 EOF
