@@ -1,4 +1,4 @@
-// tide_bench_cuda: the CUDA backend's benchmarks (issue targets in bench/summarize.py), each
+// tide_bench_cuda: the CUDA backend's benchmarks (issue targets in bench/summarize_cuda.py), each
 // next to its anchor measured in the same run (DESIGN §9). Built wherever nvcc is; runs
 // only on a machine with a GPU (it exits with a message otherwise).
 //   enqueue     `y = x + 1` on cuda:0, the frontend's cost alone (the worker launches), next
@@ -14,15 +14,16 @@
 //   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node;
 //   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
 //               and the loop's step kernel per iteration (vs eager async: BM_CudaTinyOpThroughput);
-//               fused, one kernel running the 10000 adds per element.
+//               fused, one kernel running the 10000 adds per element;
+//   convolutions and the CNN step: bench_cuda_cnn.cpp (against cuDNN called directly).
 // Every benchmark times wall-clock and syncs inside the timed region.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 
+#include "bench/cuda_check.h"
 #include "core/cuda/runtime.h"
 #include "nn/loss.h"
 #include "nn/module.h"
@@ -37,15 +38,6 @@ using tide::DType;
 using tide::Tensor;
 
 const Device kGpu = Device::cuda(0);
-
-#define CHECK_CUDA(call)                                                             \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 // ---- per-op costs ------------------------------------------------------------------------
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Prints the CUDA targets of the backend issue as met / NOT met, from one run's files:
+"""Prints the CUDA targets of the backend issue (9), traced mode (10) and the CNN (14) as
+met / NOT met, from one run's files:
   tide_bench_cuda.json  (tide_bench_cuda --benchmark_out=... with repetitions)
-  torch_cuda.json       (bench/torch_cuda_anchor.py's output)
+  torch_cuda.json       (bench/torch_cuda_anchor.py's output; optional)
+A row whose benchmarks or anchor are missing is left out; skipped benchmarks are listed
+with their reason at the end.
 Usage: python3 bench/summarize_cuda.py DIR
 """
 import json
@@ -10,22 +13,88 @@ import sys
 
 
 def medians(path):
+    """The median rows by name: the bare function name ("BM_CudaMatmul4096") and the full
+    name without "/real_time" ("BM_CudaConv/conv:0/pass:1"); and the skipped ones'
+    messages, by full name."""
     with open(path) as f:
         data = json.load(f)
-    out = {}
+    out, skipped = {}, {}
     for b in data["benchmarks"]:
         name = b.get("run_name", b["name"])
+        full = name[:-len("/real_time")] if name.endswith("/real_time") else name
+        if b.get("error_occurred"):
+            skipped[full] = b.get("error_message", "?")
+            continue
         if b.get("aggregate_name", "median") != "median":
             continue
         out[name.split("/")[0]] = b
-    return out, data.get("context", {})
+        out[full] = b
+    return out, skipped, data.get("context", {})
+
+
+# bench_cuda_cnn.cpp's kConvs (3x3, padding 1) and passes.
+CONVS = ["1->32 28x28 b128", "32->64 14x14 b128", "64->64 56x56 b32"]
+PASSES = ["forward", "input grad", "weight grad"]
+ANCHORS = ((1, "cuDNN determ."), (0, "cuDNN best"))  # algo:1 tide's rule, algo:0 heuristics' first
+
+
+def conv_rows(tb, ms):
+    """Issue 14: per convolution, the three passes together (forward + backward) through
+    tide against cuDNN called directly with the algorithm tide's rule picks (the first
+    deterministic, "determ.") and with the heuristics' first ("best"); then each pass.
+    Ratio = anchor time / tide time (= tide's rate / cuDNN's); target >= 0.95."""
+    rows = []
+    for i, conv in enumerate(CONVS):
+        tide = [f"BM_CudaConv/conv:{i}/pass:{p}" for p in range(3)]
+        per_pass = []
+        for algo, anchor in ANCHORS:
+            cudnn = [f"BM_CudnnConv/conv:{i}/pass:{p}/algo:{algo}" for p in range(3)]
+            if all(n in tb for n in tide + cudnn):
+                t, a = sum(map(ms, tide)), sum(map(ms, cudnn))
+                rows.append((f"conv{i} {conv} fwd+bwd, tide / {anchor}",
+                             f"{a / t:.3f} ({t * 1e3:.1f} vs {a * 1e3:.1f} us)", ">= 0.95",
+                             a / t >= 0.95))
+            for p, pname in enumerate(PASSES):
+                if tide[p] in tb and cudnn[p] in tb:
+                    t, a = ms(tide[p]), ms(cudnn[p])
+                    n = int(tb[cudnn[p]].get("cudnn_algo", -1))
+                    per_pass.append((p, algo, (f"  conv{i} {pname}, tide / {anchor} (algo {n})",
+                                               f"{a / t:.3f} ({t * 1e3:.1f} vs {a * 1e3:.1f} us)",
+                                               ">= 0.95", a / t >= 0.95)))
+        rows += [row for _, _, row in sorted(per_pass, key=lambda e: (e[0], -e[1]))]
+    return rows
+
+
+def cnn_rows(tb, th, ms):
+    """Issue 14: the Fashion-MNIST CNN step against PyTorch on the same GPU."""
+    rows = []
+    t, tg = th.get("cnn_step_ms"), th.get("cnn_step_graph_ms")
+    for name, mode in (("BM_CudaCnnStep/traced:0", "eager"), ("BM_CudaCnnStep/traced:1", "traced")):
+        if name not in tb:
+            continue
+        m = ms(name)
+        rows.append((f"CNN step {mode}, tide / PyTorch eager",
+                     f"{m / t:.3f} ({m:.3f} vs {t:.3f} ms)" if t else f"{m:.3f} ms vs ?",
+                     "<= 1.0" if mode == "eager" else "reported",
+                     (m / t <= 1.0) if t and mode == "eager" else None))
+        if mode == "traced" and tg:
+            rows.append(("CNN step traced, tide / PyTorch CUDA graph",
+                         f"{m / tg:.3f} ({m:.3f} vs {tg:.3f} ms)", "<= 1.0", m / tg <= 1.0))
+    return rows
 
 
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
-    tb, ctx = medians(os.path.join(d, "tide_bench_cuda.json"))
-    torch_path = os.path.join(d, "torch_cuda.json")
-    th = json.load(open(torch_path)) if os.path.exists(torch_path) else {}
+    bench_path = os.path.join(d, "tide_bench_cuda.json")
+    if not os.path.exists(bench_path):
+        sys.exit(f"{bench_path}: not found (run tide_bench_cuda with --benchmark_out)")
+    tb, skipped, ctx = medians(bench_path)
+    th = {}
+    try:  # empty or partial when the anchor failed
+        with open(os.path.join(d, "torch_cuda.json")) as f:
+            th = json.load(f)
+    except (OSError, ValueError):
+        pass
     print(f"device: {ctx.get('device', '?')}; PyTorch {th.get('torch', 'not measured')}")
 
     def ms(name):
@@ -98,9 +167,15 @@ def main():
         r = ms("BM_CudaTinyOpThroughput") / f
         rows.append(("10000 adds: fused loop (one kernel) speed-up over eager async",
                      f"{r:.1f}x ({f:.3f} ms)", "reported", None))
+    rows += conv_rows(tb, ms)
+    rows += cnn_rows(tb, th, ms)
     for what, value, target, ok in rows:
         verdict = "" if ok is None else ("met" if ok else "NOT met")
         print(f"  {what:55s} {value:32s} target {target:18s} {verdict}")
+    if th.get("cnn_error"):
+        print(f"  PyTorch CNN step failed: {th['cnn_error']}")
+    for name, why in sorted(skipped.items()):
+        print(f"  skipped: {name}: {why}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 # and writes one report.
 #   bash scripts/gpu_check.sh [STAGE] [REPORT_DIR]
 # STAGE: all (default), or one of build, test, sanitize, experiments, bench, so that a short
-# lease can run them in separate calls (the build stays in build-gpu/). REPORT_DIR defaults
+# lease can run them in separate calls (the build stays in build-gpu/; bench alone builds
+# just tide_bench_cuda when there is no build yet). REPORT_DIR defaults
 # to $OUT (the device tool's output folder) or build-gpu/report; the report is
 # gpu_check.md there, with each stage's log beside it.
 # Dependencies: a GPU machine may have no package registry. When .deps/tide-gpu-deps.tar.xz
@@ -51,14 +52,17 @@ deps() {
   fi
 }
 
-build() {
+configure() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   [ -f build-gpu/CMakeCache.txt ] && gen=()
   run configure cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${TIDE_CUDA_ARCH:-90}" -DTIDE_BUILD_TESTS=ON \
-    -DTIDE_BUILD_BENCH=ON -DTIDE_BUILD_EXAMPLES=ON &&
-    run build cmake --build build-gpu -j "$jobs"
+    -DTIDE_BUILD_BENCH=ON -DTIDE_BUILD_EXAMPLES=ON
+}
+
+build() {
+  configure && run build cmake --build build-gpu -j "$jobs"
 }
 
 tests() {
@@ -98,10 +102,44 @@ experiments() {
   fi
 }
 
+# cuDNN for the convolutions (their op cases in the tests, the CNN, the benchmarks and the
+# direct anchor): tide opens libcudnn.so.9 at run time. When the loader does not know it,
+# PyTorch's wheel (nvidia-cudnn-cu*) may have it.
+cudnn_path() {
+  local inc h found=
+  inc=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../include
+  for h in "$inc"/cudnn.h /usr/include/cudnn.h /usr/include/*/cudnn.h; do
+    [ -f "$h" ] && found=$h
+  done
+  [ -n "$found" ] ||
+    log "cuDNN: no cudnn.h beside nvcc or in /usr/include: tide builds without GPU convolutions"
+  if ldconfig -p 2>/dev/null | grep 'libcudnn\.so\.9' >/dev/null; then  # not -q: pipefail
+    log "cuDNN: libcudnn.so.9 known to the loader"
+    return
+  fi
+  local lib
+  lib=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' \
+    2>/dev/null)
+  if [ -n "$lib" ] && [ -e "$lib/libcudnn.so.9" ]; then
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    log "cuDNN: from PyTorch's wheel, $lib"
+  else
+    log "cuDNN: libcudnn.so.9 not found: GPU convolutions fail in the tests, skip in the benchmarks"
+  fi
+}
+
+# Builds tide_bench_cuda alone when the build stage has not run (a fresh machine: about
+# 1 min on 16 cores), so `bash scripts/gpu_check.sh bench` is enough for the numbers.
+# Time: tide_bench_cuda has 43 benchmarks (bench_cuda.cpp 14; bench_cuda_cnn.cpp: 9 tide
+# convolutions, 18 cuDNN ones, 2 CNN steps); at 0.2 s per repetition, 5 repetitions, with
+# set-up (cuDNN's first handle, traces), expect 1.5-3 min, then about 1 min for the PyTorch
+# anchors: well inside a device command's 10 minutes.
 bench() {
+  if [ ! -f build-gpu/CMakeCache.txt ]; then configure || return; fi
+  run build_bench cmake --build build-gpu -j "$jobs" --target tide_bench_cuda || return
   run bench_cuda build-gpu/bench/tide_bench_cuda --benchmark_repetitions=5 \
-    --benchmark_report_aggregates_only=true --benchmark_out_format=json \
-    --benchmark_out="$report_dir/tide_bench_cuda.json"
+    --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true \
+    --benchmark_out_format=json --benchmark_out="$report_dir/tide_bench_cuda.json"
   if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     python3 bench/torch_cuda_anchor.py --reps 5 >"$report_dir/torch_cuda.json" ||
       log "torch anchor failed"
@@ -116,6 +154,7 @@ log "# tide gpu_check: $stage, $(date -u +'%Y-%m-%d %H:%M UTC')"
 log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi: not available')"
 log "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
 deps
+cudnn_path
 case "$stage" in
   build) build ;;
   test) tests ;;
