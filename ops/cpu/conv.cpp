@@ -1,12 +1,13 @@
 // CPU entries of the convolutional-network family (ops/conv_kernels.h). Convolution is
 // im2col + one CBLAS GEMM per sample and group (the weight gradient accumulates over the
-// batch with beta = 1, the input gradient is a GEMM then col2im); pooling and batch
+// batch with beta = 1, the input gradient is a GEMM then col2im), the columns of a chunk of
+// samples made (or scattered back) in one parallel region (ConvShapes). Pooling and batch
 // normalisation are plain loops, parallel over independent planes or channels with sums in
 // double in a fixed order (ops/cpu/lane_sum.h), so results never depend on the thread
-// count. Not here: Winograd or FFT convolution, or a direct path for 1x1 kernels. Batching
-// a chunk of samples into one GEMM was tried and measured ~10% slower on the CNN's 14 x 14
-// layer (2-core EPYC VM): the chunk's columns no longer fit in L2, and the larger GEMM's
-// gain did not pay for that.
+// count. Not here: Winograd or FFT convolution, or a direct path for 1x1 kernels. One GEMM
+// over a whole chunk (its samples' columns side by side) was tried and measured ~10%
+// slower on the CNN's 14 x 14 layer (2-core EPYC VM): the output then needs a scatter, and
+// the larger GEMM's gain did not pay for it.
 #include <cblas.h>
 
 #include <algorithm>
@@ -57,17 +58,20 @@ inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t
   lo = std::min(lo, hi);
 }
 
-// col (cg * kh * kw rows, oh * ow columns) of one sample's group: row (c, i, j) holds the
-// input element each output position sees at window offset (i, j) of channel c, 0 in the
-// padding.
+// The columns of `samples` consecutive samples' group of cg channels (x points at the first
+// sample's group; samples are x_stride elements apart), one (cg * kh * kw) x (oh * ow)
+// matrix per sample, end to end in col: row (c, i, j) holds the input element each output
+// position sees at window offset (i, j) of channel c, 0 in the padding.
 template <class T>
-void im2col(const T* x, int64_t cg, const ConvGeom& g, T* col) {
+void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g,
+            T* col) {
   const int64_t rows = cg * g.kh * g.kw, ohw = g.oh * g.ow;
-  parallel_for(rows, grain_for(ohw), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
+  parallel_for(samples * rows, grain_for(ohw), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t s = t / rows, r = t % rows;
       const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-      const T* plane = x + c * g.h * g.w;
-      T* out = col + r * ohw;
+      const T* plane = x + s * x_stride + c * g.h * g.w;
+      T* out = col + t * ohw;
       int64_t lo, hi;
       inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
       for (int64_t oy = 0; oy < g.oh; ++oy) {
@@ -89,17 +93,20 @@ void im2col(const T* x, int64_t cg, const ConvGeom& g, T* col) {
   });
 }
 
-// The adjoint of im2col: dx (cg planes, zeroed by the caller) += each column entry at the
-// input element it was copied from. Parallel over channels (each writes its own plane).
+// The adjoint of im2col: each sample's cg planes of dx (zeroed by the caller) += each
+// column entry at the input element it was copied from. Parallel over (sample, channel):
+// each writes its own plane.
 template <class T>
-void col2im(const T* col, int64_t cg, const ConvGeom& g, T* dx) {
+void col2im(const T* col, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g,
+            T* dx) {
   const int64_t ohw = g.oh * g.ow;
-  parallel_for(cg, grain_for(g.kh * g.kw * ohw), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      T* plane = dx + c * g.h * g.w;
+  parallel_for(samples * cg, grain_for(g.kh * g.kw * ohw), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t s = t / cg, c = t % cg;
+      T* plane = dx + s * x_stride + c * g.h * g.w;
       for (int64_t i = 0; i < g.kh; ++i)
         for (int64_t j = 0; j < g.kw; ++j) {
-          const T* in = col + ((c * g.kh + i) * g.kw + j) * ohw;
+          const T* in = col + ((t * g.kh + i) * g.kw + j) * ohw;
           int64_t lo, hi;
           inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
           for (int64_t oy = 0; oy < g.oh; ++oy) {
@@ -114,6 +121,21 @@ void col2im(const T* col, int64_t cg, const ConvGeom& g, T* dx) {
   });
 }
 
+// The sizes of one conv's per-sample GEMMs and how many samples share one parallel region
+// of im2col / col2im: the columns of a chunk (at most ~4 MB of float, so they stay in the
+// last-level cache until their GEMMs read them) are made in one region, then multiplied
+// one GEMM per sample. The pool's helpers and the BLAS's threads then hand the cores over
+// once per chunk, not once per sample.
+struct ConvShapes {
+  int64_t cg, og, k, ohw, chunk;
+  explicit ConvShapes(const ConvGeom& g)
+      : cg(g.c / g.groups), og(g.o / g.groups), k(cg * g.kh * g.kw), ohw(g.oh * g.ow) {
+    constexpr int64_t kChunkElements = int64_t(1) << 20;
+    chunk = std::clamp<int64_t>(kChunkElements / std::max<int64_t>(1, k * ohw), 1,
+                                std::max<int64_t>(1, g.n));
+  }
+};
+
 // A column buffer reused by the calls on one worker thread.
 template <class T>
 T* column_buffer(int64_t n) {
@@ -127,25 +149,27 @@ T* column_buffer(int64_t n) {
 template <class T>
 void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
   const ConvGeom& g = a.g;
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const ConvShapes c(g);
   const T* x = a.x.get();
   const T* w = a.weight.get();
   T* y = a.y.get();
-  T* col = column_buffer<T>(k * ohw);
-  for (int64_t n = 0; n < g.n; ++n)
+  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+    const int64_t ns = std::min(c.chunk, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
-      im2col(x + (n * g.c + gi * cg) * g.h * g.w, cg, g, col);
-      gemm<T>(false, false, og, ohw, k, w + gi * og * k, k, col, ohw, T(0),
-              y + (n * g.o + gi * og) * ohw, ohw);
+      im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
+      for (int64_t s = 0; s < ns; ++s)
+        gemm<T>(false, false, c.og, c.ohw, c.k, w + gi * c.og * c.k, c.k, col + s * c.k * c.ohw,
+                c.ohw, T(0), y + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw);
     }
+  }
   if (!a.has_bias) return;
   const T* b = a.bias.get();
-  parallel_for(g.n * g.o, grain_for(ohw), [&](int64_t p0, int64_t p1) {
+  parallel_for(g.n * g.o, grain_for(c.ohw), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T v = b[p % g.o];
-      T* plane = y + p * ohw;
-      for (int64_t i = 0; i < ohw; ++i) plane[i] += v;
+      T* plane = y + p * c.ohw;
+      for (int64_t i = 0; i < c.ohw; ++i) plane[i] += v;
     }
   });
 }
@@ -153,42 +177,48 @@ void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
 template <class T>
 void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const NoExtra&) {
   const ConvGeom& g = a.g;
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const ConvShapes c(g);
   const T* dy = a.dy.get();
   const T* w = a.weight.get();
   T* dx = a.dx.get();
   std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
-  T* col = column_buffer<T>(k * ohw);
-  for (int64_t n = 0; n < g.n; ++n)
+  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+    const int64_t ns = std::min(c.chunk, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
-      // col (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw)
-      gemm<T>(true, false, k, ohw, og, w + gi * og * k, k, dy + (n * g.o + gi * og) * ohw, ohw,
-              T(0), col, ohw);
-      col2im(col, cg, g, dx + (n * g.c + gi * cg) * g.h * g.w);
+      // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
+      for (int64_t s = 0; s < ns; ++s)
+        gemm<T>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k,
+                dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw, T(0), col + s * c.k * c.ohw,
+                c.ohw);
+      col2im(col, ns, g.c * g.h * g.w, c.cg, g, dx + (n0 * g.c + gi * c.cg) * g.h * g.w);
     }
+  }
 }
 
 template <class T>
 void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, const NoExtra&) {
   const ConvGeom& g = a.g;
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t k = cg * g.kh * g.kw, ohw = g.oh * g.ow;
+  const ConvShapes c(g);
   const T* dy = a.dy.get();
   const T* x = a.x.get();
   T* dw = a.dweight.get();
-  if (g.n == 0 || ohw == 0) {
-    std::fill(dw, dw + g.o * k, T(0));
+  if (g.n == 0 || c.ohw == 0) {
+    std::fill(dw, dw + g.o * c.k, T(0));
     return;
   }
-  T* col = column_buffer<T>(k * ohw);
-  for (int64_t n = 0; n < g.n; ++n)
+  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+    const int64_t ns = std::min(c.chunk, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
-      im2col(x + (n * g.c + gi * cg) * g.h * g.w, cg, g, col);
-      // dw_g (og x k) (+)= dy_g (og x ohw) @ col^T (ohw x k); the first sample overwrites
-      gemm<T>(false, true, og, k, ohw, dy + (n * g.o + gi * og) * ohw, ohw, col, ohw,
-              n == 0 ? T(0) : T(1), dw + gi * og * k, k);
+      im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
+      // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
+      for (int64_t s = 0; s < ns; ++s)
+        gemm<T>(false, true, c.og, c.k, c.ohw, dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw,
+                col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1), dw + gi * c.og * c.k,
+                c.k);
     }
+  }
 }
 
 namespace {
