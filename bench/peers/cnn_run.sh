@@ -31,18 +31,13 @@ mkdir -p "$out"
 bench="$build/bench/tide_bench"
 [[ -x "$bench" ]] || { echo "no $bench: build tide with -DTIDE_BUILD_BENCH=ON" >&2; exit 1; }
 
-. "$here/venv.sh"
+. "$here/common.sh"
 peers_venv_torch  # sets vpy
 
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-{
-  echo "date (UTC):    $(date -u '+%Y-%m-%d %H:%M:%S')"
-  echo "cpu:           $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
-  echo "torch:         $("$vpy" -c 'import torch; print(torch.__version__)')"
-  echo "load at start: $(load)"
-  echo "command:       bench/peers/cnn_run.sh $* (STEPS=$steps)"
-  echo "out:           $out"
-} | tee "$out/context.txt"
+peers_context \
+  "torch:         $("$vpy" -c 'import torch; print(torch.__version__)')" \
+  "command:       bench/peers/cnn_run.sh $* (STEPS=$steps)" \
+  "out:           $out"
 
 # tide's repetitions: 3 of ~steps/3 steps each (google-benchmark 1.7 has no fixed iteration
 # count, so the time is sized from one calibration run).

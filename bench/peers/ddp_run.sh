@@ -41,21 +41,14 @@ out=${OUT:-$(mktemp -d /tmp/tide-ddp.XXXXXX)}
 mkdir -p "$out"
 
 # ---- the venv (shared with run.sh; only torch + numpy needed here) -------------------------
-. "$here/venv.sh"
+. "$here/common.sh"
 peers_venv_torch  # sets vpy
 
 # ---- machine context -------------------------------------------------------------------------
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-{
-  echo "date (UTC):    $(date -u '+%Y-%m-%d %H:%M:%S')"
-  echo "cpu:           $(lscpu | sed -n 's/^Model name: *//p')"
-  echo "cores:         $(nproc) (lscpu: $(lscpu | sed -n 's/^CPU(s): *//p') CPUs)"
-  echo "kernel:        $(uname -r)"
-  echo "torch:         $("$vpy" -c 'import torch; print(torch.__version__)')"
-  echo "load at start: $(load)"
-  echo "command:       bench/peers/ddp_run.sh $rounds (STEPS=$steps WARMUP=$warmup RANKS=$ranks BUCKET_MB=${BUCKET_MB:-default} OFF_REDUCE=$off_reduce)"
-  echo "out:           $out"
-} | tee "$out/context.txt"
+peers_context \
+  "torch:         $("$vpy" -c 'import torch; print(torch.__version__)')" \
+  "command:       bench/peers/ddp_run.sh $rounds (STEPS=$steps WARMUP=$warmup RANKS=$ranks BUCKET_MB=${BUCKET_MB:-default} OFF_REDUCE=$off_reduce)" \
+  "out:           $out"
 
 configs=(on off single1 single2)
 [[ -n "${TIDE_BENCH_DIST:-}" ]] && configs+=(tide)

@@ -40,21 +40,14 @@ bench="$build/bench/tide_bench"
 [[ -x "$bench" ]] || { echo "no $bench: build tide with -DTIDE_BUILD_BENCH=ON" >&2; exit 1; }
 
 # ---- the venv ------------------------------------------------------------------------------
-. "$here/venv.sh"
+. "$here/common.sh"
 peers_venv_full  # sets vpy
 
 # ---- machine context -------------------------------------------------------------------------
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-{
-  echo "date (UTC):    $(date -u '+%Y-%m-%d %H:%M:%S')"
-  echo "cpu:           $(lscpu | sed -n 's/^Model name: *//p')"
-  echo "cores:         $(nproc) (lscpu: $(lscpu | sed -n 's/^CPU(s): *//p') CPUs)"
-  echo "kernel:        $(uname -r)"
-  echo "load at start: $(load)"
-  echo "build:         $build ($(grep -m1 CMAKE_BUILD_TYPE: "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2))"
-  echo "command:       bench/peers/run.sh $* (STEPS=$steps WARMUP=$warmup TIDE_REPS=$tide_reps)"
-  echo "out:           $out"
-} | tee "$out/context.txt"
+peers_context \
+  "build:         $build ($(grep -m1 CMAKE_BUILD_TYPE: "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2))" \
+  "command:       bench/peers/run.sh $* (STEPS=$steps WARMUP=$warmup TIDE_REPS=$tide_reps)" \
+  "out:           $out"
 
 # ---- which configurations ---------------------------------------------------------------------
 declare -A filter=(

@@ -1,6 +1,7 @@
-# Sourced by the bench/peers scripts: the peers' venv ($venv, created with $py when missing,
-# shared by every script) at requirements.txt's pins. Needs: here, venv, py. Each function
-# sets vpy, the venv's python.
+# Sourced by the bench/peers scripts (run.sh, ddp_run.sh, cnn_run.sh).
+#
+# The peers' venv ($venv, created with $py when missing, shared by every script) at
+# requirements.txt's pins. Needs: here, venv, py. Each function sets vpy, the venv's python.
 #   peers_venv_full   every peer (run.sh), reinstalled when requirements.txt changed
 #   peers_venv_torch  torch and numpy only (ddp_run.sh, cnn_run.sh), installed when missing
 # torch: the CPU-only wheel from download.pytorch.org when that index answers, else the
@@ -47,4 +48,20 @@ peers_venv_torch() {
     peers_venv_cpu_torch
     "$vpy" -m pip install $(grep -E '^(torch|numpy)==' "$here/requirements.txt")
   fi
+}
+
+# The machine's 1-, 5- and 15-minute load.
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# Prints the machine's context, then each argument as a line of its own ("command: ..."),
+# and keeps it in $out/context.txt. Needs: out.
+peers_context() {
+  {
+    echo "date (UTC):    $(date -u '+%Y-%m-%d %H:%M:%S')"
+    echo "cpu:           $(lscpu | sed -n 's/^Model name: *//p')"
+    echo "cores:         $(nproc) (lscpu: $(lscpu | sed -n 's/^CPU(s): *//p') CPUs)"
+    echo "kernel:        $(uname -r)"
+    echo "load at start: $(load)"
+    printf '%s\n' "$@"
+  } | tee "$out/context.txt"
 }
