@@ -12,7 +12,10 @@
 # Dependencies: a GPU machine may have no package registry. When .deps/tide-gpu-deps.tar.xz
 # is there (bash scripts/gpu_deps.sh pack, on a Debian machine, then carry .deps) and the
 # machine has no cblas.h, the build uses that bundle alone.
-# TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled.
+# TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled; TIDE_FASHION_MNIST the
+# data folder for the CNN run (a carried copy, when the machine has none); TIDE_MEMCHECK_TIMEOUT
+# the seconds memcheck may take (560) and TIDE_CTEST_TIMEOUT each test (900), so that `all`
+# fits what is left of a lease.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stage=${1:-all}
@@ -69,7 +72,7 @@ tests() {
   # Every suite; the CUDA ones (label cuda) run for real here instead of skipping, among them
   # the NCCL group as one rank (tests/cuda/test_cuda_dist.cpp) and every conv/pool/batch-norm
   # case of tests/ops on cuda:0.
-  run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 900
+  run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout "${TIDE_CTEST_TIMEOUT:-900}"
   run cuda_fault build-gpu/tests/tide_cuda_fault_test  # its checks, line by line
 }
 
@@ -82,7 +85,7 @@ sanitize() {
   # cudaMalloc failures on purpose; tide handles them) and leaks at exit (each stream keeps
   # its 32 MiB cuBLASLt workspace and timeline, and the allocators their caches, for the
   # process's life: 140 MB in 1355 blocks after the CUDA tests on an H200, 2026-11-26).
-  run memcheck timeout 560 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  run memcheck timeout "${TIDE_MEMCHECK_TIMEOUT:-560}" compute-sanitizer --tool memcheck --error-exitcode 3 \
     --report-api-errors no build-gpu/tests/tide_cuda_tests --gtest_brief=1
 }
 
@@ -91,14 +94,20 @@ experiments() {
   run demo "$tide" demo --device cuda
   run bench_async "$tide" bench-async --device cuda --runs 3
   run loop "$tide" loop --device cuda --n 10000 --runs 3
-  run mlp_memory "$tide" mlp-memory --device cuda --policy all --batches 50 \
+  run mlp_memory "$tide" mlp-memory --device cuda --policy all --mode all --batches 50 \
     --csv "$report_dir/mlp_memory_cuda.csv"
-  # The CNN (cuDNN convolutions, tide's pooling and batch-norm kernels), when the data is here.
-  local data=/usr/share/datasets/fashion-mnist
+  # Training, eager then traced (CUDA graphs): the MLP and the CNN (cuDNN convolutions,
+  # tide's pooling and batch-norm kernels), when the data is here.
+  local data=${TIDE_FASHION_MNIST:-/usr/share/datasets/fashion-mnist} model mode
   if [ -d "$data" ]; then
-    run cnn_cuda "$tide" train fashion-mnist --model cnn --device cuda --epochs 2 --data "$data"
+    for model in mlp cnn; do
+      for mode in eager traced; do
+        run "train_${model}_$mode" "$tide" train fashion-mnist --model $model --mode $mode \
+          --device cuda --epochs 2 --data "$data"
+      done
+    done
   else
-    log "cnn_cuda: no Fashion-MNIST at $data, skipped"
+    log "train: no Fashion-MNIST at $data, skipped"
   fi
 }
 
@@ -161,7 +170,7 @@ case "$stage" in
   sanitize) sanitize ;;
   experiments) experiments ;;
   bench) bench ;;
-  all) build && { tests; sanitize; experiments; bench; } ;;
+  all) build && { tests; experiments; bench; sanitize; } ;;  # the slowest, memcheck, last
   *) echo "usage: bash scripts/gpu_check.sh [all|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
 esac
 log "gpu_check $stage: $([ $status -eq 0 ] && echo passed || echo FAILED)"

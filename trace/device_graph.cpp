@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/capture.h"
@@ -20,6 +21,7 @@ using cuda::GraphNodeHandle;
 DeviceGraph::~DeviceGraph() {
   // In flight, an exec is freed when it completes (cudaGraphExecDestroy).
   if (exec) api->graph_exec_destroy(exec);
+  if (graph) api->graph_destroy(graph);
 }
 
 DeviceGraphStats DeviceGraph::stats() const {
@@ -81,10 +83,14 @@ Copy output_copy(const Graph& g, const CallBindings& c, int id) {
 class GraphBuild {
  public:
   explicit GraphBuild(DeviceApi& api) : api_(api), h_(api.graph_create()) {}
-  ~GraphBuild() { api_.graph_destroy(h_); }
+  ~GraphBuild() {
+    if (h_) api_.graph_destroy(h_);
+  }
   GraphBuild(const GraphBuild&) = delete;
   GraphBuild& operator=(const GraphBuild&) = delete;
   GraphHandle handle() const { return h_; }
+  // The graph outlives the build (its exec's copy nodes are re-pointed through it).
+  GraphHandle release() { return std::exchange(h_, nullptr); }
 
  private:
   DeviceApi& api_;
@@ -193,6 +199,7 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   std::string why;
   dg.exec = api.graph_instantiate(h, &why);
   if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
+  dg.graph = b.release();
   std::lock_guard lock(dg.mu);
   dg.stats_.graph_nodes = api.graph_node_count(h);
   return {};

@@ -69,6 +69,9 @@ struct DeviceGraph {
 
   cuda::DeviceApi* api = nullptr;
   cuda::GraphExecHandle exec = nullptr;
+  // The graph exec was instantiated from, kept for exec's life: cudaGraphExecMemcpyNode-
+  // SetParams1D takes the copy nodes of that graph, which die with it (cudaErrorInvalidValue).
+  cuda::GraphHandle graph = nullptr;
   std::vector<cuda::GraphNodeHandle> copy_in;   // per g.inputs entry
   std::vector<cuda::GraphNodeHandle> copy_out;  // per output value with a fixed buffer
   std::vector<int> out_values;                  // their value ids

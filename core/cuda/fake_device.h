@@ -151,6 +151,9 @@ class FakeDevice final : public DeviceApi {
   };
   struct Graph {
     std::vector<GraphNode> nodes;
+    // An exec's graph, while it lives: CUDA re-points an exec's copy node through the node
+    // of the graph it was instantiated from, a handle that dies with that graph.
+    const Graph* source = nullptr;
   };
   GraphNodeHandle add_node(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode node);
   GraphNodeHandle add_loop_kernel(char kind, GraphHandle g, std::span<const GraphNodeHandle> deps,

@@ -54,6 +54,8 @@ GraphHandle FakeDevice::graph_create() {
 void FakeDevice::graph_destroy(GraphHandle g) {
   std::lock_guard lock(mu_);
   std::erase_if(graphs_, [&](const std::unique_ptr<Graph>& p) { return p.get() == g; });
+  for (const std::unique_ptr<Graph>& p : graphs_)
+    if (p->source == g) p->source = nullptr;
 }
 
 void FakeDevice::graph_exec_destroy(GraphExecHandle exec) { graph_destroy(exec); }
@@ -186,6 +188,7 @@ GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string*) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_instantiate, nullptr, nullptr, 0});
   graphs_.push_back(std::make_unique<Graph>(*static_cast<Graph*>(g)));
+  graphs_.back()->source = static_cast<Graph*>(g);
   return graphs_.back().get();
 }
 
@@ -208,6 +211,9 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
   calls_.push_back({CallKind::graph_set_memcpy, nullptr, nullptr, bytes});
   auto& nodes = static_cast<Graph*>(exec)->nodes;
   size_t i = index_of(node);
+  TIDE_ASSERT(static_cast<Graph*>(exec)->source,
+              "fake device: a copy node re-pointed after its graph was destroyed (CUDA: "
+              "cudaErrorInvalidValue)");
   TIDE_ASSERT(i < nodes.size() && nodes[i].copy, "fake device: not a copy node of this exec");
   nodes[i].dst = dst;
   nodes[i].src = src;

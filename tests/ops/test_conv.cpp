@@ -725,18 +725,25 @@ TEST(Conv, TracedBlockMatchesEagerBitwise) {
   }
 }
 
-// No CUDA kernels yet: a real GPU refuses the ops before anything is queued (the fake GPU
-// of tide_ops_tests runs the CPU kernels, so the cases above ran there too).
-TEST(Conv, NoCudaKernelOnARealGpu) {
-  for (OpId id : {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad, OpId::max_pool2d,
-                  OpId::max_pool2d_grad, OpId::avg_pool2d, OpId::avg_pool2d_grad, OpId::batch_norm,
-                  OpId::batch_norm_grad})
-    EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
+// On a real GPU: pooling and batch norm are tide's own kernels, always there; the three
+// convolution ops are cuDNN's, registered together where the toolkit had cudnn.h, else each
+// is refused before anything is queued. A device that does not exist has none of them.
+// (The fake GPU of tide_ops_tests runs the CPU kernels, so the cases above ran there too;
+// tide_cuda_tests runs them on a real GPU.)
+TEST(Conv, CudaKernelsOnARealGpu) {
+  const OpId convs[] = {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad};
+  const OpId own[] = {OpId::max_pool2d, OpId::max_pool2d_grad, OpId::avg_pool2d,
+                      OpId::avg_pool2d_grad, OpId::batch_norm, OpId::batch_norm_grad};
+  for (OpId id : convs) EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
+  for (OpId id : own) EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
   if (!cuda::available(0) || cuda::runs_host_kernels(0)) GTEST_SKIP() << "no real GPU";
-  EXPECT_FALSE(op_supported(Device::cuda(0), OpId::conv2d));
-  EXPECT_TIDE_ERROR(conv2d(zeros({1, 1, 3, 3}, DType::float32, Device::cuda(0)),
-                           zeros({1, 1, 3, 3}, DType::float32, Device::cuda(0))),
-                    "[conv2d]", "has no CUDA kernel");
+  for (OpId id : own) EXPECT_TRUE(op_supported(Device::cuda(0), id)) << op_name(id);
+  const bool cudnn = op_supported(Device::cuda(0), OpId::conv2d);
+  for (OpId id : convs) EXPECT_EQ(op_supported(Device::cuda(0), id), cudnn) << op_name(id);
+  if (!cudnn)
+    EXPECT_TIDE_ERROR(conv2d(zeros({1, 1, 3, 3}, DType::float32, Device::cuda(0)),
+                             zeros({1, 1, 3, 3}, DType::float32, Device::cuda(0))),
+                      "[conv2d]", "has no CUDA kernel");
 }
 
 }  // namespace
