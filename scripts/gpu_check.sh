@@ -14,8 +14,8 @@
 # machine has no cblas.h, the build uses that bundle alone.
 # TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled; TIDE_FASHION_MNIST the
 # data folder for the CNN run (a carried copy, when the machine has none); TIDE_MEMCHECK_TIMEOUT
-# the seconds memcheck may take (560) and TIDE_CTEST_TIMEOUT each test (900), so that `all`
-# fits what is left of a lease.
+# the seconds memcheck may take (560), TIDE_CTEST_TIMEOUT each test (900) and TIDE_BENCH_REPS
+# the benchmarks' repetitions (5), so that `all` fits what is left of a lease.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stage=${1:-all}
@@ -146,7 +146,7 @@ cudnn_path() {
 bench() {
   if [ ! -f build-gpu/CMakeCache.txt ]; then configure || return; fi
   run build_bench cmake --build build-gpu -j "$jobs" --target tide_bench_cuda || return
-  run bench_cuda build-gpu/bench/tide_bench_cuda --benchmark_repetitions=5 \
+  run bench_cuda build-gpu/bench/tide_bench_cuda --benchmark_repetitions="${TIDE_BENCH_REPS:-5}" \
     --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true \
     --benchmark_out_format=json --benchmark_out="$report_dir/tide_bench_cuda.json"
   if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
