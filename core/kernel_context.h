@@ -26,7 +26,18 @@ struct KernelContext {
   // Set while a CUDA graph captures the kernel (trace/device_graph.h): host functions it
   // launches are kept here, since a graph runs them on every launch.
   cuda::HostFunctions* host_functions = nullptr;
+  // Set while a CUDA graph captures the kernel: use_workspace marks it, and the graph then
+  // orders this node after the previous one that used the same workspace.
+  bool* workspace_used = nullptr;
 };
+
+// The workspace, for a kernel that hands it to a library (cuBLASLt, CUB, cuDNN): every such
+// use goes through here. A CUDA graph runs independent nodes at once and they share one
+// workspace, so while it captures this marks the node (ctx.workspace_used) for ordering.
+inline void* use_workspace(const KernelContext& ctx) {
+  if (ctx.workspace_used) *ctx.workspace_used = true;
+  return ctx.workspace;
+}
 
 // The context of a kernel run on the CPU outside a stream (the trace executor's nodes).
 inline const KernelContext& cpu_kernel_context() {

@@ -114,6 +114,7 @@ KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg) {
   if (dg.workspace) {
     cctx.workspace = dg.workspace->data();
     cctx.workspace_bytes = dg.workspace->bytes();
+    cctx.workspace_used = nullptr;  // a workspace of its own: not ordered with the caller's
   }
   return cctx;
 }
@@ -124,15 +125,29 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
   DeviceApi& api = *ctx.api;
   const size_t n = g.nodes.size();
   std::vector<std::vector<GraphNodeHandle>> preds(n), exits(n);
+  // The graph runs independent nodes at once, but they share one workspace (cuBLASLt's,
+  // CUB's and cuDNN's scratch): a node that used it waits for the previous such node, in
+  // program order (a valid order: the graph stays acyclic). ws_last: that node's exits.
+  std::vector<GraphNodeHandle> ws_last;
+  bool ws_used = false;
   KernelContext cctx = ctx;
+  cctx.workspace_used = &ws_used;
   for (size_t i = 0; i < n; ++i) {
     // Roots wait for roots_after; every other node reaches a root, so it does too.
-    std::span<const GraphNodeHandle> deps =
-        preds[i].empty() ? roots_after : std::span<const GraphNodeHandle>(preds[i]);
+    std::vector<GraphNodeHandle> deps =
+        preds[i].empty() ? std::vector<GraphNodeHandle>(roots_after.begin(), roots_after.end())
+                         : preds[i];
+    ws_used = false;
     std::string why;
     try {
       if (g.nodes[i].piece) {
-        why = g.nodes[i].piece->add_to(h, deps, ctx, &exits[i]);
+        // A loop cannot say in advance whether it uses the workspace: it waits for the
+        // last user in any case.
+        for (GraphNodeHandle w : ws_last)
+          if (std::find(deps.begin(), deps.end(), w) == deps.end()) deps.push_back(w);
+        KernelContext pctx = ctx;
+        pctx.workspace_used = &ws_used;
+        why = g.nodes[i].piece->add_to(h, deps, pctx, &exits[i]);
         if (!why.empty()) return node_failure(g, i, why.c_str());
       } else {
         GraphNodeHandle node = api.graph_add_captured(
@@ -145,9 +160,19 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
             &why);
         if (!node) return "CUDA refused to capture " + node_failure(g, i, why.c_str());
         exits[i].push_back(node);
+        if (ws_used) {
+          std::vector<GraphNodeHandle> after;
+          for (GraphNodeHandle w : ws_last)
+            if (std::find(deps.begin(), deps.end(), w) == deps.end()) after.push_back(w);
+          api.graph_add_dependencies(h, after, node);
+        }
       }
     } catch (const std::exception& e) {
       return "capturing " + node_failure(g, i, e.what());
+    }
+    if (ws_used) {
+      ws_last = exits[i];
+      if (ctx.workspace_used) *ctx.workspace_used = true;  // a loop body tells its loop
     }
     for (int s : g.deps.successors[i])
       preds[size_t(s)].insert(preds[size_t(s)].end(), exits[i].begin(), exits[i].end());

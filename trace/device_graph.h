@@ -13,6 +13,9 @@
 //     instantiation.
 //   - The captured kernels get a workspace of the graph's own (cuBLASLt, CUB): a stream's
 //     would be shared with eager work on that stream while the graph runs on another.
+//     Nodes that used it (use_workspace, core/kernel_context.h) get one more edge each,
+//     from the previous such node: independent branches run at once, and two of them
+//     writing one workspace gave wrong, varying results (an H100, 2026-11-26).
 //   - When CUDA refuses a capture or an instantiation, or a kernel cannot be captured (it
 //     needs more workspace than the graph's), the replay launches the nodes one by one on
 //     the stream instead, and stats() says why.
@@ -87,8 +90,9 @@ struct DeviceGraph {
 void prepare_device_graph(Graph& g);
 
 // Adds g's planned nodes to h (a graph, or a loop's body): roots after `roots_after`,
-// every other node after its trace predecessors, each node captured with ctx (the graph's
-// workspace and host functions set) or added by its piece. Returns "" and the nodes
+// every other node after its trace predecessors (and, when it used the workspace, after
+// the previous node that did), each node captured with ctx (the graph's workspace and host
+// functions set) or added by its piece (after the last workspace user in any case). Returns "" and the nodes
 // nothing in g waits for in *sinks (roots_after when g has no nodes), or why it cannot
 // (a capture CUDA refused, or a kernel that failed while captured).
 std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,

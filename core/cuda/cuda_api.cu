@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/device_api.h"
@@ -239,6 +240,20 @@ class CudaApi final : public DeviceApi {
     cudaGraphDestroy(child);  // the node holds a copy
     if (e != cudaSuccess) throw_cuda_error("cudaGraphAddChildGraphNode", e);
     return node;
+  }
+
+  void graph_add_dependencies(GraphHandle g, std::span<const GraphNodeHandle> from,
+                              GraphNodeHandle to) override {
+    if (from.empty()) return;
+    make_current();
+    const std::vector<cudaGraphNode_t> tos(from.size(), cudaGraphNode_t(to));
+    const auto* froms = reinterpret_cast<const cudaGraphNode_t*>(from.data());
+#if CUDART_VERSION >= 13000
+    TIDE_CUDA_CHECK(cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), nullptr,
+                                             from.size()));
+#else
+    TIDE_CUDA_CHECK(cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), from.size()));
+#endif
   }
 
   GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,

@@ -165,6 +165,10 @@ class DeviceApi {
                                              std::span<const GraphNodeHandle> deps,
                                              const std::function<void(StreamHandle)>& launch,
                                              std::string* why) = 0;
+  // Makes `to` wait for each node of `from` too (cudaGraphAddDependencies), all of g and
+  // none already a dependency of `to`: an order found only once `to` was captured.
+  virtual void graph_add_dependencies(GraphHandle g, std::span<const GraphNodeHandle> from,
+                                      GraphNodeHandle to) = 0;
   // Adds a 1-D copy node after `deps`.
   virtual GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                            void* dst, const void* src, size_t bytes,

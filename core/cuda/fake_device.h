@@ -108,6 +108,8 @@ class FakeDevice final : public DeviceApi {
   GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                    void* dst, const void* src, size_t bytes,
                                    CopyKind kind) override;
+  void graph_add_dependencies(GraphHandle g, std::span<const GraphNodeHandle> from,
+                              GraphNodeHandle to) override;
   GraphExecHandle graph_instantiate(GraphHandle g, std::string* why) override;
   bool graph_exec_update(GraphExecHandle exec, GraphHandle g) override;
   void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,

@@ -6,6 +6,7 @@
 // come before it); a WHILE node runs its body while its condition is non-zero, and the
 // loop kernels (start, step) set that condition as CUDA's do. Not modelled: concurrency
 // between independent nodes.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -93,6 +94,20 @@ GraphNodeHandle FakeDevice::add_node(GraphHandle g, std::span<const GraphNodeHan
   node.deps = dep_indices(deps, nodes.size());
   nodes.push_back(std::move(node));
   return handle_of(nodes.size() - 1);
+}
+
+void FakeDevice::graph_add_dependencies(GraphHandle g, std::span<const GraphNodeHandle> from,
+                                        GraphNodeHandle to) {
+  std::lock_guard lock(mu_);
+  auto& nodes = static_cast<Graph*>(g)->nodes;
+  const size_t t = index_of(to);
+  TIDE_ASSERT(t < nodes.size(), "fake device: a dependency added to a node of another graph");
+  // Nodes run in the order they were added, so an earlier node is all the fake can wait for.
+  for (int d : dep_indices(from, t)) {
+    TIDE_ASSERT(std::find(nodes[t].deps.begin(), nodes[t].deps.end(), d) == nodes[t].deps.end(),
+                "fake device: an edge added twice (CUDA refuses it)");
+    nodes[t].deps.push_back(d);
+  }
 }
 
 GraphNodeHandle FakeDevice::graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,

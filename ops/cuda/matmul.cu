@@ -245,7 +245,7 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
   Plan plan = plan_for(handle, key, &desc, &l);
   const T alpha = 1, beta = 0;  // beta = 0: c (uninitialised) is not read
   TIDE_CUBLAS_CHECK(cublasLtMatmul(handle, &desc, &alpha, b, &l.a, a, &l.b, &beta, c, &l.c, c,
-                                   &l.c, &plan.algo, ctx.workspace, ws_bytes, stream_of(ctx)));
+                                   &l.c, &plan.algo, use_workspace(ctx), ws_bytes, stream_of(ctx)));
 }
 
 template <class T>

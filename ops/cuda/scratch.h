@@ -22,7 +22,7 @@ inline void check(cudaError_t e, const char* call) {
 // tags it with the running task; it refuses while a CUDA graph captures).
 inline void* scratch(const KernelContext& ctx, size_t bytes, StorageRef& keep, const char* op) {
   if (bytes == 0) bytes = 1;  // CUB reads a null pointer as "query the size"
-  if (ctx.workspace && bytes <= ctx.workspace_bytes) return ctx.workspace;
+  if (ctx.workspace && bytes <= ctx.workspace_bytes) return use_workspace(ctx);
   keep = Allocator::get(ctx.device).workspace(bytes, op);
   return keep->data();
 }

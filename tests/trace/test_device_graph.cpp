@@ -95,6 +95,42 @@ TEST(DeviceGraph, ReplaysEqualEagerAndTheGraphHasTheTracesShape) {
   EXPECT_LT(std::count(root.begin(), root.end(), true), int64_t(n)) << "the trace has edges";
 }
 
+// Independent nodes run at once in a CUDA graph and share its one workspace: each node
+// that used it (cuBLASLt, CUB, cuDNN; here kernels that ask for it) waits for the previous
+// one; the others keep only the trace's edges. Without this, an MLP step traced on an H100
+// gave a different loss on every run.
+TEST(DeviceGraph, NodesUsingTheWorkspaceAreOrderedOthersRunFree) {
+  gpu();
+  trace::Graph g;
+  g.device = gpu();
+  const bool uses[] = {true, false, true, true, false};
+  for (bool u : uses) {
+    trace::Node node;
+    node.op = u ? "uses_workspace" : "plain";
+    node.kernel = [u](const KernelContext& c) {
+      if (u) EXPECT_NE(use_workspace(c), nullptr);
+    };
+    g.nodes.push_back(std::move(node));
+  }
+  // The trace's own edges: 1 -> 3 (node 3 also follows 2, the previous workspace user).
+  g.deps.successors = {{}, {3}, {}, {}, {}};
+  g.deps.predecessors = {0, 0, 0, 1, 0};
+  std::vector<unsigned char> workspace(64);
+  KernelContext ctx{gpu()};
+  ctx.api = &fake();
+  ctx.workspace = workspace.data();
+  ctx.workspace_bytes = workspace.size();
+  cuda::GraphHandle h = fake().graph_create();
+  std::vector<cuda::GraphNodeHandle> sinks;
+  EXPECT_EQ(trace::add_planned_nodes(g, h, {}, ctx, &sinks), "");
+  FakeDevice::GraphShape shape = fake().graph_shape(h);
+  fake().graph_destroy(h);
+  EXPECT_EQ(shape.kinds, "kkkkk");
+  std::set<std::pair<int, int>> edges(shape.edges.begin(), shape.edges.end());
+  EXPECT_EQ(edges, (std::set<std::pair<int, int>>{{0, 2}, {1, 3}, {2, 3}}));
+  EXPECT_EQ(sinks.size(), 4u) << "the sinks are the trace's (nodes 0, 2, 3, 4)";
+}
+
 TEST(DeviceGraph, OutputsStayFreshOverManyReplaysAndTheGraphIsBuiltOnce) {
   auto f = trace::function([](const Tensor& x) { return x * 3.0 + 1.0; });
   Tensor first = f(on_gpu({1, 2, 3}, {3}));
