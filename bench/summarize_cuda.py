@@ -17,7 +17,12 @@ def medians(path):
     name without "/real_time" ("BM_CudaConv/conv:0/pass:1"); and the skipped ones'
     messages, by full name."""
     with open(path) as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            # Google Benchmark writes the file as it goes: a run that aborted leaves it cut.
+            sys.exit(f"{path}: not complete JSON ({e}); the benchmark run stopped early, "
+                     "see its log (bench_cuda.log) for why")
     out, skipped = {}, {}
     for b in data["benchmarks"]:
         name = b.get("run_name", b["name"])
