@@ -208,19 +208,21 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   dg.host_functions.fns.clear();
   GraphBuild b(api);
   const GraphHandle h = b.handle();
+  // An empty value gets no copy node (CUDA refuses zero-length copies): nullptr stands
+  // in its place, and the replay re-points only the others.
+  auto add_copy = [&](std::span<const GraphNodeHandle> deps, const Copy& cp) -> GraphNodeHandle {
+    if (cp.bytes == 0) return nullptr;
+    return api.graph_add_memcpy(h, deps, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device);
+  };
+  std::vector<GraphNodeHandle> roots_after;
   for (size_t k = 0; k < g.inputs.size(); ++k) {
-    Copy cp = input_copy(g, c, k);
-    dg.copy_in.push_back(
-        api.graph_add_memcpy(h, {}, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device));
+    dg.copy_in.push_back(add_copy({}, input_copy(g, c, k)));
+    if (dg.copy_in.back()) roots_after.push_back(dg.copy_in.back());
   }
   std::vector<GraphNodeHandle> sinks;
-  std::string failed = add_planned_nodes(g, h, dg.copy_in, capture_context(ctx, dg), &sinks);
+  std::string failed = add_planned_nodes(g, h, roots_after, capture_context(ctx, dg), &sinks);
   if (!failed.empty()) return failed;
-  for (int id : dg.out_values) {
-    Copy cp = output_copy(g, c, id);
-    dg.copy_out.push_back(
-        api.graph_add_memcpy(h, sinks, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device));
-  }
+  for (int id : dg.out_values) dg.copy_out.push_back(add_copy(sinks, output_copy(g, c, id)));
   std::string why;
   dg.exec = api.graph_instantiate(h, &why);
   if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
@@ -262,8 +264,9 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
   } else {
     if (!first) {  // a built graph already copies from and to this call's tensors
       auto repoint = [&](GraphNodeHandle node, const Copy& cp) {
-        api.graph_exec_set_memcpy(dg.exec, node, cp.dst, cp.src, cp.bytes,
-                                  CopyKind::device_to_device);
+        if (node)  // none for an empty value
+          api.graph_exec_set_memcpy(dg.exec, node, cp.dst, cp.src, cp.bytes,
+                                    CopyKind::device_to_device);
       };
       for (size_t k = 0; k < g.inputs.size(); ++k) repoint(dg.copy_in[k], input_copy(g, c, k));
       for (size_t j = 0; j < dg.out_values.size(); ++j)

@@ -75,8 +75,8 @@ struct DeviceGraph {
   // The graph exec was instantiated from, kept for exec's life: cudaGraphExecMemcpyNode-
   // SetParams1D takes the copy nodes of that graph, which die with it (cudaErrorInvalidValue).
   cuda::GraphHandle graph = nullptr;
-  std::vector<cuda::GraphNodeHandle> copy_in;   // per g.inputs entry
-  std::vector<cuda::GraphNodeHandle> copy_out;  // per output value with a fixed buffer
+  std::vector<cuda::GraphNodeHandle> copy_in;   // per g.inputs entry (nullptr: empty, none)
+  std::vector<cuda::GraphNodeHandle> copy_out;  // per output value with a fixed buffer (idem)
   std::vector<int> out_values;                  // their value ids
   std::vector<StorageRef> fixed;                // input and output buffers, kept
   StorageRef workspace;                         // the captured kernels' scratch (a GPU's)

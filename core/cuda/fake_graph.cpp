@@ -114,6 +114,7 @@ GraphNodeHandle FakeDevice::graph_add_memcpy(GraphHandle g, std::span<const Grap
                                              void* dst, const void* src, size_t bytes, CopyKind) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_memcpy, nullptr, nullptr, bytes});
+  TIDE_ASSERT(bytes > 0, "fake device: a zero-length copy node (CUDA refuses them)");
   GraphNode node;
   node.kind = 'm';
   node.copy = true;
@@ -230,6 +231,7 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
               "fake device: a copy node re-pointed after its graph was destroyed (CUDA: "
               "cudaErrorInvalidValue)");
   TIDE_ASSERT(i < nodes.size() && nodes[i].copy, "fake device: not a copy node of this exec");
+  TIDE_ASSERT(bytes > 0, "fake device: a copy node re-pointed to zero bytes (CUDA refuses it)");
   nodes[i].dst = dst;
   nodes[i].src = src;
   nodes[i].bytes = bytes;

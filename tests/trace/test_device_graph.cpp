@@ -147,6 +147,24 @@ TEST(DeviceGraph, OutputsStayFreshOverManyReplaysAndTheGraphIsBuiltOnce) {
   EXPECT_GE(fake().count(FakeDevice::CallKind::graph_set_memcpy), 50u * 2);
 }
 
+// CUDA refuses zero-length copy nodes (and so does the fake): an empty input or output
+// gets none, and its replays still work.
+TEST(DeviceGraph, EmptyInputsAndOutputsGetNoCopyNodes) {
+  auto f = trace::function([](const Tensor& e, const Tensor& x) {
+    return std::vector<Tensor>{e * 2.0, x + sum(e, 0)};
+  });
+  for (int call = 0; call < 4; ++call) {
+    Tensor e = zeros({0, 3}, DType::float32, gpu());
+    Tensor x = on_gpu({float(call), 1, 2}, {3});
+    std::vector<Tensor> out = f(e, x);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].shape(), Shape({0, 3}));
+    EXPECT_EQ(out[1].to_vector<float>(), (std::vector<float>{float(call), 1, 2})) << call;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  EXPECT_GT(f.stats().graph_nodes, 0u);
+}
+
 TEST(DeviceGraph, ARefusedCaptureLaunchesTheNodesOneByOneAndSaysWhy) {
   auto body = [](const Tensor& x) { return exp(x * 0.5) - 1.0; };
   auto f = trace::function(body, {.name = "refused"});
@@ -506,6 +524,15 @@ TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
   fake().refuse_next_capture("fallback");
   EXPECT_EQ(g(x).to_vector<float>(), trace::loop(7, body, x * 1.0).to_vector<float>());
   EXPECT_NE(g.stats().graph_fallback, "");
+  // Empty states: CUDA has no zero-length copy nodes, and the loops need none (fused, and
+  // as a WHILE node).
+  for (trace::Fusion fusion : {trace::Fusion::elementwise, trace::Fusion::none}) {
+    auto h = trace::function([&](const Tensor& x) { return trace::loop(3, body, x * 1.0); },
+                             {.fusion = fusion});
+    for (int call = 0; call < 2; ++call)
+      EXPECT_EQ(h(zeros({0}, DType::float32, gpu())).shape(), Shape({0}));
+    EXPECT_EQ(h.stats().graph_fallback, "");
+  }
 }
 
 // Random ops in a loop body: the loop kernels set and advance their counters on the device,
