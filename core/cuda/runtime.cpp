@@ -9,6 +9,7 @@
 #include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
+#include "core/segment_source.h"
 
 namespace tide::cuda {
 
@@ -148,10 +149,15 @@ bool available(int index) {
 
 DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
     : index_(index), api_(std::move(api)) {
-  allocator_ = std::make_unique<Allocator>(device(), std::make_unique<DeviceSource>(*this, device()),
-                                           device().str());
-  pinned_ = std::make_unique<Allocator>(Device::cpu(), std::make_unique<PinnedSource>(*api_),
-                                        "pinned host memory of " + device().str());
+  // Small blocks come out of segments (core/segment_source.h): one cudaMalloc or
+  // cudaHostAlloc per tiny tensor would cost the frontend microseconds each.
+  allocator_ = std::make_unique<Allocator>(
+      device(),
+      std::make_unique<SegmentSource>(std::make_unique<DeviceSource>(*this, device())),
+      device().str());
+  pinned_ = std::make_unique<Allocator>(
+      Device::cpu(), std::make_unique<SegmentSource>(std::make_unique<PinnedSource>(*api_)),
+      "pinned host memory of " + device().str());
   profiler::detail::set_gpu_span_source(&collect_gpu_spans);
   // At exit, finish GPU work while the CUDA runtime still stands: its own exit handler was
   // registered when it started (before this), so this one runs first. Without it the

@@ -1,10 +1,15 @@
 // The caching allocator (DESIGN §4, STYLE 14) and the memory probes: size classes, cache
 // reuse in a steady loop, peak reset, empty_cache, consistent stats, storages held by
-// queued work counted as in flight and released after execution, and the process RSS.
+// queued work counted as in flight and released after execution, and the process RSS;
+// the segments small GPU blocks come from (core/segment_source.h).
 #include <cstdint>
+#include <cstdlib>
 #include <future>
+#include <set>
 #include <thread>
+#include <vector>
 
+#include "core/segment_source.h"
 #include "test_support.h"
 
 namespace tide {
@@ -238,6 +243,89 @@ TEST_F(AllocatorTest, MemorySnapshotDoesNotWaitWhileAnAllocationIsStalled) {
                            "stalled allocation holds)";
   EXPECT_EQ(big.to_vector()[0], 1.0f);
   EXPECT_FALSE(gate.timed_out());
+}
+
+// A block source over the C heap that records its calls and can refuse requests over a
+// cap (a nearly full device).
+struct CountingSource : BlockSource {
+  size_t max_request = SIZE_MAX;
+  int allocs = 0, releases = 0;
+  std::set<void*> live;
+  void* allocate(size_t bytes) override {
+    if (bytes > max_request) return nullptr;
+    ++allocs;
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    live.insert(p);
+    return p;
+  }
+  void release(void* p, size_t) override {
+    ++releases;
+    EXPECT_EQ(live.erase(p), 1u) << "released twice, or not from this source";
+    std::free(p);
+  }
+};
+
+TEST(SegmentSource, SmallBlocksShareASegmentThatGoesBackWithItsLastBlock) {
+  auto owned = std::make_unique<CountingSource>();
+  CountingSource& inner = *owned;
+  {
+    SegmentSource src(std::move(owned));
+    std::vector<void*> blocks;
+    for (int i = 0; i < 1000; ++i) blocks.push_back(src.allocate(64 + size_t(i % 3) * 100));
+    EXPECT_EQ(inner.allocs, 1) << "1000 small blocks, one segment";
+    EXPECT_EQ(src.segments(), 1u);
+    std::set<uintptr_t> distinct;
+    for (void* p : blocks) {
+      auto a = reinterpret_cast<uintptr_t>(p);
+      EXPECT_EQ(a % SegmentSource::kAlign, 0u);
+      distinct.insert(a);
+    }
+    EXPECT_EQ(distinct.size(), blocks.size());
+    for (size_t i = 0; i + 1 < blocks.size(); ++i) src.release(blocks[i], 64);
+    EXPECT_EQ(inner.releases, 0) << "one block still lives in the segment";
+    src.release(blocks.back(), 64);
+    EXPECT_EQ(inner.releases, 1);
+    EXPECT_EQ(src.segments(), 0u);
+    // Large requests pass through, one for one.
+    void* big = src.allocate(SegmentSource::kSmallMax + 1);
+    EXPECT_EQ(inner.allocs, 2);
+    src.release(big, SegmentSource::kSmallMax + 1);
+    EXPECT_EQ(inner.releases, 2);
+  }
+  EXPECT_TRUE(inner.live.empty());
+}
+
+TEST(SegmentSource, AFullSegmentIsFollowedByANewOneAndEachGoesBackOnItsOwn) {
+  auto owned = std::make_unique<CountingSource>();
+  CountingSource& inner = *owned;
+  SegmentSource src(std::move(owned));
+  const size_t block = SegmentSource::kSmallMax;  // four per segment
+  std::vector<void*> first, second;
+  for (int i = 0; i < 4; ++i) first.push_back(src.allocate(block));
+  for (int i = 0; i < 2; ++i) second.push_back(src.allocate(block));
+  EXPECT_EQ(inner.allocs, 2);
+  for (void* p : first) src.release(p, block);
+  EXPECT_EQ(inner.releases, 1) << "the first segment is empty: returned";
+  void* more = src.allocate(block);  // still from the second segment
+  EXPECT_EQ(inner.allocs, 2);
+  second.push_back(more);
+  for (void* p : second) src.release(p, block);
+  EXPECT_EQ(inner.releases, 2);
+  EXPECT_TRUE(inner.live.empty());
+}
+
+TEST(SegmentSource, WithNoRoomForASegmentASmallBlockComesOnItsOwn) {
+  auto owned = std::make_unique<CountingSource>();
+  CountingSource& inner = *owned;
+  inner.max_request = SegmentSource::kSegment - 1;
+  SegmentSource src(std::move(owned));
+  void* p = src.allocate(1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(src.segments(), 0u);
+  src.release(p, 1000);
+  EXPECT_EQ(inner.releases, 1);
+  inner.max_request = 0;
+  EXPECT_EQ(src.allocate(1000), nullptr) << "the inner source's refusal is passed on";
 }
 
 }  // namespace

@@ -321,6 +321,20 @@ TEST_F(FakeGpu, AFaultFoundAtTheNextLaunchFailsTheDevice) {
   clear_pending_failures();
 }
 
+// A frontend running ahead makes a new block per queued op: tiny ones come out of shared
+// segments (core/segment_source.h), not one cudaMalloc each.
+TEST_F(FakeGpu, TinyTensorsComeOutOfSegmentsNotOneMallocEach) {
+  FakeDevice& fake = fake_gpu(kGpu);
+  Tensor x = on_gpu({1, 2});
+  Allocator::get(gpu()).empty_cache();
+  const size_t mallocs = fake.count(FakeDevice::CallKind::malloc);
+  std::vector<Tensor> kept;  // all alive: 1000 distinct blocks
+  for (int i = 0; i < 1000; ++i) kept.push_back(x + double(i));
+  EXPECT_LE(fake.count(FakeDevice::CallKind::malloc) - mallocs, 2u);
+  EXPECT_EQ(kept[999].to_vector<float>(), (std::vector<float>{1000, 1001}));
+  EXPECT_EQ(kept[7].to_vector<float>(), (std::vector<float>{8, 9}));
+}
+
 TEST(FakeGpuMemory, OutOfMemoryNamesTheRequestAndTheDevice) {
   fake_gpu(kSmallGpu, size_t(1) << 20);
   Device d = Device::cuda(kSmallGpu);
