@@ -85,7 +85,10 @@ sanitize() {
   # cudaMalloc failures on purpose; tide handles them) and leaks at exit (each stream keeps
   # its 32 MiB cuBLASLt workspace and timeline, and the allocators their caches, for the
   # process's life: 140 MB in 1355 blocks after the CUDA tests on an H200, 2026-11-26).
-  run memcheck timeout "${TIDE_MEMCHECK_TIMEOUT:-560}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+  # TIDE_CUDA_SEGMENTS=0: a cudaMalloc per block, so that memcheck sees every block's bounds
+  # (small blocks otherwise share 2 MiB segments: core/segment_source.h).
+  run memcheck env TIDE_CUDA_SEGMENTS=0 timeout "${TIDE_MEMCHECK_TIMEOUT:-560}" \
+    compute-sanitizer --tool memcheck --error-exitcode 3 \
     --report-api-errors no build-gpu/tests/tide_cuda_tests --gtest_brief=1
 }
 

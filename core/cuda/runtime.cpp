@@ -86,6 +86,23 @@ int fake_gpus_from_env() {
   return n;
 }
 
+// TIDE_CUDA_SEGMENTS=0: every block gets its own cudaMalloc / cudaHostAlloc instead of a
+// place in a shared segment (core/segment_source.h). For compute-sanitizer: memcheck sees
+// an overrun only at an allocation's bounds. Read when a device is first used.
+bool segments_from_env() {
+  const char* v = std::getenv("TIDE_CUDA_SEGMENTS");
+  if (!v || !*v) return true;
+  TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda",
+             "TIDE_CUDA_SEGMENTS must be 0 (a cudaMalloc per block) or 1 (segments, the "
+             "default), got '", v, "'");
+  return v[0] == '1';
+}
+
+std::unique_ptr<BlockSource> in_segments(std::unique_ptr<BlockSource> s, bool segments) {
+  if (!segments) return s;
+  return std::make_unique<SegmentSource>(std::move(s));
+}
+
 void check_index(int index, const char* op) {
   TIDE_CHECK(index >= 0 && index < kMaxGpus, op, "no device cuda:", index, " (at most ",
              kMaxGpus, " GPUs)");
@@ -151,12 +168,12 @@ DeviceRuntime::DeviceRuntime(int index, std::shared_ptr<DeviceApi> api)
     : index_(index), api_(std::move(api)) {
   // Small blocks come out of segments (core/segment_source.h): one cudaMalloc or
   // cudaHostAlloc per tiny tensor would cost the frontend microseconds each.
+  const bool segments = segments_from_env();
   allocator_ = std::make_unique<Allocator>(
-      device(),
-      std::make_unique<SegmentSource>(std::make_unique<DeviceSource>(*this, device())),
+      device(), in_segments(std::make_unique<DeviceSource>(*this, device()), segments),
       device().str());
   pinned_ = std::make_unique<Allocator>(
-      Device::cpu(), std::make_unique<SegmentSource>(std::make_unique<PinnedSource>(*api_)),
+      Device::cpu(), in_segments(std::make_unique<PinnedSource>(*api_), segments),
       "pinned host memory of " + device().str());
   profiler::detail::set_gpu_span_source(&collect_gpu_spans);
   // At exit, finish GPU work while the CUDA runtime still stands: its own exit handler was

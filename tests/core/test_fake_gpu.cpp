@@ -7,6 +7,7 @@
 // stream order, on threads of its own, so work really is asynchronous.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -333,6 +334,28 @@ TEST_F(FakeGpu, TinyTensorsComeOutOfSegmentsNotOneMallocEach) {
   EXPECT_LE(fake.count(FakeDevice::CallKind::malloc) - mallocs, 2u);
   EXPECT_EQ(kept[999].to_vector<float>(), (std::vector<float>{1000, 1001}));
   EXPECT_EQ(kept[7].to_vector<float>(), (std::vector<float>{8, 9}));
+}
+
+// TIDE_CUDA_SEGMENTS=0 (for compute-sanitizer): a cudaMalloc per block again. Read when
+// a device is first used: a fake of its own here.
+TEST(FakeGpuMemory, SegmentsCanBeTurnedOffForTheSanitizer) {
+  constexpr int kUnsegmentedGpu = 12;
+  const Device d = Device::cuda(kUnsegmentedGpu);
+  FakeDevice& fake = fake_gpu(kUnsegmentedGpu);
+  ::setenv("TIDE_CUDA_SEGMENTS", "0", 1);
+  (void)Allocator::get(d);  // the device's first use: its runtime reads the variable
+  ::unsetenv("TIDE_CUDA_SEGMENTS");
+  const size_t mallocs = fake.count(FakeDevice::CallKind::malloc);
+  {
+    std::vector<Tensor> kept;
+    for (int i = 0; i < 10; ++i) kept.push_back(Tensor::empty({2}, DType::float32, d));
+  }
+  EXPECT_EQ(fake.count(FakeDevice::CallKind::malloc) - mallocs, 10u);
+  fake_gpu(kUnsegmentedGpu + 1);
+  ::setenv("TIDE_CUDA_SEGMENTS", "yes", 1);
+  std::string e = error_of([&] { (void)Allocator::get(Device::cuda(kUnsegmentedGpu + 1)); });
+  ::unsetenv("TIDE_CUDA_SEGMENTS");
+  EXPECT_TRUE(contains(e, "TIDE_CUDA_SEGMENTS must be 0")) << e;
 }
 
 TEST(FakeGpuMemory, OutOfMemoryNamesTheRequestAndTheDevice) {
