@@ -73,19 +73,38 @@ struct FusedChain {
 
 namespace chain {
 
+// A step's result as the separate kernel stores it: opaque to the optimiser (no FMA across
+// steps).
+template <class T>
+TIDE_HOST_DEVICE T stored(T v) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) asm volatile("" : "+f"(v));
+  else if constexpr (std::is_same_v<T, double>) asm volatile("" : "+d"(v));
+#endif
+  return v;
+}
+
+// f(a, b), then `repeat - 1` times r = f(r, b): an in-place register run. The functor is
+// chosen once for the run, not per application (the unrolled, fused loop is one step
+// repeated thousands of times).
 template <class T, class F>
-TIDE_HOST_DEVICE T call(const unsigned char* bytes, T a, T b) {
+TIDE_HOST_DEVICE T call_repeated(const unsigned char* bytes, T a, T b, int64_t repeat) {
   F f{};
   if constexpr (!std::is_empty_v<F>) memcpy(&f, bytes, sizeof(F));
-  if constexpr (std::is_invocable_v<F, T, T>) return T(f(a, b));
-  else return T(f(a));
+  auto once = [&](T x) -> T {
+    if constexpr (std::is_invocable_v<F, T, T>) return T(f(x, b));
+    else return T(f(x));
+  };
+  T r = stored(once(a));
+  for (int64_t k = 1; k < repeat; ++k) r = stored(once(r));
+  return r;
 }
 
 template <class T>
-TIDE_HOST_DEVICE T apply(FunctorId id, const unsigned char* bytes, T a, T b) {
+TIDE_HOST_DEVICE T apply(FunctorId id, const unsigned char* bytes, T a, T b, int64_t repeat = 1) {
   switch (id) {
 #define TIDE_CHAIN_CASE(F) \
-  case FunctorId::F: return call<T, fn::F>(bytes, a, b);
+  case FunctorId::F: return call_repeated<T, fn::F>(bytes, a, b, repeat);
     TIDE_BINARY_FUNCTORS(TIDE_CHAIN_CASE)
     TIDE_MASK_FUNCTORS(TIDE_CHAIN_CASE)
     TIDE_UNARY_FUNCTORS(TIDE_CHAIN_CASE)
@@ -103,17 +122,6 @@ TIDE_HOST_DEVICE T load(const ChainOperand& o, const T* reg, int64_t i) {
   return v;
 }
 
-// A step's result as the separate kernel stores it: opaque to the optimiser (no FMA across
-// steps).
-template <class T>
-TIDE_HOST_DEVICE T stored(T v) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<T, float>) asm volatile("" : "+f"(v));
-  else if constexpr (std::is_same_v<T, double>) asm volatile("" : "+d"(v));
-#endif
-  return v;
-}
-
 // The count of a FusedChain, read where it lives.
 TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
   if (!c.count) return c.iterations;
@@ -125,21 +133,99 @@ TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
   }
 }
 
+// A chain iterated in place (a fused loop body, iterations > 1) writes only its loop's
+// state buffers, which no other operand aliases. Their values can stay in registers
+// across iterations: loaded once before, stored once after, instead of a store and a load
+// per iteration (on a GPU a round trip through L2). The same operations in the same order:
+// the same bits. Carried says which memory operands stand for which spare register.
+inline constexpr int kMaxCarriedSteps = 8;
+struct Carried {
+  int n = 0;  // state buffers held in registers
+  const void* ptr[kMaxChainRegisters] = {};
+  uint8_t reg[kMaxChainRegisters] = {};
+  // Per step: the register standing for its a, b or out memory operand, or -1.
+  int8_t a[kMaxCarriedSteps], b[kMaxCarriedSteps], out[kMaxCarriedSteps];
+};
+
+// Plans Carried for an iterated chain: every memory output gets a free register, and every
+// read of it must be element-wise (stride 1). False (memory is used as written) for a
+// longer chain, one without enough free registers, a broadcast read of a state buffer, or
+// a chain that writes no memory.
+TIDE_HOST_DEVICE bool plan_carried(const ChainStep* steps, int num_steps, Carried* c) {
+  if (num_steps > kMaxCarriedSteps) return false;
+  int free_reg = 0;
+  for (int s = 0; s < num_steps; ++s) {
+    const ChainOperand* ops[3] = {&steps[s].a, &steps[s].b, &steps[s].out};
+    for (const ChainOperand* o : ops)
+      if (o->kind == ChainOperand::reg && o->reg_index + 1 > free_reg) free_reg = o->reg_index + 1;
+  }
+  auto find = [&](const void* p) {
+    for (int k = 0; k < c->n; ++k)
+      if (c->ptr[k] == p) return k;
+    return -1;
+  };
+  c->n = 0;
+  for (int s = 0; s < num_steps; ++s) {
+    c->a[s] = c->b[s] = c->out[s] = -1;
+    const ChainOperand& o = steps[s].out;
+    if (o.kind != ChainOperand::mem) continue;
+    int k = find(o.ptr);
+    if (k < 0) {
+      if (free_reg >= kMaxChainRegisters) return false;
+      k = c->n++;
+      c->ptr[k] = o.ptr;
+      c->reg[k] = uint8_t(free_reg++);
+    }
+    c->out[s] = int8_t(c->reg[k]);
+  }
+  for (int s = 0; s < num_steps; ++s) {
+    const ChainOperand* ops[2] = {&steps[s].a, &steps[s].b};
+    int8_t* slots[2] = {&c->a[s], &c->b[s]};
+    for (int j = 0; j < 2; ++j) {
+      if (ops[j]->kind != ChainOperand::mem) continue;
+      const int k = find(ops[j]->ptr);
+      if (k < 0) continue;                // an input the chain never writes
+      if (ops[j]->stride != 1) return false;  // every element reads one: keep memory
+      *slots[j] = int8_t(c->reg[k]);
+    }
+  }
+  return c->n > 0;
+}
+
+template <class T>
+TIDE_HOST_DEVICE T operand(const ChainOperand& o, int carried, const T* reg, int64_t i) {
+  return carried >= 0 ? reg[carried] : load<T>(o, reg, i);
+}
+
 }  // namespace chain
 
-// Element i of the chain, `iterations` times.
+// Element i of the chain, `iterations` times. `carried` (plan_carried's, or nullptr) keeps
+// the state buffers of an iterated chain in registers.
 template <class T>
 TIDE_HOST_DEVICE void run_chain_element(const ChainStep* steps, int num_steps, int64_t i,
-                                        int64_t iterations) {
+                                        int64_t iterations,
+                                        const chain::Carried* carried = nullptr) {
   T reg[kMaxChainRegisters];
+  if (carried) {
+    const chain::Carried& c = *carried;
+    for (int k = 0; k < c.n; ++k) reg[c.reg[k]] = static_cast<const T*>(c.ptr[k])[i];
+    for (int64_t it = 0; it < iterations; ++it)
+      for (int s = 0; s < num_steps; ++s) {
+        const ChainStep& st = steps[s];
+        const T b = chain::operand<T>(st.b, c.b[s], reg, i);
+        const T r = chain::apply<T>(st.functor, st.functor_bytes,
+                                    chain::operand<T>(st.a, c.a[s], reg, i), b, st.repeat);
+        reg[st.out.kind == ChainOperand::reg ? int(st.out.reg_index) : int(c.out[s])] = r;
+      }
+    for (int k = 0; k < c.n; ++k) static_cast<T*>(const_cast<void*>(c.ptr[k]))[i] = reg[c.reg[k]];
+    return;
+  }
   for (int64_t it = 0; it < iterations; ++it)
     for (int s = 0; s < num_steps; ++s) {
       const ChainStep& st = steps[s];
       const T b = chain::load<T>(st.b, reg, i);
-      T r = chain::stored(
-          chain::apply<T>(st.functor, st.functor_bytes, chain::load<T>(st.a, reg, i), b));
-      for (int64_t k = 1; k < st.repeat; ++k)
-        r = chain::stored(chain::apply<T>(st.functor, st.functor_bytes, r, b));
+      const T r = chain::apply<T>(st.functor, st.functor_bytes, chain::load<T>(st.a, reg, i), b,
+                                  st.repeat);
       if (st.out.kind == ChainOperand::reg) reg[st.out.reg_index] = r;
       else static_cast<T*>(const_cast<void*>(st.out.ptr))[i] = r;
     }

@@ -1,5 +1,6 @@
 // The CUDA entry of a fused chain (ops/fused_chain.h): a step-interpreter kernel, one
-// thread per element (grid-stride), the chain's registers in the thread's registers.
+// thread per element (grid-stride), the chain's registers in the thread's registers; an
+// iterated chain (a fused loop) also keeps its loop state there (chain::plan_carried).
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/fused_chain.h"
@@ -12,8 +13,10 @@ template <class T>
 __global__ void fused_chain_kernel(FusedChain c) {
   const int64_t iterations = chain::iterations_of(c);  // a count tensor: read on the device
   if (iterations <= 0) return;
+  chain::Carried carried;  // a loop's state in registers (planned once per thread)
+  const bool in_registers = iterations > 1 && chain::plan_carried(c.steps, c.num_steps, &carried);
   for (int64_t i = global_index(); i < c.n; i += grid_stride())
-    run_chain_element<T>(c.steps, c.num_steps, i, iterations);
+    run_chain_element<T>(c.steps, c.num_steps, i, iterations, in_registers ? &carried : nullptr);
 }
 
 void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&) {

@@ -1,0 +1,100 @@
+// The fused-chain interpreter (ops/fused_chain.h) that the CUDA kernel and the fake GPU's
+// host entry share: an iterated chain (a fused loop body) keeps its state buffers in
+// registers (chain::plan_carried) with the same bits as going through memory; a repeated
+// step applies its functor `repeat` times; a broadcast read of a state buffer keeps memory.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "ops/fused_chain.h"
+
+namespace tide::kernels {
+namespace {
+
+ChainOperand mem(const float* p, uint8_t stride = 1) {
+  ChainOperand o;
+  o.kind = ChainOperand::mem;
+  o.ptr = p;
+  o.stride = stride;
+  return o;
+}
+ChainOperand reg(uint8_t r) {
+  ChainOperand o;
+  o.kind = ChainOperand::reg;
+  o.reg_index = r;
+  return o;
+}
+ChainOperand scalar(float v) {
+  ChainOperand o;
+  std::memcpy(&o.scalar_bits, &v, sizeof v);
+  return o;
+}
+ChainStep step(FunctorId f, ChainOperand a, ChainOperand b, ChainOperand out, int64_t repeat = 1) {
+  ChainStep s;
+  s.functor = f;
+  s.a = a;
+  s.b = b;
+  s.out = out;
+  s.repeat = repeat;
+  return s;
+}
+
+// y = (y + 1) * 0.5 - x, `iterations` times per element: through memory, or carried.
+std::vector<float> run(bool carried, const std::vector<float>& x, int64_t iterations) {
+  std::vector<float> y(x.size(), 3.0f);
+  const ChainStep steps[] = {
+      step(FunctorId::Add, mem(y.data()), scalar(1), reg(0)),
+      step(FunctorId::Mul, reg(0), scalar(0.5f), reg(1)),
+      step(FunctorId::Sub, reg(1), mem(x.data()), mem(y.data())),
+  };
+  chain::Carried c;
+  const bool planned = chain::plan_carried(steps, 3, &c);
+  EXPECT_TRUE(planned);
+  EXPECT_EQ(c.n, 1);
+  for (int64_t i = 0; i < int64_t(x.size()); ++i)
+    run_chain_element<float>(steps, 3, i, iterations, carried && planned ? &c : nullptr);
+  return y;
+}
+
+TEST(FusedChain, StateCarriedInRegistersGivesTheSameBitsAsMemory) {
+  std::vector<float> x = {0.1f, -2.5f, 7.0f, 1e-3f, 0};
+  for (int64_t iterations : {1, 2, 1000}) {
+    std::vector<float> through_memory = run(false, x, iterations), carried = run(true, x, iterations);
+    EXPECT_EQ(0, std::memcmp(through_memory.data(), carried.data(), x.size() * sizeof(float)))
+        << iterations << " iterations";
+    // And what the separate ops compute, in float.
+    for (size_t i = 0; i < x.size(); ++i) {
+      float y = 3.0f;
+      for (int64_t it = 0; it < iterations; ++it) y = (y + 1.0f) * 0.5f - x[i];
+      EXPECT_EQ(carried[i], y) << "element " << i << ", " << iterations << " iterations";
+    }
+  }
+}
+
+TEST(FusedChain, ABroadcastReadOfTheStateKeepsItInMemory) {
+  std::vector<float> y(4, 1.0f);
+  const ChainStep steps[] = {
+      step(FunctorId::Add, mem(y.data()), mem(y.data(), /*stride=*/0), mem(y.data())),
+  };
+  chain::Carried c;
+  EXPECT_FALSE(chain::plan_carried(steps, 1, &c)) << "element 0 is read by every element";
+  const ChainStep reads_only[] = {step(FunctorId::Add, mem(y.data()), scalar(1), reg(0))};
+  EXPECT_FALSE(chain::plan_carried(reads_only, 1, &c)) << "writes no memory: nothing to carry";
+}
+
+TEST(FusedChain, ARepeatedStepAppliesItsFunctorThatManyTimes) {
+  std::vector<float> y = {0.25f, 1e7f};
+  const ChainStep steps[] = {step(FunctorId::Add, mem(y.data()), scalar(1), mem(y.data()), 10000)};
+  for (int64_t i = 0; i < 2; ++i) run_chain_element<float>(steps, 1, i, 1);
+  float a = 0.25f, b = 1e7f;
+  for (int k = 0; k < 10000; ++k) {
+    a += 1.0f;
+    b += 1.0f;
+  }
+  EXPECT_EQ(y[0], a);
+  EXPECT_EQ(y[1], b);
+}
+
+}  // namespace
+}  // namespace tide::kernels
