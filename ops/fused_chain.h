@@ -139,10 +139,10 @@ TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
 // per iteration (on a GPU a round trip through L2). The same operations in the same order:
 // the same bits. Carried says which memory operands stand for which spare register.
 inline constexpr int kMaxCarriedSteps = 8;
-struct Carried {
-  int n = 0;  // state buffers held in registers
-  const void* ptr[kMaxChainRegisters] = {};
-  uint8_t reg[kMaxChainRegisters] = {};
+struct Carried {  // (no initialisers for the arrays: every kernel thread has one)
+  int n = 0;  // state buffers held in registers: ptr and reg are set below n
+  const void* ptr[kMaxChainRegisters];
+  uint8_t reg[kMaxChainRegisters];
   // Per step: the register standing for its a, b or out memory operand, or -1.
   int8_t a[kMaxCarriedSteps], b[kMaxCarriedSteps], out[kMaxCarriedSteps];
 };
