@@ -245,31 +245,35 @@ TEST_F(AllocatorTest, MemorySnapshotDoesNotWaitWhileAnAllocationIsStalled) {
   EXPECT_FALSE(gate.timed_out());
 }
 
-// A block source over the C heap that records its calls and can refuse requests over a
-// cap (a nearly full device).
-struct CountingSource : BlockSource {
-  size_t max_request = SIZE_MAX;
+// What a CountingSource did; kept by the test, so it outlives the source.
+struct Ledger {
+  size_t max_request = SIZE_MAX;  // larger requests are refused (a nearly full device)
   int allocs = 0, releases = 0;
   std::set<void*> live;
+};
+
+// A block source over the C heap that records its calls in a Ledger.
+struct CountingSource : BlockSource {
+  explicit CountingSource(Ledger& l) : ledger(l) {}
+  Ledger& ledger;
   void* allocate(size_t bytes) override {
-    if (bytes > max_request) return nullptr;
-    ++allocs;
+    if (bytes > ledger.max_request) return nullptr;
+    ++ledger.allocs;
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-    live.insert(p);
+    ledger.live.insert(p);
     return p;
   }
   void release(void* p, size_t) override {
-    ++releases;
-    EXPECT_EQ(live.erase(p), 1u) << "released twice, or not from this source";
+    ++ledger.releases;
+    EXPECT_EQ(ledger.live.erase(p), 1u) << "released twice, or not from this source";
     std::free(p);
   }
 };
 
 TEST(SegmentSource, SmallBlocksShareASegmentThatGoesBackWithItsLastBlock) {
-  auto owned = std::make_unique<CountingSource>();
-  CountingSource& inner = *owned;
+  Ledger inner;
   {
-    SegmentSource src(std::move(owned));
+    SegmentSource src(std::make_unique<CountingSource>(inner));
     std::vector<void*> blocks;
     for (int i = 0; i < 1000; ++i) blocks.push_back(src.allocate(64 + size_t(i % 3) * 100));
     EXPECT_EQ(inner.allocs, 1) << "1000 small blocks, one segment";
@@ -293,12 +297,17 @@ TEST(SegmentSource, SmallBlocksShareASegmentThatGoesBackWithItsLastBlock) {
     EXPECT_EQ(inner.releases, 2);
   }
   EXPECT_TRUE(inner.live.empty());
+  {  // Segments still held when the source goes are returned.
+    SegmentSource src(std::make_unique<CountingSource>(inner));
+    (void)src.allocate(64);
+    EXPECT_EQ(inner.live.size(), 1u);
+  }
+  EXPECT_TRUE(inner.live.empty());
 }
 
 TEST(SegmentSource, AFullSegmentIsFollowedByANewOneAndEachGoesBackOnItsOwn) {
-  auto owned = std::make_unique<CountingSource>();
-  CountingSource& inner = *owned;
-  SegmentSource src(std::move(owned));
+  Ledger inner;
+  SegmentSource src(std::make_unique<CountingSource>(inner));
   const size_t block = SegmentSource::kSmallMax;  // four per segment
   std::vector<void*> first, second;
   for (int i = 0; i < 4; ++i) first.push_back(src.allocate(block));
@@ -315,10 +324,9 @@ TEST(SegmentSource, AFullSegmentIsFollowedByANewOneAndEachGoesBackOnItsOwn) {
 }
 
 TEST(SegmentSource, WithNoRoomForASegmentASmallBlockComesOnItsOwn) {
-  auto owned = std::make_unique<CountingSource>();
-  CountingSource& inner = *owned;
+  Ledger inner;
   inner.max_request = SegmentSource::kSegment - 1;
-  SegmentSource src(std::move(owned));
+  SegmentSource src(std::make_unique<CountingSource>(inner));
   void* p = src.allocate(1000);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(src.segments(), 0u);
