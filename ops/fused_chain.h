@@ -192,6 +192,13 @@ TIDE_HOST_DEVICE bool plan_carried(const ChainStep* steps, int num_steps, Carrie
   return c->n > 0;
 }
 
+// What a kernel entry passes to run_chain_element: `storage`, planned, for a chain iterated
+// more than once whose state can be carried; else nullptr (memory as written).
+TIDE_HOST_DEVICE const Carried* carried_for(const FusedChain& c, int64_t iterations,
+                                            Carried* storage) {
+  return iterations > 1 && plan_carried(c.steps, c.num_steps, storage) ? storage : nullptr;
+}
+
 template <class T>
 TIDE_HOST_DEVICE T operand(const ChainOperand& o, int carried, const T* reg, int64_t i) {
   return carried >= 0 ? reg[carried] : load<T>(o, reg, i);

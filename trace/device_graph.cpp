@@ -119,6 +119,12 @@ KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg) {
   return cctx;
 }
 
+GraphNodeHandle add_copy_node(DeviceApi& api, GraphHandle h, std::span<const GraphNodeHandle> deps,
+                              void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  return api.graph_add_memcpy(h, deps, dst, src, bytes, CopyKind::device_to_device);
+}
+
 std::string add_planned_nodes(const Graph& g, GraphHandle h,
                               std::span<const GraphNodeHandle> roots_after,
                               const KernelContext& ctx, std::vector<GraphNodeHandle>* sinks) {
@@ -134,20 +140,23 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
   cctx.workspace_used = &ws_used;
   for (size_t i = 0; i < n; ++i) {
     // Roots wait for roots_after; every other node reaches a root, so it does too.
-    std::vector<GraphNodeHandle> deps =
-        preds[i].empty() ? std::vector<GraphNodeHandle>(roots_after.begin(), roots_after.end())
-                         : preds[i];
+    std::span<const GraphNodeHandle> deps =
+        preds[i].empty() ? roots_after : std::span<const GraphNodeHandle>(preds[i]);
+    // The last workspace user's nodes that deps do not already hold.
+    std::vector<GraphNodeHandle> ws_after;
+    for (GraphNodeHandle w : ws_last)
+      if (std::find(deps.begin(), deps.end(), w) == deps.end()) ws_after.push_back(w);
     ws_used = false;
     std::string why;
     try {
       if (g.nodes[i].piece) {
         // A loop cannot say in advance whether it uses the workspace: it waits for the
         // last user in any case.
-        for (GraphNodeHandle w : ws_last)
-          if (std::find(deps.begin(), deps.end(), w) == deps.end()) deps.push_back(w);
+        std::vector<GraphNodeHandle> piece_deps(deps.begin(), deps.end());
+        piece_deps.insert(piece_deps.end(), ws_after.begin(), ws_after.end());
         KernelContext pctx = ctx;
         pctx.workspace_used = &ws_used;
-        why = g.nodes[i].piece->add_to(h, deps, pctx, &exits[i]);
+        why = g.nodes[i].piece->add_to(h, piece_deps, pctx, &exits[i]);
         if (!why.empty()) return node_failure(g, i, why.c_str());
       } else {
         GraphNodeHandle node = api.graph_add_captured(
@@ -160,12 +169,7 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
             &why);
         if (!node) return "CUDA refused to capture " + node_failure(g, i, why.c_str());
         exits[i].push_back(node);
-        if (ws_used) {
-          std::vector<GraphNodeHandle> after;
-          for (GraphNodeHandle w : ws_last)
-            if (std::find(deps.begin(), deps.end(), w) == deps.end()) after.push_back(w);
-          api.graph_add_dependencies(h, after, node);
-        }
+        if (ws_used) api.graph_add_dependencies(h, ws_after, node);
       }
     } catch (const std::exception& e) {
       return "capturing " + node_failure(g, i, e.what());
@@ -208,11 +212,10 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   dg.host_functions.fns.clear();
   GraphBuild b(api);
   const GraphHandle h = b.handle();
-  // An empty value gets no copy node (CUDA refuses zero-length copies): nullptr stands
-  // in its place, and the replay re-points only the others.
-  auto add_copy = [&](std::span<const GraphNodeHandle> deps, const Copy& cp) -> GraphNodeHandle {
-    if (cp.bytes == 0) return nullptr;
-    return api.graph_add_memcpy(h, deps, cp.dst, cp.src, cp.bytes, CopyKind::device_to_device);
+  // An empty value gets no copy node: nullptr stands in its place, and the replay
+  // re-points only the others.
+  auto add_copy = [&](std::span<const GraphNodeHandle> deps, const Copy& cp) {
+    return add_copy_node(api, h, deps, cp.dst, cp.src, cp.bytes);
   };
   std::vector<GraphNodeHandle> roots_after;
   for (size_t k = 0; k < g.inputs.size(); ++k) {

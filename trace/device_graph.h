@@ -103,6 +103,11 @@ std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,
 void launch_planned_nodes(const Graph& g, const KernelContext& ctx);
 // ctx for capturing g's kernels: its DeviceGraph's workspace (a GPU's) and host functions.
 KernelContext capture_context(const KernelContext& ctx, DeviceGraph& dg);
+// A device-to-device copy node of `bytes` after `deps`, or nullptr when bytes is 0 (CUDA
+// refuses zero-length copy nodes; an empty value has nothing to copy).
+cuda::GraphNodeHandle add_copy_node(cuda::DeviceApi& api, cuda::GraphHandle h,
+                                    std::span<const cuda::GraphNodeHandle> deps, void* dst,
+                                    const void* src, size_t bytes);
 
 // How submit_replay launches: the CUDA graph (built at the first such launch), or the nodes
 // one by one on the stream (verify's reference; the graph's fallback).

@@ -80,27 +80,23 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
   const size_t k = state_.size();
   exits->clear();
   if (iterated_) {
-    // CUDA refuses zero-length copy nodes: an empty state has none.
-    const bool empty = state_[0].bytes == 0;
+    // An empty state has no copy nodes (add_copy_node).
     GraphNodeHandle copy =
-        empty ? nullptr
-              : api.graph_add_memcpy(h, deps, state_buffer(0), initial_source(0),
-                                     state_[0].bytes, CopyKind::device_to_device);
+        add_copy_node(api, h, deps, state_buffer(0), initial_source(0), state_[0].bytes);
     const kernels::FusedChain args = iterated_args();
     KernelContext cctx = capture_context(ctx, *body_->device_graph);
     std::string why;
     GraphNodeHandle run = api.graph_add_captured(
-        h, empty ? deps : std::span<const GraphNodeHandle>(&copy, 1),
+        h, copy ? std::span<const GraphNodeHandle>(&copy, 1) : deps,
         [&](cuda::StreamHandle s) {
           cctx.stream = s;
           launch_chain(cctx, args);
         },
         &why);
     if (!run) return "CUDA refused to capture the loop's fused body: " + why;
-    exits->push_back(empty ? run
-                           : api.graph_add_memcpy(h, {&run, 1}, state_[0].out->data(),
-                                                  state_buffer(0), state_[0].bytes,
-                                                  CopyKind::device_to_device));
+    GraphNodeHandle out =
+        add_copy_node(api, h, {&run, 1}, state_[0].out->data(), state_buffer(0), state_[0].bytes);
+    exits->push_back(out ? out : run);
     return {};
   }
   if (k > cuda::kMaxLoopCopies)
@@ -137,9 +133,10 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
   std::vector<LoopCopy> next;
   for (size_t j = 0; j < k; ++j) {
     const void* src = next_source(j);
-    if (spare_[j] && state_[j].bytes > 0) {  // (an empty state: nothing to copy)
-      before_step.push_back(api.graph_add_memcpy(body, sinks, spare_[j]->data(), src,
-                                                 state_[j].bytes, CopyKind::device_to_device));
+    if (spare_[j]) {
+      if (GraphNodeHandle n =
+              add_copy_node(api, body, sinks, spare_[j]->data(), src, state_[j].bytes))
+        before_step.push_back(n);
       src = spare_[j]->data();
     }
     next.push_back({state_buffer(j), src, state_[j].bytes});
@@ -147,11 +144,10 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
   api.graph_add_loop_step(body, before_step, cond, counter, next, random);
 
   for (size_t j = 0; j < k; ++j)
-    if (state_[j].bytes > 0)  // CUDA refuses zero-length copy nodes
-      exits->push_back(api.graph_add_memcpy(h, {&loop, 1}, state_[j].out->data(),
-                                            state_buffer(j), state_[j].bytes,
-                                            CopyKind::device_to_device));
-  if (exits->empty()) exits->push_back(loop);
+    if (GraphNodeHandle n = add_copy_node(api, h, {&loop, 1}, state_[j].out->data(),
+                                          state_buffer(j), state_[j].bytes))
+      exits->push_back(n);
+  if (exits->empty()) exits->push_back(loop);  // every state empty
   return {};
 }
 

@@ -8,12 +8,12 @@ namespace tide::kernels::cpu {
 void fused_chain(const KernelContext&, const FusedChain& c, const NoExtra&) {
   const int64_t iterations = chain::iterations_of(c);
   if (iterations <= 0) return;
-  chain::Carried carried;  // as the CUDA kernel does, so the fake GPU runs the same path
-  const bool in_registers = iterations > 1 && chain::plan_carried(c.steps, c.num_steps, &carried);
+  chain::Carried storage;  // as the CUDA kernel does, so the fake GPU runs the same path
+  const chain::Carried* carried = chain::carried_for(c, iterations, &storage);
   dispatch_dtype(c.dtype, [&](auto z) {
     using T = decltype(z);
     for (int64_t i = 0; i < c.n; ++i)
-      run_chain_element<T>(c.steps, c.num_steps, i, iterations, in_registers ? &carried : nullptr);
+      run_chain_element<T>(c.steps, c.num_steps, i, iterations, carried);
   });
 }
 

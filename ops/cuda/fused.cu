@@ -13,10 +13,10 @@ template <class T>
 __global__ void fused_chain_kernel(FusedChain c) {
   const int64_t iterations = chain::iterations_of(c);  // a count tensor: read on the device
   if (iterations <= 0) return;
-  chain::Carried carried;  // a loop's state in registers (planned once per thread)
-  const bool in_registers = iterations > 1 && chain::plan_carried(c.steps, c.num_steps, &carried);
+  chain::Carried storage;  // a loop's state in registers (planned once per thread)
+  const chain::Carried* carried = chain::carried_for(c, iterations, &storage);
   for (int64_t i = global_index(); i < c.n; i += grid_stride())
-    run_chain_element<T>(c.steps, c.num_steps, i, iterations, in_registers ? &carried : nullptr);
+    run_chain_element<T>(c.steps, c.num_steps, i, iterations, carried);
 }
 
 void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&) {
