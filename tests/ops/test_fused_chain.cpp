@@ -1,7 +1,8 @@
 // The fused-chain interpreter (ops/fused_chain.h) that the CUDA kernel and the fake GPU's
 // host entry share: an iterated chain (a fused loop body) keeps its state buffers in
-// registers (chain::plan_carried) with the same bits as going through memory; a repeated
-// step applies its functor `repeat` times; a broadcast read of a state buffer keeps memory.
+// registers (chain::plan_carried) with the same bits as going through memory, one step on
+// its own state as one register run; a repeated step applies its functor `repeat` times; a
+// broadcast read of a state buffer keeps memory.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -81,6 +82,50 @@ TEST(FusedChain, ABroadcastReadOfTheStateKeepsItInMemory) {
   EXPECT_FALSE(chain::plan_carried(steps, 1, &c)) << "element 0 is read by every element";
   const ChainStep reads_only[] = {step(FunctorId::Add, mem(y.data()), scalar(1), reg(0))};
   EXPECT_FALSE(chain::plan_carried(reads_only, 1, &c)) << "writes no memory: nothing to carry";
+}
+
+// y = y + b (b a scalar or an input) run `iterations` times: one register run of
+// repeat * iterations adds (Carried::single_run), the same bits as memory, iteration by
+// iteration. y = y * y reads its own state as b: iterated step by step.
+TEST(FusedChain, OneStepOnItsOwnStateIsOneRegisterRun) {
+  const std::vector<float> x = {0.5f, -3.0f, 1e-3f};
+  for (bool input_b : {false, true}) {
+    for (int64_t repeat : {1, 3}) {
+      std::vector<float> carried(3, 0.25f), memory(3, 0.25f);
+      auto chain_on = [&](std::vector<float>& y) {
+        return step(FunctorId::Add, mem(y.data()), input_b ? mem(x.data()) : scalar(0.1f),
+                    mem(y.data()), repeat);
+      };
+      const ChainStep c_steps[] = {chain_on(carried)}, m_steps[] = {chain_on(memory)};
+      chain::Carried c;
+      ASSERT_TRUE(chain::plan_carried(c_steps, 1, &c));
+      EXPECT_TRUE(c.single_run);
+      for (int64_t i = 0; i < 3; ++i) {
+        run_chain_element<float>(c_steps, 1, i, 1000, &c);
+        run_chain_element<float>(m_steps, 1, i, 1000);
+      }
+      for (size_t i = 0; i < 3; ++i) {
+        float y = 0.25f;
+        for (int64_t k = 0; k < 1000 * repeat; ++k) y += input_b ? x[i] : 0.1f;
+        EXPECT_EQ(carried[i], y) << "element " << i << ", repeat " << repeat;
+        EXPECT_EQ(memory[i], y) << "element " << i << ", repeat " << repeat;
+      }
+    }
+  }
+  std::vector<float> y = {1.0001f, 0.999f};
+  const ChainStep square[] = {step(FunctorId::Mul, mem(y.data()), mem(y.data()), mem(y.data()))};
+  chain::Carried c;
+  ASSERT_TRUE(chain::plan_carried(square, 1, &c));
+  EXPECT_FALSE(c.single_run) << "b is the state: it changes every iteration";
+  std::vector<float> want = y;
+  for (float& v : want)
+    for (int k = 0; k < 20; ++k) v = v * v;
+  for (int64_t i = 0; i < 2; ++i) run_chain_element<float>(square, 1, i, 20, &c);
+  EXPECT_EQ(y, want);
+  const ChainStep two[] = {step(FunctorId::Add, mem(y.data()), scalar(1), reg(0)),
+                           step(FunctorId::Mul, reg(0), scalar(0.5f), mem(y.data()))};
+  ASSERT_TRUE(chain::plan_carried(two, 2, &c));
+  EXPECT_FALSE(c.single_run) << "two steps iterate step by step";
 }
 
 TEST(FusedChain, ARepeatedStepAppliesItsFunctorThatManyTimes) {
