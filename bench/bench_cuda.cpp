@@ -279,6 +279,17 @@ void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaFusedLoopTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// A fused loop whose body is three steps (y = (y + 1) * 0.5 - 0.25): the interpreter runs
+// them per iteration (the state in registers), where one step is a single register run.
+void BM_CudaFusedLoopThreeSteps(benchmark::State& state) {
+  auto looped = [](const Tensor& x) {
+    return tide::trace::loop(
+        kTinyAdds, [](const Tensor& y) { return (y + 1.0) * 0.5 - 0.25; }, x);
+  };
+  replay_tiny_adds(state, looped, {.name = "loop_three", .fusion = tide::trace::Fusion::elementwise});
+}
+BENCHMARK(BM_CudaFusedLoopThreeSteps)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {

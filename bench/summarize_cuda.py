@@ -171,7 +171,15 @@ def main():
         f = ms("BM_CudaFusedLoopTinyAdds")
         r = ms("BM_CudaTinyOpThroughput") / f
         rows.append(("10000 adds: fused loop (one kernel) speed-up over eager async",
-                     f"{r:.1f}x ({f:.3f} ms)", "reported", None))
+                     f"{r:.1f}x ({f:.3f} ms)", ">= 100x", r >= 100))
+        t = th.get("tiny_unrolled_graph_ms")
+        if t:
+            rows.append(("10000 adds: fused loop / PyTorch unrolled CUDA graph",
+                         f"{f / t:.4f} ({f:.3f} vs {t:.3f} ms)", "< 1.0", f / t < 1.0))
+    if "BM_CudaFusedLoopThreeSteps" in tb:
+        per_it_ns = ms("BM_CudaFusedLoopThreeSteps") * 1e6 / 10000
+        rows.append(("fused loop of a 3-step body, per iteration (ns)", f"{per_it_ns:.1f}",
+                     "reported", None))
     rows += conv_rows(tb, ms)
     rows += cnn_rows(tb, th, ms)
     for what, value, target, ok in rows:

@@ -1,6 +1,7 @@
 #include "trace/device_graph.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -19,9 +20,9 @@ using cuda::GraphHandle;
 using cuda::GraphNodeHandle;
 
 DeviceGraph::~DeviceGraph() {
-  // In flight, an exec is freed when it completes (cudaGraphExecDestroy).
-  if (exec) api->graph_exec_destroy(exec);
-  if (graph) api->graph_destroy(graph);
+  SpareExec s{api, exec, graph, std::move(copy_in), std::move(copy_out)};
+  if (recycler && exec) recycler->give(std::move(s));
+  else ExecRecycler::destroy(s);
 }
 
 DeviceGraphStats DeviceGraph::stats() const {
@@ -200,6 +201,34 @@ void launch_planned_nodes(const Graph& g, const KernelContext& ctx) {
 
 namespace {
 
+// Gives dg an evicted signature's exec updated to h (built, not instantiated), with that
+// exec's own graph and copy nodes in place of h's. False (dg unchanged) when there is no
+// spare, or its copies differ from h's, or CUDA refuses the update: the spare is destroyed.
+bool update_spare(DeviceGraph& dg, GraphHandle h) {
+  std::optional<SpareExec> spare = dg.recycler->take(dg.api);
+  if (!spare) return false;
+  auto same_places = [](const std::vector<GraphNodeHandle>& a,
+                        const std::vector<GraphNodeHandle>& b) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](auto x, auto y) { return !x == !y; });
+  };
+  if (!same_places(spare->copy_in, dg.copy_in) || !same_places(spare->copy_out, dg.copy_out) ||
+      !dg.api->graph_exec_update(spare->exec, h)) {
+    ExecRecycler::destroy(*spare);
+    return false;
+  }
+  // h dies with the build: the exec's copy nodes are re-pointed through its own graph.
+  dg.exec = spare->exec;
+  dg.graph = spare->graph;
+  dg.copy_in = std::move(spare->copy_in);
+  dg.copy_out = std::move(spare->copy_out);
+  ++dg.recycler->updated;
+  std::lock_guard lock(dg.mu);
+  dg.stats_.graph_nodes = dg.api->graph_node_count(h);
+  dg.stats_.updated = true;
+  return true;
+}
+
 // Builds dg's CUDA graph from g (see the header). Returns "" when dg.exec is ready, else
 // why the nodes must be launched one by one (a refused capture or instantiation, a kernel
 // that failed while captured: launched again outside a graph, it fails there with its
@@ -226,10 +255,12 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   std::string failed = add_planned_nodes(g, h, roots_after, capture_context(ctx, dg), &sinks);
   if (!failed.empty()) return failed;
   for (int id : dg.out_values) dg.copy_out.push_back(add_copy(sinks, output_copy(g, c, id)));
+  if (dg.recycler && update_spare(dg, h)) return {};
   std::string why;
   dg.exec = api.graph_instantiate(h, &why);
   if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
   dg.graph = b.release();
+  if (dg.recycler) ++dg.recycler->instantiated;
   std::lock_guard lock(dg.mu);
   dg.stats_.graph_nodes = api.graph_node_count(h);
   return {};

@@ -10,7 +10,8 @@
 //     tensor after the sinks, so an output a user keeps is never overwritten by a later
 //     replay.
 //   - Per call only the copy nodes' pointers change (graph_exec_set_memcpy), never the
-//     instantiation.
+//     instantiation. A new signature's graph reuses an evicted signature's exec when CUDA
+//     can update it in place (trace/exec_recycler.h), else it is instantiated.
 //   - The captured kernels get a workspace of the graph's own (cuBLASLt, CUB): a stream's
 //     would be shared with eager work on that stream while the graph runs on another.
 //     Nodes that used it (use_workspace, core/kernel_context.h) get one more edge each,
@@ -38,6 +39,7 @@
 #include "core/cuda/device_api.h"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
+#include "trace/exec_recycler.h"
 #include "trace/executor.h"
 #include "trace/graph.h"
 
@@ -58,6 +60,7 @@ struct DeviceGraphStats {
   bool built = false;      // the first replay ran (and tried to build)
   size_t graph_nodes = 0;  // nodes of the CUDA graph (0 when it fell back)
   std::string fallback;    // why the nodes are launched one by one ("" with a graph)
+  bool updated = false;    // the exec is an evicted signature's, updated in place
 };
 
 struct DeviceGraph {
@@ -81,6 +84,9 @@ struct DeviceGraph {
   std::vector<StorageRef> fixed;                // input and output buffers, kept
   StorageRef workspace;                         // the captured kernels' scratch (a GPU's)
   cuda::HostFunctions host_functions;           // host nodes (a fake's kernels) run per launch
+  // Where the exec goes when this graph does (a function's evicted signature), and where
+  // the build looks for one to update first; null: instantiated, destroyed with the graph.
+  std::shared_ptr<ExecRecycler> recycler;
   mutable std::mutex mu;                        // stats_ (read by FunctionCore::stats)
   DeviceGraphStats stats_;
 };

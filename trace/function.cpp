@@ -134,6 +134,8 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   prepare_replay(*g);
   if (on_gpu) {
     prepare_device_graph(*g);
+    if (!recycler_) recycler_ = std::make_shared<ExecRecycler>();
+    g->device_graph->recycler = recycler_;
     prepare_device_fusion(*g);  // fused chains as step-interpreter kernels
   }
   e->graph = g;
@@ -201,6 +203,10 @@ FunctionStats FunctionCore::stats() const {
       s.graph_fallback = d.fallback;
       s.graph_bytes = g.device_graph->held_bytes();
     }
+  }
+  if (recycler_) {
+    s.graph_instantiations = recycler_->instantiated.load();
+    s.graph_updates = recycler_->updated.load();
   }
   return s;
 }

@@ -125,12 +125,18 @@ struct FunctionStats {
   // built), and why the nodes are launched one by one instead ("" when the graph runs).
   size_t graph_nodes = 0;
   std::string graph_fallback;
+  // On a GPU, the CUDA graphs built so far (read after a sync): instantiated, or updated in
+  // place from an evicted signature's exec of the same topology (cudaGraphExecUpdate,
+  // which costs less host time than an instantiation).
+  int64_t graph_instantiations = 0;
+  int64_t graph_updates = 0;
   // On a GPU, what the graph holds besides the arena, allocated once at the trace: the
   // inputs' and outputs' fixed buffers and the captured kernels' workspace.
   size_t graph_bytes = 0;
 };
 
 struct Graph;
+class ExecRecycler;
 
 namespace detail {
 
@@ -163,6 +169,7 @@ class FunctionCore {
   std::vector<int64_t> trace_calls_;  // call numbers that traced
   Signature last_sig_;
   std::unordered_map<std::string, int> warmups_;  // eager calls made per signature
+  std::shared_ptr<ExecRecycler> recycler_;  // evicted signatures' CUDA graph execs
   mutable std::mutex mu_;
 };
 

@@ -5,6 +5,8 @@
 // bit for bit on the same device.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "core/allocator.h"
 #include "core/engine.h"
 #include "core/rng.h"
@@ -166,6 +168,40 @@ TEST(CudaTrace, AFusedLoopRunsAllIterationsInOneKernelAndEqualsEager) {
     EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>()) << n;
   }
   EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
+// One step on its own state (y = y + 0.25): the fused loop is one register run per element.
+TEST(CudaTrace, AFusedOneStepLoopEqualsTheEagerLoop) {
+  auto add = [](const Tensor& y) { return y + 0.25; };
+  auto f = trace::function([&](const Tensor& x) { return trace::loop(10000, add, x); },
+                           {.fusion = trace::Fusion::elementwise});
+  Tensor x = randn({1000}, DType::float32, default_generator(), gpu());
+  EXPECT_EQ(f(x).to_vector<float>(), trace::loop(10000, add, x).to_vector<float>());
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
+// More shapes than the cache keeps: a new signature's graph updates the evicted one's exec
+// (cudaGraphExecUpdate) when CUDA accepts it, else is instantiated; outputs equal eager.
+TEST(CudaTrace, RetracesAfterEvictionReuseTheEvictedGraphAndEqualEager) {
+  auto body = [](const Tensor& x) { return relu(x * 3.0 - 1.0) + 0.5; };
+  auto reduce = [](const Tensor& x) { return sum(x * x, 0); };
+  auto f = trace::function(body, {.cache_budget = 1});
+  auto r = trace::function(reduce, {.cache_budget = 1});
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = randn({int64_t(1000 + 3000 * (call % 2))}, DType::float32,
+                     default_generator(), gpu());
+    ASSERT_EQ(f(x).to_vector<float>(), body(x).to_vector<float>()) << call;
+    ASSERT_EQ(r(x).to_vector<float>(), reduce(x).to_vector<float>()) << call;
+  }
+  trace::FunctionStats s = f.stats();
+  EXPECT_EQ(s.graph_fallback, "");
+  EXPECT_EQ(s.graph_instantiations + s.graph_updates, 6);
+  EXPECT_GE(s.graph_updates, 4) << "same kernels, other sizes: CUDA updates the exec";
+  trace::FunctionStats rs = r.stats();
+  EXPECT_EQ(rs.graph_instantiations + rs.graph_updates, 6);
+  std::cout << "[ info ] elementwise: " << s.graph_updates << " updates, "
+            << s.graph_instantiations << " instantiations; sum: " << rs.graph_updates
+            << " updates, " << rs.graph_instantiations << " instantiations\n";
 }
 
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.

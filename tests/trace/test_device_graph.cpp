@@ -147,6 +147,45 @@ TEST(DeviceGraph, OutputsStayFreshOverManyReplaysAndTheGraphIsBuiltOnce) {
   EXPECT_GE(fake().count(FakeDevice::CallKind::graph_set_memcpy), 50u * 2);
 }
 
+// A function cycling through more shapes than its cache keeps: each new signature's graph
+// has the topology of the one it evicted, so it takes that exec and updates it in place
+// (cudaGraphExecUpdate) instead of instantiating; its copies are then re-pointed through
+// the exec's own graph (the fake refuses a node of a destroyed graph, as CUDA does), and
+// every call still gets fresh, right outputs. A graph of another topology is refused the
+// update and instantiated.
+TEST(DeviceGraph, AnEvictedSignaturesGraphIsUpdatedInPlaceForTheNextOne) {
+  auto f = trace::function([](const Tensor& x) { return x * 3.0 + 1.0; }, {.cache_budget = 1});
+  const size_t updates_before = fake().count(FakeDevice::CallKind::graph_update);
+  std::vector<Tensor> kept;
+  std::vector<std::vector<float>> want;
+  for (int call = 0; call < 8; ++call) {
+    std::vector<float> v(size_t(2 + call % 2), float(call));  // shapes {2}, {3}, {2}, ...
+    for (int again = 0; again < 2; ++again) {  // a second call re-points the copies
+      kept.push_back(f(on_gpu(v, {int64_t(v.size())})));
+      want.emplace_back(v.size(), 3.0f * float(call) + 1);
+    }
+    kept.back().wait_to_read();  // the evicted graph goes before the next trace
+  }
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(kept[i].to_vector<float>(), want[i]) << i;
+  trace::FunctionStats s = f.stats();
+  EXPECT_EQ(s.traces, 8);
+  EXPECT_EQ(s.evictions, 7);
+  EXPECT_EQ(s.graph_instantiations + s.graph_updates, 8);
+  EXPECT_GE(s.graph_updates, 6) << "each retrace after the first eviction updates a spare";
+  EXPECT_GE(fake().count(FakeDevice::CallKind::graph_update) - updates_before,
+            size_t(s.graph_updates));
+  EXPECT_EQ(s.graph_fallback, "");
+
+  // Another topology (one more node): CUDA refuses the update, the graph is instantiated.
+  auto g = trace::function(
+      [](const Tensor& x) { return x.numel() > 2 ? x * 3.0 + 1.0 : x * 3.0; }, {.cache_budget = 1});
+  g(on_gpu({1, 2}, {2})).wait_to_read();
+  Tensor three = g(on_gpu({1, 2, 3}, {3}));
+  EXPECT_EQ(three.to_vector<float>(), (std::vector<float>{4, 7, 10}));
+  EXPECT_EQ(g.stats().graph_updates, 0);
+  EXPECT_EQ(g.stats().graph_instantiations, 2);
+}
+
 // CUDA refuses zero-length copy nodes (and so does the fake): an empty input or output
 // gets none, and its replays still work.
 TEST(DeviceGraph, EmptyInputsAndOutputsGetNoCopyNodes) {
