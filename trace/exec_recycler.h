@@ -41,6 +41,7 @@ class ExecRecycler {
   void give(SpareExec s);
   // The most recent spare of api's device, or none. Thread-safe.
   std::optional<SpareExec> take(cuda::DeviceApi* api);
+  // Destroys s's exec and its graph, and clears them (a second call does nothing).
   static void destroy(SpareExec& s);
 
   // Builds of this function's graphs: instantiated, or updated from a spare.

@@ -4,7 +4,8 @@
 // equal eager; outputs stay fresh over many replays; nothing allocates during capture (the
 // fake refuses it as CUDA does); a refused capture falls back to launching the nodes one
 // by one and the stats say why; replays on two streams do not share the arena unordered;
-// what is not supported yet on a GPU is refused with a clear error.
+// a retrace after an eviction updates the evicted exec in place; what is not supported yet
+// on a GPU is refused with a clear error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
