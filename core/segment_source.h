@@ -3,9 +3,10 @@
 // map) or cudaHostAlloc. Without it every tiny tensor a running-ahead frontend creates is
 // one cudaMalloc: on an H100 (2026-11-26), `tide bench-async --device cuda` queued 10 000
 // `y = x + 1` at 5.06 us each (S3's t1: every op needs a fresh block), where
-// BM_CudaEnqueueTinyAdd, whose cache stays warm, took 0.47 us. (Not yet re-measured with
-// segments: no GPU since.) PyTorch's caching allocator does the same (2 MB segments for
-// blocks up to 1 MB).
+// BM_CudaEnqueueTinyAdd, whose cache stays warm, took 0.47 us. With segments, an H200 took
+// 380-463 ns against 4.87-5.04 us with TIDE_CUDA_SEGMENTS=0 (alternated runs, 2026-11-26,
+// bench/RESULTS.md). PyTorch's caching allocator does the same (2 MB segments for blocks up
+// to 1 MB).
 //   - Requests up to kSmallMax bytes are bumped out of the current kSegment-byte segment,
 //     each at a kAlign-aligned offset; larger ones go to the inner source as they are.
 //   - A segment goes back to the inner source when its last block is released. Blocks

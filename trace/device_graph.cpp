@@ -223,9 +223,6 @@ bool update_spare(DeviceGraph& dg, GraphHandle h) {
   dg.copy_in = std::move(spare->copy_in);
   dg.copy_out = std::move(spare->copy_out);
   ++dg.recycler->updated;
-  std::lock_guard lock(dg.mu);
-  dg.stats_.graph_nodes = dg.api->graph_node_count(h);
-  dg.stats_.updated = true;
   return true;
 }
 
@@ -255,12 +252,13 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   std::string failed = add_planned_nodes(g, h, roots_after, capture_context(ctx, dg), &sinks);
   if (!failed.empty()) return failed;
   for (int id : dg.out_values) dg.copy_out.push_back(add_copy(sinks, output_copy(g, c, id)));
-  if (dg.recycler && update_spare(dg, h)) return {};
-  std::string why;
-  dg.exec = api.graph_instantiate(h, &why);
-  if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
-  dg.graph = b.release();
-  if (dg.recycler) ++dg.recycler->instantiated;
+  if (!dg.recycler || !update_spare(dg, h)) {
+    std::string why;
+    dg.exec = api.graph_instantiate(h, &why);
+    if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
+    dg.graph = b.release();
+    if (dg.recycler) ++dg.recycler->instantiated;
+  }
   std::lock_guard lock(dg.mu);
   dg.stats_.graph_nodes = api.graph_node_count(h);
   return {};

@@ -60,7 +60,6 @@ struct DeviceGraphStats {
   bool built = false;      // the first replay ran (and tried to build)
   size_t graph_nodes = 0;  // nodes of the CUDA graph (0 when it fell back)
   std::string fallback;    // why the nodes are launched one by one ("" with a graph)
-  bool updated = false;    // the exec is an evicted signature's, updated in place
 };
 
 struct DeviceGraph {
