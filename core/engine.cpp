@@ -399,6 +399,12 @@ void Engine::end_task(Task& t) {
   // load, either it sees this task or we see it asleep (no lost wake-up).
   self->published.store(t.seq, std::memory_order_seq_cst);
   if (self->sleeping.load(std::memory_order_seq_cst)) self->wake();
+  // The next slot's lines were last read by the worker (a recycled segment): ask for them
+  // for writing now, so that the next submit does not stall on their transfer.
+  if (t.seq - self->tail_seg->base < uint64_t(Segment::kSize)) {
+    const char* next = reinterpret_cast<const char*>(&t + 1);
+    for (size_t b = 0; b < sizeof(Task); b += 64) __builtin_prefetch(next + b, 1);
+  }
   st.mu.unlock();
 }
 

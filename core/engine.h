@@ -274,12 +274,14 @@ class ReplacingWrite {
 // ------------------------------------------------------------------------------------
 // Task record and the inline submit path.
 
-struct Engine::Task {
+// Cache-line aligned: a frontend filling one slot never writes a line the worker is
+// reading the previous slot from.
+struct alignas(64) Engine::Task {
   void (*invoke)(Task&, const KernelContext&) = nullptr;  // runs the payload
   void (*destroy)(Task&) = nullptr;                       // destroys the payload
   const char* op = nullptr;
   Site site;
-  Storage* storages[kMaxStorages];   // reads then writes; each holds one reference
+  Storage* storages[kMaxStorages];   // reads then writes; alive until reclaimed (Reclaimer::hold)
   uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
   bool is_barrier = false;           // waits only (Stream::wait)
   bool replaces = false;             // overwrites every byte of its writes (ReplacingWrite)

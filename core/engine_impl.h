@@ -47,8 +47,10 @@ class StreamImpl {
   std::unique_ptr<DeviceStream> dev;  // set right after construction
   bool polled = false;  // completion is reported by the device (dev->poll), not the worker
 
-  // Producer side: frontend threads, under the engine lock.
-  uint64_t submitted = 0;
+  // Producer side: frontend threads, under the engine lock. On their own cache line: the
+  // worker reads the fields above on every task, and a frontend write beside them would
+  // pull the line away from it once per op.
+  alignas(64) uint64_t submitted = 0;
   Segment* tail_seg = nullptr;
   // Reclaimer side: frontend threads, under the engine lock.
   uint64_t reclaimed = 0;
@@ -112,16 +114,22 @@ class StreamImpl {
 struct Engine::State {
   // Frontend lock: submit, reclaim, hazard state. Workers never wait for it: they only
   // try_lock it to reclaim executed work before an output allocated at execution.
+  // Cache lines by who writes them (issue 12: on a 2-core VM a line that a frontend
+  // writes and a worker reads costs a transfer per op). Written by frontends on every
+  // submit, under mu:
   SpinLock mu;
   std::deque<StreamImpl> streams;
   std::vector<Segment*> free_segments;
-  std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
-  std::atomic<uint64_t> max_ops{0}, max_bytes{0};
+  bool shutting_down = false;
+  alignas(64) Reclaimer reclaimer;
+  // Read by workers on every task; written by waiting hosts and failing tasks:
+  alignas(64) std::atomic<int> waiters{0};  // threads blocked on some stream's `completed`
+  std::atomic<uint64_t> failures{0};
+  // Settings, read on every submit, rarely written:
+  alignas(64) std::atomic<uint64_t> max_ops{0}, max_bytes{0};
   std::atomic<bool> synchronous{false};
   std::atomic<bool> alloc_at_execution{false};
-  bool shutting_down = false;  // under mu
-  Reclaimer reclaimer;
-  std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0}, failures{0};
+  std::atomic<uint64_t> bp_stalls{0}, bp_stall_ns{0};
 
   std::mutex failures_mu;
   std::vector<Failure*> pending_failures;  // each holds a reference

@@ -23,8 +23,10 @@ size_t Reclaimer::reclaim(std::deque<StreamImpl>& streams, std::vector<Segment*>
       int k = t.num_reads + t.num_writes;
       for (int i = 0; i < k; ++i) {
         Storage* st = t.storages[i];
-        if (--st->hazard.queued_refs == 0) add_inflight(-int64_t(st->hazard.queued_bytes));
-        st->release();
+        if (--st->hazard.queued_refs == 0) {
+          add_inflight(-int64_t(st->hazard.queued_bytes));
+          st->release();  // the queue's one reference (hold)
+        }
       }
       ++n;
     }

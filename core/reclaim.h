@@ -1,5 +1,5 @@
-// Reclaim (DESIGN §3): a queued task holds a reference to every storage it reads or writes
-// until it is complete; frontend threads release those references in batches, under the
+// Reclaim (DESIGN §3): queued tasks keep every storage they read or write alive until they
+// are complete; frontend threads release those references in batches, under the
 // engine lock (and a worker about to take the block of an output allocated at execution,
 // when the lock is free: Allocator::set_try_reclaim). Also counts the bytes held
 // by queued work (each storage once, however many tasks hold it) and recycles the
@@ -26,12 +26,15 @@ class Reclaimer {
   static constexpr int kReclaimEvery = 32;
   static constexpr size_t kReclaimBytes = size_t(1) << 20;
 
-  // Takes a reference to s for a task being queued. A storage counts its bytes from its
-  // first queued task to its last one's reclaim -- if it holds them then: a deferred
+  // Holds s for a task being queued. The queue takes one reference per storage, from its
+  // first queued task to its last one's reclaim, however many tasks name it (HazardState::
+  // queued_refs counts them under the lock): a storage read by every op costs no atomic
+  // per op, and the count's cache line is not bounced by a refcount on each submit. The
+  // storage counts its bytes over the same span -- if it holds them then: a deferred
   // storage without its block yet (allocation at execution) counts nothing.
   void hold(Storage* s) {
-    s->retain();
     if (s->hazard.queued_refs++ == 0) {
+      s->retain();
       size_t b = s->resident() ? s->bytes() : 0;
       s->hazard.queued_bytes = b;
       add_inflight(int64_t(b));
