@@ -403,7 +403,7 @@ void Engine::end_task(Task& t) {
   // for writing now, so that the next submit does not stall on their transfer.
   if (t.seq - self->tail_seg->base < uint64_t(Segment::kSize)) {
     const char* next = reinterpret_cast<const char*>(&t + 1);
-    for (size_t b = 0; b < sizeof(Task); b += 64) __builtin_prefetch(next + b, 1);
+    for (size_t b = 0; b < sizeof(Task); b += 64) detail::prefetch_for_write(next + b);
   }
   st.mu.unlock();
 }

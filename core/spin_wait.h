@@ -16,6 +16,18 @@ inline void cpu_relax() {
 #endif
 }
 
+// Asks for the cache line at p in a writable state (PREFETCHW), so that a later store does
+// not wait for another core to give the line up. __builtin_prefetch(p, 1) emits a plain
+// PREFETCHT0 unless the target has PRFCHW, which fetches the line shared and leaves the
+// store its upgrade; the opcode is a NOP on x86-64 processors without it.
+inline void prefetch_for_write(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
+
 inline int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
