@@ -201,7 +201,10 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
   bump(num_allocs_, 1);
   detail::tl_allocated_bytes += cap;
-  s->requested_ = bytes;
+  // requested_ shares the line workers read (data_): written only when it changes, so that
+  // a block reused for the same size does not pull that line from the worker that last ran
+  // on it.
+  if (s->requested_ != bytes) s->requested_ = bytes;
   return s;
 }
 

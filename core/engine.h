@@ -277,20 +277,23 @@ class ReplacingWrite {
 // Cache-line aligned: a frontend filling one slot never writes a line the worker is
 // reading the previous slot from.
 struct alignas(64) Engine::Task {
+  // Ordered so that a task with no waits touches four lines: this first one, the storages,
+  // and the payload's (each line the frontend fills is one the worker then fetches).
   void (*invoke)(Task&, const KernelContext&) = nullptr;  // runs the payload
   void (*destroy)(Task&) = nullptr;                       // destroys the payload
   const char* op = nullptr;
   Site site;
-  Storage* storages[kMaxStorages];   // reads then writes; alive until reclaimed (Reclaimer::hold)
-  uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
-  bool is_barrier = false;           // waits only (Stream::wait)
-  bool replaces = false;             // overwrites every byte of its writes (ReplacingWrite)
-  static constexpr int kMaxWaits = 4;
-  StreamPos waits[kMaxWaits];        // positions on other streams to wait for first
   uint64_t seq = 0;
   StreamImpl* stream = nullptr;      // the stream it is queued on (or runs inline for)
   int64_t enqueue_ns = 0;            // profiler only
-  alignas(16) unsigned char payload[kInlinePayload];
+  uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
+  bool is_barrier = false;           // waits only (Stream::wait)
+  bool replaces = false;             // overwrites every byte of its writes (ReplacingWrite)
+  Storage* storages[kMaxStorages];   // reads then writes; alive until reclaimed (Reclaimer::hold)
+  static constexpr int kMaxWaits = 4;
+  StreamPos waits[kMaxWaits];        // positions on other streams to wait for first; only
+                                     // the first num_waits are written
+  alignas(64) unsigned char payload[kInlinePayload];
 
   // Calls a payload with the context when it takes one.
   template <class Fn>

@@ -265,11 +265,19 @@ TEST(EngineLayout, FrontendWritesAndWorkerReadsAreOnSeparateCacheLines) {
   EXPECT_NE(line(offsetof(Engine::State, reclaimer) + sizeof(Reclaimer) - 1), waiters);
   EXPECT_NE(line(offsetof(Engine::State, synchronous)), waiters);
   EXPECT_EQ(alignof(Engine::State) % 64, 0u);
-#pragma GCC diagnostic pop
   // Task slots: one slot's lines are never another's (the frontend fills slot k+1 while the
-  // worker reads slot k).
+  // worker reads slot k), and a task without waits touches four: the header, the storages
+  // and a payload that starts a line.
   EXPECT_EQ(alignof(Engine::Task), 64u);
   EXPECT_EQ(sizeof(Engine::Task) % 64, 0u);
+  for (size_t header : {offsetof(Engine::Task, invoke), offsetof(Engine::Task, op),
+                        offsetof(Engine::Task, seq), offsetof(Engine::Task, stream),
+                        offsetof(Engine::Task, num_reads), offsetof(Engine::Task, replaces)})
+    EXPECT_EQ(line(header), 0u);
+  EXPECT_EQ(line(offsetof(Engine::Task, storages)), 1u);
+  EXPECT_EQ(line(offsetof(Engine::Task, storages) + sizeof(Engine::Task::storages) - 1), 1u);
+  EXPECT_EQ(offsetof(Engine::Task, payload) % 64, 0u);
+#pragma GCC diagnostic pop
 }
 
 }  // namespace
