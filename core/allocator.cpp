@@ -216,15 +216,9 @@ void Allocator::throw_oom(size_t bytes, const char* op, const char* what) {
                                  cached_.load(), " cached", extra.empty() ? "" : ", ", extra));
 }
 
-namespace {
-// The largest block tide hands out: size classes of larger requests would overflow.
-constexpr size_t kMaxBlock = size_t(1) << 62;
-}  // namespace
-
-void Allocator::check_size(size_t bytes, const char* op) const {
-  if (bytes > kMaxBlock) [[unlikely]]
-    throw Error(op, detail::concat("out of memory on ", name_, ": requested ", bytes,
-                                   " bytes, more than the largest block (2^62 bytes)"));
+void Allocator::too_large(size_t bytes, const char* op) const {
+  throw Error(op, detail::concat("out of memory on ", name_, ": requested ", bytes,
+                                 " bytes, more than the largest block (2^62 bytes)"));
 }
 
 StorageRef Allocator::allocate(size_t bytes, const char* op) {
@@ -256,9 +250,8 @@ StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
   return StorageRef::adopt(s);
 }
 
-StorageRef Allocator::allocate_block(size_t bytes, const char* op) {
+StorageRef Allocator::wait_for_block(size_t bytes, const char* op) {
   bool fits = true;
-  if (Storage* s = try_take(bytes, &fits)) return StorageRef::adopt(s);
   // Over the limit or out of memory: let queued work finish and release what it holds,
   // then retry.
   int64_t t0 = now_ns();

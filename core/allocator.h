@@ -144,9 +144,23 @@ class Allocator {
   static Allocator& cpu();
   static Allocator& get_other(Device d);
   void free_block(Storage* s);
-  void check_size(size_t bytes, const char* op) const;
+  // The largest block tide hands out: size classes of larger requests would overflow.
+  static constexpr size_t kMaxBlock = size_t(1) << 62;
+  // Inline, as the fast path of allocate() is: a tiny op's output costs a few hundred
+  // instructions in all (issue 12).
+  void check_size(size_t bytes, const char* op) const {
+    if (bytes > kMaxBlock) [[unlikely]] too_large(bytes, op);
+  }
+  [[noreturn]] void too_large(size_t bytes, const char* op) const;
   // allocate() without the capture check: a block now, waiting for queued work if needed.
-  StorageRef allocate_block(size_t bytes, const char* op);
+  StorageRef allocate_block(size_t bytes, const char* op) {
+    bool fits = true;
+    if (Storage* s = try_take(bytes, &fits)) [[likely]] return StorageRef::adopt(s);
+    return wait_for_block(bytes, op);
+  }
+  // allocate_block's slow path: over the limit or out of memory, waits for queued work to
+  // release storages and retries; throws "[op] out of memory" when nothing is left.
+  StorageRef wait_for_block(size_t bytes, const char* op);
   // A block now or an out-of-memory error saying `what` it was for; never waits (but with
   // `reclaim_first` releases executed work first when it can: try_reclaim_). A GPU block
   // is tagged with the running task (workspaces, deferred storages on a worker).

@@ -24,7 +24,6 @@ struct StreamBuffer {
 // worker never reads a container that register_stream is growing.
 constexpr int kMaxProfiledStreams = 256;
 struct Buffers {
-  std::atomic<bool> enabled{false};
   std::atomic<int64_t> t0{0};
   std::mutex mu;                             // guards `inline_ops`, `counters`, `labels`
   std::atomic<StreamBuffer*> streams[kMaxProfiledStreams] = {};  // set once, never freed
@@ -90,11 +89,10 @@ void start() {
   b.counters.clear();
   b.t0.store(raw_now());
   b.session.fetch_add(1, std::memory_order_acq_rel);
-  b.enabled.store(true);
+  detail::g_enabled.store(true);
 }
 
-void stop() { buf().enabled.store(false); }
-bool enabled() { return buf().enabled.load(std::memory_order_relaxed); }
+void stop() { detail::g_enabled.store(false); }
 
 std::vector<OpRecord> ops() {
   Engine::get().synchronize();

@@ -4,6 +4,8 @@
 // Perfetto or chrome://tracing. Off by default; when off it costs one relaxed load per op.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,7 +38,11 @@ struct CounterSample {
 void start();
 // Stops recording. Does not wait; records of ops still queued are completed when they run.
 void stop();
-bool enabled();
+namespace detail {
+// Whether start() is in effect: read on every submit, so inline and lock-free.
+inline std::atomic<bool> g_enabled{false};
+}  // namespace detail
+inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
 // Waits for all queued work (without rethrowing failures), then returns the op records
 // sorted by enqueue time.
 std::vector<OpRecord> ops();
