@@ -277,8 +277,9 @@ class ReplacingWrite {
 // Cache-line aligned: a frontend filling one slot never writes a line the worker is
 // reading the previous slot from.
 struct alignas(64) Engine::Task {
-  // Ordered so that a task with no waits touches four lines: this first one, the storages,
-  // and the payload's (each line the frontend fills is one the worker then fetches).
+  // Ordered so that a task with no waits and a payload of up to 64 bytes touches three
+  // lines: this first one, the storages and the payload's (each line the frontend fills is
+  // one the worker then fetches).
   void (*invoke)(Task&, const KernelContext&) = nullptr;  // runs the payload
   void (*destroy)(Task&) = nullptr;                       // destroys the payload
   const char* op = nullptr;

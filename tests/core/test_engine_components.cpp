@@ -266,8 +266,8 @@ TEST(EngineLayout, FrontendWritesAndWorkerReadsAreOnSeparateCacheLines) {
   EXPECT_NE(line(offsetof(Engine::State, synchronous)), waiters);
   EXPECT_EQ(alignof(Engine::State) % 64, 0u);
   // Task slots: one slot's lines are never another's (the frontend fills slot k+1 while the
-  // worker reads slot k), and a task without waits touches four: the header, the storages
-  // and a payload that starts a line.
+  // worker reads slot k), and a task without waits touches three: the header, the
+  // storages and a payload that starts a line.
   EXPECT_EQ(alignof(Engine::Task), 64u);
   EXPECT_EQ(sizeof(Engine::Task) % 64, 0u);
   for (size_t header : {offsetof(Engine::Task, invoke), offsetof(Engine::Task, op),
