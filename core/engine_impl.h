@@ -83,6 +83,9 @@ class StreamImpl {
   // An idle CPU worker looks for published work once per this many pauses (a power of
   // two; ~1 us on the 2-vCPU AMD VM, where a pause takes 31 ns): see worker_loop.
   static constexpr unsigned kPollPauses = 32;
+  // ... for its first this many polls: about spin_until's 50 us spin at 31 ns a pause,
+  // less where a pause is shorter; after that (yielding) it looks at every one.
+  static constexpr unsigned kSkippingPolls = 2048;
 
   bool is_complete(uint64_t seq) const {
     if (completed.load(std::memory_order_acquire) >= seq) return true;

@@ -186,12 +186,13 @@ void StreamImpl::worker_loop() {
     // takes the `published` line from the frontend, which then pays a transfer for its next
     // publish (issue 12). In between, a host that syncs runs the tasks itself (sync_pos:
     // the worker does not hold the run token while it waits), so a round trip does not
-    // wait for the next look. A GPU worker looks at every pause: it also flushes the
-    // device's timeline.
+    // wait for the next look. Only while it spins: once spin_until yields (each poll is
+    // then a sched_yield, up to ~1 us) it looks every time. A GPU worker looks at every
+    // pause: it also flushes the device's timeline.
     unsigned pauses = 0;
     const unsigned poll_mask = polled ? 0 : kPollPauses - 1;
     bool got = detail::spin_until([&] {
-      if (++pauses & poll_mask) return false;
+      if (pauses < kSkippingPolls && (++pauses & poll_mask)) return false;
       return has_work(std::memory_order_acquire) || stop.load() != 0 ||
              nudged.load(std::memory_order_relaxed);
     });
