@@ -137,6 +137,13 @@ BENCHMARK(BM_IdleSecondCpuTime)->UseRealTime()->Iterations(2)->Unit(benchmark::k
 
 // ---- anchor: the thread hand-off a sync round trip cannot beat ------------------------------
 
+// One PAUSE (cpu_relax), the unit an idle worker counts its polls in
+// (StreamImpl::kPollPauses): its length differs by CPU from a few ns to ~40 ns.
+void BM_PauseInstruction(benchmark::State& state) {
+  for (auto _ : state) cpu_relax();
+}
+BENCHMARK(BM_PauseInstruction)->UseRealTime();
+
 // Ping-pong between two threads spinning on atomics: the floor of a round trip through a
 // worker that is awake and spinning (tide's worker spins ~50 µs before it sleeps).
 void BM_ThreadHandoffAnchor_Spin(benchmark::State& state) {

@@ -81,7 +81,8 @@ class StreamImpl {
   std::atomic<bool> worker_held{false};
   Segment* head_seg = nullptr;
   // An idle CPU worker looks for published work once per this many pauses (a power of
-  // two; ~1 us on the 2-vCPU AMD VM, where a pause takes 31 ns): see worker_loop.
+  // two; ~1 us on the 2-vCPU AMD VM, where a pause takes 31 ns: tide_bench's
+  // BM_PauseInstruction): see worker_loop.
   static constexpr unsigned kPollPauses = 32;
   // ... for its first this many polls: about spin_until's 50 us spin at 31 ns a pause,
   // less where a pause is shorter; after that (yielding) it looks at every one.

@@ -235,8 +235,8 @@ TEST(ReclaimRules, BatchesAreDueByCountOrBytes) {
 
 // The cache-line layout the enqueue path depends on (issue 12): on a 2-core VM a line that
 // the frontend writes on every submit while a worker reads it costs a transfer per op
-// (enqueue of a tiny op 1226 -> 631 ns median when these were separated). Offsets only:
-// a reordering that puts them back on one line fails here, not in a benchmark.
+// (bench/RESULTS.md, "The enqueue path's cache lines"). Offsets only: a reordering that
+// puts them back on one line fails here, not in a benchmark.
 namespace layout {
 constexpr size_t line(size_t offset) { return offset / 64; }
 }  // namespace layout
