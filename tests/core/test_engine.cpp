@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/engine_impl.h"
+#include "core/spin_wait.h"
 #include "test_support.h"
 
 namespace tide {
@@ -257,22 +258,26 @@ TEST_F(EngineBasics, LongChainsSpanManyTaskSegments) {
 }
 
 
-// A stress reproduction, disabled by default (slow, and it finds the bug only sometimes):
+// A stress test, disabled by default (slow, and a broken protocol shows up only sometimes):
 // a frontend that only polls is_ready() must see every op run. end_task publishes with a
-// release store and then reads `sleeping` relaxed (no fence), so a worker going to sleep at
-// that moment can miss the wake-up; wait_pos repairs that, but is_ready, Event::query and
-// Engine::stats do not, and the op never runs. Run with --gtest_also_run_disabled_tests.
+// release store and reads `sleeping` behind only a light fence; the worker that goes to
+// sleep pairs it with a heavy one (core/asymmetric_fence.h). Without that pairing a worker
+// going to sleep at that moment can miss the wake-up; wait_pos would repair it, but
+// is_ready, Event::query and Engine::stats do not, and the op would never run. The delay
+// sweeps the moment the idle worker gives up (spin kSpinNs, yield kYieldNs, then sleep).
+// Run with --gtest_also_run_disabled_tests.
 TEST_F(EngineBasics, DISABLED_PollingNeverMissesAWakeUp_Stress) {
   StreamImpl* s = Stream::default_stream().impl();
   Tensor x = zeros({1});
   x.wait_to_read();
   int lost = 0;
-  for (int i = 0; i < 20000 && lost == 0; ++i) {
+  for (int i = 0; i < 5000 && lost == 0; ++i) {
     while (!x.is_ready()) {
     }
     // Submit around the time the worker gives up spinning and goes to sleep.
     auto t0 = std::chrono::steady_clock::now();
-    auto delay = std::chrono::nanoseconds(40000 + (i * 37) % 30000);
+    auto delay = std::chrono::nanoseconds(detail::kSpinNs + detail::kYieldNs - 20000 +
+                                          (i * 37) % 40000);
     while (std::chrono::steady_clock::now() - t0 < delay) {
     }
     x.add_(x);
