@@ -52,12 +52,14 @@ DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
 
 bool is_mask_op(OpId id) { return id == OpId::eq || id == OpId::gt || id == OpId::lt; }
 
-// While a trace records, describes a flat op for the fusion pass (ops/elementwise_desc.h).
+// While a trace records (c = capturing()), describes a flat op for the fusion pass
+// (ops/elementwise_desc.h). Callers test capturing() first and build the operands only
+// then: built on every eager op, their stores stalled the loads that passed them on
+// (store forwarding), ~10% of a tiny op's enqueue (issue 12).
 template <class O, class T, class F>
-void describe_flat(OpId id, F f, EwOperand a, EwOperand b, DataRef<O> out, int64_t n) {
+[[gnu::noinline]] void describe_flat(CaptureSink* c, OpId id, F f, EwOperand a, EwOperand b,
+                                     DataRef<O> out, int64_t n) {
   constexpr int arity = std::is_invocable_v<F, T, T> ? 2 : 1;
-  CaptureSink* c = capturing();
-  if (!c) return;
   ElementwiseDesc d;
   d.id = id;
   d.arity = arity;
@@ -91,7 +93,8 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
     int64_t n = out.numel(), na = a.numel(), nb = b.numel();
     if ((na == n || na == 1) && (nb == n || nb == 1)) {
       int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
-      describe_flat<O, T>(id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
+      if (CaptureSink* c = capturing()) [[unlikely]]
+        describe_flat<O, T>(c, id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
       kernels::queue(id, out.device(), {a.storage(), b.storage()}, {out.storage()},
                      &kernels::cpu::binary_flat<O, T, F>,
                      kernels::BinaryFlat<O, T>{ra, rb, ro, n, sa, sb}, f, site);
@@ -116,10 +119,12 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
     DataRef<O> ro = out.ref<O>();
     int64_t n = out.numel();
     T sv = T(s);
-    if (scalar_first)
-      describe_flat<O, T>(id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
-    else
-      describe_flat<O, T>(id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+    if (CaptureSink* c = capturing()) [[unlikely]] {
+      if (scalar_first)
+        describe_flat<O, T>(c, id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
+      else
+        describe_flat<O, T>(c, id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+    }
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::scalar_flat<O, T, F>,
                    kernels::ScalarFlat<O, T>{ra, ro, n, sv, scalar_first}, f, site);
@@ -132,7 +137,8 @@ void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
     using T = decltype(za);
     DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
-    describe_flat<T, T>(id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
+    if (CaptureSink* c = capturing()) [[unlikely]]
+      describe_flat<T, T>(c, id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::unary_flat<T, F>, kernels::UnaryFlat<T>{ra, ro, n}, f, site);
   });
