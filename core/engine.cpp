@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/allocator.h"
+#include "core/asymmetric_fence.h"
 #include "core/backpressure.h"
 #include "core/engine_impl.h"
 #include "core/error.h"
@@ -209,6 +210,7 @@ Engine::Engine() : s_(new State) {
                "TIDE_ALLOC must be 'enqueue' or 'execution', got '", v, "'");
     s_->alloc_at_execution = v == "execution";
   }
+  detail::enable_asymmetric_fence();  // before any worker starts (end_task's fence)
   Allocator::set_stream_of(&allocation_stream);
   Allocator::set_try_reclaim([] {  // workers too: try_lock never waits for a frontend
     State& st = *Engine::get().s_;
@@ -397,10 +399,13 @@ void Engine::end_task(Task& t) {
     profiler::detail::record_counters({t.enqueue_ns, depth, st.reclaimer.inflight_bytes(),
                                        Allocator::get().stats().active_bytes});
   }
-  // seq_cst store and load: with the worker's seq_cst `sleeping` store and `published`
-  // load, either it sees this task or we see it asleep (no lost wake-up).
-  self->published.store(t.seq, std::memory_order_seq_cst);
-  if (self->sleeping.load(std::memory_order_seq_cst)) self->wake();
+  // With the worker's `sleeping` store, heavy fence and `published` load, either it sees
+  // this task or we see it asleep (no lost wake-up). The light fence is only a compiler
+  // barrier where membarrier works: a full fence here would wait for this task's lines to
+  // reach the worker's core (core/asymmetric_fence.h).
+  self->published.store(t.seq, std::memory_order_release);
+  detail::light_fence();
+  if (self->sleeping.load(std::memory_order_relaxed)) self->wake();
   // The next slot's lines were last read by the worker (a recycled segment): ask for them
   // for writing now, so that the next submit does not stall on their transfer.
   if (t.seq - self->tail_seg->base < uint64_t(Segment::kSize)) {
