@@ -61,9 +61,12 @@ class StreamImpl {
   // Shared with the worker.
   alignas(64) std::atomic<uint64_t> published{0};
   std::atomic<uint32_t> wake_epoch{0};
-  std::atomic<bool> sleeping{false};
   std::atomic<int> stop{0};  // 0 run, 1 drain, 2 cancel
   std::atomic<bool> nudged{false};  // the device side has work for an idle worker
+  // Read by the frontend right after every publish, written by the worker only as it goes
+  // to sleep and wakes. Beside `published` that read waited for the line the publish had
+  // just claimed from the worker; on a line of its own it hits the frontend's cache.
+  alignas(64) std::atomic<bool> sleeping{false};
   // Tasks the worker has run (CPU) or launched (CUDA), skipped or cancelled.
   alignas(64) std::atomic<uint64_t> issued{0};
   // Tasks complete: written by the worker (CPU) or read from the device (polled streams).

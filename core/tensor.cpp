@@ -16,25 +16,26 @@ std::shared_ptr<TensorImpl> Tensor::make_impl() {
   return std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>());
 }
 
+namespace {
+// Built with its fields in place: default-constructing and then assigning zeroed the
+// shape's extents first (rep stos, a microcoded loop) on every op's output.
+std::shared_ptr<TensorImpl> make_impl_of(const Shape& shape, DType dtype, Device device,
+                                         StorageRef storage, int64_t offset) {
+  return std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>(), shape, dtype,
+                                          device, std::move(storage), offset);
+}
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char* op) {
-  auto impl = make_impl();
-  impl->shape = shape;
-  impl->dtype = dtype;
-  impl->device = device;
-  impl->storage =
+  StorageRef storage =
       Allocator::get(device).allocate_output(size_t(shape.numel()) * size_of(dtype), op);
-  return Tensor(std::move(impl));
+  return Tensor(make_impl_of(shape, dtype, device, std::move(storage), 0));
 }
 
 Tensor Tensor::from_storage(StorageRef storage, const Shape& shape, DType dtype,
                             int64_t offset) {
-  auto impl = make_impl();
-  impl->shape = shape;
-  impl->dtype = dtype;
-  impl->device = storage->device();
-  impl->storage = std::move(storage);
-  impl->offset = offset;
-  return Tensor(std::move(impl));
+  const Device device = storage->device();
+  return Tensor(make_impl_of(shape, dtype, device, std::move(storage), offset));
 }
 
 void Tensor::throw_undefined() { throw Error("tensor", "use of an undefined tensor"); }

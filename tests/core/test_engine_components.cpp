@@ -256,6 +256,8 @@ TEST(EngineLayout, FrontendWritesAndWorkerReadsAreOnSeparateCacheLines) {
     EXPECT_NE(line(frontend), line(offsetof(StreamImpl, issued)));
     EXPECT_NE(line(frontend), line(offsetof(StreamImpl, completed)));
   }
+  // The frontend reads `sleeping` right after it writes `published`.
+  EXPECT_NE(line(offsetof(StreamImpl, sleeping)), line(offsetof(StreamImpl, published)));
   EXPECT_EQ(alignof(StreamImpl) % 64, 0u);
   // The engine: workers read `waiters` on every retire; frontends write the lock and the
   // reclaimer's counters on every submit.
