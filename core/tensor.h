@@ -24,6 +24,12 @@ struct Node;
 }
 
 struct TensorImpl {
+  TensorImpl() = default;
+  // Every field written once (no aggregate initialisation: GCC zeroes the whole object
+  // with rep stos first, on every op's output).
+  TensorImpl(const Shape& shape, DType dtype, Device device, StorageRef storage, int64_t offset)
+      : shape(shape), dtype(dtype), device(device), storage(std::move(storage)), offset(offset) {}
+
   Shape shape;
   DType dtype = DType::float32;
   Device device;
