@@ -20,16 +20,18 @@ bool enable_asymmetric_fence() {
       return;
     // Registration makes the expedited command legal for this process (Linux >= 4.14).
     if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) return;
-    g_heavy_fence = true;
+    g_heavy_fence.store(true, std::memory_order_relaxed);
   });
-  return g_heavy_fence;
+  return g_heavy_fence.load(std::memory_order_relaxed);
 }
 
 void heavy_fence() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g_heavy_fence) {
-    // Only fails for an unregistered process or an unknown command, both ruled out above.
-    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+  if (g_heavy_fence.load(std::memory_order_relaxed)) {
+    // Fails only for a process that is not registered (e.g. a child after a fork that did
+    // not keep the registration): fall back to full fences on both sides from now on.
+    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
+      g_heavy_fence.store(false, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 }

@@ -19,8 +19,10 @@
 
 namespace tide::detail {
 
-// Set once, by enable_asymmetric_fence(), before any thread uses the pair.
-inline bool g_heavy_fence = false;
+// Set by enable_asymmetric_fence() before any thread uses the pair; cleared by
+// heavy_fence() if membarrier ever fails (a forked child that lost the registration), so
+// that from then on both sides are full fences. Relaxed loads: a plain load on x86.
+inline std::atomic<bool> g_heavy_fence{false};
 
 // Registers the process for membarrier's expedited private command if the kernel offers it;
 // idempotent. Call before starting the threads that use the fences (the engine does, when
@@ -30,7 +32,8 @@ bool enable_asymmetric_fence();
 // The frequent side's fence: orders its earlier stores before its later loads, given that
 // the other side calls heavy_fence().
 inline void light_fence() {
-  if (g_heavy_fence) std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (g_heavy_fence.load(std::memory_order_relaxed))
+    std::atomic_signal_fence(std::memory_order_seq_cst);
   else std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
