@@ -242,8 +242,10 @@ bool Engine::run_synchronously() const {
 }
 
 namespace {
-void fill_record(Engine::Task& t, const char* op, std::span<Storage* const> reads,
-                 std::span<Storage* const> writes, Site site) {
+// Inlined into begin_task: as a call it cost ~30 instructions per op more (issue 12).
+[[gnu::always_inline]] inline void fill_record(Engine::Task& t, const char* op,
+                                               std::span<Storage* const> reads,
+                                               std::span<Storage* const> writes, Site site) {
   TIDE_ASSERT(reads.size() + writes.size() <= size_t(Engine::kMaxStorages),
               "too many storages for ", op);
   t.op = op;

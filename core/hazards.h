@@ -58,9 +58,9 @@ inline void add_takeover_waits(Engine::Task& t, std::span<Storage* const> reads,
                                std::span<Storage* const> writes, const StreamImpl* self,
                                WaitOverflow overflow, void* ctx) {
   for (Storage* s : reads) {
-    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
     HazardState& h = s->hazard;
-    if (h.num_readers < HazardState::kInlineReaders) continue;
+    if (h.num_readers < HazardState::kInlineReaders) continue;  // the common case, first
+    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
     bool mine = false;
     for (int i = 0; i < h.num_readers; ++i) mine |= h.readers[i].stream == self;
     if (mine) continue;
@@ -80,9 +80,6 @@ inline void record_access(Engine::Task& t, std::span<Storage* const> reads,
                           std::span<Storage* const> writes, StreamPos me,
                           WaitOverflow overflow, void* ctx) {
   for (Storage* s : reads) {
-    // Written too (in place): the write below makes this task the last writer and clears
-    // the readers, so registering the read could only block on a full reader list.
-    if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
     HazardState& h = s->hazard;
     bool found = false;
     for (int i = 0; i < h.num_readers; ++i)
@@ -91,7 +88,12 @@ inline void record_access(Engine::Task& t, std::span<Storage* const> reads,
         found = true;
       }
     if (found) continue;
-    if (h.num_readers == HazardState::kInlineReaders) {  // drop finished readers
+    if (h.num_readers == HazardState::kInlineReaders) {
+      // Written too (in place): the write below makes this task the last writer and clears
+      // the readers, so taking over an entry could only add a needless wait. (Below a full
+      // list, registering such a read is harmless: the write clears it.)
+      if (std::find(writes.begin(), writes.end(), s) != writes.end()) continue;
+      // Drop finished readers.
       int k = 0;
       for (int i = 0; i < h.num_readers; ++i)
         if (!h.readers[i].stream->is_complete(h.readers[i].seq)) h.readers[k++] = h.readers[i];
