@@ -11,8 +11,8 @@
 //   frequent side:  a.store(1); light_fence(); if (b.load()) ...
 //   rare side:      b.store(1); heavy_fence(); if (a.load()) ...
 //
-// Where membarrier is missing or refused (old kernels, seccomp, valgrind), light_fence is a
-// full fence and heavy_fence one too: the protocol is the ordinary symmetric one.
+// Where membarrier is missing or refused (kernels before 4.14, seccomp filters), light_fence
+// is a full fence and heavy_fence one too: the protocol is the ordinary symmetric one.
 #pragma once
 
 #include <atomic>

@@ -79,9 +79,8 @@ StreamImpl& Engine::State::default_stream(Device d) {
 }
 
 StreamImpl& Engine::State::current_stream(Device d) {
-  if (!tl_current_stream) [[likely]]
-    return d.is_cpu() ? streams.front() : default_stream(d);
-  if (tl_current_stream->device == d) return *tl_current_stream;
+  if (tl_current_stream && tl_current_stream->device == d) return *tl_current_stream;
+  if (d.is_cpu()) [[likely]] return streams.front();  // default_stream's CPU case, no call
   return default_stream(d);
 }
 
