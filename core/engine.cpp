@@ -463,6 +463,11 @@ bool Engine::write_done(Storage* s) {
   return !pos.stream || pos.stream->is_complete(pos.seq);
 }
 
+int Engine::owner_count(Storage* s) {
+  std::lock_guard<SpinLock> lock(s_->mu);
+  return s->use_count() - (s->hazard.queued_refs ? 1 : 0);
+}
+
 void Engine::wait_to_read(Storage* s) {
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_to_read");
   wait_for_write(s);

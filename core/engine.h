@@ -210,6 +210,10 @@ class Engine {
   bool write_done(Storage* s);
   // wait_for_write, then rethrows s's failure, if any.
   void wait_to_read(Storage* s);
+  // The references to s other than the queue's own hold on it (Reclaimer::hold): tensors,
+  // payloads, views. 1 means one tensor is its only owner, though queued tasks may still
+  // read or write it. Takes the engine lock; does not wait.
+  int owner_count(Storage* s);
 
   // A read of s's bytes on the host (item, to_vector, printing): waits for s's last
   // write, then rethrows its failure (when `rethrow`) and, until destroyed, is registered

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/engine.h"
 #include "core/error.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
@@ -42,9 +43,27 @@ void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor
 }
 
 namespace {
-void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+// True when nobody but the backward pass can see g: its TensorImpl has only the
+// `transient` references the pass drops right after, it has no history, and its storage,
+// every byte of it, belongs to that TensorImpl alone (queued tasks aside). Such a gradient
+// can become a leaf's .grad as it is (PyTorch's AccumulateGrad takes it the same way);
+// any other is copied, so that a later in-place accumulation never writes into a tensor
+// someone else holds: the caller's seed, a gradient two inputs share (add), a view.
+bool can_take(const Tensor& g, long transient) {
+  if (g.impl_ptr().use_count() != transient) return false;
+  const TensorImpl& i = g.impl();
+  if (i.offset != 0 || i.grad_fn || i.requires_grad) return false;
+  Storage* s = g.storage();
+  if (s->is_slot() || size_t(g.numel()) * size_of(g.dtype()) != s->requested_bytes())
+    return false;
+  return Engine::get().owner_count(s) == 1;
+}
+
+// Adds g to leaf's .grad; the first gradient becomes .grad (taken when can_take, else a
+// copy). `transient`: the references to g's TensorImpl that the caller drops afterwards.
+void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, long transient) {
   if (!leaf->grad) {
-    leaf->grad = clone(g).impl_ptr();
+    leaf->grad = can_take(g, transient) ? g.impl_ptr() : clone(g).impl_ptr();
   } else {
     Tensor acc(leaf->grad);
     acc.add_(g);
@@ -83,7 +102,9 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                "needs a gradient argument for a non-scalar output of shape ", shape().str());
   autograd::NoGrad no_grad;
   if (is_leaf()) {
-    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()));
+    // A caller's gradient is copied (the temporary copy of it makes two references).
+    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()),
+                         1);
     return;
   }
   // Reverse topological order by an iterative depth-first search; every check happens
@@ -125,7 +146,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
         auto [slot, fresh] = grads.try_emplace(e.fn.get(), gin[i]);
         if (!fresh) slot->second = slot->second + gin[i];
       } else if (e.leaf) {
-        autograd::accumulate(e.leaf, gin[i]);
+        // gin[i], and gout too when the node passed its gradient through (add).
+        autograd::accumulate(e.leaf, gin[i], 1 + long(gin[i].impl_ptr() == gout.impl_ptr()));
       }
     }
     if (!retain_graph) {

@@ -1,4 +1,5 @@
-// Autograd mechanics (DESIGN §5): accumulation into .grad, zero_grad, NoGrad, the errors
+// Autograd mechanics (DESIGN §5): accumulation into .grad (a fresh first gradient taken, a
+// shared one copied), zero_grad, NoGrad, the errors
 // of requires_grad_ and backward, freed graphs and retain_graph, diamonds, explicit output
 // gradients, backward that queues without waiting, and two threads differentiating at once.
 // Per-op gradient values are checked by the op harness in tests/ops, not here.
@@ -47,6 +48,47 @@ TEST_F(Backward, FirstGradientDoesNotAliasTheSeed) {
   Tensor x = from_data({1, 2}, {2}).requires_grad_();
   Tensor seed = from_data({5, 6}, {2});
   x.backward(seed);  // backward of a leaf: accumulates the seed itself
+  sum(x).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{6, 7}));
+  EXPECT_EQ(values(seed), (std::vector<float>{5, 6}));
+}
+
+TEST_F(Backward, AFreshFirstGradientBecomesTheGradWithoutACopy) {
+  // The first backward's gradient of x is the mul's fresh output, seen by nobody else: it
+  // becomes x.grad as it is. The second backward adds its gradient in place. So the first
+  // queues one op fewer than the second; with a copy they would queue as many.
+  Tensor x = from_data({1, 2, 3}, {3}).requires_grad_();
+  Tensor c = from_data({4, 5, 6}, {3});
+  auto tasks_of_backward = [&] {
+    Tensor loss = sum(mul(x, c));
+    wait_all();
+    uint64_t before = Engine::get().stats().queued;
+    loss.backward();
+    return Engine::get().stats().queued - before;
+  };
+  uint64_t first = tasks_of_backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{4, 5, 6}));
+  uint64_t second = tasks_of_backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{8, 10, 12}));
+  EXPECT_EQ(first + 1, second);
+}
+
+TEST_F(Backward, AGradientTwoLeavesShareIsCopied) {
+  // add passes one gradient tensor to both inputs: taking it for both would make x.grad
+  // and z.grad one tensor, and the second backward would add into it twice.
+  Tensor x = from_data({1, 2}, {2}).requires_grad_();
+  Tensor z = from_data({3, 4}, {2}).requires_grad_();
+  sum(add(x, z)).backward();
+  sum(add(x, z)).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{2, 2}));
+  EXPECT_EQ(values(z.grad()), (std::vector<float>{2, 2}));
+}
+
+TEST_F(Backward, ASeedPassedThroughToALeafIsCopied) {
+  // add(x, 1) hands the caller's seed itself to x: it must be copied, not taken.
+  Tensor x = from_data({1, 2}, {2}).requires_grad_();
+  Tensor seed = from_data({5, 6}, {2});
+  add(x, 1.0).backward(seed);
   sum(x).backward();
   EXPECT_EQ(values(x.grad()), (std::vector<float>{6, 7}));
   EXPECT_EQ(values(seed), (std::vector<float>{5, 6}));
