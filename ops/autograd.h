@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/op_traits.h"
 
 namespace tide::autograd {
 
@@ -50,7 +51,13 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 // gradient per input. Saved tensors that alias `out` must be captured detached.
 void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs,
                  BackwardFn fn);
-// The same, but builds the std::function only when a node is needed (hot path).
+// The same, but builds the std::function only when a node is needed (hot path). The node
+// is named by the op table (op_name), as the op's errors and profile rows are.
+template <class F>
+void record(OpId op, Tensor& out, std::initializer_list<const Tensor*> inputs, F&& fn) {
+  if (needs_grad(inputs)) record_node(op_name(op), out, inputs, BackwardFn(std::forward<F>(fn)));
+}
+// For a node named at run time (a copy named after its devices, a kernel entry's own name).
 template <class F>
 void record(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs, F&& fn) {
   if (needs_grad(inputs)) record_node(op, out, inputs, BackwardFn(std::forward<F>(fn)));

@@ -216,7 +216,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
   Tensor y = pool_forward<kernels::MaxPool2d>(
       OpId::max_pool2d, x, opt, [](auto z) { return &kernels::cpu::max_pool2d<decltype(z)>; },
       site);
-  autograd::record(op_name(OpId::max_pool2d), y, {&x}, [x = x.detach(), opt](const Tensor& gy) {
+  autograd::record(OpId::max_pool2d, y, {&x}, [x = x.detach(), opt](const Tensor& gy) {
     return Grads{max_pool2d_grad(gy, x, opt)};
   });
   return y;

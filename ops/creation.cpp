@@ -137,7 +137,7 @@ Tensor clone(const Tensor& a, Site site) {
                  kernels::CopyBytes{{a.storage(), a.offset() * int64_t(size_of(a.dtype()))},
                                     y.ref<unsigned char>(), a.nbytes()},
                  kernels::NoExtra{}, site);
-  autograd::record("clone", y, {&a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  autograd::record(OpId::clone, y, {&a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return y;
 }
 
@@ -157,7 +157,7 @@ Tensor cast(const Tensor& a, DType dtype, Site site) {
     });
   });
   if (is_floating(a.dtype()) && is_floating(dtype))
-    autograd::record("cast", y, {&a}, [from = a.dtype()](const Tensor& g) {
+    autograd::record(OpId::cast, y, {&a}, [from = a.dtype()](const Tensor& g) {
       return std::vector<Tensor>{cast(g, from)};
     });
   return y;

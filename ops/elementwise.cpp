@@ -205,7 +205,7 @@ Tensor ge_mask(const Tensor& a, const Tensor& b) { return rsub(1.0, lt(a, b)); }
 
 Tensor add(const Tensor& a, const Tensor& b, Site site) {
   Tensor y = binary_op(OpId::add, fn::Add{}, a, b, site);
-  autograd::record("add", y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+  autograd::record(OpId::add, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(g, sb)};
   });
   return y;
@@ -213,7 +213,7 @@ Tensor add(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor sub(const Tensor& a, const Tensor& b, Site site) {
   Tensor y = binary_op(OpId::sub, fn::Sub{}, a, b, site);
-  autograd::record("sub", y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+  autograd::record(OpId::sub, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
   });
   return y;
@@ -221,7 +221,7 @@ Tensor sub(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor mul(const Tensor& a, const Tensor& b, Site site) {
   Tensor y = binary_op(OpId::mul, fn::Mul{}, a, b, site);
-  autograd::record("mul", y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+  autograd::record(OpId::mul, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
   });
   return y;
@@ -229,7 +229,7 @@ Tensor mul(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor div(const Tensor& a, const Tensor& b, Site site) {
   Tensor y = binary_op(OpId::div, fn::Div{}, a, b, site);
-  autograd::record("div", y, {&a, &b},
+  autograd::record(OpId::div, y, {&a, &b},
                    [sa = a.shape(), b = b.detach(), y = y.detach()](const Tensor& g) {
                      Tensor ga = g / b;
                      return Grads{sum_to(ga, sa), sum_to(neg(ga * y), b.shape())};
@@ -239,7 +239,7 @@ Tensor div(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
   Tensor y = binary_op(OpId::maximum, fn::Maximum{}, a, b, site);
-  autograd::record("maximum", y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+  autograd::record(OpId::maximum, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     Tensor m = ge_mask(a, b);
     return Grads{sum_to(g * m, a.shape()), sum_to(g * rsub(1.0, m), b.shape())};
   });
@@ -260,39 +260,39 @@ Tensor lt(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor add(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::add, fn::Add{}, a, s, false, site);
-  autograd::record("add", y, {&a}, [](const Tensor& g) { return Grads{g}; });
+  autograd::record(OpId::add, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor sub(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, false, site);
-  autograd::record("sub", y, {&a}, [](const Tensor& g) { return Grads{g}; });
+  autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor rsub(double s, const Tensor& a, Site site) {
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, true, site);
-  autograd::record("sub", y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
+  autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor mul(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::mul, fn::Mul{}, a, s, false, site);
-  autograd::record("mul", y, {&a}, [s](const Tensor& g) { return Grads{mul(g, s)}; });
+  autograd::record(OpId::mul, y, {&a}, [s](const Tensor& g) { return Grads{mul(g, s)}; });
   return y;
 }
 Tensor div(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, false, site);
-  autograd::record("div", y, {&a}, [s](const Tensor& g) { return Grads{div(g, s)}; });
+  autograd::record(OpId::div, y, {&a}, [s](const Tensor& g) { return Grads{div(g, s)}; });
   return y;
 }
 Tensor rdiv(double s, const Tensor& a, Site site) {
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, true, site);
-  autograd::record("div", y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::div, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     return Grads{neg(g * y / a)};
   });
   return y;
 }
 Tensor maximum(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::maximum, fn::Maximum{}, a, s, false, site);
-  autograd::record("maximum", y, {&a}, [a = a.detach(), s](const Tensor& g) {
+  autograd::record(OpId::maximum, y, {&a}, [a = a.detach(), s](const Tensor& g) {
     return Grads{g * rsub(1.0, lt(a, s))};
   });
   return y;
@@ -311,35 +311,35 @@ Tensor lt(const Tensor& a, double s, Site site) {
 
 Tensor neg(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site, false);
-  autograd::record("neg", y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
+  autograd::record(OpId::neg, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor exp(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site, true);
-  autograd::record("exp", y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
+  autograd::record(OpId::exp, y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
   return y;
 }
 Tensor log(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::log, fn::Log{}, a, site, true);
-  autograd::record("log", y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
+  autograd::record(OpId::log, y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
   return y;
 }
 Tensor sqrt(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site, true);
-  autograd::record("sqrt", y, {&a},
+  autograd::record(OpId::sqrt, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * 0.5 / y}; });
   return y;
 }
 Tensor abs(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site, false);
-  autograd::record("abs", y, {&a}, [a = a.detach()](const Tensor& g) {
+  autograd::record(OpId::abs, y, {&a}, [a = a.detach()](const Tensor& g) {
     return Grads{g * (gt(a, 0.0) - lt(a, 0.0))};
   });
   return y;
 }
 Tensor relu(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site, false);
-  autograd::record("relu", y, {&a},
+  autograd::record(OpId::relu, y, {&a},
                    [a = a.detach()](const Tensor& g) { return Grads{relu_grad(g, a)}; });
   return y;
 }
@@ -348,21 +348,21 @@ Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
 }
 Tensor sigmoid(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site, true);
-  autograd::record("sigmoid", y, {&a}, [y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::sigmoid, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{g * y * rsub(1.0, y)};
   });
   return y;
 }
 Tensor tanh(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site, true);
-  autograd::record("tanh", y, {&a}, [y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::tanh, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{g * rsub(1.0, y * y)};
   });
   return y;
 }
 Tensor pow(const Tensor& a, double p, Site site) {
   Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site, true);
-  autograd::record("pow", y, {&a}, [a = a.detach(), p](const Tensor& g) {
+  autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};
   });
   return y;

@@ -51,7 +51,7 @@ void queue_rows(OpId id, const Tensor& in, const Tensor& rows, const Tensor& y, 
 }  // namespace
 
 Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
-  const char* op = "take_rows";
+  const char* op = op_name(OpId::take_rows);
   check_defined(src, op);
   check_supported(src, OpId::take_rows);
   TIDE_CHECK(src.ndim() >= 1, op, "needs src of rank >= 1, got ", describe(src));
@@ -71,7 +71,7 @@ Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
 }
 
 Tensor scatter_add_rows(const Tensor& g, const Tensor& rows, int64_t n, Site site) {
-  const char* op = "scatter_add_rows";
+  const char* op = op_name(OpId::scatter_add_rows);
   check_defined(g, op);
   check_supported(g, OpId::scatter_add_rows);
   TIDE_CHECK(g.ndim() >= 1, op, "needs g of rank >= 1, got ", describe(g));

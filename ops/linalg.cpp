@@ -41,7 +41,7 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
-  const char* op = "matmul";
+  const char* op = op_name(OpId::matmul);
   check_same(a, b, OpId::matmul);
   check_floating(a, op);
   auto desc = [&] {
@@ -151,7 +151,7 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* o
 }
 
 Tensor transpose(const Tensor& a, Site site) {
-  const char* op = "transpose";
+  const char* op = op_name(OpId::transpose);
   check_defined(a, op);
   check_supported(a, OpId::transpose);
   TIDE_CHECK(a.ndim() == 2, op, "needs a 2-D tensor, got ", describe(a));
@@ -193,7 +193,7 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
 
 Tensor softmax(const Tensor& a, Site site) {
   Tensor y = softmax_impl(a, false, site);
-  autograd::record("softmax", y, {&a}, [y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{y * (g - sum(g * y, -1, true))};
   });
   return y;
@@ -201,7 +201,7 @@ Tensor softmax(const Tensor& a, Site site) {
 
 Tensor log_softmax(const Tensor& a, Site site) {
   Tensor y = softmax_impl(a, true, site);
-  autograd::record("log_softmax", y, {&a}, [y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::log_softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{g - exp(y) * sum(g, -1, true)};
   });
   return y;

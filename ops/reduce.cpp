@@ -93,7 +93,7 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 
 Tensor sum(const Tensor& a, Site site) {
   Tensor y = reduce(Kind::sum, OpId::sum, a, 0, true, false, site);
-  autograd::record("sum", y, {&a}, [s = a.shape()](const Tensor& g) {
+  autograd::record(OpId::sum, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g, s)};
   });
   return y;
@@ -102,7 +102,7 @@ Tensor sum(const Tensor& a, Site site) {
 Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
   Tensor y = reduce(Kind::sum, OpId::sum, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "sum");
-  autograd::record("sum", y, {&a}, [s = a.shape(), ax](const Tensor& g) {
+  autograd::record(OpId::sum, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g.reshape(keepdim_shape(s, ax)), s)};
   });
   return y;
@@ -110,7 +110,7 @@ Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
 
 Tensor mean(const Tensor& a, Site site) {
   Tensor y = reduce(Kind::mean, OpId::mean, a, 0, true, false, site);
-  autograd::record("mean", y, {&a}, [s = a.shape()](const Tensor& g) {
+  autograd::record(OpId::mean, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g / double(std::max<int64_t>(1, s.numel())), s)};
   });
   return y;
@@ -119,7 +119,7 @@ Tensor mean(const Tensor& a, Site site) {
 Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
   Tensor y = reduce(Kind::mean, OpId::mean, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "mean");
-  autograd::record("mean", y, {&a}, [s = a.shape(), ax](const Tensor& g) {
+  autograd::record(OpId::mean, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
     double n = double(std::max<int64_t>(1, s[ax]));
     return std::vector<Tensor>{expand_to(g.reshape(keepdim_shape(s, ax)) / n, s)};
   });
@@ -128,7 +128,7 @@ Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
 
 Tensor max(const Tensor& a, Site site) {
   Tensor y = reduce(Kind::max, OpId::max, a, 0, true, false, site);
-  autograd::record("max", y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
+  autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     Tensor mask = eq(a, expand_to(y, a.shape()));
     return std::vector<Tensor>{mask * expand_to(g / sum(mask), a.shape())};
   });
@@ -138,7 +138,7 @@ Tensor max(const Tensor& a, Site site) {
 Tensor max(const Tensor& a, int axis, bool keepdim, Site site) {
   Tensor y = reduce(Kind::max, OpId::max, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "max");
-  autograd::record("max", y, {&a}, [a = a.detach(), y = y.detach(), ax](const Tensor& g) {
+  autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach(), ax](const Tensor& g) {
     std::vector<int64_t> kd = keepdim_shape(a.shape(), ax);
     Tensor mask = eq(a, expand_to(y.reshape(kd), a.shape()));
     Tensor share = g.reshape(kd) / sum(mask, ax, true);

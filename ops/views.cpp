@@ -53,7 +53,7 @@ Tensor Tensor::reshape(std::vector<int64_t> dims) const {
   TIDE_CHECK(s.numel() == numel(), "reshape", "cannot reshape ", shape().str(), " (", numel(),
              " elements) to ", s.str(), " (", s.numel(), " elements)");
   Tensor v = view_of(*this, s, offset());
-  autograd::record("reshape", v, {this}, [from = shape().vec()](const Tensor& g) {
+  autograd::record(OpId::reshape, v, {this}, [from = shape().vec()](const Tensor& g) {
     return std::vector<Tensor>{g.reshape(from)};
   });
   return v;
@@ -69,7 +69,7 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   s[0] = end - begin;
   int64_t row = n ? numel() / n : 0;
   Tensor v = view_of(*this, s, offset() + begin * row);
-  autograd::record("slice", v, {this}, [full = shape(), begin](const Tensor& g) {
+  autograd::record(OpId::slice, v, {this}, [full = shape(), begin](const Tensor& g) {
     return std::vector<Tensor>{pad_rows(g, full, begin)};
   });
   return v;
@@ -84,7 +84,7 @@ Tensor Tensor::operator[](int64_t i) const {
   std::vector<int64_t> rest(shape().begin() + 1, shape().end());
   int64_t row = numel() / n;
   Tensor v = view_of(*this, Shape(rest), offset() + i * row);
-  autograd::record("select", v, {this}, [full = shape(), i](const Tensor& g) {
+  autograd::record(OpId::select, v, {this}, [full = shape(), i](const Tensor& g) {
     return std::vector<Tensor>{pad_rows(g, full, i)};
   });
   return v;
