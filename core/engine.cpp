@@ -295,16 +295,72 @@ void Engine::run_inline(Task& t) {
   t.destroy(t);
 }
 
+void Engine::State::wait_out_shutdown_locked() {
+  while (shutting_down) {
+    mu.unlock();
+    std::this_thread::yield();
+    mu.lock();
+  }
+}
+
+void Engine::State::apply_backpressure_locked(BackpressureBounds bounds,
+                                              std::span<Storage* const> reads,
+                                              std::span<Storage* const> writes) {
+  reclaim_locked();  // count only work that still holds its storages
+  auto over = [&] {
+    return over_bounds(bounds, inflight_ops(), reclaimer.inflight_bytes(),
+                       added_bytes(reads, writes));
+  };
+  if (!over()) return;
+  int64_t t0 = detail::steady_ns();
+  bp_stalls.fetch_add(1, std::memory_order_relaxed);
+  while (over()) {
+    wait_progress_locked();
+    reclaim_locked();
+  }
+  bp_stall_ns.fetch_add(uint64_t(detail::steady_ns() - t0), std::memory_order_relaxed);
+  // The stall released the lock: a shutdown may have stopped the workers meanwhile.
+  // Publishing on a stream without a worker would lose the task (issue 11, item 9).
+  wait_out_shutdown_locked();
+}
+
+namespace {
+// The hot pieces of begin_task, inlined into it like fill_record; called with st.mu held.
+
+// When a host read of one of `writes` is in progress (Engine::HostRead), waits for it
+// without the lock and returns true: the caller starts over, since others may have queued
+// work meanwhile. False, having waited for nothing, otherwise.
+[[gnu::always_inline]] inline bool wait_for_host_reads(Engine::State& st,
+                                                       std::span<Storage* const> writes) {
+  for (Storage* w : writes)
+    if (w->host_readers().load(std::memory_order_acquire) != 0) [[unlikely]] {
+      st.mu.unlock();
+      while (w->host_readers().load(std::memory_order_acquire) != 0) std::this_thread::yield();
+      st.mu.lock();
+      return true;
+    }
+  return false;
+}
+
+// Task slot `seq` (1-based) of s's queue, linking a new segment when the tail is full.
+[[gnu::always_inline]] inline Engine::Task& next_slot(Engine::State& st, StreamImpl& s,
+                                                      uint64_t seq) {
+  if (seq - 1 - s.tail_seg->base == Segment::kSize) [[unlikely]] {
+    Segment* g = st.new_segment(seq - 1);
+    s.tail_seg->next.store(g, std::memory_order_release);
+    s.tail_seg = g;
+  }
+  return s.tail_seg->slots[seq - 1 - s.tail_seg->base];
+}
+}  // namespace
+
 Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storage* const> reads,
                                  std::span<Storage* const> writes, Site site) {
   State& st = *s_;
   st.mu.lock();
 retry:
-  while (st.shutting_down) {  // workers are being joined: wait until they are restartable
-    st.mu.unlock();
-    std::this_thread::yield();
-    st.mu.lock();
-  }
+  // Workers are being joined: wait until they are restartable.
+  if (st.shutting_down) [[unlikely]] st.wait_out_shutdown_locked();
   StreamImpl* self;
   try {
     self = &st.current_stream(device);
@@ -314,52 +370,18 @@ retry:
     throw;
   }
   if (st.reclaimer.note_submit()) st.reclaim_locked();
-
   // Backpressure: block (holding the frontend lock) until the bounds allow this task.
   BackpressureBounds bounds{st.max_ops.load(std::memory_order_relaxed),
                             st.max_bytes.load(std::memory_order_relaxed)};
-  if (bounds.any()) {
-    st.reclaim_locked();  // count only work that still holds its storages
-    auto over = [&] {
-      return over_bounds(bounds, st.inflight_ops(), st.reclaimer.inflight_bytes(),
-                         added_bytes(reads, writes));
-    };
-    if (over()) {
-      int64_t t0 = detail::steady_ns();
-      st.bp_stalls.fetch_add(1, std::memory_order_relaxed);
-      while (over()) {
-        st.wait_progress_locked();
-        st.reclaim_locked();
-      }
-      st.bp_stall_ns.fetch_add(uint64_t(detail::steady_ns() - t0), std::memory_order_relaxed);
-      // The stall released the lock: a shutdown may have stopped the workers meanwhile.
-      // Publishing on a stream without a worker would lose the task (issue 11, item 9).
-      while (st.shutting_down) {
-        st.mu.unlock();
-        std::this_thread::yield();
-        st.mu.lock();
-      }
-    }
-  }
+  if (bounds.any()) st.apply_backpressure_locked(bounds, reads, writes);
   if (!self->started) st.start_worker(*self);
   // A host read of a storage this task writes is in progress (Engine::HostRead): let it
   // finish first, without the lock; it waits only for work queued before it. (Checked
   // after the last place above that may release the lock.)
-  for (Storage* w : writes)
-    if (w->host_readers().load(std::memory_order_acquire) != 0) [[unlikely]] {
-      st.mu.unlock();
-      while (w->host_readers().load(std::memory_order_acquire) != 0) std::this_thread::yield();
-      st.mu.lock();
-      goto retry;
-    }
+  if (wait_for_host_reads(st, writes)) goto retry;
 
   uint64_t seq = self->submitted + 1;
-  if (seq - 1 - self->tail_seg->base == Segment::kSize) {
-    Segment* g = st.new_segment(seq - 1);
-    self->tail_seg->next.store(g, std::memory_order_release);
-    self->tail_seg = g;
-  }
-  Task& t = self->tail_seg->slots[seq - 1 - self->tail_seg->base];
+  Task& t = next_slot(st, *self, seq);
   fill_record(t, op, reads, writes, site);
   t.seq = seq;
   t.stream = self;

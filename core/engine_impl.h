@@ -7,11 +7,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/backpressure.h"
 #include "core/device_stream.h"
 #include "core/engine.h"
 #include "core/reclaim.h"
@@ -169,6 +171,17 @@ struct Engine::State {
   bool wait_progress_locked();
   void start_worker(StreamImpl& s);
   void record_failure(Failure* f);
+
+  // The cold pieces of Engine::begin_task (the hot ones are inlined in engine.cpp). Called
+  // with mu held; they release it while they wait.
+  // Returns once no shutdown is joining the workers.
+  void wait_out_shutdown_locked();
+  // Blocks until `bounds` admit a task naming these storages (counted as added_bytes
+  // does), running queued work or waiting for it (wait_progress_locked); counts the stall
+  // in bp_stalls and bp_stall_ns. Cold: only with Engine::set_backpressure bounds.
+  [[gnu::noinline]] void apply_backpressure_locked(BackpressureBounds bounds,
+                                                   std::span<Storage* const> reads,
+                                                   std::span<Storage* const> writes);
 };
 
 inline Engine::Task& StreamImpl::slot(uint64_t seq) const {
