@@ -13,40 +13,18 @@
 // Inside a trace, the body is recorded once into a graph of its own (fused and planned
 // like the enclosing one).
 //
-// Random ops in the body follow one rule in eager and traced mode, so a traced run draws
-// the eager run's numbers bit for bit (same seed, same calls), and every call draws new
-// ones:
-//   - An int count: the body draws from its generator as the plain eager loop does
-//     (iteration i gets the counters eager's iteration i reserves); the traced node
-//     reserves the range of all n iterations when the replay is queued.
-//   - A tensor count: the body draws from a sub-stream of its generator. When the loop
-//     runs (in eager order among the random ops around it), it reserves ONE Philox block
-//     (counter c = gen.reserve(4), key k = gen.seed()) and keys the sub-stream with
-//     substream_key(k, c) = splitmix64(splitmix64(k) ^ c) (core/rng.h); iteration i,
-//     random op j of the body draws at block i * S + prefix_j under that key (S: blocks
-//     the body draws per iteration, prefix_j: blocks of its random ops before j). The
-//     generator advances by exactly one block whatever n is, 0 included; the numbers
-//     are independent of what the same body draws under an int count. Traced, the block
-//     is reserved when the replay is queued and the key derived when the node runs.
-//     Eager (core/random_scope.h), the block is reserved at the body's first random op
-//     of iteration 0 (nothing can draw from that generator in between, so the order is
-//     the same); with n == 0 the eager loop records the body once, without running it,
-//     to learn its generator and reserves the block all the same — the body's C++ side
-//     effects happen once then, and a body that cannot be recorded (it reads a value on
-//     the host, so it cannot be traced either) reserves nothing. Random ops of zero
-//     elements draw nothing and do not count. Nested loops compose: an inner loop draws
-//     its range or block from the enclosing loop's sub-stream.
-//   The body's random ops must share one generator ("[loop]" otherwise, traced at record
-//   time, eager at the first draw of the second generator, or at n == 0 after recording).
-//   A trace::function replayed inside an eager tensor-count body draws from the
-//   sub-stream too (its ops are inlined when the enclosing loop is traced).
+// Random ops in the body draw, traced, the eager run's numbers bit for bit (same seed, same
+// calls), and every call draws new ones. With an int count iteration i draws what eager's
+// iteration i draws; with a tensor count the body draws from a sub-stream of its generator,
+// which advances by one Philox block whatever n is (0 included). The body's random ops must
+// share one generator ("[loop]" otherwise). The exact rule: trace/loop.cpp.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include "core/source_location.h"
 #include <vector>
 
+#include "core/source_location.h"
 #include "core/tensor.h"
 
 namespace tide::trace {
