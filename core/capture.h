@@ -41,6 +41,13 @@ class CaptureSink {
   // Attaches an op description (ops/elementwise_desc.h) to the next record() call; the
   // fusion pass reads it. The pointee is copied.
   virtual void describe_next(const void* desc, size_t bytes) = 0;
+  // The references to s this sink holds itself (a recorder keeps one per storage it has
+  // seen): whoever counts a storage's owners while recording (autograd, taking a fresh
+  // gradient as a leaf's .grad) discounts them.
+  virtual int references_held(const Storage* s) const {
+    (void)s;
+    return 0;
+  }
 };
 
 // True while this thread captures kernels into a CUDA graph (trace/device_graph.h): the

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/capture.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "ops/creation.h"
@@ -54,9 +55,13 @@ bool can_take(const Tensor& g, long transient) {
   const TensorImpl& i = g.impl();
   if (i.offset != 0 || i.grad_fn || i.requires_grad) return false;
   Storage* s = g.storage();
-  if (s->is_slot() || size_t(g.numel()) * size_of(g.dtype()) != s->requested_bytes())
-    return false;
-  return Engine::get().owner_count(s) == 1;
+  if (size_t(g.numel()) * size_of(g.dtype()) != s->requested_bytes()) return false;
+  int owners = Engine::get().owner_count(s);
+  // While a trace records, the values' storages are slots the recorder also holds; the
+  // gradient taken is then state of the trace (trace/graph.h), as its copy would have been.
+  if (tide::detail::CaptureSink* c = tide::detail::capturing()) owners -= c->references_held(s);
+  else if (s->is_slot()) return false;  // a replay's binding, not a tensor's own memory
+  return owners == 1;
 }
 
 // Adds g to leaf's .grad; the first gradient becomes .grad (taken when can_take, else a

@@ -49,6 +49,10 @@ int Recorder::value_of(Storage* s) {
   return it->second;
 }
 
+int Recorder::references_held(const Storage* s) const {
+  return ids_.count(const_cast<Storage*>(s)) ? 1 : 0;
+}
+
 bool Recorder::created_here(Storage* s) const {
   auto it = ids_.find(s);
   return it != ids_.end() && created_[size_t(it->second)];

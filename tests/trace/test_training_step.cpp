@@ -83,5 +83,44 @@ TEST(TraceTrainingStep, PlannedPeakIsBelowEagerPeak) {
   EXPECT_EQ(a.stats().num_allocs - allocs, 1u);
 }
 
+TEST(TraceTrainingStep, FreshGradientsBecomeTheGradsWithoutCopies) {
+  // A parameter's first gradient becomes its .grad as it is (ops/autograd.cpp), also while
+  // a trace records: the traced step has no copy node, and records as many ops as the
+  // eager step queues.
+  TrainRig r = make_run(false);
+  Tensor x = randn({24, 12}), y = randn({24, 1});
+  step(r, x, y).wait_to_read();  // warm-up: momentum buffers exist
+  wait_all();
+  uint64_t before = Engine::get().stats().queued;
+  step(r, x, y);
+  uint64_t eager_ops = Engine::get().stats().queued - before;
+  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return step(r, x, y); });
+  f(x, y).wait_to_read();
+  auto g = f.graph(x, y);
+  ASSERT_NE(g, nullptr);
+  for (const trace::Node& n : g->nodes) EXPECT_STRNE(n.op, op_name(OpId::clone));
+  EXPECT_EQ(uint64_t(f.stats().recorded_ops), eager_ops);
+}
+
+TEST(TraceTrainingStep, AGradientTwoParametersShareIsCopiedInATraceToo) {
+  // add hands one gradient to both parameters: taken for both, a and b would share one
+  // .grad and the second backward would add into it twice.
+  Tensor a = from_data({1, 2}, {2}).requires_grad_(), b = from_data({3, 4}, {2}).requires_grad_();
+  auto f = trace::function([&](const Tensor& x) {
+    a.zero_grad();
+    b.zero_grad();
+    Tensor loss = sum(mul(add(a, b), x));
+    loss.backward();
+    sum(mul(add(a, b), x)).backward();
+    return loss;
+  });
+  Tensor x = from_data({1, 1}, {2});
+  for (int call = 0; call < 3; ++call) {
+    f(x).wait_to_read();
+    EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{2, 2})) << "call " << call;
+    EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{2, 2})) << "call " << call;
+  }
+}
+
 }  // namespace
 }  // namespace tide
