@@ -487,7 +487,7 @@ bool Engine::write_done(Storage* s) {
 
 int Engine::owner_count(Storage* s) {
   std::lock_guard<SpinLock> lock(s_->mu);
-  return s->use_count() - (s->hazard.queued_refs ? 1 : 0);
+  return s->use_count() - Reclaimer::references_held(s);
 }
 
 void Engine::wait_to_read(Storage* s) {
@@ -534,11 +534,7 @@ void Engine::shutdown(ShutdownMode mode) {
   std::vector<StreamImpl*> stopping;
   {
     std::lock_guard<SpinLock> lock(st.mu);
-    while (st.shutting_down) {  // another thread is shutting down: wait for it to finish
-      st.mu.unlock();
-      std::this_thread::yield();
-      st.mu.lock();
-    }
+    st.wait_out_shutdown_locked();  // another thread is shutting down: wait for it to finish
     st.shutting_down = true;  // new submits wait; syncs and stats still work
     for (StreamImpl& s : st.streams) {
       if (!s.started) continue;

@@ -174,7 +174,7 @@ struct Engine::State {
 
   // The cold pieces of Engine::begin_task (the hot ones are inlined in engine.cpp). Called
   // with mu held; they release it while they wait.
-  // Returns once no shutdown is joining the workers.
+  // Returns once no shutdown is joining the workers (begin_task, and a second shutdown).
   void wait_out_shutdown_locked();
   // Blocks until `bounds` admit a task naming these storages (counted as added_bytes
   // does), running queued work or waiting for it (wait_progress_locked); counts the stall

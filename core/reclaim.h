@@ -41,6 +41,9 @@ class Reclaimer {
       bytes_since_ += b;
     }
   }
+  // The references the queue holds on s (hold's): one while any queued task names it.
+  // Caller holds the engine lock.
+  static int references_held(const Storage* s) { return s->hazard.queued_refs ? 1 : 0; }
   // Counts one submit; true when a batch is due.
   bool note_submit() { return ++submits_since_ >= kReclaimEvery || bytes_since_ >= kReclaimBytes; }
   // Releases the storages of every complete, unreclaimed task of `streams` (and destroys
