@@ -253,6 +253,29 @@ Lib onednn() {
           }};
 }
 
+// Intel oneMKL through its single dynamic library (PyPI's `mkl` wheel, or any install):
+// libmkl_rt.so.3 from TIDE_MKL_LIBDIR, else from the loader's path. Its GNU threading layer
+// runs on libgomp, as OpenBLAS's OpenMP build does; MKL_THREADING_LAYER set by the caller wins.
+Lib mkl() {
+  return {"mkl", [](int threads, std::string& info) -> Sgemm {
+            set_thread_env(threads);
+            setenv("MKL_NUM_THREADS", std::to_string(threads).c_str(), 1);
+            setenv("MKL_THREADING_LAYER", "GNU", 0);
+            const char* dir = std::getenv("TIDE_MKL_LIBDIR");
+            std::string path = dir ? std::string(dir) + "/libmkl_rt.so.3" : "libmkl_rt.so.3";
+            void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!h) return {};
+            if (auto set = sym<void (*)(int)>(h, "MKL_Set_Num_Threads")) set(threads);
+            char version[200] = "?";
+            if (auto v = sym<void (*)(char*, int)>(h, "MKL_Get_Version_String"))
+              v(version, sizeof version);
+            auto get = sym<int (*)()>(h, "MKL_Get_Max_Threads");
+            info = std::string(version) + "; layer " + std::getenv("MKL_THREADING_LAYER") +
+                   "; threads " + std::to_string(get ? get() : -1);
+            return cblas_from(h);
+          }};
+}
+
 #if TIDE_GEMM_LIBS_XSMM
 // libxsmm's OpenMP tiled GEMM (libxsmmext) over its JIT kernels. Column-major: row-major
 // C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the operands swap.
@@ -300,7 +323,8 @@ Lib eigen() {
 std::vector<Lib> all_libs() {
   std::vector<Lib> libs = {
       openblas("pthread"), openblas("openmp"),     openblas("serial"),    blis("pthread"),
-      blis("openmp"),      blis("pthread", "skx"), blis("openmp", "skx"), onednn()};
+      blis("openmp"),      blis("pthread", "skx"), blis("openmp", "skx"), onednn(),
+      mkl()};
 #if TIDE_GEMM_LIBS_XSMM
   libs.push_back(xsmm());
 #endif
