@@ -27,6 +27,7 @@
 #include "core/cuda/runtime.h"
 #include "nn/loss.h"
 #include "nn/module.h"
+#include "ops/chain_compiler.h"
 #include "tide.h"
 #include "trace/trace.h"
 #include "train/optimizer.h"
@@ -249,7 +250,9 @@ void replay_tiny_adds(benchmark::State& state, Body body, tide::trace::Options o
   state.SetItemsProcessed(state.iterations() * kTinyAdds);
   tide::trace::FunctionStats s = f.stats();
   state.counters["graph_nodes"] = double(s.graph_nodes);
+  state.counters["compiled_chains"] = double(s.compiled_chains);
   if (!s.graph_fallback.empty()) state.SetLabel("no graph: " + s.graph_fallback);
+  else if (!s.chain_fallback.empty()) state.SetLabel("interpreted: " + s.chain_fallback);
 }
 
 // Unrolled: one CUDA graph of 10000 kernel nodes (and two copies) per replay. Time per
@@ -279,16 +282,25 @@ void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaFusedLoopTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// A fused loop whose body is three steps (y = (y + 1) * 0.5 - 0.25): the interpreter runs
-// them per iteration (the state in registers), where one step is a single register run.
-void BM_CudaFusedLoopThreeSteps(benchmark::State& state) {
+// A fused loop whose body is three steps (y = (y + 1) * 0.5 - 0.25), the state in
+// registers: as the chain's NVRTC-compiled kernel (the default), and through the step
+// interpreter, which dispatches each step per iteration.
+void fused_loop_three_steps(benchmark::State& state, bool compiled) {
   auto looped = [](const Tensor& x) {
     return tide::trace::loop(
         kTinyAdds, [](const Tensor& y) { return (y + 1.0) * 0.5 - 0.25; }, x);
   };
+  const bool was = tide::kernels::compiled_chains_enabled();
+  tide::kernels::set_compiled_chains_enabled(compiled);  // read when the trace is prepared
   replay_tiny_adds(state, looped, {.name = "loop_three", .fusion = tide::trace::Fusion::elementwise});
+  tide::kernels::set_compiled_chains_enabled(was);
+}
+void BM_CudaFusedLoopThreeSteps(benchmark::State& state) { fused_loop_three_steps(state, true); }
+void BM_CudaFusedLoopThreeStepsInterpreted(benchmark::State& state) {
+  fused_loop_three_steps(state, false);
 }
 BENCHMARK(BM_CudaFusedLoopThreeSteps)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaFusedLoopThreeStepsInterpreted)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -178,8 +178,15 @@ def main():
                          f"{f / t:.4f} ({f:.3f} vs {t:.3f} ms)", "< 1.0", f / t < 1.0))
     if "BM_CudaFusedLoopThreeSteps" in tb:
         per_it_ns = ms("BM_CudaFusedLoopThreeSteps") * 1e6 / 10000
-        rows.append(("fused loop of a 3-step body, per iteration (ns)", f"{per_it_ns:.1f}",
+        compiled = tb["BM_CudaFusedLoopThreeSteps"].get("compiled_chains", 0)
+        rows.append((f"fused loop of a 3-step body, per iteration (ns), "
+                     f"{'compiled' if compiled else 'interpreted'}", f"{per_it_ns:.1f}",
                      "reported", None))
+        if "BM_CudaFusedLoopThreeStepsInterpreted" in tb:
+            it_ns = ms("BM_CudaFusedLoopThreeStepsInterpreted") * 1e6 / 10000
+            rows.append(("the same through the step interpreter (ns)",
+                         f"{it_ns:.1f} ({it_ns / per_it_ns:.1f}x the compiled)", "reported",
+                         None))
     rows += conv_rows(tb, ms)
     rows += cnn_rows(tb, th, ms)
     for what, value, target, ok in rows:

@@ -69,6 +69,9 @@ struct FusedChain {
   int64_t iterations = 1;
   const void* count = nullptr;
   DType count_dtype = DType::int64;
+  // The chain's own kernel (a cudaKernel_t from ops/chain_compiler.h) that the CUDA entry
+  // launches instead of the interpreter; null: interpreted. The host entry ignores it.
+  const void* compiled = nullptr;
 };
 
 namespace chain {

@@ -5,8 +5,11 @@
 
 #include "core/capture.h"
 #include "core/error.h"
+#include "ops/chain_compiler.h"
+#include "ops/chain_source.h"
 #include "ops/creation.h"
 #include "ops/kernel_entry.h"
+#include "trace/device_graph.h"
 
 namespace tide::trace {
 
@@ -34,6 +37,25 @@ kernels::ChainOperand operand(const FusedKernel::Operand& o, size_t elem_size,
       break;
   }
   return c;
+}
+
+// The chain's NVRTC-compiled kernel on a CUDA device, or nullptr and why not.
+const void* compiled_kernel(const std::vector<kernels::ChainStep>& steps, DType dtype,
+                            Device device, std::string* why) {
+  if (kernels::detail::runs_host_kernels(device)) {
+    *why = "a host-kernel fake device runs chains on the host";
+    return nullptr;
+  }
+  if (!kernels::compiled_chains_enabled()) {
+    *why = "compiled chains are switched off (TIDE_CUDA_NVRTC=0 or set_compiled_chains_enabled)";
+    return nullptr;
+  }
+  kernels::detail::ensure_cuda_kernels();
+  if (!kernels::cuda_chain_kernel) {
+    *why = "this build has no CUDA kernels";
+    return nullptr;
+  }
+  return kernels::cuda_chain_kernel(kernels::chain_kernel_source(steps, dtype), device.index, why);
 }
 
 }  // namespace
@@ -66,6 +88,7 @@ std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
   chain->args.num_steps = int(steps.size());
   chain->args.n = fk.n;
   chain->args.dtype = fk.dtype;
+  chain->args.compiled = compiled_kernel(steps, fk.dtype, device, &chain->interpreted_because);
   return chain;
 }
 
@@ -82,8 +105,11 @@ void launch_chain(const KernelContext& ctx, const kernels::FusedChain& c) {
 
 void prepare_device_fusion(Graph& g) {
   for (Node& n : g.nodes) {
+    if (n.piece) n.piece->count_chains(&g.compiled_chains, &g.chain_fallback);
     if (!n.fused) continue;
     std::shared_ptr<DeviceChain> chain = upload_chain(*n.fused, g.device);
+    if (chain->args.compiled) ++g.compiled_chains;
+    else g.chain_fallback = chain->interpreted_because;
     n.kernel = [chain](const KernelContext& ctx) { launch_chain(ctx, chain->args); };
   }
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "core/tensor.h"
@@ -17,12 +18,18 @@ namespace tide::trace {
 struct DeviceChain {
   Tensor program;             // the steps, on the device
   kernels::FusedChain args;   // points at them; iterations 1, no count
+  // Why args.compiled is null and the interpreter runs the chain ("" when compiled): NVRTC
+  // missing, its error, compilation switched off (kernels::compiled_chains_enabled), or a
+  // host-kernel fake device.
+  std::string interpreted_because;
 };
 
 // The chain of fk on `device`, its memory operands at their storages' current addresses
 // (or at redirect[storage] where given: a loop body's state bound in place). Uploads the
-// program and waits for the upload. Call with the addresses final (after planning and
-// prepare_device_graph).
+// program and waits for the upload. On a CUDA device the chain is also compiled with NVRTC
+// (ops/chain_compiler.h; cached per shape of chain) unless that is switched off; a chain
+// that does not compile runs interpreted, with the same results. Call with the addresses
+// final (after planning and prepare_device_graph).
 std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
                                           const std::unordered_map<const Storage*, void*>& redirect = {});
 
@@ -31,7 +38,8 @@ std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
 void launch_chain(const KernelContext& ctx, const kernels::FusedChain& c);
 
 // Gives every fused node of g (planned, prepared for its GPU) a kernel that launches its
-// chain on the device. Waits for the uploads.
+// chain on the device, and counts in g how many of them run compiled. Waits for the
+// uploads.
 void prepare_device_fusion(Graph& g);
 
 }  // namespace tide::trace

@@ -54,6 +54,9 @@ struct GraphPiece {
   virtual std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                              const KernelContext& ctx,
                              std::vector<cuda::GraphNodeHandle>* exits) = 0;
+  // Adds the fused chains inside the piece (a loop's body) to *compiled, and sets *fallback
+  // to why one runs interpreted (trace/device_fusion.h).
+  virtual void count_chains(int* compiled, std::string* fallback) const {}
 };
 
 struct DeviceGraphStats {

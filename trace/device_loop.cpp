@@ -63,6 +63,14 @@ const void* DeviceLoop::count_address() const {
          size_t(count_offset_) * size_of(count_dtype_);
 }
 
+void DeviceLoop::count_chains(int* compiled, std::string* fallback) const {
+  *compiled += body_->compiled_chains;
+  if (!body_->chain_fallback.empty()) *fallback = body_->chain_fallback;
+  if (!iterated_) return;
+  if (iterated_->args.compiled) ++*compiled;
+  else *fallback = iterated_->interpreted_because;
+}
+
 kernels::FusedChain DeviceLoop::iterated_args() const {
   kernels::FusedChain args = iterated_->args;
   if (count_) {

@@ -60,6 +60,8 @@ class DeviceLoop final : public GraphPiece {
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                      const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
+  // The body's fused chains and the iterated chain, compiled or interpreted.
+  void count_chains(int* compiled, std::string* fallback) const override;
   // The loop launched node by node on ctx.stream (see above).
   void launch(const KernelContext& ctx) const;
 

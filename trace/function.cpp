@@ -136,7 +136,7 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
     prepare_device_graph(*g);
     if (!recycler_) recycler_ = std::make_shared<ExecRecycler>();
     g->device_graph->recycler = recycler_;
-    prepare_device_fusion(*g);  // fused chains as step-interpreter kernels
+    prepare_device_fusion(*g);  // fused chains as compiled or step-interpreter kernels
   }
   e->graph = g;
   cache_.push_front(std::move(e));
@@ -197,6 +197,8 @@ FunctionStats FunctionCore::stats() const {
   if (!cache_.empty()) {  // the most recently used entry: the last call's graph
     const Graph& g = *cache_.front()->graph;
     s.measured_call_bytes += g.run_allocated.load(std::memory_order_relaxed);
+    s.compiled_chains = g.compiled_chains;
+    s.chain_fallback = g.chain_fallback;
     if (g.device_graph) {
       DeviceGraphStats d = g.device_graph->stats();
       s.graph_nodes = d.graph_nodes;

@@ -125,6 +125,12 @@ struct FunctionStats {
   // built), and why the nodes are launched one by one instead ("" when the graph runs).
   size_t graph_nodes = 0;
   std::string graph_fallback;
+  // On a GPU, the last call's graph's fused chains (fused_kernels, and those inside loop
+  // bodies) that run as their own NVRTC-compiled kernels; the others run the step
+  // interpreter, with the same results, and chain_fallback says why ("" when none does).
+  // Set when the trace is prepared.
+  int compiled_chains = 0;
+  std::string chain_fallback;
   // On a GPU, the CUDA graphs built so far (read after a sync): instantiated, or updated in
   // place from an evicted signature's exec of the same topology (cudaGraphExecUpdate,
   // which costs less host time than an instantiation).

@@ -98,6 +98,10 @@ struct Graph {
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;         // sum of the intermediates' sizes (no sharing)
   int recorded_ops = 0;               // ops recorded before fusion
+  // On a GPU (prepare_device_fusion): fused nodes whose chain runs NVRTC-compiled, and why
+  // the last one that does not runs interpreted ("" when none).
+  int compiled_chains = 0;
+  std::string chain_fallback;
   // Branch parallelism (trace::Options::streams): with streams > 1 the planner shares
   // arena bytes only between values the dependencies order, and the executor runs ready
   // nodes on up to `streams` threads. deps is filled for every planned graph.

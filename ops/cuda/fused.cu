@@ -1,6 +1,15 @@
-// The CUDA entry of a fused chain (ops/fused_chain.h): a step-interpreter kernel, one
-// thread per element (grid-stride), the chain's registers in the thread's registers; an
-// iterated chain (a fused loop) also keeps its loop state there (chain::plan_carried).
+// The CUDA entry of a fused chain (ops/fused_chain.h): the chain's own kernel when NVRTC
+// compiled it (ops/chain_compiler.h, FusedChain::compiled), else a step-interpreter kernel,
+// one thread per element (grid-stride), the chain's registers in the thread's registers;
+// an iterated chain (a fused loop) also keeps its loop state there (chain::plan_carried).
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/cuda/check.h"
+#include "ops/chain_compiler.h"
+#include "ops/chain_source.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/fused_chain.h"
@@ -21,14 +30,70 @@ __global__ void fused_chain_kernel(FusedChain c) {
 
 void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&) {
   if (c.n == 0) return;
+  if (c.compiled) {  // kChainKernelName's arguments (ops/chain_source.h)
+    const void* steps = c.steps;
+    long long n = c.n, iterations = c.iterations;
+    const void* count = c.count;
+    int count_dtype = int(c.count_dtype);
+    void* args[] = {&steps, &n, &iterations, &count, &count_dtype};
+    TIDE_CUDA_CHECK(cudaLaunchKernel(c.compiled, dim3(blocks_for(c.n)), dim3(kThreads), args, 0,
+                                     stream_of(ctx)));
+    return;
+  }
   dispatch_dtype(c.dtype, [&](auto z) {
     using T = decltype(z);
     fused_chain_kernel<T><<<blocks_for(c.n), kThreads, 0, stream_of(ctx)>>>(c);
   });
 }
 
+// A chain's compiled kernel on `device`. Loaded once per (source, architecture) for the
+// process, failures included (a few KB each, like nvcc's own kernels): a retrace, another
+// function or a chain of the same shape reuses it.
+const void* chain_kernel(const std::string& source, int device, std::string* why) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    *why = "cannot read the compute capability of cuda:" + std::to_string(device);
+    return nullptr;
+  }
+  const int sm = major * 10 + minor;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, std::pair<const void*, std::string>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(source, sm);
+  auto it = loaded.find(key);
+  if (it == loaded.end()) {
+    const CompiledChain c = compile_chain(source, sm);
+    std::pair<const void*, std::string> result{nullptr, c.error};
+    if (c.error.empty()) {
+      cudaLibrary_t lib = nullptr;
+      cudaKernel_t kernel = nullptr;
+      cudaFuncAttributes attr{};
+      cudaError_t e =
+          cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+      if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, kChainKernelName);
+      // Also checks that the runtime takes the handle where it takes a kernel symbol.
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
+      if (e == cudaSuccess) {
+        result.first = reinterpret_cast<const void*>(kernel);
+      } else {
+        cudaGetLastError();  // not sticky: nothing ran
+        result.second = std::string("loading the compiled chain (sm_") + std::to_string(sm) +
+                        "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+      }
+    }
+    it = loaded.emplace(std::move(key), std::move(result)).first;
+  }
+  *why = it->second.second;
+  return it->second.first;
+}
+
 }  // namespace
 
-void register_fused(OpList&) { CudaKernel<FusedChain, NoExtra>::fn = &fused_chain; }
+void register_fused(OpList&) {
+  CudaKernel<FusedChain, NoExtra>::fn = &fused_chain;
+  cuda_chain_kernel = &chain_kernel;
+}
 
 }  // namespace tide::kernels::cuda

@@ -5,11 +5,13 @@
 // bit for bit on the same device.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iostream>
 
 #include "core/allocator.h"
 #include "core/engine.h"
 #include "core/rng.h"
+#include "ops/chain_compiler.h"
 #include "ops/ops.h"
 #include "tests/train_rig.h"
 #include "trace/trace.h"
@@ -146,6 +148,7 @@ TEST(CudaTrace, FusedChainsAndAFusedTrainingStepEqualEagerBitwise) {
   }
   EXPECT_EQ(f.stats().graph_fallback, "");
   EXPECT_GT(f.stats().fused_kernels, 0);
+  EXPECT_EQ(f.stats().compiled_chains, f.stats().fused_kernels) << f.stats().chain_fallback;
 
   TrainRig eager = textbook(true), traced = textbook(true);
   auto step = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
@@ -157,6 +160,49 @@ TEST(CudaTrace, FusedChainsAndAFusedTrainingStepEqualEagerBitwise) {
     Tensor y = ones({128, 1}, DType::float32, gpu());
     ASSERT_EQ(train_step(eager, x, y).to_vector<float>(), step(x, y).to_vector<float>()) << i;
   }
+}
+
+// NVRTC-compiled chains (ops/chain_source.h) against the step interpreter and eager, on
+// every dtype: the same bits.
+TEST(CudaTrace, CompiledChainsGiveTheInterpretersAndEagersBits) {
+  auto floating = [](const Tensor& x, const Tensor& b) {
+    Tensor y = sigmoid(x * 0.75) / (abs(b) + 1.0);
+    y = maximum(y, b * 0.1) - relu(x - 0.2);
+    return pow(exp(-abs(y)), 1.5) + log(abs(b) + 2.0) * tanh(x) - sqrt(abs(y) + 0.5);
+  };
+  auto integral = [](const Tensor& x, const Tensor& b) {
+    Tensor y = x * 3 - b;
+    return maximum(relu(y + 2), -(b * b)) + abs(x - 5) * 2;
+  };
+  const bool was = kernels::compiled_chains_enabled();
+  for (DType dt : {DType::float32, DType::float64, DType::int32, DType::int64}) {
+    const bool fl = is_floating(dt);
+    // Integers: normal draws times 20, cast (truncated) to the dtype.
+    auto draw = [&] {
+      Tensor r = randn({777, 13}, DType::float64, default_generator(), gpu());
+      return fl ? cast(r, dt) : cast(r * 20.0, dt);
+    };
+    Tensor x = draw(), b = draw();
+    auto body = fl ? std::function<Tensor(const Tensor&, const Tensor&)>(floating)
+                   : std::function<Tensor(const Tensor&, const Tensor&)>(integral);
+    std::vector<Tensor> out;
+    for (bool compiled : {true, false}) {
+      kernels::set_compiled_chains_enabled(compiled);
+      auto f = trace::function(body, {.fusion = trace::Fusion::elementwise});
+      out.push_back(f(x, b));
+      trace::FunctionStats s = f.stats();
+      ASSERT_GT(s.fused_kernels, 0) << name(dt);
+      if (compiled) EXPECT_EQ(s.compiled_chains, s.fused_kernels) << name(dt) << ": " << s.chain_fallback;
+      else EXPECT_EQ(s.compiled_chains, 0);
+    }
+    out.push_back(body(x, b));
+    for (size_t k = 1; k < out.size(); ++k) {  // as float64: every int32/int64 here is exact
+      EXPECT_EQ(cast(out[0], DType::float64).to_vector<double>(),
+                cast(out[k], DType::float64).to_vector<double>())
+          << name(dt) << (k == 1 ? ": compiled vs interpreted" : ": compiled vs eager");
+    }
+  }
+  kernels::set_compiled_chains_enabled(was);
 }
 
 TEST(CudaTrace, AFusedLoopRunsAllIterationsInOneKernelAndEqualsEager) {
