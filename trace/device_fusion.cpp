@@ -55,7 +55,14 @@ const void* compiled_kernel(const std::vector<kernels::ChainStep>& steps, DType 
     *why = "this build has no CUDA kernels";
     return nullptr;
   }
-  return kernels::cuda_chain_kernel(kernels::chain_kernel_source(steps, dtype), device.index, why);
+  std::string source;
+  try {
+    source = kernels::chain_kernel_source(steps, dtype);
+  } catch (const Error& e) {  // a chain the interpreter runs but the writer refuses
+    *why = e.what();
+    return nullptr;
+  }
+  return kernels::cuda_chain_kernel(source, device.index, why);
 }
 
 }  // namespace

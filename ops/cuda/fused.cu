@@ -70,11 +70,17 @@ const void* chain_kernel(const std::string& source, int device, std::string* why
       cudaLibrary_t lib = nullptr;
       cudaKernel_t kernel = nullptr;
       cudaFuncAttributes attr{};
-      cudaError_t e =
-          cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+      int current = 0;
+      cudaError_t e = cudaGetDevice(&current);
+      if (e == cudaSuccess) e = cudaSetDevice(device);
+      if (e == cudaSuccess)
+        e = cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
       if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, kChainKernelName);
-      // Also checks that the runtime takes the handle where it takes a kernel symbol.
+      // Loads the kernel into the device's context now, not lazily at its first launch,
+      // which may be inside a graph capture; and checks that the runtime takes the handle
+      // where it takes a kernel symbol.
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
+      cudaSetDevice(current);
       if (e == cudaSuccess) {
         result.first = reinterpret_cast<const void*>(kernel);
       } else {
