@@ -4,16 +4,21 @@
 #                       update-alternatives chose openmp or serial.
 #   TIDE_BLAS=blis      BLIS through its CBLAS layer, libblis-dev (Debian: the OpenMP build
 #                       by default, the libblis.so.4 alternative; libblis-pthread-dev beside).
-# Why OpenBLAS is the default: bench/RESULTS.md, "GEMM libraries" (tide_bench_gemm_libs).
-# oneDNN, libxsmm and Eigen were measured too but have no CBLAS; ATLAS has one but Debian's
+#   TIDE_BLAS=onednn    float GEMMs through oneDNN's dnnl_sgemm (libdnnl-dev, its OpenMP
+#                       build on Debian); oneDNN has no double GEMM, so OpenBLAS stays for
+#                       those. The fastest on AVX-512 CPUs (bench/RESULTS.md, "oneDNN's GEMM
+#                       in the step").
+# Why OpenBLAS is the default: bench/RESULTS.md, "GEMM libraries" (tide_bench_gemm_libs); on
+# the AVX2 hosts measured oneDNN was not ahead, and it is one more library to install.
+# libxsmm and Eigen were measured too but have no CBLAS; ATLAS has one but Debian's
 # generic build ran the MLP step's GEMMs at ~10 % of OpenBLAS's rate, so it is not offered.
 #
 # Sets BLAS::BLAS (FindBLAS), TIDE_CBLAS_INCLUDE_DIR (the folder holding that library's
 # cblas.h) and TIDE_BLAS_VENDOR (FindBLAS's BLA_VENDOR, which tideConfig.cmake reuses).
-set(TIDE_BLAS openblas CACHE STRING "BLAS for the CPU GEMMs: openblas or blis")
-set_property(CACHE TIDE_BLAS PROPERTY STRINGS openblas blis)
+set(TIDE_BLAS openblas CACHE STRING "BLAS for the CPU GEMMs: openblas, blis or onednn")
+set_property(CACHE TIDE_BLAS PROPERTY STRINGS openblas blis onednn)
 
-if(TIDE_BLAS STREQUAL "openblas")
+if(TIDE_BLAS STREQUAL "openblas" OR TIDE_BLAS STREQUAL "onednn")
   set(TIDE_BLAS_VENDOR OpenBLAS)
   set(_tide_cblas_suffixes openblas)
   set(_tide_blas_package libopenblas-dev)
@@ -23,7 +28,7 @@ elseif(TIDE_BLAS STREQUAL "blis")
   set(_tide_cblas_suffixes blis blis-openmp blis-pthread)
   set(_tide_blas_package "libblis-dev")
 else()
-  message(FATAL_ERROR "TIDE_BLAS='${TIDE_BLAS}': expected openblas or blis")
+  message(FATAL_ERROR "TIDE_BLAS='${TIDE_BLAS}': expected openblas, blis or onednn")
 endif()
 
 set(BLA_VENDOR ${TIDE_BLAS_VENDOR})
@@ -34,7 +39,7 @@ if(NOT BLAS_FOUND)
 endif()
 # OpenBLAS keeps the cache entry TIDE_CBLAS_INCLUDE_DIR it always had (a -D of it still
 # wins); BLIS has its own entry, so switching TIDE_BLAS in a build folder takes effect.
-if(TIDE_BLAS STREQUAL "openblas")
+if(NOT TIDE_BLAS STREQUAL "blis")
   find_path(TIDE_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES ${_tide_cblas_suffixes})
   set(_tide_cblas_dir ${TIDE_CBLAS_INCLUDE_DIR})
 else()
@@ -51,6 +56,17 @@ if(NOT _tide_cblas_dir)
                       "(Debian: apt-get install ${_tide_blas_package})")
 endif()
 set(TIDE_CBLAS_INCLUDE_DIR ${_tide_cblas_dir})  # for BLIS, shadows the OpenBLAS entry
+# oneDNN: DNNL::dnnl, which the caller links; TIDE_SGEMM_ONEDNN tells ops/cpu/linalg.cpp.
+set(TIDE_SGEMM_ONEDNN OFF)
+if(TIDE_BLAS STREQUAL "onednn")
+  find_package(dnnl CONFIG)
+  if(NOT dnnl_FOUND)
+    message(FATAL_ERROR "TIDE_BLAS=onednn: oneDNN not found (Debian: apt-get install "
+                        "libdnnl-dev), or set dnnl_DIR to its cmake folder")
+  endif()
+  set(TIDE_SGEMM_ONEDNN ON)
+  message(STATUS "tide BLAS: float GEMMs through oneDNN ${dnnl_VERSION}, the rest OpenBLAS")
+endif()
 message(STATUS "tide BLAS: ${TIDE_BLAS} (${BLAS_LIBRARIES}; ${TIDE_CBLAS_INCLUDE_DIR}/cblas.h)")
 unset(_tide_cblas_dir)
 unset(_tide_cblas_suffixes)

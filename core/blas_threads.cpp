@@ -28,6 +28,13 @@ int64_t bli_info_get_enable_openmp(void) __attribute__((weak));
 int64_t bli_info_get_enable_pthreads(void) __attribute__((weak));
 int bli_arch_query_id(void) __attribute__((weak));
 char* bli_arch_string(int) __attribute__((weak));
+// oneDNN (-DTIDE_BLAS=onednn: float GEMMs); its dnnl_version_t.
+struct TideDnnlVersion {
+  int major, minor, patch;
+  const char* hash;
+  unsigned cpu_runtime, gpu_runtime;
+};
+const TideDnnlVersion* dnnl_version(void) __attribute__((weak));
 }
 
 namespace tide {
@@ -70,7 +77,7 @@ std::string blis_config() {
   return c;
 }
 
-BlasThreadsInfo configure_once() {
+BlasThreadsInfo configure_library() {
   BlasThreadsInfo info;
   info.configured = TIDE_BLAS_NAME;
   if (have_openblas()) {
@@ -100,6 +107,20 @@ BlasThreadsInfo configure_once() {
     bli_thread_set_num_threads(usable_cores());  // no default of its own: see the header
     info.threads = blis_threads();
   }
+  return info;
+}
+
+// oneDNN's float GEMMs run on its OpenMP threads: as many as OMP_NUM_THREADS, else cores.
+std::string onednn_config() {
+  if (!dnnl_version) return "";
+  const TideDnnlVersion* v = dnnl_version();
+  return "; float GEMMs: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+         "." + std::to_string(v->patch) + " (OpenMP threads)";
+}
+
+BlasThreadsInfo configure_once() {
+  BlasThreadsInfo info = configure_library();
+  info.config += onednn_config();
   return info;
 }
 

@@ -30,7 +30,9 @@
 namespace tide {
 
 struct BlasThreadsInfo {
-  std::string configured;   // TIDE_BLAS at configure time: "openblas" or "blis"
+  std::string configured;   // TIDE_BLAS at configure time: "openblas", "blis" or "onednn"
+                            // (float GEMMs through oneDNN, on its OpenMP threads; the
+                            // counts below are then OpenBLAS's, for double GEMMs)
   std::string library;      // whose thread calls were found at run time: "OpenBLAS", "BLIS",
                             // or empty (another CBLAS: tide leaves its threads alone)
   int threads = 0;          // the library's thread count now (0 when unknown)
@@ -38,7 +40,8 @@ struct BlasThreadsInfo {
                             // unset: 1)
   bool from_env = false;    // a variable listed above was set: tide left the count as is
   std::string config;       // OpenBLAS: openblas_get_config() and core; BLIS: version, the
-                            // kernel set it picked (bli_arch) and its threading model
+                            // kernel set it picked (bli_arch) and its threading model; then
+                            // "; float GEMMs: oneDNN x.y.z" when oneDNN is linked
 };
 
 // Cores this process may run on: its CPU affinity mask (taskset, cpusets), else

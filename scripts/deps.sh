@@ -13,7 +13,7 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # that `tide train fashion-mnist` and the train suite's Fashion-MNIST test read; without it
 # that test skips.
 # Not listed, because the default build does not need them: libblis-dev for -DTIDE_BLAS=blis
-# (cmake/Blas.cmake), and the GEMM libraries that tide_bench_gemm_libs compares
+# and libdnnl-dev for -DTIDE_BLAS=onednn (cmake/Blas.cmake), and the GEMM libraries that tide_bench_gemm_libs compares
 # (-DTIDE_BENCH_GEMM_LIBS=ON; bench/CMakeLists.txt has the apt-get line).
 # clang and libclang-rt-dev: CI's Clang build, the libFuzzer targets (scripts/fuzz.sh); the
 # sanitizer and libFuzzer runtimes are in libclang-rt-dev, only recommended by clang.

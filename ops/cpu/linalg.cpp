@@ -3,6 +3,9 @@
 #include "ops/linalg_kernels.h"
 
 #include <cblas.h>
+#if TIDE_SGEMM_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -43,9 +46,23 @@ template <class T>
 void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
   CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans;
   CBLAS_TRANSPOSE tb = g.tb ? CblasTrans : CblasNoTrans;
+#if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.k == 0) {  // oneDNN leaves C as it was; beta = 0 means zeros, as cblas gives
+      for (int64_t r = 0; r < g.m; ++r) std::fill_n(g.c.get() + r * g.ldc, g.n, 0.0f);
+      return;
+    }
+    const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
+                                        g.a.get(), g.lda, g.b.get(), g.ldb, 0.0f, g.c.get(), g.ldc);
+    if (st != dnnl_success)
+      throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ",
+                                           g.m, "x", g.k, " @ ", g.k, "x", g.n));
+  }
+#else
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0f, g.a.get(),
                 int(g.lda), g.b.get(), int(g.ldb), 0.0f, g.c.get(), int(g.ldc));
+#endif
   else
     cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(),
                 int(g.lda), g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
