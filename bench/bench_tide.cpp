@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/blas_threads.h"
 #include "tide.h"
 
 namespace {
@@ -370,6 +371,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
   benchmark::AddCustomContext("tide_threads", std::to_string(tide::num_threads()));
   benchmark::AddCustomContext("anchor_threads", std::to_string(anchor_threads()));
+  const tide::BlasThreadsInfo blas = tide::configure_blas_threads();
+  benchmark::AddCustomContext("tide_blas", blas.configured + " (" + blas.config + ")");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   tide::wait_all();

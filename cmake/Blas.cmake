@@ -6,10 +6,10 @@
 #                       by default, the libblis.so.4 alternative; libblis-pthread-dev beside).
 #   TIDE_BLAS=onednn    float GEMMs through oneDNN's dnnl_sgemm (libdnnl-dev, its OpenMP
 #                       build on Debian); oneDNN has no double GEMM, so OpenBLAS stays for
-#                       those. The fastest on AVX-512 CPUs (bench/RESULTS.md, "oneDNN's GEMM
-#                       in the step").
-# Why OpenBLAS is the default: bench/RESULTS.md, "GEMM libraries" (tide_bench_gemm_libs); on
-# the AVX2 hosts measured oneDNN was not ahead, and it is one more library to install.
+#                       those. The fastest on an AMD EPYC with AVX-512 (bench/RESULTS.md,
+#                       "oneDNN's GEMM in the step"), slower than OpenBLAS on an Ice Lake.
+# Why OpenBLAS is the default: bench/RESULTS.md, "GEMM libraries" (tide_bench_gemm_libs): the
+# best library depends on the CPU, and OpenBLAS needs nothing more installed.
 # libxsmm and Eigen were measured too but have no CBLAS; ATLAS has one but Debian's
 # generic build ran the MLP step's GEMMs at ~10 % of OpenBLAS's rate, so it is not offered.
 #

@@ -42,7 +42,10 @@ bool bind(void* lib, F& f, const char* name, std::string* missing) {
 Nvrtc load() {
   Nvrtc n;
   void* lib = nullptr;
-  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+#ifndef TIDE_NVRTC_LIBRARY  // CMake sets it to the CUDA toolkit's copy in CUDA builds
+#define TIDE_NVRTC_LIBRARY "libnvrtc.so"
+#endif
+  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", TIDE_NVRTC_LIBRARY})
     if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
   if (!lib) {
     const char* e = dlerror();

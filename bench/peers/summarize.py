@@ -77,7 +77,8 @@ def main():
         c = rec["context"]
         s = (f"tide: pool threads {fmt(rec['pool_threads'], 0)}, OpenBLAS threads "
              f"{fmt(rec['blas_threads'], 0)} (tide_bench context: {c.get('tide_threads', '?')}; "
-             f"OPENBLAS_CORETYPE {c.get('OPENBLAS_CORETYPE', '?')}), no oneDNN")
+             f"OPENBLAS_CORETYPE {c.get('OPENBLAS_CORETYPE', '?')}); TIDE_BLAS "
+             f"{c.get('tide_blas', '?')}")
         lines.append(s)
         md_settings.append(s)
     for p in PEERS:
