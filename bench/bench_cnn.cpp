@@ -67,8 +67,12 @@ void BM_CnnStep(benchmark::State& state) {
   state.counters["loss"] = loss;
   state.counters["threads"] = tide::num_threads();
 }
-BENCHMARK(BM_CnnStep)->ArgName("traced")->Arg(0)->Arg(1)->UseRealTime()->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_CnnStep)
+    ->ArgName("traced")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_CnnStepProfile(benchmark::State& state) {
   CnnSetup s;
@@ -95,9 +99,9 @@ constexpr ConvShape kConvs[] = {{1, 32, 28}, {32, 64, 14}};
 
 // The rate of one pass (each pass of a conv has the same FLOP count) at batch 128.
 void set_conv_gflops(benchmark::State& state, const ConvShape& cs) {
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * double(kCnnBatch * cs.o * cs.c * 9 * cs.side * cs.side) / 1e9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(kCnnBatch * cs.o * cs.c * 9 * cs.side * cs.side) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Args: {conv index, pass: 0 forward, 1 input gradient, 2 weight gradient}.

@@ -81,8 +81,8 @@ BENCHMARK(BM_CudaTinyOpThroughput)->UseRealTime()->Unit(benchmark::kMillisecond)
 
 constexpr int64_t kN = 4096;
 void set_flops(benchmark::State& state) {
-  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * kN * kN * kN * 1e-12 * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["TFLOP/s"] = benchmark::Counter(
+      2.0 * kN * kN * kN * 1e-12 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_CudaMatmul4096(benchmark::State& state) {
@@ -112,8 +112,9 @@ void BM_CudaMatmul4096x8(benchmark::State& state) {
     for (int i = 0; i < kQueued; ++i) c = tide::matmul(a, b);
     c.wait_to_read();
   }
-  state.counters["TFLOP/s"] = benchmark::Counter(
-      2.0 * kN * kN * kN * 1e-12 * kQueued * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * 1e-12 * kQueued * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_CudaMatmul4096x8)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -147,8 +148,9 @@ void cublas_sgemm_4096(benchmark::State& state, int per_sync) {
     for (int i = 0; i < per_sync; ++i) gemm();
     CHECK_CUDA(cudaStreamSynchronize(s));
   }
-  state.counters["TFLOP/s"] = benchmark::Counter(
-      2.0 * kN * kN * kN * 1e-12 * per_sync * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * 1e-12 * per_sync * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
   cublasDestroy(h);
   cudaStreamDestroy(s);
   cudaFree(c);
@@ -202,10 +204,8 @@ void textbook_step(benchmark::State& state, bool traced) {
   namespace nn = tide::nn;
   tide::Generator gen(42);
   auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen),
-      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen)});
   net->to(kGpu);
   tide::train::SGD opt(net->parameters(), tide::train::SGDOptions(0.005));
@@ -271,11 +271,14 @@ BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 // applying all 10000 adds per element.
 void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion) {
   auto looped = [](const Tensor& x) {
-    return tide::trace::loop(kTinyAdds, [](const Tensor& y) { return y + 1.0; }, x);
+    return tide::trace::loop(
+        kTinyAdds, [](const Tensor& y) { return y + 1.0; }, x);
   };
   replay_tiny_adds(state, looped, {.name = "loop_adds", .fusion = fusion});
 }
-void BM_CudaWhileTinyAdds(benchmark::State& state) { loop_tiny_adds(state, tide::trace::Fusion::none); }
+void BM_CudaWhileTinyAdds(benchmark::State& state) {
+  loop_tiny_adds(state, tide::trace::Fusion::none);
+}
 void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::elementwise);
 }
@@ -292,7 +295,8 @@ void fused_loop_three_steps(benchmark::State& state, bool compiled) {
   };
   const bool was = tide::kernels::compiled_chains_enabled();
   tide::kernels::set_compiled_chains_enabled(compiled);  // read when the trace is prepared
-  replay_tiny_adds(state, looped, {.name = "loop_three", .fusion = tide::trace::Fusion::elementwise});
+  replay_tiny_adds(state, looped,
+                   {.name = "loop_three", .fusion = tide::trace::Fusion::elementwise});
   tide::kernels::set_compiled_chains_enabled(was);
 }
 void BM_CudaFusedLoopThreeSteps(benchmark::State& state) { fused_loop_three_steps(state, true); }

@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/textbook_mlp.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
-#include "bench/textbook_mlp.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/optimizer.h"
@@ -30,7 +30,7 @@ namespace {
 
 using tide::Tensor;
 
-using namespace tide_bench;  // kBatch, kIn, kH1, kH2, kOut, kLr, textbook_mlp
+using namespace tide_bench;      // kBatch, kIn, kH1, kH2, kOut, kLr, textbook_mlp
 constexpr int kIterations = 30;  // fixed: every rank must run the same number of steps
 
 enum Comm : int64_t { kNone = 0, kOverlap = 1, kAfterBackward = 2 };
@@ -103,8 +103,10 @@ void BM_AllReduceStepGradients(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * n * int64_t(sizeof(float)));
   state.counters["ranks"] = group.size();
 }
-BENCHMARK(BM_AllReduceStepGradients)->Iterations(kIterations)->UseRealTime()->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_AllReduceStepGradients)
+    ->Iterations(kIterations)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Rank 0 reports; the others run the same benchmarks silently.
 class Silent : public benchmark::BenchmarkReporter {

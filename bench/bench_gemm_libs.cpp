@@ -321,10 +321,9 @@ Lib eigen() {
 #endif
 
 std::vector<Lib> all_libs() {
-  std::vector<Lib> libs = {
-      openblas("pthread"), openblas("openmp"),     openblas("serial"),    blis("pthread"),
-      blis("openmp"),      blis("pthread", "skx"), blis("openmp", "skx"), onednn(),
-      mkl()};
+  std::vector<Lib> libs = {openblas("pthread"),   openblas("openmp"), openblas("serial"),
+                           blis("pthread"),       blis("openmp"),     blis("pthread", "skx"),
+                           blis("openmp", "skx"), onednn(),           mkl()};
 #if TIDE_GEMM_LIBS_XSMM
   libs.push_back(xsmm());
 #endif

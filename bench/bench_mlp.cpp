@@ -24,7 +24,6 @@
 // sums, the SGD updates); the GEMM-only floor is what the target is stated against.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -36,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/blas_threads.h"  // the BLAS's thread count, whichever library TIDE_BLAS chose
 #include "bench/step_profile.h"
 #include "bench/textbook_mlp.h"
+#include "core/blas_threads.h"  // the BLAS's thread count, whichever library TIDE_BLAS chose
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
@@ -93,8 +92,7 @@ double process_cpu_s() {
 }
 
 void cpu_counter(benchmark::State& state, double cpu_s) {
-  state.counters["cpu_ms_per_step"] =
-      benchmark::Counter(1e3 * cpu_s / double(state.iterations()));
+  state.counters["cpu_ms_per_step"] = benchmark::Counter(1e3 * cpu_s / double(state.iterations()));
 }
 
 void thread_counters(benchmark::State& state) {
@@ -201,8 +199,8 @@ struct GemmBuffers {
   void run(const Gemm& g) {
     int lda = g.ta == CblasNoTrans ? g.k : g.m;  // A is m x k, stored k x m when transposed
     int ldb = g.tb == CblasNoTrans ? g.n : g.k;
-    cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb,
-                0.0f, c.data(), g.n);
+    cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                c.data(), g.n);
   }
 };
 

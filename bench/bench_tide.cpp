@@ -11,8 +11,8 @@
 // The textbook MLP step, its GEMM floor and the trainer policies live in bench_mlp.cpp;
 // the libtorch anchors in bench_torch.cpp (built only with -DTIDE_BENCH_LIBTORCH=ON).
 #include <benchmark/benchmark.h>
-#include <time.h>
 #include <cblas.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>

@@ -103,9 +103,9 @@ void BM_TorchTextbookMlpStep(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
   // The 8 GEMMs' FLOPs, as BM_TextbookMlpStep counts them: 5 large, 3 of 1024 x 512 x 1.
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * (5.0 * 1024 * 2048 * 512 + 3.0 * 1024 * 512) / 1e9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * (5.0 * 1024 * 2048 * 512 + 3.0 * 1024 * 512) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
   state.counters["torch_threads"] = at::get_num_threads();
   state.counters["blas_threads"] = blas_threads();
   state.counters["loss"] = loss_value;
@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
   g_startup_torch_threads = at::get_num_threads();
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
   benchmark::AddCustomContext("blas_threads", std::to_string(blas_threads()));
-  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS",
-                        "OPENBLAS_NUM_THREADS"}) {
+  for (const char* v :
+       {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     const char* e = std::getenv(v);
     benchmark::AddCustomContext(v, e ? e : "(unset)");
   }

@@ -67,7 +67,10 @@ BENCHMARK(BM_ChainTracedFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 // kernel the loop iterates in registers, all n iterations per block).
 void BM_ChainTracedLoopNode(benchmark::State& state) {
   auto f = trace::function(
-      [](const Tensor& x) { return trace::loop(kChain, [](const Tensor& y) { return y + 1.0; }, x); },
+      [](const Tensor& x) {
+        return trace::loop(
+            kChain, [](const Tensor& y) { return y + 1.0; }, x);
+      },
       {.name = "loop",
        .fusion = state.range(0) ? trace::Fusion::elementwise : trace::Fusion::none});
   Tensor x = tide::ones({1, 2});
@@ -97,7 +100,8 @@ void BM_TowersReplay(benchmark::State& state) {
     Tensor total;
     for (int t = 0; t < kTowers; ++t) {
       Tensor h = x;
-      for (int l = 0; l < kLayers; ++l) h = tide::tanh(tide::matmul(h, w[size_t(t)]) + b[size_t(t)]);
+      for (int l = 0; l < kLayers; ++l)
+        h = tide::tanh(tide::matmul(h, w[size_t(t)]) + b[size_t(t)]);
       total = total.defined() ? total + h : h;
     }
     return total;
@@ -172,9 +176,9 @@ BENCHMARK(BM_TextbookStepEager)->UseRealTime()->Unit(benchmark::kMillisecond);
 // Arg: Options::streams (2: independent nodes, e.g. the per-parameter updates, overlap).
 void BM_TextbookStepTraced(benchmark::State& state) {
   MlpRig r;
-  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return r.step(x, y); },
-                           {.name = "train_step", .warmup_calls = 1,
-                            .streams = int(state.range(0))});
+  auto f =
+      trace::function([&](const Tensor& x, const Tensor& y) { return r.step(x, y); },
+                      {.name = "train_step", .warmup_calls = 1, .streams = int(state.range(0))});
   f(r.x, r.y).wait_to_read();  // eager warm-up (creates the gradients)
   f(r.x, r.y).wait_to_read();  // traces
   for (auto _ : state) {
@@ -184,8 +188,7 @@ void BM_TextbookStepTraced(benchmark::State& state) {
   }
   auto s = f.stats();
   // The arena is allocated once, at the trace: count it with what a replay allocates.
-  state.counters["peak_MB"] =
-      double(s.arena_bytes + step_peak([&] { f(r.x, r.y); })) / 1048576.0;
+  state.counters["peak_MB"] = double(s.arena_bytes + step_peak([&] { f(r.x, r.y); })) / 1048576.0;
   state.counters["planned_MB"] = double(s.arena_bytes + s.output_bytes) / 1048576.0;
   state.counters["unplanned_MB"] = double(s.unplanned_bytes) / 1048576.0;
   state.counters["nodes"] = s.kernels;

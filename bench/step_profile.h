@@ -4,8 +4,9 @@
 // sync). Shared by the MLP and CNN step profiles (bench_mlp.cpp, bench_cnn.cpp).
 //
 //   StepProfile prof({"matmul"});
-//   for (auto _ : state) { prof.begin(); step(); tide::wait_all(); state.SetIterationTime(prof.end()); }
-//   prof.report(state, "gemm");  // counters gemm_ms, gemm_ops, other_ms, other_ops, idle_ms
+//   for (auto _ : state) { prof.begin(); step(); tide::wait_all();
+//   state.SetIterationTime(prof.end()); } prof.report(state, "gemm");  // counters gemm_ms,
+//   gemm_ops, other_ms, other_ops, idle_ms
 //
 // The label names the costliest other ops. The profiler's own cost is in the times.
 #pragma once

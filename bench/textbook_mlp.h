@@ -17,10 +17,8 @@ constexpr double kLr = 0.005;
 inline std::shared_ptr<tide::nn::Sequential> textbook_mlp(tide::Generator& gen) {
   namespace nn = tide::nn;
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(nn::LinearOptions(kIn, kH1), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(kH1, kH2), gen),
-      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(kIn, kH1), gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(kH1, kH2), gen), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(nn::LinearOptions(kH2, kOut), gen)});
 }
 

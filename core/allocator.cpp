@@ -1,11 +1,11 @@
 #include "core/allocator.h"
 
+#include <sys/sysinfo.h>
+
 #include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <new>
-
-#include <sys/sysinfo.h>
 
 #include "core/capture.h"
 #include "core/cuda/runtime.h"
@@ -130,9 +130,8 @@ void* Storage::materialize(const char* op, bool may_wait) const {
   Storage* expected = nullptr;
   Storage* b = block.get();
   if (owned_.compare_exchange_strong(expected, b, std::memory_order_acq_rel))
-    block.take();  // ours now; released with this storage
-  else
-    b = expected;  // another thread won: ours goes back to the cache
+    block.take();     // ours now; released with this storage
+  else b = expected;  // another thread won: ours goes back to the cache
   void* p = b->data();
   data_.store(p, std::memory_order_relaxed);
   return p;
@@ -152,7 +151,9 @@ void Storage::reset_for_reuse() {
 }
 
 Allocator::Allocator(Device device, std::unique_ptr<BlockSource> source, std::string name)
-    : device_(device), source_(std::move(source)), name_(std::move(name)),
+    : device_(device),
+      source_(std::move(source)),
+      name_(std::move(name)),
       tagged_(device.is_cuda()) {}
 
 Allocator& Allocator::cpu() {
@@ -249,8 +250,7 @@ StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
   const size_t block = round_size(bytes), limit = limit_.load(std::memory_order_relaxed);
   if (limit && block > limit) throw_oom(bytes, op, ", more than the limit");
   if (cap && block > cap)
-    throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_,
-                                        " has").c_str());
+    throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_, " has").c_str());
   auto* s = new (StorageObjects::take()) Storage(nullptr, block, device_, Storage::kDeferred, this);
   s->requested_ = bytes;
   return StorageRef::adopt(s);
@@ -271,8 +271,9 @@ StorageRef Allocator::wait_for_block(size_t bytes, const char* op) {
     if (!progress) break;
   }
   stall_ns_.fetch_add(uint64_t(now_ns() - t0), std::memory_order_relaxed);
-  throw_oom(bytes, op, fits ? " (the system has no more memory) with no queued work left"
-                            : " with no queued work left");
+  throw_oom(bytes, op,
+            fits ? " (the system has no more memory) with no queued work left"
+                 : " with no queued work left");
 }
 
 StorageRef Allocator::workspace(size_t bytes, const char* op) {

@@ -41,14 +41,14 @@ inline thread_local uint64_t tl_allocated_bytes = 0;
 }  // namespace detail
 
 struct AllocatorStats {
-  size_t active_bytes = 0;   // bytes of blocks held by live storages (tensors or queued work)
-  size_t peak_bytes = 0;     // max of active_bytes since start or reset_peak()
-  size_t cached_bytes = 0;   // freed blocks kept for reuse; not returned to the OS, not active
-  size_t reserved_bytes = 0; // active + cached: what the allocator holds from the system
-                             // (this is not the process RSS, which also counts code, stacks)
-  uint64_t num_allocs = 0;   // allocate() calls that returned a block
+  size_t active_bytes = 0;    // bytes of blocks held by live storages (tensors or queued work)
+  size_t peak_bytes = 0;      // max of active_bytes since start or reset_peak()
+  size_t cached_bytes = 0;    // freed blocks kept for reuse; not returned to the OS, not active
+  size_t reserved_bytes = 0;  // active + cached: what the allocator holds from the system
+                              // (this is not the process RSS, which also counts code, stacks)
+  uint64_t num_allocs = 0;    // allocate() calls that returned a block
   uint64_t num_system_allocs = 0;  // of those, how many needed a new system allocation
-  size_t limit_bytes = 0;    // 0 = no limit; applies to active_bytes
+  size_t limit_bytes = 0;          // 0 = no limit; applies to active_bytes
   uint64_t pressure_stalls = 0;    // allocations that had to wait for queued work
   uint64_t pressure_stall_ns = 0;  // total time spent in those waits
   uint64_t cache_flushes = 0;      // times the cache was returned to make room
@@ -74,7 +74,8 @@ class Allocator {
   // The allocator of device d: the CPU's, or a GPU's (created with the device; throws
   // "[alloc]" when d cannot be used in this process).
   static Allocator& get(Device d = Device::cpu()) {
-    if (d.is_cpu()) [[likely]] return cpu();
+    if (d.is_cpu()) [[likely]]
+      return cpu();
     return get_other(d);
   }
 
@@ -149,13 +150,15 @@ class Allocator {
   // Inline, as the fast path of allocate() is: a tiny op's output costs a few hundred
   // instructions in all (issue 12).
   void check_size(size_t bytes, const char* op) const {
-    if (bytes > kMaxBlock) [[unlikely]] too_large(bytes, op);
+    if (bytes > kMaxBlock) [[unlikely]]
+      too_large(bytes, op);
   }
   [[noreturn]] void too_large(size_t bytes, const char* op) const;
   // allocate() without the capture check: a block now, waiting for queued work if needed.
   StorageRef allocate_block(size_t bytes, const char* op) {
     bool fits = true;
-    if (Storage* s = try_take(bytes, &fits)) [[likely]] return StorageRef::adopt(s);
+    if (Storage* s = try_take(bytes, &fits)) [[likely]]
+      return StorageRef::adopt(s);
     return wait_for_block(bytes, op);
   }
   // allocate_block's slow path: over the limit or out of memory, waits for queued work to
@@ -176,9 +179,9 @@ class Allocator {
   const Device device_;
   const std::unique_ptr<BlockSource> source_;
   const std::string name_;
-  const bool tagged_;  // blocks carry stream tags (GPU memory)
+  const bool tagged_;                       // blocks carry stream tags (GPU memory)
   std::atomic<size_t> capacity_{SIZE_MAX};  // source_->capacity(), read once (SIZE_MAX: not yet)
-  SpinLock mu_;        // free lists; held for a few instructions
+  SpinLock mu_;                             // free lists; held for a few instructions
   std::vector<Storage*> cache_[kNumClasses];
   std::atomic<size_t> active_{0}, peak_{0}, cached_{0}, limit_{0};
   std::atomic<uint64_t> num_allocs_{0}, num_system_allocs_{0}, stalls_{0}, stall_ns_{0},

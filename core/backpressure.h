@@ -12,8 +12,8 @@
 namespace tide {
 
 struct BackpressureBounds {
-  uint64_t max_ops = 0;   // tasks queued and not complete; 0 = no bound
-  size_t max_bytes = 0;   // bytes held by queued work; 0 = no bound
+  uint64_t max_ops = 0;  // tasks queued and not complete; 0 = no bound
+  size_t max_bytes = 0;  // bytes held by queued work; 0 = no bound
   bool any() const { return max_ops || max_bytes; }
 };
 

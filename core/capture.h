@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include "core/source_location.h"
 #include <span>
 
 #include "core/device.h"
 #include "core/kernel_context.h"
+#include "core/source_location.h"
 #include "core/storage.h"
 
 namespace tide {

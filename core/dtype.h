@@ -32,12 +32,26 @@ constexpr std::string_view name(DType t) {
 constexpr bool is_floating(DType t) { return t == DType::float32 || t == DType::float64; }
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << name(t); }
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::float64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::int32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::int64; };
-template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::float64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::int32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::int64;
+};
+template <class T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
 
 // Calls f(T{}) with T the C++ type of `t`. For kernels written once per type.
 template <class F>

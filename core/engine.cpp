@@ -49,7 +49,7 @@ StreamImpl* allocation_stream(Device d) {
              ? g_gpu_default[d.index].load(std::memory_order_acquire)
              : nullptr;
 }
-}
+}  // namespace
 
 StreamImpl& Engine::State::add_stream(Device d) {
   TIDE_CHECK(int(streams.size()) < kMaxStreams, "stream", "at most ", kMaxStreams,
@@ -80,7 +80,8 @@ StreamImpl& Engine::State::default_stream(Device d) {
 
 StreamImpl& Engine::State::current_stream(Device d) {
   if (tl_current_stream && tl_current_stream->device == d) return *tl_current_stream;
-  if (d.is_cpu()) [[likely]] return streams.front();  // default_stream's CPU case, no call
+  if (d.is_cpu()) [[likely]]
+    return streams.front();  // default_stream's CPU case, no call
   return default_stream(d);
 }
 
@@ -199,8 +200,8 @@ Engine::Engine() : s_(new State) {
   s_->add_stream(Device::cpu());
   if (const char* m = std::getenv("TIDE_ENGINE")) {
     std::string v = m;
-    TIDE_CHECK(v == "sync" || v == "async", "engine", "TIDE_ENGINE must be 'sync' or 'async', got '",
-               v, "'");
+    TIDE_CHECK(v == "sync" || v == "async", "engine",
+               "TIDE_ENGINE must be 'sync' or 'async', got '", v, "'");
     s_->synchronous = v == "sync";
   }
   if (const char* m = std::getenv("TIDE_ALLOC")) {
@@ -258,9 +259,8 @@ namespace {
 }
 }  // namespace
 
-void Engine::prepare_inline(Task& t, Device device, const char* op,
-                            std::span<Storage* const> reads, std::span<Storage* const> writes,
-                            Site site) {
+void Engine::prepare_inline(Task& t, Device device, const char* op, std::span<Storage* const> reads,
+                            std::span<Storage* const> writes, Site site) {
   fill_record(t, op, reads, writes, site);
   std::copy(reads.begin(), reads.end(), t.storages);
   std::copy(writes.begin(), writes.end(), t.storages + reads.size());
@@ -360,7 +360,8 @@ Engine::Task& Engine::begin_task(Device device, const char* op, std::span<Storag
   st.mu.lock();
 retry:
   // Workers are being joined: wait until they are restartable.
-  if (st.shutting_down) [[unlikely]] st.wait_out_shutdown_locked();
+  if (st.shutting_down) [[unlikely]]
+    st.wait_out_shutdown_locked();
   StreamImpl* self;
   try {
     self = &st.current_stream(device);
@@ -415,7 +416,8 @@ retry:
 void Engine::end_task(Task& t) {
   State& st = *s_;
   StreamImpl* self = t.stream;
-  for (int i = 0; i < t.num_waits; ++i) t.waits[i].stream->dev->will_be_waited(t.waits[i].seq, *self);
+  for (int i = 0; i < t.num_waits; ++i)
+    t.waits[i].stream->dev->will_be_waited(t.waits[i].seq, *self);
   self->submitted = t.seq;
   if (profiler::enabled()) {
     uint64_t depth = st.inflight_ops();
@@ -451,7 +453,8 @@ void Engine::wait_for_write(Storage* s) {
 }
 
 Engine::HostRead::HostRead(Storage* s, bool rethrow) : s_(s) {
-  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_to_read");
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    c->host_read("wait_to_read");
   State& st = *Engine::get().s_;
   // Registered under the lock: a write submitted later waits in its submit until the read
   // is over (wait_for_host_reads); writes queued before are what the read waits for.
@@ -491,7 +494,8 @@ int Engine::owner_count(Storage* s) {
 }
 
 void Engine::wait_to_read(Storage* s) {
-  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_to_read");
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    c->host_read("wait_to_read");
   wait_for_write(s);
   if (Failure* f = s->failure()) f->rethrow();
 }
@@ -509,7 +513,8 @@ void Engine::synchronize() {
 }
 
 void Engine::wait_all() {
-  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read("wait_all");
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    c->host_read("wait_all");
   synchronize();
   Failure* earliest = nullptr;
   {
@@ -535,7 +540,7 @@ void Engine::shutdown(ShutdownMode mode) {
   {
     std::lock_guard<SpinLock> lock(st.mu);
     st.wait_out_shutdown_locked();  // another thread is shutting down: wait for it to finish
-    st.shutting_down = true;  // new submits wait; syncs and stats still work
+    st.shutting_down = true;        // new submits wait; syncs and stats still work
     for (StreamImpl& s : st.streams) {
       if (!s.started) continue;
       s.stop.store(mode == ShutdownMode::cancel ? 2 : 1, std::memory_order_seq_cst);
@@ -627,8 +632,8 @@ void Stream::wait(const Event& e) const {
     return;
   }
   // A task with no storages whose only job is to wait for e on the worker.
-  Engine::Task& t = eng.begin_task(impl_->device, "stream_wait", {}, {},
-                                   tide::SourceLocation::current());
+  Engine::Task& t =
+      eng.begin_task(impl_->device, "stream_wait", {}, {}, tide::SourceLocation::current());
   t.invoke = [](Engine::Task&, const KernelContext&) {};
   t.destroy = [](Engine::Task&) {};
   t.is_barrier = true;

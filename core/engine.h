@@ -19,13 +19,12 @@
 #pragma once
 
 #include <atomic>
-#include <cstring>
-#include <initializer_list>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <new>
-#include "core/source_location.h"
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -33,6 +32,7 @@
 #include "core/capture.h"
 #include "core/device.h"
 #include "core/kernel_context.h"
+#include "core/source_location.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -116,14 +116,14 @@ class SynchronousGuard {
 };
 
 struct EngineStats {
-  uint64_t queued = 0;         // tasks ever submitted (all streams)
-  uint64_t executed = 0;       // tasks the workers have finished
-  uint64_t queue_depth = 0;    // queued - executed, now
-  size_t inflight_bytes = 0;   // bytes of storages referenced by queued, not yet reclaimed
-                               // tasks (also counted in the allocator's active bytes)
-  uint64_t backpressure_stalls = 0;     // submits that blocked on a bound
-  uint64_t backpressure_stall_ns = 0;   // total time they blocked
-  uint64_t failures = 0;       // tasks that failed or were skipped because an input failed
+  uint64_t queued = 0;                 // tasks ever submitted (all streams)
+  uint64_t executed = 0;               // tasks the workers have finished
+  uint64_t queue_depth = 0;            // queued - executed, now
+  size_t inflight_bytes = 0;           // bytes of storages referenced by queued, not yet reclaimed
+                                       // tasks (also counted in the allocator's active bytes)
+  uint64_t backpressure_stalls = 0;    // submits that blocked on a bound
+  uint64_t backpressure_stall_ns = 0;  // total time they blocked
+  uint64_t failures = 0;               // tasks that failed or were skipped because an input failed
 };
 
 enum class ShutdownMode { drain, cancel };
@@ -289,15 +289,15 @@ struct alignas(64) Engine::Task {
   const char* op = nullptr;
   Site site;
   uint64_t seq = 0;
-  StreamImpl* stream = nullptr;      // the stream it is queued on (or runs inline for)
-  int64_t enqueue_ns = 0;            // profiler only
+  StreamImpl* stream = nullptr;  // the stream it is queued on (or runs inline for)
+  int64_t enqueue_ns = 0;        // profiler only
   uint8_t num_reads = 0, num_writes = 0, num_waits = 0;
-  bool is_barrier = false;           // waits only (Stream::wait)
-  bool replaces = false;             // overwrites every byte of its writes (ReplacingWrite)
-  Storage* storages[kMaxStorages];   // reads then writes; alive until reclaimed (Reclaimer::hold)
+  bool is_barrier = false;          // waits only (Stream::wait)
+  bool replaces = false;            // overwrites every byte of its writes (ReplacingWrite)
+  Storage* storages[kMaxStorages];  // reads then writes; alive until reclaimed (Reclaimer::hold)
   static constexpr int kMaxWaits = 4;
-  StreamPos waits[kMaxWaits];        // positions on other streams to wait for first; only
-                                     // the first num_waits are written
+  StreamPos waits[kMaxWaits];  // positions on other streams to wait for first; only
+                               // the first num_waits are written
   alignas(64) unsigned char payload[kInlinePayload];
 
   // Calls a payload with the context when it takes one.
@@ -337,8 +337,7 @@ template <class F>
 void Engine::submit(Device device, const char* op, std::span<Storage* const> r,
                     std::span<Storage* const> w, F&& fn, Site site) {
   if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] {  // tracing: record only
-    c->record(op, r, w,
-              detail::Kernel([f = std::forward<F>(fn)](const KernelContext& ctx) mutable {
+    c->record(op, r, w, detail::Kernel([f = std::forward<F>(fn)](const KernelContext& ctx) mutable {
                 Task::call(f, ctx);
               }),
               site);

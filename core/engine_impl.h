@@ -63,7 +63,7 @@ class StreamImpl {
   // Shared with the worker.
   alignas(64) std::atomic<uint64_t> published{0};
   std::atomic<uint32_t> wake_epoch{0};
-  std::atomic<int> stop{0};  // 0 run, 1 drain, 2 cancel
+  std::atomic<int> stop{0};         // 0 run, 1 drain, 2 cancel
   std::atomic<bool> nudged{false};  // the device side has work for an idle worker
   // Read by the frontend right after every publish, written by the worker only as it goes
   // to sleep and wakes. Beside `published` that read waited for the line the publish had

@@ -3,10 +3,11 @@
 // for internal invariants: it also throws (never aborts), with the file and line.
 #pragma once
 
-#include "core/source_location.h"
 #include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "core/source_location.h"
 
 namespace tide {
 
@@ -34,23 +35,22 @@ std::string concat(const Args&... args) {
   (s << ... << args);
   return s.str();
 }
-[[noreturn]] void throw_assert(const char* cond, const std::string& msg,
-                               tide::SourceLocation loc);
+[[noreturn]] void throw_assert(const char* cond, const std::string& msg, tide::SourceLocation loc);
 }  // namespace detail
 
 }  // namespace tide
 
 // User error: throws tide::Error("[op] ...") when cond is false. Message parts are streamed.
-#define TIDE_CHECK(cond, op, ...)                                  \
-  do {                                                             \
-    if (!(cond)) [[unlikely]]                                      \
+#define TIDE_CHECK(cond, op, ...)                                     \
+  do {                                                                \
+    if (!(cond)) [[unlikely]]                                         \
       throw ::tide::Error((op), ::tide::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 // Internal invariant: throws tide::Error("[internal] ...") naming the condition and place.
-#define TIDE_ASSERT(cond, ...)                                                   \
-  do {                                                                           \
-    if (!(cond)) [[unlikely]]                                                    \
+#define TIDE_ASSERT(cond, ...)                                                 \
+  do {                                                                         \
+    if (!(cond)) [[unlikely]]                                                  \
       ::tide::detail::throw_assert(#cond, ::tide::detail::concat(__VA_ARGS__), \
-                                   ::tide::SourceLocation::current());           \
+                                   ::tide::SourceLocation::current());         \
   } while (0)

@@ -5,8 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include "core/source_location.h"
 #include <string>
+
+#include "core/source_location.h"
 
 namespace tide {
 

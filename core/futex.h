@@ -15,8 +15,8 @@ namespace tide::detail {
 // Sleeps while *word == expected (returns at once otherwise, or on a wake or a signal).
 inline void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
-          nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
 }
 
 // Wakes up to n threads sleeping on word.

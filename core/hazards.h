@@ -22,8 +22,8 @@ using WaitOverflow = void (*)(void* ctx, StreamPos pos);
 // Adds pos to t's waits unless it is on `self`, already complete, or covered by a wait on
 // the same stream (which then waits for the later of the two). Calls overflow(ctx, pos)
 // when all Task::kMaxWaits slots are taken by other streams.
-inline void add_wait(Engine::Task& t, StreamPos pos, const StreamImpl* self,
-                     WaitOverflow overflow, void* ctx) {
+inline void add_wait(Engine::Task& t, StreamPos pos, const StreamImpl* self, WaitOverflow overflow,
+                     void* ctx) {
   if (!pos.stream || pos.stream == self || pos.stream->is_complete(pos.seq)) return;
   for (int i = 0; i < t.num_waits; ++i)
     if (t.waits[i].stream == pos.stream) {
@@ -77,8 +77,8 @@ inline void add_takeover_waits(Engine::Task& t, std::span<Storage* const> reads,
 // task takes over the oldest reader's entry by waiting for it too, so that later writers,
 // who wait for the task, stay ordered after both.
 inline void record_access(Engine::Task& t, std::span<Storage* const> reads,
-                          std::span<Storage* const> writes, StreamPos me,
-                          WaitOverflow overflow, void* ctx) {
+                          std::span<Storage* const> writes, StreamPos me, WaitOverflow overflow,
+                          void* ctx) {
   for (Storage* s : reads) {
     HazardState& h = s->hazard;
     bool found = false;

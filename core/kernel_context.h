@@ -13,14 +13,14 @@ namespace tide {
 namespace cuda {
 class DeviceApi;
 struct HostFunctions;
-}
+}  // namespace cuda
 
 struct KernelContext {
   Device device;
-  int stream_id = -1;              // tide stream id; -1 when run inline (synchronous mode)
-  void* stream = nullptr;          // cudaStream_t of that tide stream
-  void* blas = nullptr;            // cublasLtHandle_t of that stream
-  void* workspace = nullptr;       // scratch for cuBLASLt / CUB, this stream's alone
+  int stream_id = -1;         // tide stream id; -1 when run inline (synchronous mode)
+  void* stream = nullptr;     // cudaStream_t of that tide stream
+  void* blas = nullptr;       // cublasLtHandle_t of that stream
+  void* workspace = nullptr;  // scratch for cuBLASLt / CUB, this stream's alone
   size_t workspace_bytes = 0;
   cuda::DeviceApi* api = nullptr;  // the device's interface (real CUDA or the recording fake)
   // Set while a CUDA graph captures the kernel (trace/device_graph.h): host functions it

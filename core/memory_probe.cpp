@@ -1,7 +1,8 @@
 #include "core/memory_probe.h"
 
-#include <cstdio>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "core/cuda/runtime.h"
 

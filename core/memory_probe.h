@@ -12,7 +12,7 @@
 namespace tide {
 
 struct MemorySnapshot {
-  Device device;            // whose allocator `allocator` is
+  Device device;  // whose allocator `allocator` is
   AllocatorStats allocator;
   EngineStats engine;
   size_t rss_bytes = 0;  // resident set size from /proc/self/statm (0 if unavailable)

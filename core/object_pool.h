@@ -68,7 +68,9 @@ struct PoolAllocator {
     else ::operator delete(p, std::align_val_t(alignof(T)));
   }
   template <class U>
-  bool operator==(const PoolAllocator<U>&) const { return true; }
+  bool operator==(const PoolAllocator<U>&) const {
+    return true;
+  }
 };
 
 }  // namespace tide::detail

@@ -25,11 +25,11 @@ struct StreamBuffer {
 constexpr int kMaxProfiledStreams = 256;
 struct Buffers {
   std::atomic<int64_t> t0{0};
-  std::mutex mu;                             // guards `inline_ops`, `counters`, `labels`
+  std::mutex mu;  // guards `inline_ops`, `counters`, `labels`
   std::atomic<StreamBuffer*> streams[kMaxProfiledStreams] = {};  // set once, never freed
-  std::vector<OpRecord> inline_ops;          // synchronous-mode ops and unknown streams
+  std::vector<OpRecord> inline_ops;  // synchronous-mode ops and unknown streams
   std::vector<CounterSample> counters;
-  std::vector<std::string> labels;           // per stream id
+  std::vector<std::string> labels;  // per stream id
   std::atomic<uint64_t> session{0};
   std::atomic<detail::GpuSpanSource> gpu_source{nullptr};
 };
@@ -134,7 +134,9 @@ void write_chrome_trace(const std::string& path) {
     std::lock_guard lock(buf().mu);
     labels = buf().labels;
   }
-  auto label = [&](int s) { return size_t(s) < labels.size() ? labels[size_t(s)] : std::string("?"); };
+  auto label = [&](int s) {
+    return size_t(s) < labels.size() ? labels[size_t(s)] : std::string("?");
+  };
   std::ofstream f(path);
   TIDE_CHECK(f.good(), "profiler", "cannot open '", path, "' for writing");
   // Chrome trace-event format, times in microseconds. pid 1 = the process; tid 0 is the
@@ -144,7 +146,8 @@ void write_chrome_trace(const std::string& path) {
   char line[512];
   f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   f << R"J({"name":"process_name","ph":"M","pid":1,"args":{"name":"tide"}})J";
-  f << ",\n" << R"J({"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"frontend (enqueue)"}})J";
+  f << ",\n"
+    << R"J({"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"frontend (enqueue)"}})J";
   int max_stream = -1, max_gpu_stream = -1;
   for (const OpRecord& r : all) max_stream = std::max(max_stream, r.stream);
   for (const GpuSpan& g : gpu) max_gpu_stream = std::max(max_gpu_stream, g.stream);

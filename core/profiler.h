@@ -13,8 +13,8 @@ namespace tide::profiler {
 
 struct OpRecord {
   const char* op;
-  int stream;         // stream id; -1 for ops run synchronously in the calling thread
-  int64_t enqueue_ns; // times since start(), steady clock
+  int stream;          // stream id; -1 for ops run synchronously in the calling thread
+  int64_t enqueue_ns;  // times since start(), steady clock
   int64_t start_ns;
   int64_t end_ns;
 };

@@ -7,7 +7,8 @@ namespace tide {
 SegmentSource::SegmentSource(std::unique_ptr<BlockSource> inner) : inner_(std::move(inner)) {}
 
 SegmentSource::~SegmentSource() {
-  for (const auto& [base, seg] : segments_) inner_->release(reinterpret_cast<void*>(base), kSegment);
+  for (const auto& [base, seg] : segments_)
+    inner_->release(reinterpret_cast<void*>(base), kSegment);
 }
 
 void* SegmentSource::allocate(size_t bytes) {

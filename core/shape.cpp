@@ -18,14 +18,14 @@ void check_numel(std::span<const int64_t> dims, const Shape& s) {
     if (over || empty) continue;
     if (__builtin_mul_overflow(n, v, &n) || n > kMaxNumel) over = true;
   }
-  TIDE_CHECK(empty || !over, "shape", "shape ", s.str(), " has more than 2^60 elements "
+  TIDE_CHECK(empty || !over, "shape", "shape ", s.str(),
+             " has more than 2^60 elements "
              "(tide's limit, so that byte counts fit in 64 bits)");
 }
 }  // namespace
 
 Shape::Shape(std::span<const int64_t> dims) {
-  TIDE_CHECK(dims.size() <= kMaxDims, "shape", "at most ", kMaxDims, " dims, got ",
-             dims.size());
+  TIDE_CHECK(dims.size() <= kMaxDims, "shape", "at most ", kMaxDims, " dims, got ", dims.size());
   for (int64_t v : dims) TIDE_CHECK(v >= 0, "shape", "negative extent ", v);
   ndim_ = int(dims.size());
   for (int i = 0; i < ndim_; ++i) d_[i] = dims[i];
@@ -99,8 +99,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 
 int normalize_axis(int axis, int ndim, const char* op) {
   int a = axis < 0 ? axis + ndim : axis;
-  TIDE_CHECK(a >= 0 && a < ndim, op, "axis ", axis, " out of range for a rank-", ndim,
-             " tensor");
+  TIDE_CHECK(a >= 0 && a < ndim, op, "axis ", axis, " out of range for a rank-", ndim, " tensor");
   return a;
 }
 

@@ -17,10 +17,10 @@ using SourceLocation = std::source_location;
 #else
 class SourceLocation {
  public:
-  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
-                                          const char* function = __builtin_FUNCTION(),
-                                          std::uint_least32_t line = __builtin_LINE(),
-                                          std::uint_least32_t column = __builtin_COLUMN()) noexcept {
+  static constexpr SourceLocation current(
+      const char* file = __builtin_FILE(), const char* function = __builtin_FUNCTION(),
+      std::uint_least32_t line = __builtin_LINE(),
+      std::uint_least32_t column = __builtin_COLUMN()) noexcept {
     SourceLocation s;
     s.file_ = file;
     s.function_ = function;

@@ -34,8 +34,8 @@ inline int64_t steady_ns() {
       .count();
 }
 
-inline constexpr int64_t kSpinNs = 50'000;    // spin this long (a futex wake ~2.5 us, an
-                                              // idle-core wake via condvar ~55 us here)
+inline constexpr int64_t kSpinNs = 50'000;      // spin this long (a futex wake ~2.5 us, an
+                                                // idle-core wake via condvar ~55 us here)
 inline constexpr int64_t kYieldNs = 1'000'000;  // then yield the core this long
 
 // Spins up to kSpinNs while pred() is false, then polls with sched_yield up to kYieldNs.

@@ -47,7 +47,8 @@ class Storage {
   // every other storage just returns its pointer (a slot's may be null until bound).
   void* data() const {
     void* p = data_.load(std::memory_order_relaxed);
-    if (p || !is_deferred()) [[likely]] return p;
+    if (p || !is_deferred()) [[likely]]
+      return p;
     return materialize(nullptr, !running_a_task());
   }
   // A deferred storage (Engine::set_allocation(Allocation::at_execution)): made by
@@ -93,7 +94,8 @@ class Storage {
   // by a worker.
   Failure* failure() const {
     Failure* f = failure_.load(std::memory_order_acquire);
-    if (f || device_.type == DeviceType::cpu) [[likely]] return f;
+    if (f || device_.type == DeviceType::cpu) [[likely]]
+      return f;
     return detail::g_gpu_failure[device_.index].load(std::memory_order_acquire);
   }
   // Records f as this storage's failure unless it already has one; takes a reference.

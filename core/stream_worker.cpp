@@ -70,7 +70,9 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
   int stream_id = inline_run ? -1 : dev.context().stream_id;
   int64_t start = profiler::enabled() ? profiler::detail::now_ns() : 0;
   Storage** writes = t.storages + t.num_reads;
-  auto written = [&](Storage* s) { return std::find(writes, writes + t.num_writes, s) != writes + t.num_writes; };
+  auto written = [&](Storage* s) {
+    return std::find(writes, writes + t.num_writes, s) != writes + t.num_writes;
+  };
   Failure* inherited = nullptr;
   for (int i = 0; i < t.num_reads && !inherited; ++i)
     if (!t.replaces || !written(t.storages[i])) inherited = t.storages[i]->failure();
@@ -90,7 +92,8 @@ void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool c
         // Outputs allocated at execution take their blocks now, on this thread, so that a
         // failure fails this op (Engine::set_allocation).
         for (int i = 0; i < t.num_reads + t.num_writes; ++i)
-          if (!t.storages[i]->resident()) [[unlikely]] t.storages[i]->materialize(t.op, false);
+          if (!t.storages[i]->resident()) [[unlikely]]
+            t.storages[i]->materialize(t.op, false);
         if (inline_run) dev.run_inline(t);
         else dev.run(t);
       } catch (const Error& e) {  // already "[op] ...": keep the op named once

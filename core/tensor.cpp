@@ -21,8 +21,8 @@ namespace {
 // shape's extents first (rep stos, a microcoded loop) on every op's output.
 std::shared_ptr<TensorImpl> make_impl_of(const Shape& shape, DType dtype, Device device,
                                          StorageRef storage, int64_t offset) {
-  return std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>(), shape, dtype,
-                                          device, std::move(storage), offset);
+  return std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>(), shape, dtype, device,
+                                          std::move(storage), offset);
 }
 }  // namespace
 
@@ -32,8 +32,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const char*
   return Tensor(make_impl_of(shape, dtype, device, std::move(storage), 0));
 }
 
-Tensor Tensor::from_storage(StorageRef storage, const Shape& shape, DType dtype,
-                            int64_t offset) {
+Tensor Tensor::from_storage(StorageRef storage, const Shape& shape, DType dtype, int64_t offset) {
   const Device device = storage->device();
   return Tensor(make_impl_of(shape, dtype, device, std::move(storage), offset));
 }
@@ -57,7 +56,8 @@ Tensor Tensor::detach() const {
 namespace {
 // Inside a trace a host read would bake one value into the graph: refuse it.
 void refuse_when_tracing(const char* op) {
-  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]] c->host_read(op);
+  if (detail::CaptureSink* c = detail::capturing()) [[unlikely]]
+    c->host_read(op);
 }
 
 // t's elements readable on the host, after a wait for its writer: its own memory on the
@@ -126,8 +126,8 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define TIDE_INSTANTIATE(T)                  \
-  template T Tensor::item<T>() const;        \
+#define TIDE_INSTANTIATE(T)           \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 TIDE_INSTANTIATE(float)
 TIDE_INSTANTIATE(double)

@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
-#include "core/source_location.h"
 #include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/source_location.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -73,7 +73,9 @@ class Tensor {
   int64_t offset() const { return impl().offset; }
   // The first element, resolved when a kernel runs: what kernel closures capture.
   template <class T>
-  DataRef<T> ref() const { return {storage(), offset()}; }
+  DataRef<T> ref() const {
+    return {storage(), offset()};
+  }
   // Pointer to the first element now. Does not wait for queued work, but a tensor made
   // while outputs are allocated at execution takes its memory here if no task has yet
   // (which may wait on memory pressure, as Tensor::empty may). Host code that waited, and
@@ -85,7 +87,8 @@ class Tensor {
   }
   // Throws "[tensor] use of an undefined tensor" on an undefined handle.
   TensorImpl& impl() const {
-    if (!impl_) [[unlikely]] throw_undefined();
+    if (!impl_) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -57,9 +57,9 @@ DataParallel::DataParallel(nn::Module& module, ProcessGroup& group,
              "bucket caps must be positive, got first_bucket_bytes ", options.first_bucket_bytes_,
              " and bucket_bytes ", options.bucket_bytes_);
   for (const auto& [name, p] : module.named_parameters())
-    TIDE_CHECK(p.device() == group.device(), kOp, "parameter '", name, "' is on ",
-               p.device().str(), " but the ", group.backend(), " group reduces on ",
-               group.device().str(), " (move the model with to(), or use ",
+    TIDE_CHECK(p.device() == group.device(), kOp, "parameter '", name, "' is on ", p.device().str(),
+               " but the ", group.backend(), " group reduces on ", group.device().str(),
+               " (move the model with to(), or use ",
                group.device().is_cpu() ? "dist::nccl_world() for GPU parameters)"
                                        : "dist::mpi_world() for CPU parameters)");
   for (const auto& [name, b] : module.named_buffers()) {
@@ -90,9 +90,9 @@ void DataParallel::reduce_gradients(Site site) {
       if (p.grad().defined()) grads.push_back(p.grad().storage());
     for (size_t i = 0; i < grads.size(); i += Engine::kMaxStorages) {
       const size_t n = std::min(grads.size() - i, size_t(Engine::kMaxStorages));
-      Engine::get().submit(group_.device(), "data_parallel_fence",
-                           std::span<Storage* const>(grads.data() + i, n),
-                           std::span<Storage* const>(), [] {}, site);
+      Engine::get().submit(
+          group_.device(), "data_parallel_fence", std::span<Storage* const>(grads.data() + i, n),
+          std::span<Storage* const>(), [] {}, site);
     }
   }
   for (const GradBucket& b : buckets_) {

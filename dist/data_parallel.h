@@ -39,21 +39,36 @@ namespace tide::dist {
 struct DataParallelOptions {
   // Cap of the first bucket (PyTorch: 1 MiB): small, so its all-reduce starts early. The
   // bucket closes with the gradient that reaches the cap (it may hold more than the cap).
-  DataParallelOptions& first_bucket_bytes(size_t b) { first_bucket_bytes_ = b; return *this; }
+  DataParallelOptions& first_bucket_bytes(size_t b) {
+    first_bucket_bytes_ = b;
+    return *this;
+  }
   // Cap of every later bucket (PyTorch: 25 MiB), with the same rule.
-  DataParallelOptions& bucket_bytes(size_t b) { bucket_bytes_ = b; return *this; }
+  DataParallelOptions& bucket_bytes(size_t b) {
+    bucket_bytes_ = b;
+    return *this;
+  }
   // Broadcast the parameters (and buffers) from rank 0 at construction, so every rank
   // starts equal.
-  DataParallelOptions& broadcast_parameters(bool on) { broadcast_parameters_ = on; return *this; }
+  DataParallelOptions& broadcast_parameters(bool on) {
+    broadcast_parameters_ = on;
+    return *this;
+  }
   // Broadcast the module's buffers from rank 0 in every reduce_gradients() (PyTorch's
   // broadcast_buffers, on by default there too). Off: each rank keeps the running
   // estimates of its own shard of the data.
-  DataParallelOptions& broadcast_buffers(bool on) { broadcast_buffers_ = on; return *this; }
+  DataParallelOptions& broadcast_buffers(bool on) {
+    broadcast_buffers_ = on;
+    return *this;
+  }
   // Overlap (the default): each bucket's all-reduce starts once its own gradients are
   // final, while backward still computes the others. Off: no bucket starts before every
   // gradient is final (one wait on the communication stream for all of backward), the
   // baseline that shows what overlapping saves. Results are the same either way.
-  DataParallelOptions& overlap(bool on) { overlap_ = on; return *this; }
+  DataParallelOptions& overlap(bool on) {
+    overlap_ = on;
+    return *this;
+  }
   size_t first_bucket_bytes_ = size_t(1) << 20;
   size_t bucket_bytes_ = size_t(25) << 20;
   bool broadcast_parameters_ = true;

@@ -72,8 +72,8 @@ class MpiCommunicator final : public Communicator {
     {
       std::lock_guard lock(mpi_mutex());
       in_chunks(data, count, dtype, [&](void* p, int n) {
-        check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(dtype), MPI_SUM, comm_),
-              "MPI_Allreduce", op);
+        check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(dtype), MPI_SUM, comm_), "MPI_Allreduce",
+              op);
       });
     }
     if (red != ReduceOp::average) return;  // MPI has no average: divide the sum here
@@ -84,8 +84,7 @@ class MpiCommunicator final : public Communicator {
       for (int64_t i = 0; i < count; ++i) p[i] /= n;
     });
   }
-  void broadcast(void* data, int64_t count, DType dtype, int root, void*,
-                 const char* op) override {
+  void broadcast(void* data, int64_t count, DType dtype, int root, void*, const char* op) override {
     std::lock_guard lock(mpi_mutex());
     in_chunks(data, count, dtype, [&](void* p, int n) {
       check(MPI_Bcast(p, n, mpi_type(dtype), root, comm_), "MPI_Bcast", op);

@@ -13,7 +13,8 @@ bool mpi_available() { return false; }
 ProcessGroup& mpi_world(int*, char***) {
   std::string launched = launched_by_mpirun();
   if (!launched.empty())
-    launched = "; this process was started by mpirun (" + launched + "), so every rank would run alone";
+    launched =
+        "; this process was started by mpirun (" + launched + "), so every rank would run alone";
   throw Error("dist",
               "tide was built without MPI: install it (Debian: apt-get install "
               "libopenmpi-dev openmpi-bin) and configure again with -DTIDE_MPI=ON" +

@@ -144,7 +144,8 @@ ProcessGroup* make_world(int device) {
   } else {
     TIDE_CHECK(launched_by_mpirun().empty(), "dist",
                "tide was built without MPI, which NCCL needs to find the other ranks (started "
-               "by mpirun: ", launched_by_mpirun(), ")");
+               "by mpirun: ",
+               launched_by_mpirun(), ")");
     static SelfCommunicator self;
     host = &self;
   }
@@ -154,8 +155,8 @@ ProcessGroup* make_world(int device) {
     device = local_rank() % gpus;
   }
   cuda::DeviceRuntime& rt = cuda::DeviceRuntime::get(device, "dist");
-  TIDE_CHECK(!rt.api().runs_host_kernels(), "dist", "NCCL needs a real GPU; cuda:", device,
-             " is ", rt.api().name());
+  TIDE_CHECK(!rt.api().runs_host_kernels(), "dist", "NCCL needs a real GPU; cuda:", device, " is ",
+             rt.api().name());
   rt.api().make_current();  // ncclCommInitRank binds the communicator to the current GPU
 
   ncclUniqueId id{};

@@ -8,8 +8,7 @@
 namespace tide::nn {
 
 Fans compute_fans(const Shape& shape) {
-  TIDE_CHECK(shape.ndim() >= 1, "init", "needs a shape of rank >= 1 to compute fans, got ",
-             shape);
+  TIDE_CHECK(shape.ndim() >= 1, "init", "needs a shape of rank >= 1 to compute fans, got ", shape);
   TIDE_CHECK(shape.numel() > 0, "init", "shape ", shape, " has a zero extent");
   if (shape.ndim() == 1) return {shape[0], shape[0]};
   int64_t field = 1;

@@ -32,13 +32,12 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
-  TIDE_CHECK(logits.ndim() == 2, "cross_entropy", "logits must be (N, C), got ",
-             logits.shape());
-  TIDE_CHECK(is_floating(logits.dtype()), "cross_entropy",
-             "logits need a floating dtype, got ", logits.dtype());
+  TIDE_CHECK(logits.ndim() == 2, "cross_entropy", "logits must be (N, C), got ", logits.shape());
+  TIDE_CHECK(is_floating(logits.dtype()), "cross_entropy", "logits need a floating dtype, got ",
+             logits.dtype());
   TIDE_CHECK(labels.ndim() == 1, "cross_entropy", "labels must be (N), got ", labels.shape());
-  TIDE_CHECK(labels.dtype() == DType::int64 || labels.dtype() == DType::int32,
-             "cross_entropy", "labels need dtype int64, got ", labels.dtype());
+  TIDE_CHECK(labels.dtype() == DType::int64 || labels.dtype() == DType::int32, "cross_entropy",
+             "labels need dtype int64, got ", labels.dtype());
   const int64_t n = logits.size(0), c = logits.size(1);
   TIDE_CHECK(labels.size(0) == n, "cross_entropy", "logits ", logits.shape(), " and labels ",
              labels.shape(), " disagree on N");

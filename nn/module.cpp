@@ -1,15 +1,12 @@
 #include "nn/module.h"
 
 #include "core/cuda/runtime.h"
-
 #include "core/error.h"
 #include "ops/ops.h"
 
 namespace tide::nn {
 
-Tensor Module::forward(const Tensor&) {
-  throw Error(name(), "forward is not implemented");
-}
+Tensor Module::forward(const Tensor&) { throw Error(name(), "forward is not implemented"); }
 
 void Module::check_new_name(const std::string& n, const char* op) const {
   TIDE_CHECK(!n.empty(), op, "empty name in ", name());
@@ -127,8 +124,7 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < c.size(); ++i) {
     // Linear then ReLU: one op (Linear::forward_fused).
     auto* lin = dynamic_cast<Linear*>(c[i].second.get());
-    if (lin && i + 1 < c.size() &&
-        dynamic_cast<ReLU*>(c[i + 1].second.get())) {
+    if (lin && i + 1 < c.size() && dynamic_cast<ReLU*>(c[i + 1].second.get())) {
       y = lin->forward_fused(y, true);
       ++i;
       continue;
@@ -144,8 +140,8 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
   TIDE_CHECK(opt.in_features > 0 && opt.out_features > 0, "Linear",
              "sizes must be positive, got in=", opt.in_features, " out=", opt.out_features);
   weight_ = register_parameter(
-      "weight", initialize(opt.weight_init, {opt.in_features, opt.out_features},
-                           opt.param_dtype, gen));
+      "weight",
+      initialize(opt.weight_init, {opt.in_features, opt.out_features}, opt.param_dtype, gen));
   if (opt.with_bias)
     bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
 }

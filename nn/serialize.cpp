@@ -221,11 +221,15 @@ class HeaderParser {
 
   // An array of at most `max` integers: `too_many` when longer, `not_int` for an element
   // that is not a number.
-  std::vector<int64_t> integers(size_t max, const std::string& too_many, const std::string& not_int) {
+  std::vector<int64_t> integers(size_t max, const std::string& too_many,
+                                const std::string& not_int) {
     expect('[');
     std::vector<int64_t> out;
     ws();
-    if (peek() == ']') { ++i_; return out; }
+    if (peek() == ']') {
+      ++i_;
+      return out;
+    }
     for (;;) {
       ws();
       char c = peek();
@@ -233,7 +237,10 @@ class HeaderParser {
       if (out.size() == max) load_fail(file_, too_many);
       out.push_back(integer());
       ws();
-      if (peek() == ',') { ++i_; continue; }
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
       expect(']');
       return out;
     }
@@ -241,7 +248,10 @@ class HeaderParser {
 
   int64_t integer() {
     bool neg = false;
-    if (peek() == '-') { neg = true; ++i_; }
+    if (peek() == '-') {
+      neg = true;
+      ++i_;
+    }
     if (!digit(peek())) fail("expected a digit");
     uint64_t n = 0;
     const uint64_t limit = uint64_t(std::numeric_limits<int64_t>::max());
@@ -264,7 +274,10 @@ class HeaderParser {
     if (c == '{') {
       ++i_;
       ws();
-      if (peek() == '}') { ++i_; return; }
+      if (peek() == '}') {
+        ++i_;
+        return;
+      }
       for (;;) {
         ws();
         if (peek() != '"') fail("expected a string key");
@@ -273,7 +286,10 @@ class HeaderParser {
         expect(':');
         skip_value(depth + 1);
         ws();
-        if (peek() == ',') { ++i_; continue; }
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
         expect('}');
         return;
       }
@@ -281,11 +297,17 @@ class HeaderParser {
     if (c == '[') {
       ++i_;
       ws();
-      if (peek() == ']') { ++i_; return; }
+      if (peek() == ']') {
+        ++i_;
+        return;
+      }
       for (;;) {
         skip_value(depth + 1);
         ws();
-        if (peek() == ',') { ++i_; continue; }
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
         expect(']');
         return;
       }
@@ -463,8 +485,8 @@ std::vector<Entry> parse_header(std::string_view header, std::optional<uint64_t>
   for (const Entry* e : sorted) {
     if (e->begin == e->end) continue;
     if (last && e->begin < last->end)
-      load_fail(path, "entries '" + last->name + "' and '" + e->name +
-                          "' overlap in the data section");
+      load_fail(path,
+                "entries '" + last->name + "' and '" + e->name + "' overlap in the data section");
     if (!last || e->end > last->end) last = e;
   }
   return entries;

@@ -100,16 +100,15 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   if (grad.defined())
     TIDE_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
                "backward", "gradient of shape ", grad.shape().str(), " ", grad.dtype(), " on ",
-               grad.device().str(), " for an output of shape ", shape().str(), " ", dtype(),
-               " on ", device().str());
+               grad.device().str(), " for an output of shape ", shape().str(), " ", dtype(), " on ",
+               device().str());
   else
     TIDE_CHECK(numel() == 1, "backward",
                "needs a gradient argument for a non-scalar output of shape ", shape().str());
   autograd::NoGrad no_grad;
   if (is_leaf()) {
     // A caller's gradient is copied (the temporary copy of it makes two references).
-    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()),
-                         1);
+    autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()), 1);
     return;
   }
   // Reverse topological order by an iterative depth-first search; every check happens
@@ -129,8 +128,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     }
   }
   for (Node* n : order)
-    TIDE_CHECK(!n->freed, "backward",
-               "the graph through '", n->op,
+    TIDE_CHECK(!n->freed, "backward", "the graph through '", n->op,
                "' was freed by an earlier backward(); pass retain_graph=true to that call "
                "to backpropagate through it twice");
   Tensor seed = grad.defined() ? grad : ones(shape(), dtype(), device());

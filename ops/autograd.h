@@ -15,8 +15,8 @@
 namespace tide::autograd {
 
 struct Edge {
-  std::shared_ptr<Node> fn;           // the input's producing node, or
-  std::shared_ptr<TensorImpl> leaf;   // a leaf that accumulates into .grad
+  std::shared_ptr<Node> fn;          // the input's producing node, or
+  std::shared_ptr<TensorImpl> leaf;  // a leaf that accumulates into .grad
 };
 
 // Gradients for each input, in order; an undefined Tensor means "no gradient".

@@ -142,8 +142,7 @@ CompiledChain compile_uncached(const std::string& source, int sm) {
   }
   const char* headers[] = {detail::kChainFunctorsHeader, detail::kChainHostDeviceHeader, kCmath,
                            kCstdint, kTypeTraits};
-  const char* names[] = {"ops/functors.h", "core/host_device.h", "cmath", "cstdint",
-                         "type_traits"};
+  const char* names[] = {"ops/functors.h", "core/host_device.h", "cmath", "cstdint", "type_traits"};
   Program p = nullptr;
   if (int rc = n.create(&p, source.c_str(), "tide_chain.cu", 5, headers, names); rc != 0) {
     out.error = std::string("nvrtcCreateProgram: ") + n.error_string(rc);
@@ -152,7 +151,7 @@ CompiledChain compile_uncached(const std::string& source, int sm) {
   // nvcc's defaults for what decides the bits (no fast math, IEEE division and square
   // root, FMA contraction within an expression), so the chain rounds as the kernels do.
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm);
-  const char* options[] = {arch.c_str(), "--std=c++20", "-default-device", "--fmad=true",
+  const char* options[] = {arch.c_str(),  "--std=c++20",     "-default-device", "--fmad=true",
                            "--ftz=false", "--prec-div=true", "--prec-sqrt=true"};
   const int rc = n.compile(p, int(std::size(options)), options);
   if (rc != 0) {

@@ -60,8 +60,7 @@ std::string operand_expr(const ChainOperand& o, int s, int which, int carried) {
 
 // The steps once (one iteration), as the interpreter's run_chain_element runs them; with
 // `c`, the state buffers stand in registers (plan_carried's plan).
-void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps,
-                const chain::Carried* c) {
+void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps, const chain::Carried* c) {
   for (int s = 0; s < int(steps.size()); ++s) {
     const ChainStep& st = steps[s];
     const bool unary = kFunctorNames[size_t(st.functor)].unary;
@@ -72,7 +71,8 @@ void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps,
     else if (c) out = detail::concat("r", int(c->out[s]));
     else out = detail::concat("m", s, "o[i]");
     k << "        {\n";
-    if (!unary) k << "          const T b = " << operand_expr(st.b, s, 1, c ? c->b[s] : -1) << ";\n";
+    if (!unary)
+      k << "          const T b = " << operand_expr(st.b, s, 1, c ? c->b[s] : -1) << ";\n";
     const std::string call = detail::concat(f, unary ? "(v)" : "(v, b)");
     k << "          T v = " << a << ";\n";
     k << "          v = tide_stored(T(" << call << "));\n";
@@ -89,12 +89,12 @@ void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps,
 std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   TIDE_CHECK(!steps.empty(), "fused chain", "a chain to compile needs at least one step");
   for (const ChainStep& st : steps) {
-    TIDE_CHECK(st.functor < FunctorId::count_, "fused chain",
-               "a step's functor id ", int(st.functor), " is not a listed functor");
+    TIDE_CHECK(st.functor < FunctorId::count_, "fused chain", "a step's functor id ",
+               int(st.functor), " is not a listed functor");
     for (const ChainOperand* o : {&st.a, &st.b, &st.out})
-      TIDE_CHECK(o->kind != ChainOperand::reg || o->reg_index < kMaxChainRegisters,
-                 "fused chain", "register r", int(o->reg_index), " beyond the ",
-                 kMaxChainRegisters, " a chain has");
+      TIDE_CHECK(o->kind != ChainOperand::reg || o->reg_index < kMaxChainRegisters, "fused chain",
+                 "register r", int(o->reg_index), " beyond the ", kMaxChainRegisters,
+                 " a chain has");
     TIDE_CHECK(st.out.kind != ChainOperand::scalar, "fused chain",
                "a step's result goes to a register or to memory, not to a scalar");
   }
@@ -111,7 +111,8 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   // The interpreter's chain::stored: a step's result is opaque to the optimiser, so no FMA
   // joins two steps that separate kernels would round apart.
   k << "__device__ __forceinline__ T tide_stored(T v) {";
-  if (floating) k << " asm volatile(\"\" : \"+" << (dtype == DType::float64 ? 'd' : 'f') << "\"(v));";
+  if (floating)
+    k << " asm volatile(\"\" : \"+" << (dtype == DType::float64 ? 'd' : 'f') << "\"(v));";
   k << " return v; }\n";
   k << "template <class F> __device__ __forceinline__ F tide_functor(const unsigned char* p) {"
        " F f; memcpy(&f, p, sizeof(F)); return f; }\n";
@@ -120,8 +121,10 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
        "int count_dtype) {\n";
   // chain::iterations_of: a count tensor is read where it lives, when the kernel runs.
   k << "  if (count) {\n"
-    << "    if (count_dtype == " << int(DType::float32) << ") iterations = (long long)*(const float*)count;\n"
-    << "    else if (count_dtype == " << int(DType::float64) << ") iterations = (long long)*(const double*)count;\n"
+    << "    if (count_dtype == " << int(DType::float32)
+    << ") iterations = (long long)*(const float*)count;\n"
+    << "    else if (count_dtype == " << int(DType::float64)
+    << ") iterations = (long long)*(const double*)count;\n"
     << "    else if (count_dtype == " << int(DType::int32) << ") iterations = *(const int*)count;\n"
     << "    else iterations = *(const long long*)count;\n"
     << "  }\n"
@@ -129,8 +132,9 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   // What may change between replays, read from the program once per thread.
   for (int s = 0; s < int(steps.size()); ++s) {
     const ChainStep& st = steps[s];
-    k << "  const auto f" << s << " = tide_functor<tide::fn::" << kFunctorNames[size_t(st.functor)].name
-      << ">(steps + " << step_at(s) + offsetof(ChainStep, functor_bytes) << ");\n";
+    k << "  const auto f" << s
+      << " = tide_functor<tide::fn::" << kFunctorNames[size_t(st.functor)].name << ">(steps + "
+      << step_at(s) + offsetof(ChainStep, functor_bytes) << ");\n";
     const ChainOperand* ops[3] = {&st.a, &st.b, &st.out};
     for (int w = 0; w < 3; ++w) {
       const std::string id = detail::concat(s, "abo"[w]);

@@ -245,10 +245,9 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, Site site) {
   Tensor y = pool_forward<kernels::AvgPool2d>(
       OpId::avg_pool2d, x, opt, [](auto z) { return &kernels::cpu::avg_pool2d<decltype(z)>; },
       site);
-  autograd::record(op_name(OpId::avg_pool2d), y, {&x},
-                   [shape = x.shape(), opt](const Tensor& gy) {
-                     return Grads{avg_pool2d_grad(gy, shape, opt)};
-                   });
+  autograd::record(op_name(OpId::avg_pool2d), y, {&x}, [shape = x.shape(), opt](const Tensor& gy) {
+    return Grads{avg_pool2d_grad(gy, shape, opt)};
+  });
   return y;
 }
 

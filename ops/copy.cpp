@@ -24,9 +24,8 @@ namespace {
 void host_copy(DataRef<unsigned char> dst, DataRef<unsigned char> src, size_t bytes) {
   unsigned char* d = dst.get();
   const unsigned char* s = src.get();
-  parallel_for(int64_t(bytes), kParallelGrain * 4, [&](int64_t lo, int64_t hi) {
-    std::memcpy(d + lo, s + lo, size_t(hi - lo));
-  });
+  parallel_for(int64_t(bytes), kParallelGrain * 4,
+               [&](int64_t lo, int64_t hi) { std::memcpy(d + lo, s + lo, size_t(hi - lo)); });
 }
 
 DataRef<unsigned char> bytes_of(const Tensor& t) {
@@ -36,17 +35,18 @@ DataRef<unsigned char> bytes_of(const Tensor& t) {
 // Queues dst = src where exactly one side is a GPU and the other pinned staging.
 void queue_device_copy(Device gpu, Storage* src, DataRef<unsigned char> s, Storage* dst,
                        DataRef<unsigned char> d, size_t bytes, cuda::CopyKind kind, Site site) {
-  Engine::get().submit(gpu, "to", {src}, {dst},
-                       [s, d, bytes, kind](const KernelContext& ctx) {
-                         ctx.api->memcpy_async(d.get(), s.get(), bytes, kind, ctx.stream);
-                       },
-                       site);
+  Engine::get().submit(
+      gpu, "to", {src}, {dst},
+      [s, d, bytes, kind](const KernelContext& ctx) {
+        ctx.api->memcpy_async(d.get(), s.get(), bytes, kind, ctx.stream);
+      },
+      site);
 }
 
-void queue_host_copy(Storage* src, DataRef<unsigned char> s, Storage* dst,
-                     DataRef<unsigned char> d, size_t bytes, Site site) {
-  Engine::get().submit(Device::cpu(), "to", {src}, {dst},
-                       [s, d, bytes] { host_copy(d, s, bytes); }, site);
+void queue_host_copy(Storage* src, DataRef<unsigned char> s, Storage* dst, DataRef<unsigned char> d,
+                     size_t bytes, Site site) {
+  Engine::get().submit(
+      Device::cpu(), "to", {src}, {dst}, [s, d, bytes] { host_copy(d, s, bytes); }, site);
 }
 
 }  // namespace
@@ -56,11 +56,10 @@ Tensor Tensor::to(Device device, Site site) const {
   check_defined(*this, op);
   Device from = this->device();
   if (from == device) return *this;
-  TIDE_CHECK(device.is_cpu() || cuda::available(device.index), op, "cannot copy ",
-             describe(*this), " from ", from.str(), " to ", device.str(), ": ",
-             device.is_cuda() && cuda::device_count() == 0
-                 ? "this process has no GPU"
-                 : "no such device");
+  TIDE_CHECK(
+      device.is_cpu() || cuda::available(device.index), op, "cannot copy ", describe(*this),
+      " from ", from.str(), " to ", device.str(), ": ",
+      device.is_cuda() && cuda::device_count() == 0 ? "this process has no GPU" : "no such device");
   Tensor y = Tensor::empty(shape(), dtype(), device, op);
   const size_t bytes = nbytes();
   if (bytes > 0) {
@@ -82,7 +81,8 @@ Tensor Tensor::to(Device device, Site site) const {
                           cuda::CopyKind::host_to_device, site);
     }
   }
-  autograd::record(op, y, {this}, [from](const Tensor& g) { return std::vector<Tensor>{g.to(from)}; });
+  autograd::record(op, y, {this},
+                   [from](const Tensor& g) { return std::vector<Tensor>{g.to(from)}; });
   return y;
 }
 

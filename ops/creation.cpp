@@ -19,16 +19,16 @@ namespace tide {
 using namespace detail;
 
 namespace {
-Tensor fill_with(OpId id, const Shape& shape, DType dtype, Device device, double value,
-                 double step, bool range, Site site) {
+Tensor fill_with(OpId id, const Shape& shape, DType dtype, Device device, double value, double step,
+                 bool range, Site site) {
   const char* op = op_name(id);
   check_device_supported(device, id);
   Tensor y = Tensor::empty(shape, dtype, device, op);
   dispatch_dtype(dtype, [&](auto z) {
     using T = decltype(z);
     kernels::queue(id, device, {}, {y.storage()}, &kernels::cpu::fill<T>,
-                   kernels::Fill<T>{y.ref<T>(), y.numel(), value, step, range},
-                   kernels::NoExtra{}, site);
+                   kernels::Fill<T>{y.ref<T>(), y.numel(), value, step, range}, kernels::NoExtra{},
+                   site);
   });
   return y;
 }
@@ -47,14 +47,14 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device, Site s
 
 Tensor arange(double start, double end, double step, DType dtype, Device device, Site site) {
   TIDE_CHECK(step != 0.0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
-             "arange", "needs finite start, end and a nonzero step, got (", start, ", ", end,
-             ", ", step, ")");
+             "arange", "needs finite start, end and a nonzero step, got (", start, ", ", end, ", ",
+             step, ")");
   // The count converts to int64 only when it is finite and a shape may hold it (2^60,
   // core/shape.h); NaN cannot arise from finite inputs but would be refused too.
   const double count = std::ceil((end - start) / step);
   TIDE_CHECK(count <= double(kMaxNumel) || count <= 0, "arange", "(start, end, step) = (",
-             format_scalar(start), ", ", format_scalar(end), ", ", format_scalar(step),
-             ") gives ", format_scalar(count), " elements; a tensor holds at most 2^60");
+             format_scalar(start), ", ", format_scalar(end), ", ", format_scalar(step), ") gives ",
+             format_scalar(count), " elements; a tensor holds at most 2^60");
   const int64_t n = count > 0 ? int64_t(count) : 0;
   if (n > 0 && !is_floating(dtype)) {
     // Element i is start + i * step, computed in double as the kernels do.
@@ -86,8 +86,8 @@ Tensor random_fill(OpId id, const Shape& shape, DType dtype, Device device, Gene
   dispatch_floating(dtype, [&](auto z) {
     using T = decltype(z);
     kernels::queue(id, device, {}, {y.storage()}, &kernels::cpu::random_fill<T>,
-                   kernels::RandomFill<T>{y.ref<T>(), y.numel(), counter, fixed_offset,
-                                          fixed_key, id == OpId::randn},
+                   kernels::RandomFill<T>{y.ref<T>(), y.numel(), counter, fixed_offset, fixed_key,
+                                          id == OpId::randn},
                    kernels::NoExtra{}, site);
   });
   return y;
@@ -102,8 +102,8 @@ Tensor rand(const Shape& shape, DType dtype, Generator& gen, Device device, Site
   return random_fill(OpId::rand, shape, dtype, device, gen, site);
 }
 
-Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dtype,
-                 Device device, Site site) {
+Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dtype, Device device,
+                 Site site) {
   TIDE_CHECK(int64_t(values.size()) == shape.numel(), "from_data", values.size(),
              " values for shape ", shape.str(), " (", shape.numel(), " elements)");
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), "from_data");
@@ -135,7 +135,8 @@ Tensor clone(const Tensor& a, Site site) {
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), "clone");
   kernels::queue(OpId::clone, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::copy_bytes,
                  kernels::CopyBytes{{a.storage(), a.offset() * int64_t(size_of(a.dtype()))},
-                                    y.ref<unsigned char>(), a.nbytes()},
+                                    y.ref<unsigned char>(),
+                                    a.nbytes()},
                  kernels::NoExtra{}, site);
   autograd::record(OpId::clone, y, {&a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return y;
@@ -150,10 +151,9 @@ Tensor cast(const Tensor& a, DType dtype, Site site) {
     dispatch_dtype(dtype, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
-      kernels::queue(OpId::cast, a.device(), {a.storage()}, {y.storage()},
-                     &kernels::cpu::convert<O, T>,
-                     kernels::Convert<O, T>{a.ref<T>(), y.ref<O>(), a.numel()},
-                     kernels::NoExtra{}, site);
+      kernels::queue(
+          OpId::cast, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::convert<O, T>,
+          kernels::Convert<O, T>{a.ref<T>(), y.ref<O>(), a.numel()}, kernels::NoExtra{}, site);
     });
   });
   if (is_floating(a.dtype()) && is_floating(dtype))

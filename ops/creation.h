@@ -34,12 +34,10 @@ inline Tensor arange(int64_t n, DType dtype = DType::int64, Device device = Devi
 }
 // Standard normal / uniform [0, 1) from Philox; counters reserved from `gen` at the call.
 // The same seed gives the same numbers on every device.
-Tensor randn(const Shape& shape, DType dtype = DType::float32,
-             Generator& gen = default_generator(), Device device = Device::cpu(),
-             Site site = Site::current());
-Tensor rand(const Shape& shape, DType dtype = DType::float32,
-            Generator& gen = default_generator(), Device device = Device::cpu(),
-            Site site = Site::current());
+Tensor randn(const Shape& shape, DType dtype = DType::float32, Generator& gen = default_generator(),
+             Device device = Device::cpu(), Site site = Site::current());
+Tensor rand(const Shape& shape, DType dtype = DType::float32, Generator& gen = default_generator(),
+            Device device = Device::cpu(), Site site = Site::current());
 // Copies `values` (converted to dtype as cast converts) into a new tensor at the call (on
 // a GPU: into pinned staging at the call, then a queued copy). Throws "[from_data]" when
 // values.size() != shape.numel().
@@ -47,8 +45,8 @@ Tensor from_data(const std::vector<double>& values, const Shape& shape,
                  DType dtype = DType::float32, Device device = Device::cpu(),
                  Site site = Site::current());
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape,
-                   Device device = Device::cpu(), Site site = Site::current());
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu(),
+                   Site site = Site::current());
 // A new tensor with a's values (queued copy). Differentiable.
 Tensor clone(const Tensor& a, Site site = Site::current());
 // a converted to dtype (queued). Differentiable between floating types. Float to integer

@@ -31,14 +31,14 @@ void check_scalar_fits(double s, DType dtype, const char* op, const char* what, 
   TIDE_CHECK(std::isfinite(s), op, what, " ", format_scalar(s), " is not finite", context);
   // int32: [-2^31, 2^31 - 1], both exact doubles. int64: [-2^63, 2^63 - 1]; no double lies
   // between 2^63 - 1024 and 2^63, so s < 2^63 is the upper bound.
-  const bool fits = dtype == DType::int32 ? s >= -0x1p31 && s <= 0x1p31 - 1
-                                          : s >= -0x1p63 && s < 0x1p63;
+  const bool fits =
+      dtype == DType::int32 ? s >= -0x1p31 && s <= 0x1p31 - 1 : s >= -0x1p63 && s < 0x1p63;
   TIDE_CHECK(fits, op, what, " ", format_scalar(s), " is outside the range of ", dtype,
              dtype == DType::int32 ? " [-2147483648, 2147483647]"
                                    : " [-9223372036854775808, 9223372036854775807]",
              context);
-  TIDE_CHECK(!integral || s == std::trunc(s), op, what, " ", format_scalar(s),
-             " is not an integer", context);
+  TIDE_CHECK(!integral || s == std::trunc(s), op, what, " ", format_scalar(s), " is not an integer",
+             context);
 }
 
 }  // namespace detail
@@ -83,8 +83,7 @@ template <class O, class T, class F>
 // Queues out = f(a, b), a and b broadcast to out's shape; out's dtype is
 // fn::binary_out_t<F, T> (masks of integers are float).
 template <class F>
-void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& out,
-                  Site site) {
+void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& out, Site site) {
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
     using O = fn::binary_out_t<F, T>;
@@ -110,8 +109,8 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
 
 // Queues out = f(a, s) (or f(s, a) when scalar_first) for a contiguous a.
 template <class F>
-void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
-                  const Tensor& out, Site site) {
+void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first, const Tensor& out,
+                  Site site) {
   dispatch_dtype(a.dtype(), [&](auto za) {
     using T = decltype(za);
     using O = fn::binary_out_t<F, T>;
@@ -122,8 +121,7 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first,
     if (CaptureSink* c = capturing()) [[unlikely]] {
       if (scalar_first)
         describe_flat<O, T>(c, id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
-      else
-        describe_flat<O, T>(c, id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+      else describe_flat<O, T>(c, id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
     }
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::scalar_flat<O, T, F>,
@@ -170,8 +168,8 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
   // conversion is undefined otherwise). In range, ceil / floor below stay in range.
   if (!is_floating(a.dtype()))
     check_scalar_fits(s, a.dtype(), op, "scalar", !is_mask_op(id), for_tensor(a));
-  Tensor y = Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(),
-                           a.device(), op);
+  Tensor y =
+      Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
   if (!is_floating(a.dtype()) && s != std::floor(s)) {
     // An integer tensor against a fractional scalar (arithmetic refused it above):
     // comparisons keep their meaning (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5
@@ -292,9 +290,8 @@ Tensor rdiv(double s, const Tensor& a, Site site) {
 }
 Tensor maximum(const Tensor& a, double s, Site site) {
   Tensor y = scalar_op(OpId::maximum, fn::Maximum{}, a, s, false, site);
-  autograd::record(OpId::maximum, y, {&a}, [a = a.detach(), s](const Tensor& g) {
-    return Grads{g * rsub(1.0, lt(a, s))};
-  });
+  autograd::record(OpId::maximum, y, {&a},
+                   [a = a.detach(), s](const Tensor& g) { return Grads{g * rsub(1.0, lt(a, s))}; });
   return y;
 }
 Tensor eq(const Tensor& a, double s, Site site) {
@@ -348,16 +345,14 @@ Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
 }
 Tensor sigmoid(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site, true);
-  autograd::record(OpId::sigmoid, y, {&a}, [y = y.detach()](const Tensor& g) {
-    return Grads{g * y * rsub(1.0, y)};
-  });
+  autograd::record(OpId::sigmoid, y, {&a},
+                   [y = y.detach()](const Tensor& g) { return Grads{g * y * rsub(1.0, y)}; });
   return y;
 }
 Tensor tanh(const Tensor& a, Site site) {
   Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site, true);
-  autograd::record(OpId::tanh, y, {&a}, [y = y.detach()](const Tensor& g) {
-    return Grads{g * rsub(1.0, y * y)};
-  });
+  autograd::record(OpId::tanh, y, {&a},
+                   [y = y.detach()](const Tensor& g) { return Grads{g * rsub(1.0, y * y)}; });
   return y;
 }
 Tensor pow(const Tensor& a, double p, Site site) {
@@ -376,8 +371,8 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   check_defined(self, op);
   check_supported(self, id);
   TIDE_CHECK(!(self.requires_grad() && autograd::grad_enabled()), op,
-             "cannot update a tensor that requires grad in place while recording: ",
-             describe(self), "; use NoGrad (as optimizers do)");
+             "cannot update a tensor that requires grad in place while recording: ", describe(self),
+             "; use NoGrad (as optimizers do)");
   if (!other) return;
   check_same(self, *other, id);
   // An operand overlapping the target (x.add_(x[0])) would read elements already updated.
@@ -386,8 +381,8 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   if (other->storage() == self.storage() && !same_view) {
     int64_t a0 = self.offset(), a1 = a0 + self.numel();
     int64_t b0 = other->offset(), b1 = b0 + other->numel();
-    TIDE_CHECK(a1 <= b0 || b1 <= a0 || self.numel() == 0 || other->numel() == 0, op,
-               "the operand ", describe(*other), " overlaps the tensor ", describe(self),
+    TIDE_CHECK(a1 <= b0 || b1 <= a0 || self.numel() == 0 || other->numel() == 0, op, "the operand ",
+               describe(*other), " overlaps the tensor ", describe(self),
                " written in place; clone() it first");
   }
   Shape s = broadcast_shapes(self.shape(), other->shape(), op);
@@ -439,8 +434,8 @@ Tensor& Tensor::copy_(const Tensor& src, Site site) {
   check_in_place(*this, &src, OpId::copy_);
   // Onto every byte its storage was made for, from another storage: the old values do not
   // matter, so the copy replaces a failure of this tensor (core/engine.h, ReplacingWrite).
-  const bool whole = offset() == 0 && nbytes() == storage()->requested_bytes() &&
-                     src.storage() != storage();
+  const bool whole =
+      offset() == 0 && nbytes() == storage()->requested_bytes() && src.storage() != storage();
   ReplacingWrite replacing(whole);
   queue_binary(OpId::copy_, fn::Second{}, *this, src, *this, site);
   return *this;

@@ -31,8 +31,8 @@ using EwBlockFn = void (*)(const void* functor, const void* a, int64_t sa, const
 // `iterations` times, each element's chain kept in registers. Only for ops whose output
 // dtype is their input dtype; the same functor in the same order, so the same bits as
 // `iterations` separate ops.
-using EwIterateFn = void (*)(const void* functor, const void* b, int64_t sb, void* o,
-                             int64_t n, int64_t iterations);
+using EwIterateFn = void (*)(const void* functor, const void* b, int64_t sb, void* o, int64_t n,
+                             int64_t iterations);
 
 struct ElementwiseDesc {
   OpId id;
@@ -49,10 +49,10 @@ struct ElementwiseDesc {
 };
 
 template <class O, class T, class F>
-void ew_binary_block(const void* f, const void* a, int64_t sa, const void* b, int64_t sb,
-                     void* o, int64_t n) {
-  binary_row(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<O*>(o),
-             n, *static_cast<const F*>(f));
+void ew_binary_block(const void* f, const void* a, int64_t sa, const void* b, int64_t sb, void* o,
+                     int64_t n) {
+  binary_row(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<O*>(o), n,
+             *static_cast<const F*>(f));
 }
 
 template <class O, class T, class F>
@@ -68,8 +68,7 @@ void ew_unary_block(const void* f, const void* a, int64_t sa, const void*, int64
 }
 
 template <class T, class F, int kArity>
-void ew_iterate(const void* f, const void* b, int64_t sb, void* o, int64_t n,
-                int64_t iterations) {
+void ew_iterate(const void* f, const void* b, int64_t sb, void* o, int64_t n, int64_t iterations) {
   const F& fn = *static_cast<const F*>(f);
   T* po = static_cast<T*>(o);
   const T* pb = static_cast<const T*>(b);

@@ -18,27 +18,67 @@
 namespace tide::fn {
 
 // Integers compute transcendental functions in double.
-template <class T> using Real = std::conditional_t<std::is_floating_point_v<T>, T, double>;
+template <class T>
+using Real = std::conditional_t<std::is_floating_point_v<T>, T, double>;
 
 // Integer arithmetic wraps around (two's complement), as NumPy's and PyTorch's does: it is
 // computed in the unsigned type, where wrapping is defined (signed overflow is undefined
 // behaviour), and converted back (modular since C++20). Floating types compute as written.
 template <class T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>>
-struct WrapType { using type = T; };
-template <class T> struct WrapType<T, true> { using type = std::make_unsigned_t<T>; };
-template <class T> using Wrap = typename WrapType<T>::type;
-template <class T> TIDE_HOST_DEVICE T wrap_add(T a, T b) { return T(Wrap<T>(a) + Wrap<T>(b)); }
-template <class T> TIDE_HOST_DEVICE T wrap_sub(T a, T b) { return T(Wrap<T>(a) - Wrap<T>(b)); }
-template <class T> TIDE_HOST_DEVICE T wrap_mul(T a, T b) { return T(Wrap<T>(a) * Wrap<T>(b)); }
-template <class T> TIDE_HOST_DEVICE T wrap_neg(T a) { return T(Wrap<T>(0) - Wrap<T>(a)); }
+struct WrapType {
+  using type = T;
+};
+template <class T>
+struct WrapType<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using Wrap = typename WrapType<T>::type;
+template <class T>
+TIDE_HOST_DEVICE T wrap_add(T a, T b) {
+  return T(Wrap<T>(a) + Wrap<T>(b));
+}
+template <class T>
+TIDE_HOST_DEVICE T wrap_sub(T a, T b) {
+  return T(Wrap<T>(a) - Wrap<T>(b));
+}
+template <class T>
+TIDE_HOST_DEVICE T wrap_mul(T a, T b) {
+  return T(Wrap<T>(a) * Wrap<T>(b));
+}
+template <class T>
+TIDE_HOST_DEVICE T wrap_neg(T a) {
+  return T(Wrap<T>(0) - Wrap<T>(a));
+}
 
-struct Add { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_add(a, b); } };
-struct Sub { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_sub(a, b); } };
-struct Mul { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return wrap_mul(a, b); } };
-struct Div { template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const { return a / b; } };
+struct Add {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
+    return wrap_add(a, b);
+  }
+};
+struct Sub {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
+    return wrap_sub(a, b);
+  }
+};
+struct Mul {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
+    return wrap_mul(a, b);
+  }
+};
+struct Div {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
+    return a / b;
+  }
+};
 struct Maximum {
   // NaN-propagating, like NumPy's maximum.
-  template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
     if (a != a) return a;
     if (b != b) return b;
     return a > b ? a : b;
@@ -46,50 +86,96 @@ struct Maximum {
 };
 struct Eq {
   static constexpr bool kMask = true;
-  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a == b; }
+  template <class T>
+  TIDE_HOST_DEVICE bool operator()(T a, T b) const {
+    return a == b;
+  }
 };
 struct Gt {
   static constexpr bool kMask = true;
-  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a > b; }
+  template <class T>
+  TIDE_HOST_DEVICE bool operator()(T a, T b) const {
+    return a > b;
+  }
 };
 struct Lt {
   static constexpr bool kMask = true;
-  template <class T> TIDE_HOST_DEVICE bool operator()(T a, T b) const { return a < b; }
+  template <class T>
+  TIDE_HOST_DEVICE bool operator()(T a, T b) const {
+    return a < b;
+  }
 };
 // An integer tensor compared for equality with a fractional scalar: never equal.
 struct Never {
   static constexpr bool kMask = true;
-  template <class T> TIDE_HOST_DEVICE bool operator()(T, T) const { return false; }
+  template <class T>
+  TIDE_HOST_DEVICE bool operator()(T, T) const {
+    return false;
+  }
 };
 // a + alpha * b (add_ / sub_ with alpha)
 struct AddScaled {
   double alpha;
-  template <class T> TIDE_HOST_DEVICE T operator()(T a, T b) const {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a, T b) const {
     return wrap_add(a, wrap_mul(T(alpha), b));
   }
 };
 // Second operand only (copy_)
-struct Second { template <class T> TIDE_HOST_DEVICE T operator()(T, T b) const { return b; } };
+struct Second {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T, T b) const {
+    return b;
+  }
+};
 
-struct Neg { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return wrap_neg(a); } };
+struct Neg {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return wrap_neg(a);
+  }
+};
 struct Exp {
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::exp(Real<T>(a))); }
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return T(std::exp(Real<T>(a)));
+  }
 };
 struct Log {
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::log(Real<T>(a))); }
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return T(std::log(Real<T>(a)));
+  }
 };
 struct Sqrt {
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::sqrt(Real<T>(a))); }
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return T(std::sqrt(Real<T>(a)));
+  }
 };
-struct Abs { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a < T(0) ? wrap_neg(a) : a; } };
-struct Relu { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a > T(0) ? a : T(0); } };
+struct Abs {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return a < T(0) ? wrap_neg(a) : a;
+  }
+};
+struct Relu {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return a > T(0) ? a : T(0);
+  }
+};
 // relu's gradient in one pass: g where the input a was positive, else 0.
 struct ReluGrad {
-  template <class T> TIDE_HOST_DEVICE T operator()(T g, T a) const { return a > T(0) ? g : T(0); }
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T g, T a) const {
+    return a > T(0) ? g : T(0);
+  }
 };
 struct Sigmoid {
   // Stable on both sides: never exp of a large positive number.
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
     using R = Real<T>;
     R x = R(a);
     if (x >= R(0)) return T(R(1) / (R(1) + std::exp(-x)));
@@ -98,17 +184,26 @@ struct Sigmoid {
   }
 };
 struct Tanh {
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return T(std::tanh(Real<T>(a))); }
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return T(std::tanh(Real<T>(a)));
+  }
 };
 struct Pow {
   double p;
-  template <class T> TIDE_HOST_DEVICE T operator()(T a) const {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
     if (p == 2.0) return a * a;
     if (p == 1.0) return a;
     return T(std::pow(Real<T>(a), Real<T>(p)));
   }
 };
-struct Identity { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { return a; } };
+struct Identity {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    return a;
+  }
+};
 
 // ---- conversions between dtypes (cast, from_data, integer fills) -----------------------------
 
@@ -116,7 +211,8 @@ struct Identity { template <class T> TIDE_HOST_DEVICE T operator()(T a) const { 
 // values at or beyond the range (infinities included) -> O's min or max, others truncate
 // toward zero. Every other pair is C++'s conversion: integer to integer wraps (C++20, as
 // NumPy), to float rounds to nearest. The CPU and CUDA casts both call this, so they agree.
-template <class O, class T> TIDE_HOST_DEVICE O convert(T a) {
+template <class O, class T>
+TIDE_HOST_DEVICE O convert(T a) {
   if constexpr (std::is_floating_point_v<T> && std::is_integral_v<O>) {
     static_assert(sizeof(O) == 4 || sizeof(O) == 8, "int32 or int64");
     // 2^31 or 2^63: exact in float and double; every value strictly between -lim and lim
@@ -147,13 +243,16 @@ struct SgdUpdate {
   bool nesterov;
   bool fresh;  // buf is uninitialised: buf = g (PyTorch's first step), never read
 
-  template <class T> struct Factors {
+  template <class T>
+  struct Factors {
     T lr, momentum, one_minus_dampening, weight_decay;
     bool with_momentum, with_decay, nesterov, fresh;
   };
-  template <class T> TIDE_HOST_DEVICE Factors<T> factors(T lr) const {
-    return {lr,           T(momentum),    T(1 - dampening), T(weight_decay),
-            momentum != 0, weight_decay != 0, nesterov,        fresh};
+  template <class T>
+  TIDE_HOST_DEVICE Factors<T> factors(T lr) const {
+    return {
+        lr,       T(momentum), T(1 - dampening), T(weight_decay), momentum != 0, weight_decay != 0,
+        nesterov, fresh};
   }
   template <class T>
   TIDE_HOST_DEVICE void operator()(T& p, T g, T& buf, const Factors<T>& k) const {
@@ -172,7 +271,8 @@ struct AdamUpdate {
   bool decoupled;
   bool fresh;  // m and v are uninitialised: taken as zero, never read
 
-  template <class T> struct Factors {
+  template <class T>
+  struct Factors {
     T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
     T decay;      // 1 - lr * weight_decay (AdamW)
     T step_size;  // lr / (1 - beta1^t)
@@ -180,7 +280,8 @@ struct AdamUpdate {
     bool with_decay, decoupled, fresh;
   };
   // t >= 1: the number of this update.
-  template <class T> TIDE_HOST_DEVICE Factors<T> factors(T lr, long long t) const {
+  template <class T>
+  TIDE_HOST_DEVICE Factors<T> factors(T lr, long long t) const {
     double bc1 = 1.0 - std::pow(beta1, double(t));
     double bc2 = 1.0 - std::pow(beta2, double(t));
     return {T(beta1),
@@ -211,12 +312,17 @@ struct AdamUpdate {
 // ---- traits and lists ----------------------------------------------------------------------
 
 // Masks (comparisons) give 0/1 in the input's dtype, float for integer inputs.
-template <class F, class = void> struct is_mask : std::false_type {};
-template <class F> struct is_mask<F, std::void_t<decltype(F::kMask)>> : std::bool_constant<F::kMask> {};
-template <class F> inline constexpr bool is_mask_v = is_mask<F>::value;
-template <class T> using mask_t = std::conditional_t<std::is_floating_point_v<T>, T, float>;
+template <class F, class = void>
+struct is_mask : std::false_type {};
+template <class F>
+struct is_mask<F, std::void_t<decltype(F::kMask)>> : std::bool_constant<F::kMask> {};
+template <class F>
+inline constexpr bool is_mask_v = is_mask<F>::value;
+template <class T>
+using mask_t = std::conditional_t<std::is_floating_point_v<T>, T, float>;
 // The output element type of binary functor F on inputs of type T.
-template <class F, class T> using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
+template <class F, class T>
+using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
 
 }  // namespace tide::fn
 

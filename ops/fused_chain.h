@@ -29,12 +29,18 @@ enum class FunctorId : uint8_t {
   TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID) TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID)
       TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID)
 #undef TIDE_FUNCTOR_ID
-  count_  // not a listed functor: a chain with it cannot be fused for a GPU
+          count_  // not a listed functor: a chain with it cannot be fused for a GPU
 };
 
-template <class F> struct FunctorIdOf { static constexpr FunctorId value = FunctorId::count_; };
-#define TIDE_FUNCTOR_ID_OF(F) \
-  template <> struct FunctorIdOf<fn::F> { static constexpr FunctorId value = FunctorId::F; };
+template <class F>
+struct FunctorIdOf {
+  static constexpr FunctorId value = FunctorId::count_;
+};
+#define TIDE_FUNCTOR_ID_OF(F)                        \
+  template <>                                        \
+  struct FunctorIdOf<fn::F> {                        \
+    static constexpr FunctorId value = FunctorId::F; \
+  };
 TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
 TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID_OF)
 TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
@@ -143,7 +149,7 @@ TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
 // the same bits. Carried says which memory operands stand for which spare register.
 inline constexpr int kMaxCarriedSteps = 8;
 struct Carried {  // (no initialisers for the arrays: every kernel thread has one)
-  int n = 0;  // state buffers held in registers: ptr and reg are set below n
+  int n = 0;      // state buffers held in registers: ptr and reg are set below n
   const void* ptr[kMaxChainRegisters];
   uint8_t reg[kMaxChainRegisters];
   // Per step: the register standing for its a, b or out memory operand, or -1.
@@ -191,7 +197,7 @@ TIDE_HOST_DEVICE bool plan_carried(const ChainStep* steps, int num_steps, Carrie
     for (int j = 0; j < 2; ++j) {
       if (ops[j]->kind != ChainOperand::mem) continue;
       const int k = find(ops[j]->ptr);
-      if (k < 0) continue;                // an input the chain never writes
+      if (k < 0) continue;                    // an input the chain never writes
       if (ops[j]->stride != 1) return false;  // every element reads one: keep memory
       *slots[j] = int8_t(c->reg[k]);
     }
@@ -245,8 +251,8 @@ TIDE_HOST_DEVICE void run_chain_element(const ChainStep* steps, int num_steps, i
     for (int s = 0; s < num_steps; ++s) {
       const ChainStep& st = steps[s];
       const T b = chain::load<T>(st.b, reg, i);
-      const T r = chain::apply<T>(st.functor, st.functor_bytes, chain::load<T>(st.a, reg, i), b,
-                                  st.repeat);
+      const T r =
+          chain::apply<T>(st.functor, st.functor_bytes, chain::load<T>(st.a, reg, i), b, st.repeat);
       if (st.out.kind == ChainOperand::reg) reg[st.out.reg_index] = r;
       else static_cast<T*>(const_cast<void*>(st.out.ptr))[i] = r;
     }

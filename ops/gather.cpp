@@ -64,9 +64,8 @@ Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
     queue_rows<kernels::TakeRows>(
         OpId::take_rows, src, rows, y, n, k,
         []<class T, class I>() { return &kernels::cpu::take_rows<T, I>; }, site);
-  autograd::record(op, y, {&src}, [rows, n](const Tensor& g) {
-    return Grads{scatter_add_rows(g, rows, n)};
-  });
+  autograd::record(op, y, {&src},
+                   [rows, n](const Tensor& g) { return Grads{scatter_add_rows(g, rows, n)}; });
   return y;
 }
 

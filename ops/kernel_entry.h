@@ -39,7 +39,8 @@ bool runs_host_kernels(Device d);
 template <class Args, class Extra>
 KernelFn<Args, Extra> select(OpId op, Device d, KernelFn<Args, Extra> cpu, bool* on_host) {
   *on_host = false;
-  if (d.is_cpu()) [[likely]] return cpu;
+  if (d.is_cpu()) [[likely]]
+    return cpu;
   if (detail::runs_host_kernels(d)) {
     *on_host = true;
     return cpu;
@@ -59,7 +60,7 @@ struct HostKernelIo {
   Site site;
   HostKernelIo(std::initializer_list<Storage*> reads, std::initializer_list<Storage*> writes,
                const char* op, Site site);
-  bool inherit_failure() const;   // true (writes poisoned) when a read failed
+  bool inherit_failure() const;  // true (writes poisoned) when a read failed
   void fail(const char* what) const;
 };
 
@@ -79,22 +80,24 @@ void queue(OpId op, Device device, std::initializer_list<Storage*> reads,
   if (!name) name = op_name(op);
   if (on_host) [[unlikely]] {
     HostKernelIo io(reads, writes, name, site);
-    Engine::get().submit(device, name, reads, writes,
-                         [fn, args, x, io](const KernelContext& ctx) {
-                           run_on_host(ctx, [fn, args, x, io] {
-                             if (io.inherit_failure()) return;
-                             try {
-                               fn(cpu_kernel_context(), args, x);
-                             } catch (const std::exception& e) {
-                               io.fail(e.what());
-                             }
-                           });
-                         },
-                         site);
+    Engine::get().submit(
+        device, name, reads, writes,
+        [fn, args, x, io](const KernelContext& ctx) {
+          run_on_host(ctx, [fn, args, x, io] {
+            if (io.inherit_failure()) return;
+            try {
+              fn(cpu_kernel_context(), args, x);
+            } catch (const std::exception& e) {
+              io.fail(e.what());
+            }
+          });
+        },
+        site);
     return;
   }
-  Engine::get().submit(device, name, reads, writes,
-                       [fn, args, x](const KernelContext& ctx) { fn(ctx, args, x); }, site);
+  Engine::get().submit(
+      device, name, reads, writes, [fn, args, x](const KernelContext& ctx) { fn(ctx, args, x); },
+      site);
 }
 
 }  // namespace tide::kernels

@@ -40,8 +40,8 @@ bool ensure_cuda_kernels() {
 bool runs_host_kernels(Device d) { return d.is_cuda() && cuda::runs_host_kernels(d.index); }
 
 void throw_no_kernel(OpId op, Device d, const char* what) {
-  throw Error(op_name(op), tide::detail::concat("has no CUDA kernel for these operands (",
-                                                what, ") on ", d.str()));
+  throw Error(op_name(op), tide::detail::concat("has no CUDA kernel for these operands (", what,
+                                                ") on ", d.str()));
 }
 
 }  // namespace kernels::detail
@@ -92,8 +92,8 @@ void throw_unsupported(Device d, OpId id) {
 }
 void throw_unsupported(const Tensor& t, OpId id) {
   if (t.device().is_cuda() && !cuda::available(t.device().index)) throw_unsupported(t.device(), id);
-  throw Error(op_name(id), concat("has no ", t.device().is_cuda() ? "CUDA kernel" : "kernel",
-                                  " (", describe(t), " on ", t.device().str(),
+  throw Error(op_name(id), concat("has no ", t.device().is_cuda() ? "CUDA kernel" : "kernel", " (",
+                                  describe(t), " on ", t.device().str(),
                                   "); op_supported(device, op) tells before the call"));
 }
 }  // namespace detail

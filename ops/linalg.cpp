@@ -34,8 +34,9 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
                       const Desc& desc) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   for (const auto& [name, v] : sizes)
-    TIDE_CHECK(v <= kMax, op, name, " = ", v, " exceeds the 32-bit dimension limit of BLAS: ",
-               desc(), " (every dimension and row stride must be at most ", kMax, ")");
+    TIDE_CHECK(v <= kMax, op, name, " = ", v,
+               " exceeds the 32-bit dimension limit of BLAS: ", desc(),
+               " (every dimension and row stride must be at most ", kMax, ")");
 }
 
 }  // namespace
@@ -77,12 +78,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   bool need_a = autograd::needs_grad({&a}), need_b = autograd::needs_grad({&b});
   autograd::record(op, y, {&a, &b},
                    [a = a.detach(), b = b.detach(), opt, need_a, need_b](const Tensor& g) {
-    bool ta = opt.trans_a, tb = opt.trans_b;
-    Tensor ga, gb;  // undefined: no gradient
-    if (need_a) ga = ta ? matmul(b, g, {tb, true}) : matmul(g, b, {false, !tb});
-    if (need_b) gb = tb ? matmul(g, a, {true, ta}) : matmul(a, g, {!ta, false});
-    return Grads{ga, gb};
-  });
+                     bool ta = opt.trans_a, tb = opt.trans_b;
+                     Tensor ga, gb;  // undefined: no gradient
+                     if (need_a) ga = ta ? matmul(b, g, {tb, true}) : matmul(g, b, {false, !tb});
+                     if (need_b) gb = tb ? matmul(g, a, {true, ta}) : matmul(a, g, {!ta, false});
+                     return Grads{ga, gb};
+                   });
   return y;
 }
 
@@ -98,30 +99,37 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
              " + ", describe(b));
   const int64_t m = x.size(0), k = x.size(1), n = w.size(1);
   if (m > 0 && n > 0)
-    check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}}, [&] {
-      return describe(x) + " @ " + describe(w) + " + " + describe(b);
-    });
+    check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}},
+                     [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
   Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
   if (m * n > 0)
     dispatch_floating(x.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::Gemm<T> g{x.ref<T>(), w.ref<T>(), y.ref<T>(), m, n, k,
-                         std::max<int64_t>(1, k), std::max<int64_t>(1, n),
-                         std::max<int64_t>(1, n), false, false};
+      kernels::Gemm<T> g{x.ref<T>(),
+                         w.ref<T>(),
+                         y.ref<T>(),
+                         m,
+                         n,
+                         k,
+                         std::max<int64_t>(1, k),
+                         std::max<int64_t>(1, n),
+                         std::max<int64_t>(1, n),
+                         false,
+                         false};
       kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()}, {y.storage()},
                      &kernels::cpu::gemm_bias<T>, kernels::GemmBias<T>{g, b.ref<T>(), relu},
                      kernels::NoExtra{}, site);
     });
   bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
-  autograd::record(op, y, {&x, &w, &b},
-                   [x = x.detach(), w = w.detach(), y = y.detach(), relu, need_x,
-                    need_w](const Tensor& g) {
-                     Tensor gy = relu ? relu_grad(g, y) : g;  // y > 0 exactly where x@w+b > 0
-                     Tensor gx, gw;
-                     if (need_x) gx = matmul(gy, w, {false, true});
-                     if (need_w) gw = matmul(x, gy, {true, false});
-                     return Grads{gx, gw, sum(gy, 0)};
-                   });
+  autograd::record(
+      op, y, {&x, &w, &b},
+      [x = x.detach(), w = w.detach(), y = y.detach(), relu, need_x, need_w](const Tensor& g) {
+        Tensor gy = relu ? relu_grad(g, y) : g;  // y > 0 exactly where x@w+b > 0
+        Tensor gx, gw;
+        if (need_x) gx = matmul(gy, w, {false, true});
+        if (need_w) gw = matmul(x, gy, {true, false});
+        return Grads{gx, gw, sum(gy, 0)};
+      });
   return y;
 }
 
@@ -161,8 +169,8 @@ Tensor transpose(const Tensor& a, Site site) {
     dispatch_dtype(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::transpose, a.device(), {a.storage()}, {y.storage()},
-                     &kernels::cpu::transpose<T>, kernels::Transpose<T>{a.ref<T>(), y.ref<T>(), r, c},
-                     kernels::NoExtra{}, site);
+                     &kernels::cpu::transpose<T>,
+                     kernels::Transpose<T>{a.ref<T>(), y.ref<T>(), r, c}, kernels::NoExtra{}, site);
     });
   autograd::record(op, y, {&a}, [](const Tensor& g) { return Grads{transpose(g)}; });
   return y;

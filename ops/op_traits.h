@@ -13,35 +13,89 @@ namespace tide {
 
 enum class OpId : uint16_t {
   // creation
-  zeros, ones, full, arange, randn, rand, from_data, clone,
+  zeros,
+  ones,
+  full,
+  arange,
+  randn,
+  rand,
+  from_data,
+  clone,
   // elementwise, binary
-  add, sub, mul, div, maximum, eq, gt, lt, relu_grad,
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  eq,
+  gt,
+  lt,
+  relu_grad,
   // elementwise, unary
-  neg, exp, log, sqrt, abs, pow, relu, sigmoid, tanh, cast,
+  neg,
+  exp,
+  log,
+  sqrt,
+  abs,
+  pow,
+  relu,
+  sigmoid,
+  tanh,
+  cast,
   // in place (optimizers)
-  add_, sub_, mul_, copy_,
+  add_,
+  sub_,
+  mul_,
+  copy_,
   // reductions
-  sum, mean, max, argmax,
+  sum,
+  mean,
+  max,
+  argmax,
   // linear algebra and rows
-  matmul, transpose, softmax, log_softmax, linear, one_hot,
+  matmul,
+  transpose,
+  softmax,
+  log_softmax,
+  linear,
+  one_hot,
   // gather (ops/gather.h)
-  take_rows, scatter_add_rows,
+  take_rows,
+  scatter_add_rows,
   // convolutional networks (ops/conv.h)
-  conv2d, conv2d_input_grad, conv2d_weight_grad, max_pool2d, max_pool2d_grad, avg_pool2d,
-  avg_pool2d_grad, batch_norm, batch_norm_grad,
+  conv2d,
+  conv2d_input_grad,
+  conv2d_weight_grad,
+  max_pool2d,
+  max_pool2d_grad,
+  avg_pool2d,
+  avg_pool2d_grad,
+  batch_norm,
+  batch_norm_grad,
   // views (no kernel)
-  reshape, slice, select, flatten,
+  reshape,
+  slice,
+  select,
+  flatten,
   // test and demo helpers (ops/debug.h)
-  fail, gate,
+  fail,
+  gate,
   // fused optimizer updates and the step counter (ops/optim.h)
-  sgd_update_, adam_update_, increment_,
+  sgd_update_,
+  adam_update_,
+  increment_,
   // copies between devices (ops/copy.cpp: Tensor::to)
   to,
   count_  // keep last
 };
 
 enum class OpKind : uint8_t {
-  creation, elementwise, reduction, linalg, view, debug,
+  creation,
+  elementwise,
+  reduction,
+  linalg,
+  view,
+  debug,
   conv,  // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU only so far
   optimizer  // fused in-place updates (ops/optim.h): several outputs, not for a fuser
 };

@@ -25,12 +25,14 @@ inline void check_defined(const Tensor& t, const char* op) {
 // Throws "[op] has no CUDA kernel ..." unless op_supported(t.device(), id) (STYLE 6).
 void throw_unsupported(const Tensor& t, OpId id);
 inline void check_supported(const Tensor& t, OpId id) {
-  if (t.device().is_cpu()) [[likely]] return;
+  if (t.device().is_cpu()) [[likely]]
+    return;
   if (!op_supported(t.device(), id)) throw_unsupported(t, id);
 }
 void throw_unsupported(Device d, OpId id);
 inline void check_device_supported(Device d, OpId id) {
-  if (d.is_cpu()) [[likely]] return;
+  if (d.is_cpu()) [[likely]]
+    return;
   if (!op_supported(d, id)) throw_unsupported(d, id);
 }
 inline void check_same(const Tensor& a, const Tensor& b, OpId id) {

@@ -32,18 +32,16 @@ void check_operand(const Tensor& t, const char* what, OpId id) {
 void check_param(const Tensor& p, OpId id) {
   const char* op = op_name(id);
   check_operand(p, "param", id);
-  TIDE_CHECK(is_floating(p.dtype()), op, "param must be float32 or float64, got ",
-             describe(p));
+  TIDE_CHECK(is_floating(p.dtype()), op, "param must be float32 or float64, got ", describe(p));
 }
 
 // `t` must match the parameter in shape, dtype and device (grad and state tensors).
 void check_like(const Tensor& t, const char* what, const Tensor& p, OpId id) {
   const char* op = op_name(id);
   check_operand(t, what, id);
-  TIDE_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype() && t.device() == p.device(), op,
-             what, " ", describe(t), " on ", t.device().str(), " differs from param ",
-             describe(p), " on ", p.device().str(),
-             " (expected the parameter's shape, dtype and device)");
+  TIDE_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype() && t.device() == p.device(), op, what,
+             " ", describe(t), " on ", t.device().str(), " differs from param ", describe(p),
+             " on ", p.device().str(), " (expected the parameter's shape, dtype and device)");
 }
 
 // A one-element hyper-parameter tensor (lr: the parameter's dtype; step: int64).
@@ -51,13 +49,14 @@ void check_scalar(const Tensor& t, const char* what, DType dtype, const Tensor& 
   const char* op = op_name(id);
   check_operand(t, what, id);
   TIDE_CHECK(t.numel() == 1 && t.dtype() == dtype && t.device() == p.device(), op, what,
-             " must be a one-element ", name(dtype), " tensor on ", p.device().str(),
-             ", got ", describe(t), " on ", t.device().str());
+             " must be a one-element ", name(dtype), " tensor on ", p.device().str(), ", got ",
+             describe(t), " on ", t.device().str());
 }
 
 void check_writable(const Tensor& t, const char* what, const char* op) {
   TIDE_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, "cannot update ", what, " ",
-             describe(t), " in place: it requires grad and grad mode is on; use NoGrad (as "
+             describe(t),
+             " in place: it requires grad and grad mode is on; use NoGrad (as "
              "optimizers do)");
 }
 
@@ -104,8 +103,8 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const 
              "invalid options: momentum ", o.momentum_, ", dampening ", o.dampening_,
              ", weight decay ", o.weight_decay_, " (expected each >= 0)");
   TIDE_CHECK(!o.nesterov_ || (o.momentum_ > 0 && o.dampening_ == 0), op,
-             "Nesterov momentum requires a momentum > 0 and zero dampening (momentum ",
-             o.momentum_, ", dampening ", o.dampening_, ")");
+             "Nesterov momentum requires a momentum > 0 and zero dampening (momentum ", o.momentum_,
+             ", dampening ", o.dampening_, ")");
   const bool with_buf = o.momentum_ != 0;
   check_writable(param, "param", op);
   if (with_buf) {
@@ -146,10 +145,10 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
   check_like(v, "v", param, id);
   check_scalar(lr, "lr", param.dtype(), param, id);
   check_scalar(step, "step", DType::int64, param, id);
-  TIDE_CHECK(o.beta1_ >= 0 && o.beta1_ < 1 && o.beta2_ >= 0 && o.beta2_ < 1, op,
-             "invalid betas (", o.beta1_, ", ", o.beta2_, ") (expected each in [0, 1))");
-  TIDE_CHECK(o.eps_ >= 0 && o.weight_decay_ >= 0, op, "invalid eps ", o.eps_,
-             " or weight decay ", o.weight_decay_, " (expected each >= 0)");
+  TIDE_CHECK(o.beta1_ >= 0 && o.beta1_ < 1 && o.beta2_ >= 0 && o.beta2_ < 1, op, "invalid betas (",
+             o.beta1_, ", ", o.beta2_, ") (expected each in [0, 1))");
+  TIDE_CHECK(o.eps_ >= 0 && o.weight_decay_ >= 0, op, "invalid eps ", o.eps_, " or weight decay ",
+             o.weight_decay_, " (expected each >= 0)");
   check_writable(param, "param", op);
   check_writable(m, "m", op);
   check_writable(v, "v", op);
@@ -178,10 +177,9 @@ void increment_(Tensor& counter, Site site) {
   const OpId id = OpId::increment_;
   const char* op = op_name(id);
   check_operand(counter, "counter", id);
-  TIDE_CHECK((counter.dtype() == DType::int64 || counter.dtype() == DType::int32) &&
-                 counter.numel() == 1,
-             op, "counter must be a one-element int32 or int64 tensor, got ",
-             describe(counter));
+  TIDE_CHECK(
+      (counter.dtype() == DType::int64 || counter.dtype() == DType::int32) && counter.numel() == 1,
+      op, "counter must be a one-element int32 or int64 tensor, got ", describe(counter));
   check_writable(counter, "counter", op);
   Storage* s = counter.storage();
   if (counter.dtype() == DType::int64)

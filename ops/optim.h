@@ -25,13 +25,28 @@ namespace tide {
 // buf = m * buf + (1 - dampening) * g (buf = g on the first update), g = nesterov ?
 // g + m * buf : buf; then p -= lr * g.
 struct SgdUpdateOptions {
-  SgdUpdateOptions& momentum(double m) { momentum_ = m; return *this; }
-  SgdUpdateOptions& dampening(double d) { dampening_ = d; return *this; }
-  SgdUpdateOptions& nesterov(bool on) { nesterov_ = on; return *this; }
-  SgdUpdateOptions& weight_decay(double wd) { weight_decay_ = wd; return *this; }
+  SgdUpdateOptions& momentum(double m) {
+    momentum_ = m;
+    return *this;
+  }
+  SgdUpdateOptions& dampening(double d) {
+    dampening_ = d;
+    return *this;
+  }
+  SgdUpdateOptions& nesterov(bool on) {
+    nesterov_ = on;
+    return *this;
+  }
+  SgdUpdateOptions& weight_decay(double wd) {
+    weight_decay_ = wd;
+    return *this;
+  }
   // The momentum buffer is fresh (e.g. Tensor::empty): the kernel sets it to g without
   // reading it. A non-tensor argument: a trace sees it change once, after the first step.
-  SgdUpdateOptions& fresh_state(bool on) { fresh_state_ = on; return *this; }
+  SgdUpdateOptions& fresh_state(bool on) {
+    fresh_state_ = on;
+    return *this;
+  }
   double momentum_ = 0;
   double dampening_ = 0;
   bool nesterov_ = false;
@@ -43,12 +58,28 @@ struct SgdUpdateOptions {
 // p *= 1 - lr * weight_decay first), as PyTorch: m = b1 * m + (1 - b1) * g;
 // v = b2 * v + (1 - b2) * g²; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 struct AdamUpdateOptions {
-  AdamUpdateOptions& betas(double b1, double b2) { beta1_ = b1; beta2_ = b2; return *this; }
-  AdamUpdateOptions& eps(double e) { eps_ = e; return *this; }
-  AdamUpdateOptions& weight_decay(double wd) { weight_decay_ = wd; return *this; }
-  AdamUpdateOptions& decoupled(bool on) { decoupled_ = on; return *this; }
+  AdamUpdateOptions& betas(double b1, double b2) {
+    beta1_ = b1;
+    beta2_ = b2;
+    return *this;
+  }
+  AdamUpdateOptions& eps(double e) {
+    eps_ = e;
+    return *this;
+  }
+  AdamUpdateOptions& weight_decay(double wd) {
+    weight_decay_ = wd;
+    return *this;
+  }
+  AdamUpdateOptions& decoupled(bool on) {
+    decoupled_ = on;
+    return *this;
+  }
   // m and v are fresh (e.g. Tensor::empty): the kernel takes them as zero without reading.
-  AdamUpdateOptions& fresh_state(bool on) { fresh_state_ = on; return *this; }
+  AdamUpdateOptions& fresh_state(bool on) {
+    fresh_state_ = on;
+    return *this;
+  }
   double beta1_ = 0.9;
   double beta2_ = 0.999;
   double eps_ = 1e-8;

@@ -55,11 +55,11 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
     out = reduced_shape(a.shape(), axis, keepdim);
   }
   if (kind == Kind::max || kind == Kind::argmax)
-    TIDE_CHECK(g.n > 0, op, "empty reduction over ", all ? "all elements" : "an axis",
-               " of shape ", a.shape().str());
-  DType odt = kind == Kind::argmax ? DType::int64
+    TIDE_CHECK(g.n > 0, op, "empty reduction over ", all ? "all elements" : "an axis", " of shape ",
+               a.shape().str());
+  DType odt = kind == Kind::argmax                             ? DType::int64
               : (kind == Kind::sum && !is_floating(a.dtype())) ? DType::int64
-                                                              : a.dtype();
+                                                               : a.dtype();
   Tensor y = Tensor::empty(out, odt, a.device(), op);
   dispatch_dtype(a.dtype(), [&](auto za) {
     dispatch_dtype(odt, [&](auto zo) {
@@ -68,8 +68,8 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
       if constexpr (std::is_same_v<O, T> || std::is_same_v<O, int64_t>) {
         if (g.outer * g.inner == 0) return;  // nothing to write
         kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::reduce<T, O>,
-                       kernels::Reduce<T, O>{a.ref<T>(), y.ref<O>(), g, kind},
-                       kernels::NoExtra{}, site);
+                       kernels::Reduce<T, O>{a.ref<T>(), y.ref<O>(), g, kind}, kernels::NoExtra{},
+                       site);
       }
     });
   });

@@ -79,8 +79,7 @@ Tensor Tensor::operator[](int64_t i) const {
   detail::check_defined(*this, "select");
   TIDE_CHECK(ndim() >= 1, "select", "needs rank >= 1, got a 0-d tensor");
   int64_t n = shape()[0];
-  TIDE_CHECK(0 <= i && i < n, "select", "index ", i, " out of range for shape ",
-             shape().str());
+  TIDE_CHECK(0 <= i && i < n, "select", "index ", i, " out of range for shape ", shape().str());
   std::vector<int64_t> rest(shape().begin() + 1, shape().end());
   int64_t row = numel() / n;
   Tensor v = view_of(*this, Shape(rest), offset() + i * row);

@@ -17,11 +17,12 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # (-DTIDE_BENCH_GEMM_LIBS=ON; bench/CMakeLists.txt has the apt-get line).
 # clang and libclang-rt-dev: CI's Clang build, the libFuzzer targets (scripts/fuzz.sh); the
 # sanitizer and libFuzzer runtimes are in libclang-rt-dev, only recommended by clang.
+# clang-format: CI's format check (scripts/format.sh --check).
 # libopenmpi-dev and openmpi-bin: dist/'s MPI process group and `mpirun` for its 2-rank tests
 # (tide builds without them, and those tests then skip).
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest
                    libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist
-                   clang libclang-rt-dev libopenmpi-dev openmpi-bin)
+                   clang libclang-rt-dev clang-format libopenmpi-dev openmpi-bin)
 : "${TIDE_START:=$(date +%s)}"
 export TIDE_START
 

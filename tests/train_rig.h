@@ -41,7 +41,8 @@ inline TrainRig make_rig(const RigOptions& o) {
     if (i + 2 < o.sizes.size()) {
       if (int(i) == o.tanh_after) r.model->push_back(std::make_shared<nn::Tanh>());
       else r.model->push_back(std::make_shared<nn::ReLU>());
-      if (o.dropout > 0) r.model->push_back(std::make_shared<nn::Dropout>(o.dropout, *o.dropout_gen));
+      if (o.dropout > 0)
+        r.model->push_back(std::make_shared<nn::Dropout>(o.dropout, *o.dropout_gen));
     }
   }
   r.model->to(o.device);

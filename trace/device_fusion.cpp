@@ -26,7 +26,8 @@ kernels::ChainOperand operand(const FusedKernel::Operand& o, size_t elem_size,
     case FusedKernel::Operand::mem: {
       c.kind = kernels::ChainOperand::mem;
       auto it = redirect.find(o.storage);
-      auto* base = static_cast<unsigned char*>(it != redirect.end() ? it->second : o.storage->data());
+      auto* base =
+          static_cast<unsigned char*>(it != redirect.end() ? it->second : o.storage->data());
       c.ptr = base + size_t(o.offset) * elem_size;
       c.stride = uint8_t(o.stride);
       break;
@@ -67,13 +68,15 @@ const void* compiled_kernel(const std::vector<kernels::ChainStep>& steps, DType 
 
 }  // namespace
 
-std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
-                                          const std::unordered_map<const Storage*, void*>& redirect) {
+std::shared_ptr<DeviceChain> upload_chain(
+    const FusedKernel& fk, Device device,
+    const std::unordered_map<const Storage*, void*>& redirect) {
   static_assert(FusedKernel::kMaxRegisters <= kernels::kMaxChainRegisters);
   std::vector<kernels::ChainStep> steps;
   for (const FusedKernel::Hot& h : fk.hot) {  // re-rolled runs stay one step
     const FusedKernel::Step& s = fk.steps[h.step];
-    TIDE_ASSERT(s.functor_id != kernels::FunctorId::count_, "trace: a fused step without a functor id");
+    TIDE_ASSERT(s.functor_id != kernels::FunctorId::count_,
+                "trace: a fused step without a functor id");
     kernels::ChainStep c;
     c.functor = s.functor_id;
     c.repeat = h.repeat;

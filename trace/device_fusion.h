@@ -16,8 +16,8 @@
 namespace tide::trace {
 
 struct DeviceChain {
-  Tensor program;             // the steps, on the device
-  kernels::FusedChain args;   // points at them; iterations 1, no count
+  Tensor program;            // the steps, on the device
+  kernels::FusedChain args;  // points at them; iterations 1, no count
   // Why args.compiled is null and the interpreter runs the chain ("" when compiled): NVRTC
   // missing, its error, compilation switched off (kernels::compiled_chains_enabled), or a
   // host-kernel fake device.
@@ -30,8 +30,9 @@ struct DeviceChain {
 // (ops/chain_compiler.h; cached per shape of chain) unless that is switched off; a chain
 // that does not compile runs interpreted, with the same results. Call with the addresses
 // final (after planning and prepare_device_graph).
-std::shared_ptr<DeviceChain> upload_chain(const FusedKernel& fk, Device device,
-                                          const std::unordered_map<const Storage*, void*>& redirect = {});
+std::shared_ptr<DeviceChain> upload_chain(
+    const FusedKernel& fk, Device device,
+    const std::unordered_map<const Storage*, void*>& redirect = {});
 
 // Launches a chain inside a running task on ctx's device: the CUDA kernel, or the host
 // interpreter in stream order on a host-kernel fake. Does not wait.

@@ -89,7 +89,7 @@ struct DeviceGraph {
   // Where the exec goes when this graph does (a function's evicted signature), and where
   // the build looks for one to update first; null: instantiated, destroyed with the graph.
   std::shared_ptr<ExecRecycler> recycler;
-  mutable std::mutex mu;                        // stats_ (read by FunctionCore::stats)
+  mutable std::mutex mu;  // stats_ (read by FunctionCore::stats)
   DeviceGraphStats stats_;
 };
 
@@ -100,9 +100,9 @@ void prepare_device_graph(Graph& g);
 // Adds g's planned nodes to h (a graph, or a loop's body): roots after `roots_after`,
 // every other node after its trace predecessors (and, when it used the workspace, after
 // the previous node that did), each node captured with ctx (the graph's workspace and host
-// functions set) or added by its piece (after the last workspace user in any case). Returns "" and the nodes
-// nothing in g waits for in *sinks (roots_after when g has no nodes), or why it cannot
-// (a capture CUDA refused, or a kernel that failed while captured).
+// functions set) or added by its piece (after the last workspace user in any case). Returns "" and
+// the nodes nothing in g waits for in *sinks (roots_after when g has no nodes), or why it cannot (a
+// capture CUDA refused, or a kernel that failed while captured).
 std::string add_planned_nodes(const Graph& g, cuda::GraphHandle h,
                               std::span<const cuda::GraphNodeHandle> roots_after,
                               const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* sinks);

@@ -108,8 +108,10 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     return {};
   }
   if (k > cuda::kMaxLoopCopies)
-    return tide::detail::concat("a loop of ", k, " state tensors (a CUDA graph's loop kernels "
-                                "copy at most ", cuda::kMaxLoopCopies, ")");
+    return tide::detail::concat("a loop of ", k,
+                                " state tensors (a CUDA graph's loop kernels "
+                                "copy at most ",
+                                cuda::kMaxLoopCopies, ")");
   auto* counter = static_cast<int64_t*>(counter_->data());
   std::string why;
   cuda::ConditionalHandle cond = 0;
@@ -192,11 +194,11 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
   const uint64_t key = random_.substream ? philox::substream_key(base[1], base[0]) : base[1];
   if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
   const size_t k = state_.size();
-  for (size_t j = 0; j < k; ++j)
-    copy(state_buffer(j), initial_source(j), state_[j].bytes);
+  for (size_t j = 0; j < k; ++j) copy(state_buffer(j), initial_source(j), state_[j].bytes);
   for (int64_t it = 0; it < n; ++it) {
     for (size_t r = 0; r < random_.num_ops; ++r) {
-      const uint64_t counters[2] = {offset0 + uint64_t(it) * random_.blocks + random_.prefix[r], key};
+      const uint64_t counters[2] = {offset0 + uint64_t(it) * random_.blocks + random_.prefix[r],
+                                    key};
       api.write_words(ctx.stream, random_.slots[r], counters);
     }
     launch_planned_nodes(*body_, ctx);

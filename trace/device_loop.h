@@ -39,9 +39,9 @@
 namespace tide::trace {
 
 struct LoopState {
-  Storage* in;             // the initial state (a value of the enclosing graph)
-  size_t in_offset;        // bytes into it
-  Storage* out;            // the loop node's result
+  Storage* in;       // the initial state (a value of the enclosing graph)
+  size_t in_offset;  // bytes into it
+  Storage* out;      // the loop node's result
   size_t bytes;
 };
 
@@ -66,9 +66,9 @@ class DeviceLoop final : public GraphPiece {
   void launch(const KernelContext& ctx) const;
 
  private:
-  void* state_buffer(size_t j) const;  // the body's input j (its fixed buffer)
+  void* state_buffer(size_t j) const;          // the body's input j (its fixed buffer)
   const void* initial_source(size_t j) const;  // where the initial state j is
-  const void* next_source(size_t j) const;  // where the body leaves the next state j
+  const void* next_source(size_t j) const;     // where the body leaves the next state j
   const void* count_address() const;
   kernels::FusedChain iterated_args() const;  // the chain with this loop's count
 
@@ -79,9 +79,9 @@ class DeviceLoop final : public GraphPiece {
   int64_t count_offset_, fixed_;
   std::shared_ptr<DeviceChain> iterated_;
   cuda::LoopRandom random_;
-  StorageRef counter_;              // int64 on the device: iterations left
-  std::vector<StorageRef> spare_;   // per state: where a next state read from another
-                                    // state's buffer waits (null when not needed)
+  StorageRef counter_;             // int64 on the device: iterations left
+  std::vector<StorageRef> spare_;  // per state: where a next state read from another
+                                   // state's buffer waits (null when not needed)
 };
 
 }  // namespace tide::trace

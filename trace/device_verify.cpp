@@ -25,12 +25,13 @@ struct Kept {
 
 // Queues a device-to-device copy of a whole storage (both on `device`).
 void copy_storage(Device device, Storage* dst, Storage* src, tide::SourceLocation site) {
-  Engine::get().submit(device, "verify_copy", {src}, {dst},
-                       [dst, src](const KernelContext& ctx) {
-                         ctx.api->memcpy_async(dst->data(), src->data(), src->bytes(),
-                                               cuda::CopyKind::device_to_device, ctx.stream);
-                       },
-                       site);
+  Engine::get().submit(
+      device, "verify_copy", {src}, {dst},
+      [dst, src](const KernelContext& ctx) {
+        ctx.api->memcpy_async(dst->data(), src->data(), src->bytes(),
+                              cuda::CopyKind::device_to_device, ctx.stream);
+      },
+      site);
 }
 
 // Waits for everything queued (rethrowing a failure), then reads each storage to the host.
@@ -98,12 +99,12 @@ std::vector<Tensor> verify_on_device(const std::shared_ptr<Graph>& gp, std::span
   if (first >= 0) {
     const Node& n = g.nodes[size_t(first)];
     const Value& v = g.values[size_t(kept[which].value)];
-    throw Error("trace", tide::detail::concat(
-                             "verify: node ", first, " (", n.op, ", traced at ", n.site.file_name(),
-                             ":", n.site.line(), ") wrote a ", name(v.kind), " value (",
-                             reference[which].size(), " bytes) that differs between the CUDA "
-                             "graph and the node-by-node launch on ", g.device.str(),
-                             " from byte ", at));
+    throw Error("trace", tide::detail::concat("verify: node ", first, " (", n.op, ", traced at ",
+                                              n.site.file_name(), ":", n.site.line(), ") wrote a ",
+                                              name(v.kind), " value (", reference[which].size(),
+                                              " bytes) that differs between the CUDA "
+                                              "graph and the node-by-node launch on ",
+                                              g.device.str(), " from byte ", at));
   }
   return result;
 }

@@ -23,7 +23,7 @@ namespace tide::trace {
 struct SpareExec {
   cuda::DeviceApi* api = nullptr;
   cuda::GraphExecHandle exec = nullptr;
-  cuda::GraphHandle graph = nullptr;  // exec's source graph, owned with it
+  cuda::GraphHandle graph = nullptr;                     // exec's source graph, owned with it
   std::vector<cuda::GraphNodeHandle> copy_in, copy_out;  // its copy nodes (nullptr: none)
 };
 

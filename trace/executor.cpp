@@ -66,8 +66,8 @@ uint64_t run_program(const Graph& g, Order order, const std::function<void(size_
 }
 
 void submit_wide(Device device, const char* op, const std::vector<Storage*>& reads,
-                 const std::vector<Storage*>& writes,
-                 std::function<void(const KernelContext&)> fn, tide::SourceLocation site) {
+                 const std::vector<Storage*>& writes, std::function<void(const KernelContext&)> fn,
+                 tide::SourceLocation site) {
   Engine& eng = Engine::get();
   using Span = std::span<Storage* const>;
   if (reads.size() + writes.size() <= size_t(Engine::kMaxStorages)) {
@@ -146,7 +146,8 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
     StorageRef s;
     int64_t offset = o.offset;
     if (v.kind == ValueKind::output || v.kind == ValueKind::constant) {
-      auto it = std::find_if(fresh.begin(), fresh.end(), [&](auto& p) { return p.first == o.value; });
+      auto it =
+          std::find_if(fresh.begin(), fresh.end(), [&](auto& p) { return p.first == o.value; });
       if (it == fresh.end()) {
         // A fresh output per call, taken when the replay runs if outputs are allocated
         // at execution (it counts in `allocated` either way: the replay will hold it).
@@ -199,13 +200,16 @@ std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Ten
   std::vector<Tensor> result = std::move(c.result);
   std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
   // The task keeps the graph (and so every slot and kernel) alive until it ran.
-  submit_wide(Device::cpu(), "trace_replay", reads, writes, [gp, c = std::move(c)](const KernelContext&) {
-    std::lock_guard<std::mutex> lock(gp->run_mu);
-    c.bind(*gp);
-    gp->run_allocated.store(run_program(*gp, c.in_order ? Order::program : Order::planned),
-                            std::memory_order_relaxed);
-    c.finish();
-  }, site);
+  submit_wide(
+      Device::cpu(), "trace_replay", reads, writes,
+      [gp, c = std::move(c)](const KernelContext&) {
+        std::lock_guard<std::mutex> lock(gp->run_mu);
+        c.bind(*gp);
+        gp->run_allocated.store(run_program(*gp, c.in_order ? Order::program : Order::planned),
+                                std::memory_order_relaxed);
+        c.finish();
+      },
+      site);
   return result;
 }
 

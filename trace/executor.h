@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <functional>
-#include "core/source_location.h"
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/source_location.h"
 #include "core/tensor.h"
 #include "trace/graph.h"
 
@@ -32,7 +32,7 @@ struct CallBindings {
     Storage* slot;
     Storage* fresh;
   };
-  std::vector<Tensor> result;           // what the call returns
+  std::vector<Tensor> result;  // what the call returns
   std::vector<InputBind> inputs;
   std::vector<OutputBind> outputs;      // computed outputs: the slot writes into fresh
   std::vector<OutputBind> copies;       // constant outputs: copied into fresh at the end
@@ -41,8 +41,8 @@ struct CallBindings {
   size_t allocated = 0;                 // bytes of fresh outputs
   bool in_order = false;                // arguments alias: no parallel branches
 
-  void bind(Graph& g) const;    // inputs, outputs, random counters
-  void finish() const;          // constant outputs
+  void bind(Graph& g) const;  // inputs, outputs, random counters
+  void finish() const;        // constant outputs
 };
 
 // Allocates the call's outputs and reserves its random counters (in eager order).
@@ -66,7 +66,7 @@ enum class Order {
 // when set, is called with each node's index once it ran (verify); it implies
 // Order::program.
 uint64_t run_program(const Graph& g, Order order = Order::planned,
-                 const std::function<void(size_t)>& after_node = {});
+                     const std::function<void(size_t)>& after_node = {});
 
 // "node i of n (op, traced at file:line): what".
 std::string node_failure(const Graph& g, size_t i, const char* what);
@@ -75,7 +75,7 @@ std::string node_failure(const Graph& g, size_t i, const char* what);
 // extra tasks on the same stream carry the hazards of the rest (before and after the main
 // task).
 void submit_wide(Device device, const char* op, const std::vector<Storage*>& reads,
-                 const std::vector<Storage*>& writes,
-                 std::function<void(const KernelContext&)> fn, tide::SourceLocation site);
+                 const std::vector<Storage*>& writes, std::function<void(const KernelContext&)> fn,
+                 tide::SourceLocation site);
 
 }  // namespace tide::trace

@@ -82,12 +82,9 @@ RetraceReason reason_for(const Signature& before, const Signature& after) {
 }
 }  // namespace
 
-FunctionCore::FunctionCore(Options o, tide::SourceLocation site)
-    : opt_(std::move(o)), site_(site) {
-  TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ",
-             opt_.cache_budget);
-  TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ",
-             opt_.warmup_calls);
+FunctionCore::FunctionCore(Options o, tide::SourceLocation site) : opt_(std::move(o)), site_(site) {
+  TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ", opt_.cache_budget);
+  TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ", opt_.warmup_calls);
   TIDE_CHECK(opt_.streams >= 1, "trace", "streams must be >= 1, got ", opt_.streams);
 }
 

@@ -38,7 +38,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include "core/source_location.h"
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -46,6 +45,7 @@
 #include <vector>
 
 #include "core/capture.h"
+#include "core/source_location.h"
 #include "core/tensor.h"
 #include "trace/fusion.h"
 
@@ -89,29 +89,29 @@ using Signature = std::vector<ArgSignature>;
 
 // Why a call traced again: which argument changed which property.
 struct RetraceReason {
-  int64_t call = 0;     // 1-based call number
-  int argument = -1;    // 0-based; -1 when the argument count changed
-  std::string property; // "shape", "dtype", "device", "value", "type", "arity"
+  int64_t call = 0;      // 1-based call number
+  int argument = -1;     // 0-based; -1 when the argument count changed
+  std::string property;  // "shape", "dtype", "device", "value", "type", "arity"
   std::string before, after;
   std::string str() const;  // "argument 1: shape [2, 3] -> [4, 3]"
 };
 
 struct FunctionStats {
   int64_t calls = 0;
-  int64_t traces = 0;        // signatures traced (first trace included)
+  int64_t traces = 0;  // signatures traced (first trace included)
   int64_t replays = 0;
-  int64_t eager_calls = 0;   // warm-up calls and nested calls
+  int64_t eager_calls = 0;  // warm-up calls and nested calls
   int64_t evictions = 0;
-  size_t cached = 0;         // signatures in the cache now
+  size_t cached = 0;                    // signatures in the cache now
   std::vector<RetraceReason> retraces;  // one per trace after the first
-  bool warned = false;       // the retrace warning was printed
+  bool warned = false;                  // the retrace warning was printed
   // The graph of the last call's signature.
-  int recorded_ops = 0;      // ops recorded
-  int kernels = 0;           // nodes in the planned program (fused runs count once)
-  int fused_kernels = 0;     // of those, fused runs
-  size_t arena_bytes = 0;    // planned peak of intermediates
-  size_t unplanned_bytes = 0;// the same without sharing
-  size_t output_bytes = 0;   // planned bytes allocated per call (outputs)
+  int recorded_ops = 0;        // ops recorded
+  int kernels = 0;             // nodes in the planned program (fused runs count once)
+  int fused_kernels = 0;       // of those, fused runs
+  size_t arena_bytes = 0;      // planned peak of intermediates
+  size_t unplanned_bytes = 0;  // the same without sharing
+  size_t output_bytes = 0;     // planned bytes allocated per call (outputs)
   size_t persistent_bytes = 0;
   size_t last_call_allocated = 0;  // bytes the last replay allocated for its outputs
   // The check of planned against measured bytes: what the last replay that finished
@@ -119,7 +119,7 @@ struct FunctionStats {
   // large sum's partial results). Equal to last_call_allocated when the plan foresaw
   // everything; read it after a sync.
   size_t measured_call_bytes = 0;
-  int critical_path = 0;     // kernels on the longest chain of dependencies
+  int critical_path = 0;  // kernels on the longest chain of dependencies
   // On a GPU, the CUDA graph of the last call's signature, once its first replay ran (read
   // after a sync): its nodes (kernels plus input and output copies; 0 when none was
   // built), and why the nodes are launched one by one instead ("" when the graph runs).
@@ -164,7 +164,8 @@ class FunctionCore {
 
  private:
   struct Entry;
-  std::shared_ptr<Graph> trace(const Signature& sig, std::span<const Tensor> args, const Body& body);
+  std::shared_ptr<Graph> trace(const Signature& sig, std::span<const Tensor> args,
+                               const Body& body);
   void note_retrace(const Signature& sig);
   static std::string sig_key(const Signature& sig);
 
@@ -175,7 +176,7 @@ class FunctionCore {
   std::vector<int64_t> trace_calls_;  // call numbers that traced
   Signature last_sig_;
   std::unordered_map<std::string, int> warmups_;  // eager calls made per signature
-  std::shared_ptr<ExecRecycler> recycler_;  // evicted signatures' CUDA graph execs
+  std::shared_ptr<ExecRecycler> recycler_;        // evicted signatures' CUDA graph execs
   mutable std::mutex mu_;
 };
 
@@ -245,7 +246,8 @@ struct Outputs<std::tuple<Ts...>> {
   static std::tuple<Ts...> unflatten(std::vector<Tensor>& v) {
     return [&]<size_t... I>(std::index_sequence<I...>) {
       return std::tuple<Ts...>{std::move(v.at(I))...};
-    }(std::index_sequence_for<Ts...>{});
+    }
+    (std::index_sequence_for<Ts...>{});
   }
 };
 template <class A, class B>

@@ -62,10 +62,8 @@ void FusedKernel::finalize() {
       h.advance[k] = o.kind == Operand::mem ? int8_t(o.stride) : 0;
       if (o.kind == Operand::reg)
         h.reg_offset[k] = uint32_t(size_t(o.reg_index) * size_t(kBlock) * elem_size);
-      else if (o.kind == Operand::scalar)
-        h.base[k] = const_cast<unsigned char*>(o.value);
-      else
-        mem.push_back({o.storage, size_t(o.offset) * elem_size, hot.size(), k});
+      else if (o.kind == Operand::scalar) h.base[k] = const_cast<unsigned char*>(o.value);
+      else mem.push_back({o.storage, size_t(o.offset) * elem_size, hot.size(), k});
     }
     hot.push_back(h);
   }
@@ -118,7 +116,8 @@ void FusedKernel::run(int64_t iterations) {
         for (const Hot& h : hot) {
           unsigned char* p[3];
           for (int k = 0; k < 3; ++k)
-            p[k] = h.is_reg[k] ? regs + h.reg_offset[k] : h.base[k] + size_t(i0 * h.advance[k]) * esize;
+            p[k] = h.is_reg[k] ? regs + h.reg_offset[k]
+                               : h.base[k] + size_t(i0 * h.advance[k]) * esize;
           apply(h, p, len);
         }
     }
@@ -272,8 +271,9 @@ class GroupBuilder {
   }
 
   template <class AddUnique>
-  FusedKernel::Operand operand(const tide::detail::EwOperand& o, const std::unordered_map<int, int>& reg_of,
-                               Node& out, AddUnique add_unique) {
+  FusedKernel::Operand operand(const tide::detail::EwOperand& o,
+                               const std::unordered_map<int, int>& reg_of, Node& out,
+                               AddUnique add_unique) {
     FusedKernel::Operand r;
     if (!o.storage) {
       r.kind = FusedKernel::Operand::scalar;

@@ -38,7 +38,7 @@ struct FusedKernel {
   };
   struct Step {
     tide::detail::EwBlockFn block = nullptr;
-    tide::detail::EwIterateFn iterate = nullptr;  // see run(iterations)
+    tide::detail::EwIterateFn iterate = nullptr;                 // see run(iterations)
     kernels::FunctorId functor_id = kernels::FunctorId::count_;  // a GPU's chains
     alignas(8) unsigned char functor[16] = {};
     Operand a, b;
@@ -53,8 +53,8 @@ struct FusedKernel {
     const void* functor = nullptr;  // into the step's functor bytes
     unsigned char* base[3] = {};    // a, b, out: mem (per run), scalar value; unused for reg
     uint32_t reg_offset[3] = {};
-    int8_t stride[3] = {};          // passed to the block function
-    int8_t advance[3] = {};         // elements to move per element of the block start
+    int8_t stride[3] = {};   // passed to the block function
+    int8_t advance[3] = {};  // elements to move per element of the block start
     bool is_reg[3] = {};
   };
   struct MemRef {  // a memory operand, resolved at the start of each run

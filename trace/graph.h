@@ -5,14 +5,13 @@
 // planned graph and supply its own kernels.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include "core/source_location.h"
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "core/shape.h"
+#include "core/source_location.h"
 #include "core/storage.h"
 #include "ops/elementwise_desc.h"
 
@@ -53,11 +53,11 @@ struct GraphPiece;
 struct Node {
   const char* op = "";
   tide::SourceLocation site;
-  std::vector<int> reads, writes;  // value ids
-  tide::detail::Kernel kernel;     // plain nodes: the recorded CPU kernel
+  std::vector<int> reads, writes;                   // value ids
+  tide::detail::Kernel kernel;                      // plain nodes: the recorded CPU kernel
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
-  std::shared_ptr<FusedKernel> fused;         // a fused chain (kernel runs it)
-  int fused_ops = 1;                          // recorded ops this node stands for
+  std::shared_ptr<FusedKernel> fused;               // a fused chain (kernel runs it)
+  int fused_ops = 1;                                // recorded ops this node stands for
   // On a GPU, a node that adds its own nodes to the CUDA graph instead of being captured
   // (a loop: a WHILE node and its body; trace/device_graph.h).
   std::shared_ptr<GraphPiece> piece;
@@ -85,19 +85,19 @@ struct Graph {
   std::vector<Value> values;
   std::vector<Node> nodes;
   std::vector<Node> reference;  // verify only: the recorded nodes before fusion
-  std::vector<int> inputs;            // value id per tensor argument
+  std::vector<int> inputs;      // value id per tensor argument
   struct Output {
-    int value = -1;                   // the storage's value
+    int value = -1;  // the storage's value
     Shape shape;
     DType dtype = DType::float32;
-    int64_t offset = 0;               // elements into the storage
+    int64_t offset = 0;  // elements into the storage
   };
   std::vector<Output> outputs;
   std::vector<RandomCounter> random;
-  StorageRef arena;                   // intermediates
+  StorageRef arena;  // intermediates
   size_t arena_bytes = 0;
-  size_t unplanned_bytes = 0;         // sum of the intermediates' sizes (no sharing)
-  int recorded_ops = 0;               // ops recorded before fusion
+  size_t unplanned_bytes = 0;  // sum of the intermediates' sizes (no sharing)
+  int recorded_ops = 0;        // ops recorded before fusion
   // On a GPU (prepare_device_fusion): fused nodes whose chain runs NVRTC-compiled, and why
   // the last one that does not runs interpreted ("" when none).
   int compiled_chains = 0;

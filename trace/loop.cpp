@@ -65,9 +65,9 @@ void check_step(const std::vector<Tensor>& state, const std::vector<Tensor>& nex
              " tensors for ", state.size(), " state tensors");
   for (size_t j = 0; j < state.size(); ++j) {
     TIDE_CHECK(next[j].defined(), "loop", "the body returned an undefined tensor at ", j);
-    TIDE_CHECK(next[j].shape() == state[j].shape() && next[j].dtype() == state[j].dtype(),
-               "loop", "state ", j, " is ", tide::detail::describe(state[j]),
-               " but the body returned ", tide::detail::describe(next[j]));
+    TIDE_CHECK(next[j].shape() == state[j].shape() && next[j].dtype() == state[j].dtype(), "loop",
+               "state ", j, " is ", tide::detail::describe(state[j]), " but the body returned ",
+               tide::detail::describe(next[j]));
   }
 }
 
@@ -77,10 +77,10 @@ struct LoopProgram {
   std::shared_ptr<Graph> body;
   std::vector<Storage*> body_inputs;  // slots of the body's state placeholders
   std::vector<Graph::Output> body_outputs;
-  std::vector<size_t> bytes;          // per state
-  std::vector<StorageRef> spare;      // per state: the other half of the ping-pong
+  std::vector<size_t> bytes;      // per state
+  std::vector<StorageRef> spare;  // per state: the other half of the ping-pong
   int64_t fixed = 0;
-  Storage* count = nullptr;           // when the count is a tensor
+  Storage* count = nullptr;  // when the count is a tensor
   DType count_dtype = DType::int64;
   int64_t count_offset = 0;
   // A one-state body that is a single fused elementwise kernel reading the state and
@@ -227,9 +227,11 @@ BodyRandom plan_body_random(const Graph& body, const Count& count) {
 void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
                         std::vector<Storage*>& writes) {
   for (int id : b.external_reads)
-    if (b.values[size_t(id)].kind != ValueKind::input) reads.push_back(b.values[size_t(id)].storage.get());
+    if (b.values[size_t(id)].kind != ValueKind::input)
+      reads.push_back(b.values[size_t(id)].storage.get());
   for (int id : b.external_writes)
-    if (b.values[size_t(id)].kind != ValueKind::input) writes.push_back(b.values[size_t(id)].storage.get());
+    if (b.values[size_t(id)].kind != ValueKind::input)
+      writes.push_back(b.values[size_t(id)].storage.get());
 }
 
 // On a GPU: the loop node becomes a WHILE node of the enclosing CUDA graph
@@ -283,12 +285,12 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
     reads.push_back(count_storage);
   }
   add_body_externals(*body, reads, writes);
-  auto loop = std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
-                                           count.tensor.defined() ? count.tensor.dtype() : DType::int64,
-                                           count.tensor.defined() ? count.tensor.offset() : 0,
-                                           count.fixed, std::move(chain), random);
-  outer.record("loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); },
-               site);
+  auto loop = std::make_shared<DeviceLoop>(
+      std::move(body), std::move(ls), count_storage,
+      count.tensor.defined() ? count.tensor.dtype() : DType::int64,
+      count.tensor.defined() ? count.tensor.offset() : 0, count.fixed, std::move(chain), random);
+  outer.record(
+      "loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); }, site);
   outer.set_last_piece(std::move(loop));
   return result;
 }
@@ -351,9 +353,9 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   }
   add_body_externals(*prog->body, reads, writes);
   writes.insert(writes.end(), out.begin(), out.end());
-  outer.record("loop", reads, writes,
-               [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); },
-               site);
+  outer.record(
+      "loop", reads, writes,
+      [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); }, site);
   return result;
 }
 
@@ -443,8 +445,8 @@ Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const T
             tide::SourceLocation site) {
   return run_loop(count_of(n), single(body), {state}, site)[0];
 }
-Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
-            const Tensor& state, tide::SourceLocation site) {
+Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
+            tide::SourceLocation site) {
   return run_loop(count_of(n), single(body), {state}, site)[0];
 }
 

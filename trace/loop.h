@@ -42,7 +42,7 @@ std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tens
 // One state tensor.
 Tensor loop(int64_t n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
             tide::SourceLocation site = tide::SourceLocation::current());
-Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body,
-            const Tensor& state, tide::SourceLocation site = tide::SourceLocation::current());
+Tensor loop(const Tensor& n, const std::function<Tensor(const Tensor&)>& body, const Tensor& state,
+            tide::SourceLocation site = tide::SourceLocation::current());
 
 }  // namespace tide::trace

@@ -105,7 +105,8 @@ class BranchRun {
       fail(i, e.what());
       return;
     }
-    if (profiling_) profiler::detail::record_op({node.op, stream_, t0, t0, profiler::detail::now_ns()});
+    if (profiling_)
+      profiler::detail::record_op({node.op, stream_, t0, t0, profiler::detail::now_ns()});
     bool woke = false;
     for (int s : g_.deps.successors[i])
       if (pending_[size_t(s)].fetch_sub(1, std::memory_order_acq_rel) == 1) {

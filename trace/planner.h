@@ -11,10 +11,10 @@
 namespace tide::trace {
 
 struct PlanSummary {
-  size_t arena_bytes = 0;      // the planned peak of intermediates
-  size_t unplanned_bytes = 0;  // what they would take without sharing
-  size_t output_bytes = 0;     // allocated on every call
-  size_t persistent_bytes = 0; // state and constants, held by the graph
+  size_t arena_bytes = 0;       // the planned peak of intermediates
+  size_t unplanned_bytes = 0;   // what they would take without sharing
+  size_t output_bytes = 0;      // allocated on every call
+  size_t persistent_bytes = 0;  // state and constants, held by the graph
   int intermediates = 0;
 };
 

@@ -102,7 +102,8 @@ void Recorder::record(const char* op, std::span<Storage* const> reads,
     for (Storage* s : list) {
       if (!device_) device_ = s->device();
       TIDE_CHECK(s->device() == *device_, op, "uses memory on ", s->device().str(), " and on ",
-                 device_->str(), " inside ", what_, ": a trace runs on one device; move the "
+                 device_->str(), " inside ", what_,
+                 ": a trace runs on one device; move the "
                  "tensors with to() before the call");
     }
   Node n;
@@ -111,8 +112,7 @@ void Recorder::record(const char* op, std::span<Storage* const> reads,
   for (Storage* s : reads) n.reads.push_back(value_of(s));
   for (Storage* s : writes) n.writes.push_back(value_of(s));
   n.kernel = std::move(kernel);
-  if (next_desc_ && writes.size() == 1 && next_desc_->out_storage == writes[0])
-    n.ew = *next_desc_;
+  if (next_desc_ && writes.size() == 1 && next_desc_->out_storage == writes[0]) n.ew = *next_desc_;
   next_desc_.reset();
   g_->nodes.push_back(std::move(n));
   ++g_->recorded_ops;
@@ -188,11 +188,11 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   std::vector<std::vector<Node>> inits(g.nodes.size());  // per node: to run before it
   for (size_t i = 0; i < g.values.size(); ++i) {
     Value& v = g.values[i];
-    if (!created_[i]) continue;  // inputs and captures are what they are
+    if (!created_[i]) continue;                 // inputs and captures are what they are
     bool escapes = v.storage->use_count() > 1;  // someone besides the graph holds it
     if (escapes) v.kind = ValueKind::state;
-    else if (v.num_writers == 0) v.kind = (v.num_readers || is_output[i]) ? ValueKind::constant
-                                                                          : ValueKind::dead;
+    else if (v.num_writers == 0)
+      v.kind = (v.num_readers || is_output[i]) ? ValueKind::constant : ValueKind::dead;
     else if (is_output[i]) v.kind = ValueKind::output;
     else v.kind = ValueKind::intermediate;
     if (v.kind == ValueKind::intermediate || v.kind == ValueKind::output ||

@@ -44,9 +44,8 @@ class Recorder final : public tide::detail::CaptureSink {
   void set_last_piece(std::shared_ptr<GraphPiece> piece);
 
   // CaptureSink
-  void record(const char* op, std::span<Storage* const> reads,
-              std::span<Storage* const> writes, tide::detail::Kernel kernel,
-              tide::SourceLocation site) override;
+  void record(const char* op, std::span<Storage* const> reads, std::span<Storage* const> writes,
+              tide::detail::Kernel kernel, tide::SourceLocation site) override;
   StorageRef allocate(size_t bytes, Device device, const char* op) override;
   [[noreturn]] void host_read(const char* op) override;
   const uint64_t* random_counter(Generator& gen, uint64_t numel, Device device) override;
@@ -70,7 +69,9 @@ class Recorder final : public tide::detail::CaptureSink {
 // Installs a recorder on the calling thread for a scope; restores the previous sink.
 class Recording {
  public:
-  explicit Recording(Recorder& r) : saved_(tide::detail::tl_capture) { tide::detail::tl_capture = &r; }
+  explicit Recording(Recorder& r) : saved_(tide::detail::tl_capture) {
+    tide::detail::tl_capture = &r;
+  }
   ~Recording() { tide::detail::tl_capture = saved_; }
   Recording(const Recording&) = delete;
   Recording& operator=(const Recording&) = delete;

@@ -47,7 +47,8 @@ Reachability::Reachability(const Dependencies& d)
     for (int s : d.successors[a]) {
       row[size_t(s) / 64] |= uint64_t(1) << (s % 64);
       const uint64_t* srow = &bits_[size_t(s) * words_];
-      for (size_t w = size_t(s) / 64; w < words_; ++w) row[w] |= srow[w];  // s reaches only later nodes
+      for (size_t w = size_t(s) / 64; w < words_; ++w)
+        row[w] |= srow[w];  // s reaches only later nodes
     }
   }
 }

@@ -61,9 +61,9 @@ std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<co
     try {
       n.kernel(cpu_kernel_context());
     } catch (const std::exception& e) {
-      throw Error("trace", tide::detail::concat("verify: the eager run failed at op ", i, " (", n.op,
-                                          ", traced at ", n.site.file_name(), ":",
-                                          n.site.line(), "): ", e.what()));
+      throw Error("trace", tide::detail::concat("verify: the eager run failed at op ", i, " (",
+                                                n.op, ", traced at ", n.site.file_name(), ":",
+                                                n.site.line(), "): ", e.what()));
     }
   }
   std::vector<Bytes> eager(g.values.size());
@@ -92,14 +92,15 @@ std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<co
       size_t at = 0;
       while (at < v.bytes && got[at] == want[at]) ++at;
       if (at == v.bytes) continue;
-      throw Error("trace", tide::detail::concat(
-                               "verify: node ", i, " (", n.op,
-                               n.fused_ops > 1 ? tide::detail::concat(", ", n.fused_ops, " fused ops")
-                                               : std::string(),
-                               ", traced at ", n.site.file_name(), ":", n.site.line(),
-                               ") wrote a ", name(v.kind), " value (", v.bytes,
-                               " bytes) that differs from eager from byte ", at,
-                               fusion == Fusion::none ? "" : " (fusion on)"));
+      throw Error("trace",
+                  tide::detail::concat("verify: node ", i, " (", n.op,
+                                       n.fused_ops > 1
+                                           ? tide::detail::concat(", ", n.fused_ops, " fused ops")
+                                           : std::string(),
+                                       ", traced at ", n.site.file_name(), ":", n.site.line(),
+                                       ") wrote a ", name(v.kind), " value (", v.bytes,
+                                       " bytes) that differs from eager from byte ", at,
+                                       fusion == Fusion::none ? "" : " (fusion on)"));
     }
   });
   c.finish();

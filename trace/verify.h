@@ -6,10 +6,10 @@
 #pragma once
 
 #include <memory>
-#include "core/source_location.h"
 #include <span>
 #include <vector>
 
+#include "core/source_location.h"
 #include "core/tensor.h"
 #include "trace/fusion.h"
 #include "trace/graph.h"

@@ -55,8 +55,7 @@ SyntheticSource::SyntheticSource(const SyntheticOptions& o) : opt_(o) {
   TIDE_CHECK(o.examples_ > 0 && o.features_ > 0 && o.batch_size_ > 0, "synthetic",
              "examples, features and batch size must be positive (got ", o.examples_, ", ",
              o.features_, ", ", o.batch_size_, ")");
-  TIDE_CHECK(is_floating(o.dtype_), "synthetic", "dtype ", o.dtype_,
-             " is not floating");
+  TIDE_CHECK(is_floating(o.dtype_), "synthetic", "dtype ", o.dtype_, " is not floating");
   check_device(o.device_, "synthetic");
   reset(0);
 }
@@ -198,10 +197,8 @@ class GzMemorySource : public ByteSource {
         // the buffer is contiguous from next_in).
         const uint8_t* next = zs_.next_in;
         const size_t left = zs_.avail_in + (b_.size() - pos_);
-        if (left >= 2 && next[0] == 0x1f && next[1] == 0x8b)
-          inflateReset(&zs_);
-        else
-          end_ = true;
+        if (left >= 2 && next[0] == 0x1f && next[1] == 0x8b) inflateReset(&zs_);
+        else end_ = true;
       } else if (rc == Z_BUF_ERROR && zs_.avail_in == 0 && pos_ == b_.size()) {
         throw Error("idx", name_ + ": corrupt gzip data (unexpected end of file)");
       } else if (rc == Z_MEM_ERROR) {
@@ -241,21 +238,21 @@ constexpr uint64_t kTrailingCountLimit = uint64_t(1) << 20;
 // allocated, and read in growing steps where not, so that memory grows only with what is
 // there.
 IdxArray decode(ByteSource& src, int ndim, const std::string& name) {
-  TIDE_CHECK(ndim >= 1 && ndim <= kMaxDims, "idx", name, ": ", ndim,
-             " dimensions asked for (1 to ", kMaxDims, ")");
+  TIDE_CHECK(ndim >= 1 && ndim <= kMaxDims, "idx", name, ": ", ndim, " dimensions asked for (1 to ",
+             kMaxDims, ")");
   const char* what = ndim == 3 ? "images" : ndim == 1 ? "labels" : "data";
   const uint32_t want = 0x00000800u | uint32_t(ndim);
   uint8_t head[4 + 4 * kMaxDims];
   size_t got = src.read(head, 4);
-  TIDE_CHECK(got == 4, "idx", name, ": truncated header (", got, " bytes; expected an IDX ",
-             what, " file)");
+  TIDE_CHECK(got == 4, "idx", name, ": truncated header (", got, " bytes; expected an IDX ", what,
+             " file)");
   const uint32_t magic = be32(head);
-  TIDE_CHECK(magic == want, "idx", name, ": bad magic ", hex32(magic), " (expected ",
-             hex32(want), " for uint8 ", what, ")");
+  TIDE_CHECK(magic == want, "idx", name, ": bad magic ", hex32(magic), " (expected ", hex32(want),
+             " for uint8 ", what, ")");
   const size_t header = 4 + 4 * size_t(ndim);
   got = src.read(head + 4, header - 4);
-  TIDE_CHECK(4 + got == header, "idx", name, ": truncated header (", 4 + got,
-             " bytes, expected ", header, ")");
+  TIDE_CHECK(4 + got == header, "idx", name, ": truncated header (", 4 + got, " bytes, expected ",
+             header, ")");
   IdxArray a;
   a.dims.resize(size_t(ndim));
   uint64_t count = 1;
@@ -264,7 +261,8 @@ IdxArray decode(ByteSource& src, int ndim, const std::string& name) {
     a.dims[size_t(i)] = be32(head + 4 + 4 * i);
     overflow |= __builtin_mul_overflow(count, uint64_t(a.dims[size_t(i)]), &count);
   }
-  TIDE_CHECK(!overflow, "idx", name, ": the header declares more elements than fit in 64 "
+  TIDE_CHECK(!overflow, "idx", name,
+             ": the header declares more elements than fit in 64 "
              "bits (a corrupt file)");
   if (std::optional<uint64_t> have = src.remaining()) {
     TIDE_CHECK(*have >= count, "idx", name, ": truncated data (", *have,
@@ -369,10 +367,11 @@ IdxSource::IdxSource(const IdxOptions& o) : opt_(o) {
     labels_path_ = o.labels_;
   } else {
     std::error_code ec;
-    TIDE_CHECK(std::filesystem::is_directory(o.dir_, ec), "idx", "data directory not found: ",
-               o.dir_, (o.dir_ == kFashionMnistDir
-                            ? " (install Debian's dataset-fashion-mnist or pass another dir)"
-                            : ""));
+    TIDE_CHECK(std::filesystem::is_directory(o.dir_, ec), "idx",
+               "data directory not found: ", o.dir_,
+               (o.dir_ == kFashionMnistDir
+                    ? " (install Debian's dataset-fashion-mnist or pass another dir)"
+                    : ""));
     images_path_ = resolve(o.dir_, o.split_ + "-images-idx3-ubyte");
     labels_path_ = resolve(o.dir_, o.split_ + "-labels-idx1-ubyte");
   }
@@ -390,11 +389,10 @@ IdxSource::IdxSource(IdxArray images, IdxArray labels, const IdxOptions& o)
 void IdxSource::check_options() const {
   const IdxOptions& o = opt_;
   TIDE_CHECK(o.batch_size_ > 0, "idx", "batch size must be positive (got ", o.batch_size_, ")");
-  TIDE_CHECK(std::isfinite(o.std_) && o.std_ > 0, "idx", "std must be positive (got ", o.std_,
-             ")");
+  TIDE_CHECK(std::isfinite(o.std_) && o.std_ > 0, "idx", "std must be positive (got ", o.std_, ")");
   TIDE_CHECK(o.limit_ >= 0, "idx", "limit must be >= 0 (got ", o.limit_, ")");
-  TIDE_CHECK(o.shard_count_ >= 1 && o.shard_index_ >= 0 && o.shard_index_ < o.shard_count_,
-             "idx", "shard ", o.shard_index_, " of ", o.shard_count_,
+  TIDE_CHECK(o.shard_count_ >= 1 && o.shard_index_ >= 0 && o.shard_index_ < o.shard_count_, "idx",
+             "shard ", o.shard_index_, " of ", o.shard_count_,
              " does not exist (want 0 <= index < count)");
   check_device(o.device_, "idx");
 }
@@ -406,12 +404,12 @@ void IdxSource::init(IdxArray images, IdxArray labels) {
       if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n)) return ~uint64_t(0);
     return n;
   };
-  TIDE_CHECK(images.dims.size() == 3 && numel(images) == images.data.size(), "idx",
-             images_path_, ": images must be (n, rows, cols) with n*rows*cols bytes");
-  TIDE_CHECK(labels.dims.size() == 1 && numel(labels) == labels.data.size(), "idx",
-             labels_path_, ": labels must be (n) with n bytes");
-  TIDE_CHECK(images.dims[0] == labels.dims[0], "idx", images.dims[0], " images in ",
-             images_path_, " but ", labels.dims[0], " labels in ", labels_path_);
+  TIDE_CHECK(images.dims.size() == 3 && numel(images) == images.data.size(), "idx", images_path_,
+             ": images must be (n, rows, cols) with n*rows*cols bytes");
+  TIDE_CHECK(labels.dims.size() == 1 && numel(labels) == labels.data.size(), "idx", labels_path_,
+             ": labels must be (n) with n bytes");
+  TIDE_CHECK(images.dims[0] == labels.dims[0], "idx", images.dims[0], " images in ", images_path_,
+             " but ", labels.dims[0], " labels in ", labels_path_);
   n_ = images.dims[0];
   rows_ = images.dims[1];
   cols_ = images.dims[2];
@@ -461,7 +459,8 @@ void IdxSource::upload() {
   std::vector<float> x(pixels_.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = lut[pixels_[i]];
   x_all_ = from_vector(x, Shape{n_, rows_ * cols_}, opt_.device_);
-  y_all_ = from_vector(std::vector<int64_t>(labels_.begin(), labels_.end()), Shape{n_}, opt_.device_);
+  y_all_ =
+      from_vector(std::vector<int64_t>(labels_.begin(), labels_.end()), Shape{n_}, opt_.device_);
 }
 
 std::optional<Batch> IdxSource::next_batch() {

@@ -29,16 +29,17 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
     TIDE_CHECK(p.requires_grad() && p.is_leaf(), name_, "parameter ", i, " of shape ",
                p.shape().str(), " is not a leaf that requires grad");
     TIDE_CHECK(p.dtype() == params_[0].dtype() && p.device() == params_[0].device(), name_,
-               "parameter ", i, " has dtype ", p.dtype(),
-               " but parameter 0 has ", params_[0].dtype(),
-               " (all parameters must share dtype and device)");
+               "parameter ", i, " has dtype ", p.dtype(), " but parameter 0 has ",
+               params_[0].dtype(), " (all parameters must share dtype and device)");
   }
   check_lr(lr, name_);
   lr_host_ = lr;
   lr_ = scalar(lr);
 }
 
-Tensor Optimizer::scalar(double v) const { return full(Shape{}, v, params_[0].dtype(), params_[0].device()); }
+Tensor Optimizer::scalar(double v) const {
+  return full(Shape{}, v, params_[0].dtype(), params_[0].device());
+}
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
@@ -57,13 +58,12 @@ void Optimizer::set_lr(double lr) {
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
     : Optimizer(std::move(params), o.lr_, "sgd"), opt_(o) {
   TIDE_CHECK(o.momentum_ >= 0, "sgd", "invalid momentum ", o.momentum_, " (expected >= 0)");
-  TIDE_CHECK(o.dampening_ >= 0, "sgd", "invalid dampening ", o.dampening_,
-             " (expected >= 0)");
+  TIDE_CHECK(o.dampening_ >= 0, "sgd", "invalid dampening ", o.dampening_, " (expected >= 0)");
   TIDE_CHECK(o.weight_decay_ >= 0, "sgd", "invalid weight decay ", o.weight_decay_,
              " (expected >= 0)");
   TIDE_CHECK(!o.nesterov_ || (o.momentum_ > 0 && o.dampening_ == 0), "sgd",
-             "Nesterov momentum requires a momentum > 0 and zero dampening (momentum ",
-             o.momentum_, ", dampening ", o.dampening_, ")");
+             "Nesterov momentum requires a momentum > 0 and zero dampening (momentum ", o.momentum_,
+             ", dampening ", o.dampening_, ")");
   buf_.resize(params_.size());
 }
 

@@ -61,10 +61,22 @@ class Optimizer {
 
 struct SGDOptions {
   explicit SGDOptions(double lr) : lr_(lr) {}
-  SGDOptions& momentum(double m) { momentum_ = m; return *this; }
-  SGDOptions& dampening(double d) { dampening_ = d; return *this; }
-  SGDOptions& nesterov(bool on) { nesterov_ = on; return *this; }
-  SGDOptions& weight_decay(double wd) { weight_decay_ = wd; return *this; }
+  SGDOptions& momentum(double m) {
+    momentum_ = m;
+    return *this;
+  }
+  SGDOptions& dampening(double d) {
+    dampening_ = d;
+    return *this;
+  }
+  SGDOptions& nesterov(bool on) {
+    nesterov_ = on;
+    return *this;
+  }
+  SGDOptions& weight_decay(double wd) {
+    weight_decay_ = wd;
+    return *this;
+  }
   double lr_;
   double momentum_ = 0;
   double dampening_ = 0;
@@ -90,9 +102,19 @@ class SGD : public Optimizer {
 
 struct AdamOptions {
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  AdamOptions& betas(double b1, double b2) { beta1_ = b1; beta2_ = b2; return *this; }
-  AdamOptions& eps(double e) { eps_ = e; return *this; }
-  AdamOptions& weight_decay(double wd) { weight_decay_ = wd; return *this; }
+  AdamOptions& betas(double b1, double b2) {
+    beta1_ = b1;
+    beta2_ = b2;
+    return *this;
+  }
+  AdamOptions& eps(double e) {
+    eps_ = e;
+    return *this;
+  }
+  AdamOptions& weight_decay(double wd) {
+    weight_decay_ = wd;
+    return *this;
+  }
   double lr_;
   double beta1_ = 0.9;
   double beta2_ = 0.999;
@@ -116,8 +138,7 @@ class Adam : public Optimizer {
   const Tensor& step_tensor() const { return step_; }
 
  protected:
-  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled,
-       const char* name);
+  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled, const char* name);
 
  private:
   AdamOptions opt_;

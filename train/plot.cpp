@@ -31,10 +31,8 @@ std::string escape(const std::string& s) {
       case '\'': out += "&apos;"; break;
       default:
         // Control characters other than tab/newline/CR are not allowed in XML 1.0.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
-          out += '?';
-        else
-          out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') out += '?';
+        else out += c;
     }
   }
   return out;
@@ -94,10 +92,8 @@ Axis nice_axis(double lo, double hi) {
 std::string tick_label(const Axis& a, double v) {
   if (std::abs(v) < a.step * 1e-9) v = 0;  // no "-0.00"
   char buf[48];
-  if (a.decimals < 0)
-    std::snprintf(buf, sizeof buf, "%.4g", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.*f", a.decimals, v);
+  if (a.decimals < 0) std::snprintf(buf, sizeof buf, "%.4g", v);
+  else std::snprintf(buf, sizeof buf, "%.*f", a.decimals, v);
   return buf;
 }
 
@@ -183,15 +179,15 @@ void render(std::ostringstream& o, const Chart& chart, double y0) {
   double bw = 34 + 7.0 * static_cast<double>(longest), bh = 8 + 18.0 * chart.series.size();
   double bx = px + pw - bw - 8, by = py + 8;
   o << "<g class=\"legend\" font-size=\"12\">\n";
-  o << "<rect x=\"" << num(bx) << "\" y=\"" << num(by) << "\" width=\"" << num(bw)
-    << "\" height=\"" << num(bh) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
+  o << "<rect x=\"" << num(bx) << "\" y=\"" << num(by) << "\" width=\"" << num(bw) << "\" height=\""
+    << num(bh) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
   for (size_t k = 0; k < chart.series.size(); ++k) {
     double ry = by + 4 + 18.0 * k + 9;
     o << "<line x1=\"" << num(bx + 6) << "\" y1=\"" << num(ry) << "\" x2=\"" << num(bx + 24)
       << "\" y2=\"" << num(ry) << "\" stroke=\"" << kPalette[k % kPaletteSize]
       << "\" stroke-width=\"2\"/>\n";
-    o << "<text class=\"legend-entry\" x=\"" << num(bx + 28) << "\" y=\"" << num(ry + 4)
-      << "\">" << escape(chart.series[k].name) << "</text>\n";
+    o << "<text class=\"legend-entry\" x=\"" << num(bx + 28) << "\" y=\"" << num(ry + 4) << "\">"
+      << escape(chart.series[k].name) << "</text>\n";
   }
   o << "</g>\n</g>\n";
 }
@@ -209,8 +205,8 @@ std::string svg(const std::vector<Chart>& charts) {
     TIDE_CHECK(!ch.series.empty(), "plot", "chart ", c, " (\"", ch.options.title,
                "\") has no series");
     for (const Series& s : ch.series)
-      TIDE_CHECK(s.x.size() == s.y.size(), "plot", "series \"", s.name, "\" in chart ", c,
-                 " has ", s.x.size(), " x values but ", s.y.size(), " y values");
+      TIDE_CHECK(s.x.size() == s.y.size(), "plot", "series \"", s.name, "\" in chart ", c, " has ",
+                 s.x.size(), " x values but ", s.y.size(), " y values");
     width = std::max(width, ch.options.width);
     height += ch.options.height;
   }

@@ -17,11 +17,9 @@ constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
 // "3.1s", "1m05s", "2h03m".
 std::string duration(double s) {
   char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.1fs", s);
   else if (s < 3600)
-    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60,
-                  static_cast<int>(s) % 60);
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   else
     std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600,
                   static_cast<int>(s) % 3600 / 60);
@@ -84,14 +82,15 @@ void ProgressBar::draw() {
   int cells = static_cast<int>(frac * kBarCells);
   double elapsed = std::chrono::duration<double>(now - start_).count();
 
-  std::string line = label_ + " [" + std::string(cells, '#') +
-                     std::string(kBarCells - cells, '.') + "] " + std::to_string(done_) + "/" +
-                     std::to_string(total_) + " " + duration(elapsed);
+  std::string line = label_ + " [" + std::string(cells, '#') + std::string(kBarCells - cells, '.') +
+                     "] " + std::to_string(done_) + "/" + std::to_string(total_) + " " +
+                     duration(elapsed);
   if (done_ < total_) {
     line += " eta ";
-    line += done_ > 0 ? duration(elapsed * static_cast<double>(total_ - done_) /
-                                 static_cast<double>(done_))
-                      : std::string("?");
+    line +=
+        done_ > 0
+            ? duration(elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_))
+            : std::string("?");
   }
   if (!status_.empty()) {
     line += ' ';

@@ -50,7 +50,6 @@ const char* kCsvHeader =
     "policy,batch,t_enqueue_s,loss,queue_depth,inflight_bytes,allocator_active,active_delta,"
     "rss,rss_delta,mode,device,alloc\n";
 
-
 // A loss that is not finite ends the run: recording NaN and going on would train the
 // parameters into NaN and return as if it had worked. On a GPU this is also how an invalid
 // label shows (cross_entropy's kernel makes its loss NaN; the CPU fails the loss instead).
@@ -86,8 +85,7 @@ Policy Policy::parse(const std::string& s) {
     }
     throw Error("trainer", "bounded:K needs an integer K >= 1, got '" + s + "'");
   }
-  throw Error("trainer",
-              "unknown sync policy '" + s + "' (expected per_batch, none or bounded:K)");
+  throw Error("trainer", "unknown sync policy '" + s + "' (expected per_batch, none or bounded:K)");
 }
 
 std::string Policy::str() const {
@@ -109,8 +107,8 @@ std::string TrainResult::csv(bool header) const {
     long long ad = (long long)r.allocator_active - (long long)baseline_active;
     long long rd = (long long)r.rss - (long long)baseline_rss;
     o << name << ',' << r.batch << ',' << fmt_double(r.t_enqueue_s) << ',' << fmt_double(r.loss)
-      << ',' << r.queue_depth << ',' << r.inflight_bytes << ',' << r.allocator_active << ','
-      << ad << ',' << r.rss << ',' << rd << ',' << mode_name << ',' << dev << ','
+      << ',' << r.queue_depth << ',' << r.inflight_bytes << ',' << r.allocator_active << ',' << ad
+      << ',' << r.rss << ',' << rd << ',' << mode_name << ',' << dev << ','
       << alloc_name(allocation) << '\n';
   }
   return o.str();
@@ -256,7 +254,8 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   }
   for (const StepRecord& r : res.steps) {
     res.peak_rss = std::max(res.peak_rss, r.rss);
-    if (r.batch >= sizing_batch) res.peak_queue_depth = std::max(res.peak_queue_depth, r.queue_depth);
+    if (r.batch >= sizing_batch)
+      res.peak_queue_depth = std::max(res.peak_queue_depth, r.queue_depth);
     res.peak_inflight_bytes = std::max(res.peak_inflight_bytes, r.inflight_bytes);
   }
   return res;
@@ -301,8 +300,8 @@ size_t Trainer::measure_step_bytes(Mode mode) {
   alloc.set_limit(0);
   // On a GPU the gate holds the stream's worker, so the step's kernels are not launched
   // (and its storages not released) until it opens.
-  eng.submit(dev, "trainer_gate", {}, {}, [g = open] { g->wait(false); },
-             tide::SourceLocation::current());
+  eng.submit(
+      dev, "trainer_gate", {}, {}, [g = open] { g->wait(false); }, tide::SourceLocation::current());
   const size_t before = alloc.stats().active_bytes;
   Tensor loss = step(mode);
   const size_t after = alloc.stats().active_bytes;

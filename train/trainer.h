@@ -38,8 +38,8 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "nn/module.h"
-#include "train/data.h"
 #include "trace/function.h"
+#include "train/data.h"
 #include "train/optimizer.h"
 
 namespace tide::train {
@@ -76,13 +76,13 @@ struct TrainerOptions {
 };
 
 struct StepRecord {
-  int batch = 0;               // 1-based
-  double t_enqueue_s = 0;      // wall time since the run started, once the step was queued
-  double loss = 0;             // NaN when the policy did not read it
-  uint64_t queue_depth = 0;    // engine ops queued but not executed
-  size_t inflight_bytes = 0;   // bytes held by queued, not yet reclaimed work
-  size_t allocator_active = 0; // allocator active bytes (absolute; see TrainResult baseline)
-  size_t rss = 0;              // process RSS (absolute)
+  int batch = 0;                // 1-based
+  double t_enqueue_s = 0;       // wall time since the run started, once the step was queued
+  double loss = 0;              // NaN when the policy did not read it
+  uint64_t queue_depth = 0;     // engine ops queued but not executed
+  size_t inflight_bytes = 0;    // bytes held by queued, not yet reclaimed work
+  size_t allocator_active = 0;  // allocator active bytes (absolute; see TrainResult baseline)
+  size_t rss = 0;               // process RSS (absolute)
 };
 
 struct TrainResult {
@@ -103,8 +103,8 @@ struct TrainResult {
   size_t peak_rss = 0;         // max rss over the records and right after the final sync
   uint64_t peak_queue_depth = 0;
   size_t peak_inflight_bytes = 0;
-  size_t end_active = 0;       // allocator active bytes after the final sync
-  uint64_t bound_ops = 0;      // bounded only: the op bound used
+  size_t end_active = 0;         // allocator active bytes after the final sync
+  uint64_t bound_ops = 0;        // bounded only: the op bound used
   size_t trace_arena_bytes = 0;  // traced only: the planned arena, allocated once at the trace
                                  // (on a GPU with the graph's buffers and workspace)
 

@@ -8,8 +8,8 @@ namespace tide::cuda {
 [[noreturn]] void throw_cuda_error(const char* call, cudaError_t e);
 }
 
-#define TIDE_CUDA_CHECK(call)                                         \
-  do {                                                                \
-    cudaError_t tide_e_ = (call);                                     \
+#define TIDE_CUDA_CHECK(call)                                                   \
+  do {                                                                          \
+    cudaError_t tide_e_ = (call);                                               \
     if (tide_e_ != cudaSuccess) ::tide::cuda::throw_cuda_error(#call, tide_e_); \
   } while (0)

@@ -1,7 +1,6 @@
 // The real DeviceApi over the CUDA runtime and cuBLASLt (CUDA builds only). Every call
 // makes its device current first (cached per thread). Compiled here without a GPU; run
 // by the CUDA tests and scripts/gpu_check.sh where one is.
-#include "core/cuda/cublaslt.h"
 #include <cuda_runtime.h>
 
 #include <functional>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cublaslt.h"
 #include "core/cuda/device_api.h"
 #include "core/cuda/graph_loop.h"
 #include "core/error.h"
@@ -18,8 +18,8 @@
 namespace tide::cuda {
 
 void throw_cuda_error(const char* call, cudaError_t e) {
-  throw Error("cuda", std::string(call) + " failed: " + cudaGetErrorName(e) + ": " +
-                          cudaGetErrorString(e));
+  throw Error("cuda",
+              std::string(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 namespace {
@@ -37,10 +37,8 @@ bool is_sticky(cudaError_t e) {
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
-    case cudaErrorContextIsDestroyed:
-      return true;
-    default:
-      return false;
+    case cudaErrorContextIsDestroyed: return true;
+    default: return false;
   }
 }
 
@@ -249,21 +247,20 @@ class CudaApi final : public DeviceApi {
     const std::vector<cudaGraphNode_t> tos(from.size(), cudaGraphNode_t(to));
     const auto* froms = reinterpret_cast<const cudaGraphNode_t*>(from.data());
 #if CUDART_VERSION >= 13000
-    TIDE_CUDA_CHECK(cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), nullptr,
-                                             from.size()));
+    TIDE_CUDA_CHECK(
+        cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), nullptr, from.size()));
 #else
     TIDE_CUDA_CHECK(cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), from.size()));
 #endif
   }
 
-  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                   void* dst, const void* src, size_t bytes,
-                                   CopyKind kind) override {
+  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps, void* dst,
+                                   const void* src, size_t bytes, CopyKind kind) override {
     make_current();
     cudaGraphNode_t node = nullptr;
-    TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode1D(
-        &node, cudaGraph_t(g), reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
-        deps.size(), dst, src, bytes, memcpy_kind(kind)));
+    TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode1D(&node, cudaGraph_t(g),
+                                             reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
+                                             deps.size(), dst, src, bytes, memcpy_kind(kind)));
     return node;
   }
 
@@ -288,11 +285,11 @@ class CudaApi final : public DeviceApi {
     return false;
   }
 
-  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,
-                             const void* src, size_t bytes, CopyKind kind) override {
+  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst, const void* src,
+                             size_t bytes, CopyKind kind) override {
     make_current();
-    TIDE_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(
-        cudaGraphExec_t(exec), cudaGraphNode_t(node), dst, src, bytes, memcpy_kind(kind)));
+    TIDE_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t(exec), cudaGraphNode_t(node),
+                                                       dst, src, bytes, memcpy_kind(kind)));
   }
 
   void graph_launch(GraphExecHandle exec, StreamHandle s) override {

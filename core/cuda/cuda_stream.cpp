@@ -128,8 +128,7 @@ void CudaStream::retire(uint64_t seq) {
     owner_.advance_completed(seq);
     return;
   }
-  if (seq == owner_.published.load(std::memory_order_acquire) ||
-      seq - written_ >= kTimelineEvery)
+  if (seq == owner_.published.load(std::memory_order_acquire) || seq - written_ >= kTimelineEvery)
     write_timeline(seq);
   record_wanted(seq);
 }
@@ -286,6 +285,8 @@ void CudaStream::collect_spans(std::vector<profiler::GpuSpan>& out) {
   }
 }
 
-void CudaStream::abandon() { owner_.advance_completed(owner_.issued.load(std::memory_order_acquire)); }
+void CudaStream::abandon() {
+  owner_.advance_completed(owner_.issued.load(std::memory_order_acquire));
+}
 
 }  // namespace tide::cuda

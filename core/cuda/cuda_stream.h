@@ -16,12 +16,12 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include "core/source_location.h"
 #include <vector>
 
 #include "core/cuda/device_api.h"
 #include "core/device_stream.h"
 #include "core/profiler.h"
+#include "core/source_location.h"
 
 namespace tide::cuda {
 

@@ -24,9 +24,9 @@ namespace tide::cuda {
 
 using StreamHandle = void*;
 using EventHandle = void*;
-using GraphHandle = void*;      // cudaGraph_t: a graph being built
-using GraphNodeHandle = void*;  // cudaGraphNode_t: a node of one graph (and of its execs)
-using GraphExecHandle = void*;  // cudaGraphExec_t: an instantiated graph
+using GraphHandle = void*;           // cudaGraph_t: a graph being built
+using GraphNodeHandle = void*;       // cudaGraphNode_t: a node of one graph (and of its execs)
+using GraphExecHandle = void*;       // cudaGraphExec_t: an instantiated graph
 using ConditionalHandle = uint64_t;  // cudaGraphConditionalHandle: a WHILE node's condition
 
 enum class CopyKind : uint8_t { host_to_device, device_to_host, device_to_device };
@@ -63,8 +63,8 @@ inline constexpr size_t kMaxLoopRandom = 8;
 struct LoopRandom {
   const uint64_t* base = nullptr;  // device memory: {offset, key}, written by the replay
   bool substream = false;
-  uint64_t blocks = 0;             // Philox blocks the body draws per iteration
-  size_t num_ops = 0;              // at most kMaxLoopRandom
+  uint64_t blocks = 0;  // Philox blocks the body draws per iteration
+  size_t num_ops = 0;   // at most kMaxLoopRandom
   uint64_t* slots[kMaxLoopRandom] = {};
   uint64_t prefix[kMaxLoopRandom] = {};
 };
@@ -161,8 +161,7 @@ class DeviceApi {
   // into a child-graph node. nullptr when the capture was refused (a launch that cannot be
   // captured, an allocation during capture); an exception from `launch` propagates after
   // the capture ended.
-  virtual GraphNodeHandle graph_add_captured(GraphHandle g,
-                                             std::span<const GraphNodeHandle> deps,
+  virtual GraphNodeHandle graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                              const std::function<void(StreamHandle)>& launch,
                                              std::string* why) = 0;
   // Makes `to` wait for each node of `from` too (cudaGraphAddDependencies), all of g and
@@ -198,8 +197,7 @@ class DeviceApi {
   //
   // Creates the condition of a WHILE node of g (0 at every launch of g). false with *why
   // when CUDA refuses (a driver without conditional nodes).
-  virtual bool graph_create_condition(GraphHandle g, ConditionalHandle* cond,
-                                      std::string* why) = 0;
+  virtual bool graph_create_condition(GraphHandle g, ConditionalHandle* cond, std::string* why) = 0;
   // Adds a WHILE node on `cond` after deps. *body is its body graph, owned by the node
   // (add nodes to it; never destroy it). nullptr with *why when CUDA refuses.
   virtual GraphNodeHandle graph_add_while(GraphHandle g, std::span<const GraphNodeHandle> deps,

@@ -134,9 +134,8 @@ std::vector<FakeDevice::Call> FakeDevice::calls() const {
 
 size_t FakeDevice::count(CallKind k, StreamHandle s) const {
   std::lock_guard lock(mu_);
-  return size_t(std::count_if(calls_.begin(), calls_.end(), [&](const Call& c) {
-    return c.kind == k && (!s || c.stream == s);
-  }));
+  return size_t(std::count_if(calls_.begin(), calls_.end(),
+                              [&](const Call& c) { return c.kind == k && (!s || c.stream == s); }));
 }
 
 void FakeDevice::clear_calls() {
@@ -153,8 +152,9 @@ uint64_t FakeDevice::executed(StreamHandle s) const {
 void* FakeDevice::malloc(size_t bytes) {
   log({CallKind::malloc, nullptr, nullptr, bytes});
   if (tl_capturing)  // cudaMalloc is refused while the thread captures (thread-local mode)
-    throw Error("cuda", "cudaMalloc failed: cudaErrorStreamCaptureUnsupported (fake): an "
-                        "allocation while the thread captures a graph");
+    throw Error("cuda",
+                "cudaMalloc failed: cudaErrorStreamCaptureUnsupported (fake): an "
+                "allocation while the thread captures a graph");
   if (dead_.load())  // as cudaMalloc after an asynchronous fault: the sticky error again
     throw Error("cuda", "cudaMalloc failed: " + sticky_status().message);
   size_t now = used_.load();
@@ -231,8 +231,7 @@ void FakeDevice::destroy_event(EventHandle) {}  // events live as long as the fa
 float FakeDevice::elapsed_ms(EventHandle a, EventHandle b) {
   auto* x = static_cast<Event*>(a);
   auto* y = static_cast<Event*>(b);
-  if (x->completed.load() < x->issued.load() || y->completed.load() < y->issued.load())
-    return -1;
+  if (x->completed.load() < x->issued.load() || y->completed.load() < y->issued.load()) return -1;
   return float(double(y->when_ns.load() - x->when_ns.load()) / 1e6);
 }
 
@@ -274,8 +273,7 @@ void FakeDevice::write_words(StreamHandle s, uint64_t* dst, std::span<const uint
   });
 }
 
-void FakeDevice::memcpy_async(void* dst, const void* src, size_t bytes, CopyKind,
-                              StreamHandle s) {
+void FakeDevice::memcpy_async(void* dst, const void* src, size_t bytes, CopyKind, StreamHandle s) {
   log({CallKind::memcpy, s, nullptr, bytes});
   enqueue(s, [dst, src, bytes] {
     if (bytes) std::memcpy(dst, src, bytes);

@@ -27,9 +27,24 @@ namespace tide::cuda {
 class FakeDevice final : public DeviceApi {
  public:
   enum class CallKind : uint8_t {
-    malloc, free, host_alloc, host_free, create_stream, record, wait, write_timeline,
-    write_words, memcpy, launch_host, synchronize,
-    graph_create, graph_node, graph_memcpy, graph_instantiate, graph_update, graph_set_memcpy,
+    malloc,
+    free,
+    host_alloc,
+    host_free,
+    create_stream,
+    record,
+    wait,
+    write_timeline,
+    write_words,
+    memcpy,
+    launch_host,
+    synchronize,
+    graph_create,
+    graph_node,
+    graph_memcpy,
+    graph_instantiate,
+    graph_update,
+    graph_set_memcpy,
     graph_launch
   };
   struct Call {
@@ -105,15 +120,14 @@ class FakeDevice final : public DeviceApi {
   GraphNodeHandle graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                      const std::function<void(StreamHandle)>& launch,
                                      std::string* why) override;
-  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                   void* dst, const void* src, size_t bytes,
-                                   CopyKind kind) override;
+  GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps, void* dst,
+                                   const void* src, size_t bytes, CopyKind kind) override;
   void graph_add_dependencies(GraphHandle g, std::span<const GraphNodeHandle> from,
                               GraphNodeHandle to) override;
   GraphExecHandle graph_instantiate(GraphHandle g, std::string* why) override;
   bool graph_exec_update(GraphExecHandle exec, GraphHandle g) override;
-  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst,
-                             const void* src, size_t bytes, CopyKind kind) override;
+  void graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle node, void* dst, const void* src,
+                             size_t bytes, CopyKind kind) override;
   void graph_launch(GraphExecHandle exec, StreamHandle s) override;
   void graph_exec_destroy(GraphExecHandle exec) override;
   size_t graph_node_count(GraphHandle g) override;

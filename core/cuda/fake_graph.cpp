@@ -183,12 +183,9 @@ GraphNodeHandle FakeDevice::add_loop_kernel(char kind, GraphHandle g,
   return add_node(g, deps, std::move(node));
 }
 
-GraphNodeHandle FakeDevice::graph_add_loop_start(GraphHandle g,
-                                                 std::span<const GraphNodeHandle> deps,
-                                                 ConditionalHandle cond, int64_t* counter,
-                                                 const LoopCount& count,
-                                                 std::span<const LoopCopy> copies,
-                                                 const LoopRandom* random) {
+GraphNodeHandle FakeDevice::graph_add_loop_start(
+    GraphHandle g, std::span<const GraphNodeHandle> deps, ConditionalHandle cond, int64_t* counter,
+    const LoopCount& count, std::span<const LoopCopy> copies, const LoopRandom* random) {
   return add_loop_kernel('s', g, deps, cond, counter, &count, copies, random);
 }
 

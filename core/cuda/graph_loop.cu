@@ -2,12 +2,11 @@
 // whose body ends with a step kernel. The kernels read the count on the device and set
 // the WHILE node's condition (cudaGraphSetConditional), so no iteration and no tensor
 // count costs a host synchronisation.
-#include "core/cuda/graph_loop.h"
-
 #include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph_loop.h"
 
 namespace tide::cuda {
 
@@ -106,8 +105,10 @@ cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHan
                                      const LoopCount* count, std::span<const LoopCopy> copies,
                                      const LoopRandom* random) {
   if (copies.size() > kMaxLoopCopies || (random && random->num_ops > kMaxLoopRandom))
-    throw_cuda_error("a loop kernel with more than kMaxLoopCopies copies or kMaxLoopRandom "
-                     "random ops", cudaErrorInvalidValue);
+    throw_cuda_error(
+        "a loop kernel with more than kMaxLoopCopies copies or kMaxLoopRandom "
+        "random ops",
+        cudaErrorInvalidValue);
   LoopKernelArgs a{};
   size_t bytes = 0;
   for (size_t i = 0; i < copies.size(); ++i) {

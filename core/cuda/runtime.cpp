@@ -79,8 +79,10 @@ int fake_gpus_from_env() {
     if (!v || !*v) return 0;
     char* end = nullptr;
     long k = std::strtol(v, &end, 10);
-    TIDE_CHECK(*end == 0 && k >= 0 && k <= kMaxGpus, "cuda", "TIDE_FAKE_GPUS must be a number "
-               "of fake GPUs from 0 to ", kMaxGpus, ", got '", v, "'");
+    TIDE_CHECK(*end == 0 && k >= 0 && k <= kMaxGpus, "cuda",
+               "TIDE_FAKE_GPUS must be a number "
+               "of fake GPUs from 0 to ",
+               kMaxGpus, ", got '", v, "'");
     return int(k);
   }();
   return n;
@@ -94,7 +96,8 @@ bool segments_from_env() {
   if (!v || !*v) return true;
   TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda",
              "TIDE_CUDA_SEGMENTS must be 0 (a cudaMalloc per block) or 1 (segments, the "
-             "default), got '", v, "'");
+             "default), got '",
+             v, "'");
   return v[0] == '1';
 }
 
@@ -104,8 +107,8 @@ std::unique_ptr<BlockSource> in_segments(std::unique_ptr<BlockSource> s, bool se
 }
 
 void check_index(int index, const char* op) {
-  TIDE_CHECK(index >= 0 && index < kMaxGpus, op, "no device cuda:", index, " (at most ",
-             kMaxGpus, " GPUs)");
+  TIDE_CHECK(index >= 0 && index < kMaxGpus, op, "no device cuda:", index, " (at most ", kMaxGpus,
+             " GPUs)");
 }
 
 }  // namespace
@@ -190,8 +193,8 @@ Failure* DeviceRuntime::failure() const {
 
 void DeviceRuntime::check_usable(const char* op) const {
   if (Failure* f = failure()) [[unlikely]]
-    throw Error(op, "cannot queue work on " + device().str() + ", which failed earlier: " +
-                        f->what());
+    throw Error(op,
+                "cannot queue work on " + device().str() + ", which failed earlier: " + f->what());
 }
 
 void DeviceRuntime::add_stream(CudaStream* s) {
@@ -240,8 +243,8 @@ void DeviceRuntime::fail(const Status& st, const char* where) {
   }
   std::string msg = tide::detail::concat(
       device().str(), " failed: ", st.message, " (found at ", where, "). An asynchronous ",
-      "error surfaces after the op that caused it: one of the ", in_flight,
-      " ops launched on ", device().str(), " and not complete caused it",
+      "error surfaces after the op that caused it: one of the ", in_flight, " ops launched on ",
+      device().str(), " and not complete caused it",
       first_op ? tide::detail::concat(", the first of them '", first_op, "'") : std::string(),
       ". Run with TIDE_ENGINE=sync to stop at the failing op. Later work on ", device().str(),
       " is refused; the CPU keeps working");

@@ -69,7 +69,7 @@ bool s1(const AsyncSizes& z) {
   const uint64_t seed = 2024;
   std::vector<float> x(size_t(n * n)), ref(size_t(n * n));
   double tr, td;
-  reference_run(n, 1, seed, x, ref);  // warm-up: OpenBLAS threads, page faults
+  reference_run(n, 1, seed, x, ref);       // warm-up: OpenBLAS threads, page faults
   tide_run(n, 1, seed, z.device, tr, td);  // warm-up: worker thread, allocator cache
 
   std::vector<double> t_ref, t_ret, t_done;
@@ -330,8 +330,8 @@ bool s3(const AsyncSizes& z) {
 
   std::string ns = std::to_string(N);
   const std::string dev = z.device.str();
-  Table p("S3 model parameters (" + ns + " x y = x + 1 on a 1x2 tensor on " + dev +
-              "; median of " + std::to_string(z.runs) + " runs)",
+  Table p("S3 model parameters (" + ns + " x y = x + 1 on a 1x2 tensor on " + dev + "; median of " +
+              std::to_string(z.runs) + " runs)",
           {"symbol", "stage", "how it was measured", "value"});
   p.row({"t1", "frontend queues the op", "enqueue " + ns + " ops without waiting, / " + ns,
          format_seconds(t1)});
@@ -393,8 +393,8 @@ AsyncSizes parse_async_args(const Args& args, AsyncSizes sizes) {
 }
 
 int run_async_experiments(const AsyncSizes& sizes, const char* title) {
-  std::cout << title << ": device: " << device_label(sizes.device) << ", threads "
-            << num_threads() << ", engine "
+  std::cout << title << ": device: " << device_label(sizes.device) << ", threads " << num_threads()
+            << ", engine "
             << (Engine::get().synchronous() ? "synchronous (TIDE_ENGINE=sync)" : "asynchronous")
             << ", " << sizes.runs << " runs per measurement, medians reported\n";
   bool ok = s1(sizes);

@@ -21,9 +21,9 @@ namespace tide::cli {
 struct AsyncSizes {
   int64_t s1_n = 1000;  // S1: s1_iters x (randn s1_n x s1_n; matmul(x, x))
   int s1_iters = 10;
-  int64_t s2_n = 1000;  // S2: the size of the "big" matmuls
-  int s3_ops = 10000;   // S3: the number of y = x + 1
-  int runs = 3;         // repetitions of each measurement; medians are reported
+  int64_t s2_n = 1000;            // S2: the size of the "big" matmuls
+  int s3_ops = 10000;             // S3: the number of y = x + 1
+  int runs = 3;                   // repetitions of each measurement; medians are reported
   Device device = Device::cpu();  // where tide's tensors are created (--device)
 };
 

@@ -43,13 +43,13 @@ std::string take_option_value(const Args& args, size_t& i);
 // The bounds of the numeric options, stated in --help. Each is far above any useful run
 // but keeps the counts in an int and the run (or its memory) finite: the loop's unrolled
 // trace holds n recorded ops (~2.5 KB each), a minibatch of mlp-memory takes ~1 s.
-constexpr int64_t kMaxRuns = 1'000'000;      // --runs
-constexpr int64_t kMaxLoopN = 1'000'000;     // loop --n
-constexpr int64_t kMaxBatches = 10'000;      // mlp-memory --batches and bounded:K
-constexpr int64_t kMaxEpochs = 1'000;        // train --epochs
-constexpr int64_t kMaxBatchSize = 1 << 20;   // train --batch
-constexpr int64_t kMaxSeed = INT64_MAX;      // train --seed
-constexpr double kMaxLr = 1e3;               // train --lr, which must also be > 0
+constexpr int64_t kMaxRuns = 1'000'000;     // --runs
+constexpr int64_t kMaxLoopN = 1'000'000;    // loop --n
+constexpr int64_t kMaxBatches = 10'000;     // mlp-memory --batches and bounded:K
+constexpr int64_t kMaxEpochs = 1'000;       // train --epochs
+constexpr int64_t kMaxBatchSize = 1 << 20;  // train --batch
+constexpr int64_t kMaxSeed = INT64_MAX;     // train --seed
+constexpr double kMaxLr = 1e3;              // train --lr, which must also be > 0
 
 // The integer after option args[i], which must be in [min_value, max_value]; advances i.
 // The whole value must be a decimal integer (no spaces, no sign but '-'). Throws UsageError

@@ -69,11 +69,12 @@ int loop_main(const Args& args, const GlobalOptions& global) {
   auto unrolled = trace::function(add_chain, {.name = "unrolled"});
   auto fused = trace::function(add_chain, {.name = "fused", .fusion = trace::Fusion::elementwise});
   auto loop_body = [n](const Tensor& x) {
-    return trace::loop(n, [](const Tensor& y) { return y + 1.0; }, x);
+    return trace::loop(
+        n, [](const Tensor& y) { return y + 1.0; }, x);
   };
   auto node = trace::function(loop_body, {.name = "loop_node"});
-  auto fused_node = trace::function(
-      loop_body, {.name = "loop_node_fused", .fusion = trace::Fusion::elementwise});
+  auto fused_node =
+      trace::function(loop_body, {.name = "loop_node_fused", .fusion = trace::Fusion::elementwise});
 
   std::vector<Way> ways;
   Tensor y;

@@ -35,48 +35,53 @@ const Command kCommands[] = {
      "the textbook's n x (y = x + 1): eager with a sync per op / at the end, traced, loop "
      "node, fused",
      "[--n N] [--runs N]",
-     "  --n N         iterations, 1 to " + num(kMaxLoopN) + " (default 10000)\n"
-     "  --runs N      repetitions of each measurement, 1 to " + num(kMaxRuns) +
-         "; the median is reported (default 5)\n",
+     "  --n N         iterations, 1 to " + num(kMaxLoopN) +
+         " (default 10000)\n"
+         "  --runs N      repetitions of each measurement, 1 to " +
+         num(kMaxRuns) + "; the median is reported (default 5)\n",
      loop_main},
-    {"mlp-memory",
-     "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
+    {"mlp-memory", "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
      "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] "
      "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F]",
      "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
          ") or all (default; bounded:2)\n"
-     "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
-     "  --alloc A     when outputs are allocated: enqueue (when an op is queued), execution\n"
-     "                (when it runs, on the worker) or all (default: both, side by side)\n"
-     "  --batches N   minibatches per policy, 1 to " + num(kMaxBatches) +
+         "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
+         "  --alloc A     when outputs are allocated: enqueue (when an op is queued), execution\n"
+         "                (when it runs, on the worker) or all (default: both, side by side)\n"
+         "  --batches N   minibatches per policy, 1 to " +
+         num(kMaxBatches) +
          " (default 100; under none\n"
-     "                memory grows with every minibatch queued)\n"
-     "  --csv F       write every minibatch's record (one policy column)\n"
-     "  --svg F       write memory and time-per-minibatch charts\n",
+         "                memory grows with every minibatch queued)\n"
+         "  --csv F       write every minibatch's record (one policy column)\n"
+         "  --svg F       write memory and time-per-minibatch charts\n",
      mlp_memory_main},
-    {"train",
-     "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
+    {"train", "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
      "fashion-mnist [--model mlp|cnn] [--mode eager|traced] [--epochs N] [--data DIR] "
      "[--save F] [--batch N] [--lr X] [--seed S]",
      "  --model M     mlp (default: 784-256-128-10, ReLU) or cnn (two conv 3x3 / batch norm /\n"
      "                ReLU / max-pool blocks of 32 and 64 channels, then 3136-128-10)\n"
      "  --mode M      eager (default) or traced (the training step and the test forward\n"
      "                captured once with trace::function and replayed)\n"
-     "  --epochs N    training epochs, 1 to " + num(kMaxEpochs) + " (default 15)\n"
-     "  --data DIR    directory of the IDX files (default /usr/share/datasets/fashion-mnist)\n"
-     "  --save F      write the trained parameters as safetensors\n"
-     "  --batch N     minibatch size, 1 to " + num(kMaxBatchSize) + " (default 128)\n"
-     "  --lr X        Adam learning rate, > 0 and <= " + num(int64_t(kMaxLr)) +
+     "  --epochs N    training epochs, 1 to " +
+         num(kMaxEpochs) +
+         " (default 15)\n"
+         "  --data DIR    directory of the IDX files (default /usr/share/datasets/fashion-mnist)\n"
+         "  --save F      write the trained parameters as safetensors\n"
+         "  --batch N     minibatch size, 1 to " +
+         num(kMaxBatchSize) +
+         " (default 128)\n"
+         "  --lr X        Adam learning rate, > 0 and <= " +
+         num(int64_t(kMaxLr)) +
          " (default 1e-3)\n"
-     "  --seed S      seed of the initialisation and the shuffling, 0 to " + num(kMaxSeed) +
-         " (default 0)\n",
+         "  --seed S      seed of the initialisation and the shuffling, 0 to " +
+         num(kMaxSeed) + " (default 0)\n",
      train_fashion_main},
 };
 
 constexpr const char* kGlobalHelp =
     "  --device D    run on D: cpu (default), cuda (= cuda:0) or cuda:N; the experiment's\n"
     "                tensors, model and data are created there\n"
-      "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
+    "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
     "                (every output file: its directory must exist and be writable; checked\n"
     "                before the run, written through a temporary file renamed into place)\n";
 
@@ -152,8 +157,7 @@ int64_t take_int_option(const Args& args, size_t& i, int64_t min_value, int64_t 
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   const bool integer = !v.empty() && end == v.data() + v.size() &&
                        (ec == std::errc() || ec == std::errc::result_out_of_range);
-  if (!integer)
-    throw UsageError(opt + " needs an integer between " + bounds + ", got '" + v + "'");
+  if (!integer) throw UsageError(opt + " needs an integer between " + bounds + ", got '" + v + "'");
   if (ec == std::errc::result_out_of_range || x < min_value || x > max_value)
     throw UsageError(opt + " must be between " + bounds + ", got " + v);
   return x;

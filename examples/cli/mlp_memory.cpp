@@ -206,8 +206,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   std::ostringstream silent;  // only rank 0 prints
   std::ostream& out = rank == 0 ? std::cout : silent;
 
-  out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, "
-      << batches << " minibatches, device: " << device_label(device) << "\n";
+  out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, " << batches
+      << " minibatches, device: " << device_label(device) << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << 1024 / ranks << " per rank, gradients averaged after each backward; memory "
@@ -223,7 +223,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       AllocationScope scope(a);
       Experiment probe(device, group);
       step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
-      if (a == Allocation::at_execution) step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
+      if (a == Allocation::at_execution)
+        step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
     }
   const bool both = allocs.size() > 1;
   auto label = [](const train::TrainResult& r) {
@@ -239,35 +240,36 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   std::vector<train::TrainResult> results;
   std::vector<std::vector<double>> rank_memory;  // per run: gather_memory's figures
   for (train::Mode mode : modes)
-  for (Allocation alloc : allocs)
-  for (const train::Policy& p : policies) {
-    AllocationScope scope(alloc);
-    Experiment ex(device, group);  // same seeds: every run starts from the same weights and data
-    train::TrainerOptions o;
-    o.batches = n;
-    o.policy = p;
-    o.mode = mode;
-    train::TrainResult r;
-    {
-      auto bar = rank == 0 ? std::make_unique<train::ProgressBar>(p.str() + " (queued)", n)
-                           : std::make_unique<train::ProgressBar>(p.str(), n, silent, false);
-      ex.source.bar = bar.get();
-      r = ex.trainer->run(o);
-      ex.source.bar = nullptr;
-    }  // the bar ends its line before the results are printed
-    out << "policy " << label(r) << ", outputs allocated at "
-              << train::alloc_name(r.allocation) << ":\n";
-    if (mid < n)
-      out << "batch " << mid << ", time " << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4)
-                << " sec\n";
-    out << "batch " << n << ", time " << format_fixed(r.steps.back().t_enqueue_s, 4)
-              << " sec (queued; " << format_fixed(r.total_s, 4) << " sec after the final sync)\n";
-    out << "increased memory: " << mb(double(r.increased_active())) << " MB (allocator), "
-              << mb(double(r.increased_rss())) << " MB (RSS)\n";
-    out << "final loss " << r.final_loss << "\n\n";
-    if (group) rank_memory.push_back(gather_memory(*group, r));
-    results.push_back(std::move(r));
-  }
+    for (Allocation alloc : allocs)
+      for (const train::Policy& p : policies) {
+        AllocationScope scope(alloc);
+        Experiment ex(device,
+                      group);  // same seeds: every run starts from the same weights and data
+        train::TrainerOptions o;
+        o.batches = n;
+        o.policy = p;
+        o.mode = mode;
+        train::TrainResult r;
+        {
+          auto bar = rank == 0 ? std::make_unique<train::ProgressBar>(p.str() + " (queued)", n)
+                               : std::make_unique<train::ProgressBar>(p.str(), n, silent, false);
+          ex.source.bar = bar.get();
+          r = ex.trainer->run(o);
+          ex.source.bar = nullptr;
+        }  // the bar ends its line before the results are printed
+        out << "policy " << label(r) << ", outputs allocated at " << train::alloc_name(r.allocation)
+            << ":\n";
+        if (mid < n)
+          out << "batch " << mid << ", time "
+              << format_fixed(r.steps[size_t(mid - 1)].t_enqueue_s, 4) << " sec\n";
+        out << "batch " << n << ", time " << format_fixed(r.steps.back().t_enqueue_s, 4)
+            << " sec (queued; " << format_fixed(r.total_s, 4) << " sec after the final sync)\n";
+        out << "increased memory: " << mb(double(r.increased_active())) << " MB (allocator), "
+            << mb(double(r.increased_rss())) << " MB (RSS)\n";
+        out << "final loss " << r.final_loss << "\n\n";
+        if (group) rank_memory.push_back(gather_memory(*group, r));
+        results.push_back(std::move(r));
+      }
 
   Table t("mlp-memory: sync policies compared (" + std::to_string(n) + " minibatches on " +
               device.str() + ")",
@@ -275,10 +277,9 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
            "peak queued MB", "+alloc MB", "+RSS MB"});
   for (const train::TrainResult& r : results)
     t.row({label(r), train::alloc_name(r.allocation), format_seconds(r.total_s),
-           format_seconds(r.total_s / n),
-           std::to_string(r.peak_queue_depth), format_fixed(r.peak_steps_in_flight(), 1),
-           mb(double(r.peak_inflight_bytes)), mb(double(r.increased_active())),
-           mb(double(r.increased_rss()))});
+           format_seconds(r.total_s / n), std::to_string(r.peak_queue_depth),
+           format_fixed(r.peak_steps_in_flight(), 1), mb(double(r.peak_inflight_bytes)),
+           mb(double(r.increased_active())), mb(double(r.increased_rss()))});
   t.note("engine tasks per minibatch: " + std::to_string(results.front().ops_per_step) +
          (results.back().mode == train::Mode::traced
               ? " eager, " + std::to_string(results.back().ops_per_step) + " traced (one replay)"
@@ -291,20 +292,20 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   t.print(out);
 
   out << "\nPrediction: memory grows by (bytes one queued minibatch holds) x (minibatches "
-               "in flight)\n"
-               "  [+ what one running step needs, when outputs are allocated at execution].\n"
-            << "  bytes one queued minibatch holds (one step queued behind a held-back "
-               "worker): ";
+         "in flight)\n"
+         "  [+ what one running step needs, when outputs are allocated at execution].\n"
+      << "  bytes one queued minibatch holds (one step queued behind a held-back "
+         "worker): ";
   for (train::Mode m : modes)
     for (Allocation a : allocs)
       out << mb(double(step_bytes[int(m)][int(a)])) << " MB " << train::name(m) << " @"
-                << train::alloc_name(a) << "  ";
+          << train::alloc_name(a) << "  ";
   out << "\n";
   if (std::find(allocs.begin(), allocs.end(), Allocation::at_execution) != allocs.end()) {
     out << "  one running step's peak, allocated at execution: ";
     for (train::Mode m : modes)
       out << mb(double(step_peak[int(m)][int(Allocation::at_execution)])) << " MB "
-                << train::name(m) << "  ";
+          << train::name(m) << "  ";
     out << "\n";
   }
   Table pred("predicted vs measured growth (" + device.str() + ")",
@@ -315,16 +316,16 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     pred.row({label(r), train::alloc_name(r.allocation), format_fixed(r.peak_steps_in_flight(), 1),
               mb(double(r.trace_arena_bytes) + double(step_bytes[m][a]) * r.peak_steps_in_flight() +
                  double(step_peak[m][a])),
-              mb(double(r.increased_active())),
-              mb(double(r.peak_inflight_bytes))});
+              mb(double(r.increased_active())), mb(double(r.peak_inflight_bytes))});
   }
-  pred.note("steps in flight = peak queue depth / engine tasks per minibatch; per_batch keeps "
-            "under two (item() waits for the forward pass only), bounded:K at most K, none as "
-            "many as the frontend ran ahead. Traced: predicted = the arena (allocated once, at "
-            "the trace) + bytes per queued replay x replays in flight; the measured growth also "
-            "holds the gradients and the first minibatch, which runs eagerly as the warm-up. "
-            "Allocated at execution, a queued step holds almost nothing, and the growth is one "
-            "running step's peak plus what executed work holds until it is reclaimed");
+  pred.note(
+      "steps in flight = peak queue depth / engine tasks per minibatch; per_batch keeps "
+      "under two (item() waits for the forward pass only), bounded:K at most K, none as "
+      "many as the frontend ran ahead. Traced: predicted = the arena (allocated once, at "
+      "the trace) + bytes per queued replay x replays in flight; the measured growth also "
+      "holds the gradients and the first minibatch, which runs eagerly as the warm-up. "
+      "Allocated at execution, a queued step holds almost nothing, and the growth is one "
+      "running step's peak plus what executed work holds until it is reclaimed");
   pred.print(out);
 
   if (group) {
@@ -336,9 +337,10 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
         per_rank.row({label(results[i]), train::alloc_name(results[i].allocation),
                       std::to_string(r), mb(m[0]), mb(m[1]), mb(m[2])});
       }
-    per_rank.note("each rank queues its own minibatches and holds its own copy of the model; "
-                  "the data-parallel buckets add a flat buffer per multi-parameter bucket to "
-                  "each step");
+    per_rank.note(
+        "each rank queues its own minibatches and holds its own copy of the model; "
+        "the data-parallel buckets add a flat buffer per multi-parameter bucket to "
+        "each step");
     per_rank.print(out);
   }
 
@@ -365,8 +367,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       mem.series.push_back(std::move(sm));
       tim.series.push_back(std::move(st));
     }
-    write_output("--svg", svg,
-                 [&](const std::string& tmp) { train::write_svg(tmp, {mem, tim}); });
+    write_output("--svg", svg, [&](const std::string& tmp) { train::write_svg(tmp, {mem, tim}); });
     out << (csv.empty() ? "\n" : "") << "wrote " << svg << "\n";
   }
   return 0;

@@ -54,7 +54,7 @@ namespace tide::cli {
 
 namespace {
 
-constexpr int64_t kReadEvery = 50;      // batches between item() reads of the loss
+constexpr int64_t kReadEvery = 50;  // batches between item() reads of the loss
 // The CNN's minibatch holds about 100 MB of activations and gradients while queued: reading
 // every 50 would let the frontend run ~5 GB ahead.
 constexpr int64_t kReadEveryCnn = 5;
@@ -70,20 +70,17 @@ double take_double_option(const Args& args, size_t& i, double max_value) {
   const std::string v = take_option_value(args, i);
   double x = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !(x > 0) ||
-      x > max_value)
-    throw UsageError(opt + " needs a number > 0 and <= " + format_fixed(max_value, 0) +
-                     ", got '" + v + "'");
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !(x > 0) || x > max_value)
+    throw UsageError(opt + " needs a number > 0 and <= " + format_fixed(max_value, 0) + ", got '" +
+                     v + "'");
   return x;
 }
 
 std::shared_ptr<nn::Sequential> make_mlp(int64_t features, Generator& gen) {
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Linear>(nn::LinearOptions(features, 256), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(256, 128), gen),
-      std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(nn::LinearOptions(128, 10), gen)});
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(nn::LinearOptions(256, 128), gen),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(nn::LinearOptions(128, 10), gen)});
 }
 
 }  // namespace
@@ -156,18 +153,16 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   const int64_t rows = train_data.rows(), cols = train_data.cols();
   const bool cnn = model == "cnn";
   const int64_t train_examples = train_data.size() * ranks;  // per epoch, all ranks
-  out << "fashion-mnist: " << train_examples << " train, " << test_data.size()
-            << " test images of " << train_data.rows() << "x" << train_data.cols() << " from "
-            << data_dir << "\n"
-            << "model: "
-            << (cnn ? "CNN [conv 3x3 1->32, BN, ReLU, max-pool 2] [conv 3x3 32->64, BN, ReLU, "
-                      "max-pool 2] " +
-                          std::to_string(64 * (rows / 4) * (cols / 4)) + "-128-10"
-                    : "MLP " + std::to_string(features) + "-256-128-10 (ReLU)")
-            << ", cross-entropy, Adam lr " << lr
-            << " (halved after 1/2 and 3/4 of the epochs)"
-            << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n"
-            << "device: " << device_label(device) << ", " << mode << "\n";
+  out << "fashion-mnist: " << train_examples << " train, " << test_data.size() << " test images of "
+      << train_data.rows() << "x" << train_data.cols() << " from " << data_dir << "\n"
+      << "model: "
+      << (cnn ? "CNN [conv 3x3 1->32, BN, ReLU, max-pool 2] [conv 3x3 32->64, BN, ReLU, "
+                "max-pool 2] " +
+                    std::to_string(64 * (rows / 4) * (cols / 4)) + "-128-10"
+              : "MLP " + std::to_string(features) + "-256-128-10 (ReLU)")
+      << ", cross-entropy, Adam lr " << lr << " (halved after 1/2 and 3/4 of the epochs)"
+      << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n"
+      << "device: " << device_label(device) << ", " << mode << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << batch / ranks << " per rank, gradients averaged after each backward\n";
@@ -261,18 +256,17 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       best_epoch = epoch;
     }
     out << "epoch " << epoch << "/" << epochs << "  loss " << format_fixed(mean_loss, 4)
-              << "  train acc " << format_fixed(train_acc, 4) << "  test acc "
-              << format_fixed(test_acc, 4) << "  time " << format_fixed(secs, 1) << " s"
-              << std::endl;
+        << "  train acc " << format_fixed(train_acc, 4) << "  test acc "
+        << format_fixed(test_acc, 4) << "  time " << format_fixed(secs, 1) << " s" << std::endl;
   }
 
   if (!save_path.empty() && rank == 0) {
     write_output("--save", save_path, [&](const std::string& tmp) { nn::save(*net, tmp); });
     out << "saved the model to " << save_path << " (safetensors)\n";
   }
-  out << "best test acc " << format_fixed(best_acc, 4) << " (epoch " << best_epoch << "): "
-            << (best_acc >= target ? "reached" : "did not reach") << " "
-            << format_fixed(target, 2) << "\n";
+  out << "best test acc " << format_fixed(best_acc, 4) << " (epoch " << best_epoch
+      << "): " << (best_acc >= target ? "reached" : "did not reach") << " "
+      << format_fixed(target, 2) << "\n";
   return 0;
 }
 

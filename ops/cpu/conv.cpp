@@ -20,8 +20,8 @@
 #include "core/thread_pool.h"
 #include "ops/conv_kernels.h"
 #include "ops/cpu/lane_sum.h"
-#include "ops/pool_window.h"
 #include "ops/op_util.h"
+#include "ops/pool_window.h"
 
 namespace tide::kernels::cpu {
 
@@ -49,8 +49,8 @@ int64_t grain_for(int64_t work_per_item) {
 
 // The outputs [lo, hi) of a row of `out` outputs whose input column o * stride - pad + off
 // lies inside [0, in): the rest read padding.
-inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t off,
-                   int64_t& lo, int64_t& hi) {
+inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t off, int64_t& lo,
+                   int64_t& hi) {
   const int64_t first = pad - off;  // o * stride >= first
   lo = first <= 0 ? 0 : (first + stride - 1) / stride;
   const int64_t last = in - 1 + pad - off;  // o * stride <= last
@@ -63,8 +63,7 @@ inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t
 // matrix per sample, end to end in col: row (c, i, j) holds the input element each output
 // position sees at window offset (i, j) of channel c, 0 in the padding.
 template <class T>
-void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g,
-            T* col) {
+void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, T* col) {
   const int64_t rows = cg * g.kh * g.kw, ohw = g.oh * g.ow;
   parallel_for(samples * rows, grain_for(ohw), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -97,8 +96,7 @@ void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const Con
 // column entry at the input element it was copied from. Parallel over (sample, channel):
 // each writes its own plane.
 template <class T>
-void col2im(const T* col, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g,
-            T* dx) {
+void col2im(const T* col, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, T* dx) {
   const int64_t ohw = g.oh * g.ow;
   parallel_for(samples * cg, grain_for(g.kh * g.kw * ohw), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -215,8 +213,7 @@ void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, cons
       // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
       for (int64_t s = 0; s < ns; ++s)
         gemm<T>(false, true, c.og, c.k, c.ohw, dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw,
-                col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1), dw + gi * c.og * c.k,
-                c.k);
+                col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1), dw + gi * c.og * c.k, c.k);
     }
   }
 }

@@ -1,10 +1,9 @@
 // CPU implementations of the creation kernel entries (ops/creation_kernels.h).
-#include "ops/creation_kernels.h"
-
 #include <cstring>
 
 #include "core/philox.h"
 #include "core/thread_pool.h"
+#include "ops/creation_kernels.h"
 #include "ops/functors.h"
 #include "ops/op_util.h"
 
@@ -46,9 +45,8 @@ void random_fill(const KernelContext&, const RandomFill<T>& a, const NoExtra&) {
 void copy_bytes(const KernelContext&, const CopyBytes& a, const NoExtra&) {
   unsigned char* d = a.dst.get();
   const unsigned char* s = a.src.get();
-  parallel_for(int64_t(a.bytes), kParallelGrain * 4, [&](int64_t lo, int64_t hi) {
-    std::memcpy(d + lo, s + lo, size_t(hi - lo));
-  });
+  parallel_for(int64_t(a.bytes), kParallelGrain * 4,
+               [&](int64_t lo, int64_t hi) { std::memcpy(d + lo, s + lo, size_t(hi - lo)); });
 }
 
 #define TIDE_FILL(T) template void fill<T>(const KernelContext&, const Fill<T>&, const NoExtra&);

@@ -1,9 +1,8 @@
 // CPU implementations of the elementwise kernel entries (ops/elementwise_kernels.h): the
 // loops of elementwise_loops.h over the functors of ops/functors.h, instantiated for every
 // functor of its lists and every dtype.
-#include "ops/elementwise_kernels.h"
-
 #include "ops/cpu/elementwise_loops.h"
+#include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
 
 namespace tide::kernels::cpu {
@@ -43,27 +42,26 @@ void convert(const KernelContext&, const Convert<O, T>& a, const NoExtra&) {
 
 // ---- instantiations: every functor, every dtype ------------------------------------------
 
-#define TIDE_BINARY_FOR_T(T, F)                                                          \
-  template void binary_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                       \
-      const KernelContext&, const BinaryFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&); \
-  template void binary_broadcast<fn::binary_out_t<fn::F, T>, T, fn::F>(                  \
-      const KernelContext&, const BinaryBroadcast<fn::binary_out_t<fn::F, T>, T>&,        \
-      const fn::F&);                                                                     \
-  template void scalar_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                       \
+#define TIDE_BINARY_FOR_T(T, F)                                                                   \
+  template void binary_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                                \
+      const KernelContext&, const BinaryFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&);      \
+  template void binary_broadcast<fn::binary_out_t<fn::F, T>, T, fn::F>(                           \
+      const KernelContext&, const BinaryBroadcast<fn::binary_out_t<fn::F, T>, T>&, const fn::F&); \
+  template void scalar_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                                \
       const KernelContext&, const ScalarFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&);
-#define TIDE_BINARY(F) \
-  TIDE_BINARY_FOR_T(float, F) TIDE_BINARY_FOR_T(double, F) \
-  TIDE_BINARY_FOR_T(int32_t, F) TIDE_BINARY_FOR_T(int64_t, F)
+#define TIDE_BINARY(F)        \
+  TIDE_BINARY_FOR_T(float, F) \
+  TIDE_BINARY_FOR_T(double, F) TIDE_BINARY_FOR_T(int32_t, F) TIDE_BINARY_FOR_T(int64_t, F)
 TIDE_BINARY_FUNCTORS(TIDE_BINARY)
 TIDE_MASK_FUNCTORS(TIDE_BINARY)
 
-#define TIDE_UNARY(F)                                                                     \
+#define TIDE_UNARY(F)                                                                       \
   template void unary_flat<float, fn::F>(const KernelContext&, const UnaryFlat<float>&,     \
-                                         const fn::F&);                                   \
+                                         const fn::F&);                                     \
   template void unary_flat<double, fn::F>(const KernelContext&, const UnaryFlat<double>&,   \
-                                          const fn::F&);                                  \
+                                          const fn::F&);                                    \
   template void unary_flat<int32_t, fn::F>(const KernelContext&, const UnaryFlat<int32_t>&, \
-                                           const fn::F&);                                 \
+                                           const fn::F&);                                   \
   template void unary_flat<int64_t, fn::F>(const KernelContext&, const UnaryFlat<int64_t>&, \
                                            const fn::F&);
 TIDE_UNARY_FUNCTORS(TIDE_UNARY)
@@ -71,8 +69,8 @@ TIDE_UNARY_FUNCTORS(TIDE_UNARY)
 #define TIDE_CONVERT_TO(O, T) \
   template void convert<O, T>(const KernelContext&, const Convert<O, T>&, const NoExtra&);
 #define TIDE_CONVERT_FROM(T) \
-  TIDE_CONVERT_TO(float, T) TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) \
-  TIDE_CONVERT_TO(int64_t, T)
+  TIDE_CONVERT_TO(float, T)  \
+  TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) TIDE_CONVERT_TO(int64_t, T)
 TIDE_DTYPES(TIDE_CONVERT_FROM)
 
 }  // namespace tide::kernels::cpu

@@ -46,7 +46,7 @@ void scatter_add_rows(const KernelContext&, const ScatterAddRows<T, I>& a, const
   }
 }
 
-#define TIDE_GATHER(T, I)                                                                      \
+#define TIDE_GATHER(T, I)                                                                     \
   template void take_rows<T, I>(const KernelContext&, const TakeRows<T, I>&, const NoExtra&); \
   template void scatter_add_rows<T, I>(const KernelContext&, const ScatterAddRows<T, I>&,     \
                                        const NoExtra&);

@@ -1,8 +1,8 @@
 // CPU implementations of the linear-algebra entries (ops/linalg_kernels.h). The GEMM casts
 // its sizes to int for CBLAS: the front-ends (ops/linalg.cpp) refuse sizes past 2^31 - 1.
-#include "ops/linalg_kernels.h"
-
 #include <cblas.h>
+
+#include "ops/linalg_kernels.h"
 #if TIDE_SGEMM_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -28,9 +28,8 @@ void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t v = int64_t(labels[r]);
     if (v < 0 || v >= classes)
-      throw std::runtime_error(tide::detail::concat("label ", v, " of row ", r,
-                                                    " is outside the ", classes, " classes [0, ",
-                                                    classes, ")"));
+      throw std::runtime_error(tide::detail::concat("label ", v, " of row ", r, " is outside the ",
+                                                    classes, " classes [0, ", classes, ")"));
   }
   int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes));
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
@@ -55,17 +54,17 @@ void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
     const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
                                         g.a.get(), g.lda, g.b.get(), g.ldb, 0.0f, g.c.get(), g.ldc);
     if (st != dnnl_success)
-      throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ",
-                                           g.m, "x", g.k, " @ ", g.k, "x", g.n));
+      throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ", g.m,
+                                           "x", g.k, " @ ", g.k, "x", g.n));
   }
 #else
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0f, g.a.get(),
-                int(g.lda), g.b.get(), int(g.ldb), 0.0f, g.c.get(), int(g.ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0f, g.a.get(), int(g.lda),
+                g.b.get(), int(g.ldb), 0.0f, g.c.get(), int(g.ldc));
 #endif
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(),
-                int(g.lda), g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(), int(g.lda),
+                g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
 }
 
 template <class T>

@@ -1,14 +1,13 @@
 // CPU implementations of the optimizer entries (ops/optim_kernels.h): the functor's update
 // over the elements, split over the intra-op thread pool above kParallelGrain like the
 // elementwise loops.
-#include "ops/optim_kernels.h"
-
 #include <stdexcept>
 #include <string>
 
 #include "core/failure.h"
 #include "core/thread_pool.h"
 #include "ops/op_util.h"
+#include "ops/optim_kernels.h"
 
 namespace tide::kernels::cpu {
 
@@ -20,8 +19,8 @@ namespace {
 // failure: the kernel refuses them itself and the failure reaches p, m and v.
 void check_not_failed(const Storage* s, const char* what) {
   if (const Failure* f = s->failure())
-    throw std::runtime_error(std::string(what) + " holds the failure of an earlier op: " +
-                             f->what());
+    throw std::runtime_error(std::string(what) +
+                             " holds the failure of an earlier op: " + f->what());
 }
 }  // namespace
 

@@ -1,8 +1,6 @@
 // CPU implementation of the reduction entry (ops/reduce_kernels.h). Each output element is
 // computed by one thread in a fixed order, and the full sum adds fixed-size blocks in
 // order, so results never depend on the thread count.
-#include "ops/reduce_kernels.h"
-
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -11,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/lane_sum.h"
 #include "ops/op_util.h"
+#include "ops/reduce_kernels.h"
 
 namespace tide::kernels::cpu {
 
@@ -18,7 +17,8 @@ using tide::detail::kParallelGrain;
 
 namespace {
 
-template <class T> using Acc = SumAcc<T>;
+template <class T>
+using Acc = SumAcc<T>;
 
 // Sums x[0..n) in a fixed order (ops/cpu/lane_sum.h). One serial sum ran at a quarter
 // of the memory's rate: a conv's bias gradient, 128 x 32 rows of 784, took 10 ms.
@@ -116,10 +116,9 @@ void reduce(const KernelContext&, const Reduce<T, O>& a, const NoExtra&) {
   reduce_loops<T, O>(a.kind, a.x.get(), a.y.get(), a.g);
 }
 
-#define TIDE_REDUCE(T)                                                                     \
+#define TIDE_REDUCE(T)                                                                   \
   template void reduce<T, T>(const KernelContext&, const Reduce<T, T>&, const NoExtra&); \
-  template void reduce<T, int64_t>(const KernelContext&, const Reduce<T, int64_t>&,      \
-                                   const NoExtra&);
+  template void reduce<T, int64_t>(const KernelContext&, const Reduce<T, int64_t>&, const NoExtra&);
 TIDE_REDUCE(float)
 TIDE_REDUCE(double)
 TIDE_REDUCE(int32_t)

@@ -79,7 +79,8 @@ Cudnn load() {
       "install cuDNN 9 for this CUDA (Debian/NVIDIA: libcudnn9-cuda-13) or add its lib "
       "directory to LD_LIBRARY_PATH");
   Cudnn c{};
-#define TIDE_CUDNN_BIND(name) tide::detail::bind_symbol(lib, c.name, "cudnn" #name, "cuDNN", "conv2d");
+#define TIDE_CUDNN_BIND(name) \
+  tide::detail::bind_symbol(lib, c.name, "cudnn" #name, "cuDNN", "conv2d");
   TIDE_CUDNN_BIND(Create)
   TIDE_CUDNN_BIND(SetStream)
   TIDE_CUDNN_BIND(GetErrorString)
@@ -148,8 +149,9 @@ struct ConvDescs {
     check(d.CreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
     check(d.SetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(g.n), int(g.c), int(g.h), int(g.w)),
           "cudnnSetTensor4dDescriptor");
-    check(d.SetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(g.n), int(g.o), int(g.oh), int(g.ow)),
-          "cudnnSetTensor4dDescriptor");
+    check(
+        d.SetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(g.n), int(g.o), int(g.oh), int(g.ow)),
+        "cudnnSetTensor4dDescriptor");
     check(d.SetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, t, 1, int(g.o), 1, 1),
           "cudnnSetTensor4dDescriptor");
     check(d.SetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(g.o), int(g.c / g.groups), int(g.kh),
@@ -175,12 +177,19 @@ struct ConvDescs {
 
 // What an algorithm choice depends on.
 enum class Pass : int { forward, data, filter };
-using AlgoKey = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           size_t>;
+using AlgoKey =
+    std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, size_t>;
 AlgoKey key_of(Pass p, const KernelContext& ctx, bool dbl, const ConvGeom& g) {
-  return {int(p), ctx.device.index, dbl, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph,
-          g.pw, g.dh, g.dw, g.groups, ctx.workspace ? ctx.workspace_bytes : 0};
+  return {int(p),   ctx.device.index,
+          dbl,      g.n,
+          g.c,      g.h,
+          g.w,      g.o,
+          g.kh,     g.kw,
+          g.sh,     g.sw,
+          g.ph,     g.pw,
+          g.dh,     g.dw,
+          g.groups, ctx.workspace ? ctx.workspace_bytes : 0};
 }
 
 struct Choice {
@@ -212,13 +221,16 @@ Choice first_deterministic(const Perf* perf, int n, size_t fits, const char* wha
     if (perf[i].memory <= fits) return {int(perf[i].algo), perf[i].memory};
     if (!best) best = &perf[i];
   }
-  if (!best) throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm");
+  if (!best)
+    throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm");
   return {int(best->algo), best->memory};
 }
 
 constexpr int kMaxAlgos = 16;
 
-size_t stream_workspace(const KernelContext& ctx) { return ctx.workspace ? ctx.workspace_bytes : 0; }
+size_t stream_workspace(const KernelContext& ctx) {
+  return ctx.workspace ? ctx.workspace_bytes : 0;
+}
 
 // One cuDNN pass: the descriptors, this thread's handle, the cached algorithm choice
 // (find(h, d, perf, n) fills cuDNN's heuristics list), its workspace, then
@@ -244,9 +256,9 @@ void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&)
   run_pass<T, cudnnConvolutionFwdAlgoPerf_t>(
       ctx, a.g, Pass::forward, "conv2d",
       [](cudnnHandle_t h, const ConvDescs<T>& d, auto* perf, int& n) {
-        check(dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n,
-                                                      perf),
-              "cudnnGetConvolutionForwardAlgorithm_v7");
+        check(
+            dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
+            "cudnnGetConvolutionForwardAlgorithm_v7");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
         const T one = 1, zero = 0;
@@ -265,8 +277,8 @@ void conv2d_input_grad(const KernelContext& ctx, const Conv2dInputGrad<T>& a, co
   run_pass<T, cudnnConvolutionBwdDataAlgoPerf_t>(
       ctx, a.g, Pass::data, "conv2d_input_grad",
       [](cudnnHandle_t h, const ConvDescs<T>& d, auto* perf, int& n) {
-        check(dnn().GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos,
-                                                           &n, perf),
+        check(dnn().GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n,
+                                                           perf),
               "cudnnGetConvolutionBackwardDataAlgorithm_v7");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {

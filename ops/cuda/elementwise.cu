@@ -52,8 +52,7 @@ __global__ void binary_strided(const T* a, int64_t sa, const T* b, int64_t sb, O
 }
 
 template <class O, class T, class F>
-__global__ void binary_bcast(const T* a, const T* b, O* out, BroadcastGeometry g, int64_t n,
-                             F f) {
+__global__ void binary_bcast(const T* a, const T* b, O* out, BroadcastGeometry g, int64_t n, F f) {
   int64_t sa[kMaxDims], sb[kMaxDims];
   g.strides(g.bcast_a, sa);
   g.strides(g.bcast_b, sb);
@@ -108,8 +107,8 @@ void binary_flat(const KernelContext& ctx, const BinaryFlat<O, T>& x, const F& f
   int64_t begin = 0;
   if (x.sa == 1 && x.sb == 1 && aligned16(a, b, out) && x.n >= N) {
     int64_t packs = x.n / N;
-    binary_dense_vec<O, T, F, N><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(a, b, out,
-                                                                                    packs, f);
+    binary_dense_vec<O, T, F, N>
+        <<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(a, b, out, packs, f);
     begin = packs * N;
     if (begin == x.n) return;
   }
@@ -121,19 +120,19 @@ template <class O, class T, class F>
 void binary_broadcast(const KernelContext& ctx, const BinaryBroadcast<O, T>& x, const F& f) {
   int64_t n = x.g.numel();
   if (n == 0) return;
-  binary_bcast<O, T, F><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-      x.a.get(), x.b.get(), x.out.get(), x.g, n, f);
+  binary_bcast<O, T, F><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(x.a.get(), x.b.get(),
+                                                                        x.out.get(), x.g, n, f);
 }
 
 template <class O, class T, class F>
 void scalar_flat(const KernelContext& ctx, const ScalarFlat<O, T>& x, const F& f) {
   if (x.n == 0) return;
   if (x.scalar_first)
-    scalar_kernel<O, T, F, true><<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(
-        x.a.get(), x.s, x.out.get(), x.n, f);
+    scalar_kernel<O, T, F, true>
+        <<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(x.a.get(), x.s, x.out.get(), x.n, f);
   else
-    scalar_kernel<O, T, F, false><<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(
-        x.a.get(), x.s, x.out.get(), x.n, f);
+    scalar_kernel<O, T, F, false>
+        <<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(x.a.get(), x.s, x.out.get(), x.n, f);
 }
 
 template <class T, class F>
@@ -145,20 +144,19 @@ void unary_flat(const KernelContext& ctx, const UnaryFlat<T>& x, const F& f) {
   int64_t begin = 0;
   if (aligned16(a, out) && x.n >= N) {
     int64_t packs = x.n / N;
-    unary_dense_vec<T, F, N><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(a, out, packs,
-                                                                                f);
+    unary_dense_vec<T, F, N><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(a, out, packs, f);
     begin = packs * N;
     if (begin == x.n) return;
   }
-  unary_scalar<T, F><<<blocks_for(x.n - begin), kThreads, 0, stream_of(ctx)>>>(a, out, begin,
-                                                                               x.n, f);
+  unary_scalar<T, F>
+      <<<blocks_for(x.n - begin), kThreads, 0, stream_of(ctx)>>>(a, out, begin, x.n, f);
 }
 
 template <class O, class T>
 void convert(const KernelContext& ctx, const Convert<O, T>& x, const NoExtra&) {
   if (x.n == 0) return;
-  convert_kernel<O, T><<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(x.a.get(),
-                                                                        x.out.get(), x.n);
+  convert_kernel<O, T>
+      <<<blocks_for(x.n), kThreads, 0, stream_of(ctx)>>>(x.a.get(), x.out.get(), x.n);
 }
 
 // ---- registration ---------------------------------------------------------------------
@@ -206,10 +204,10 @@ void register_elementwise(OpList& ops) {
   register_convert_from<double>();
   register_convert_from<int32_t>();
   register_convert_from<int64_t>();
-  for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::eq,
-                  OpId::gt, OpId::lt, OpId::relu_grad, OpId::neg, OpId::exp, OpId::log,
-                  OpId::sqrt, OpId::abs, OpId::pow, OpId::relu, OpId::sigmoid, OpId::tanh,
-                  OpId::cast, OpId::add_, OpId::sub_, OpId::mul_, OpId::copy_})
+  for (OpId id : {OpId::add,  OpId::sub,  OpId::mul,       OpId::div,  OpId::maximum, OpId::eq,
+                  OpId::gt,   OpId::lt,   OpId::relu_grad, OpId::neg,  OpId::exp,     OpId::log,
+                  OpId::sqrt, OpId::abs,  OpId::pow,       OpId::relu, OpId::sigmoid, OpId::tanh,
+                  OpId::cast, OpId::add_, OpId::sub_,      OpId::mul_, OpId::copy_})
     ops[size_t(id)] = true;
 }
 

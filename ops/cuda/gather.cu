@@ -46,7 +46,8 @@ template <class T, class I>
 void take_rows(const KernelContext& ctx, const TakeRows<T, I>& a, const NoExtra&) {
   const int64_t total = a.k * a.width;
   if (total == 0) return;
-  thrust::transform(thrust::cuda::par_nosync.on(stream_of(ctx)), thrust::counting_iterator<int64_t>(0),
+  thrust::transform(thrust::cuda::par_nosync.on(stream_of(ctx)),
+                    thrust::counting_iterator<int64_t>(0),
                     thrust::counting_iterator<int64_t>(total), a.y.get(),
                     RowElement<T, I>{a.src.get(), a.rows.get(), a.n, a.width});
 }
@@ -90,8 +91,8 @@ void scatter_add_rows(const KernelContext& ctx, const ScatterAddRows<T, I>& a, c
   // CUB's storage after the four arrays, on a 256-byte boundary as CUB prefers.
   const size_t arrays = (4 * k * sizeof(int64_t) + 255) / 256 * 256;
   StorageRef keep;
-  auto* raw = static_cast<unsigned char*>(
-      scratch(ctx, arrays + sort_bytes, keep, "scatter_add_rows"));
+  auto* raw =
+      static_cast<unsigned char*>(scratch(ctx, arrays + sort_bytes, keep, "scatter_add_rows"));
   auto* base = reinterpret_cast<int64_t*>(raw);
   int64_t *keys_in = base, *keys = base + k, *pos_in = base + 2 * k, *pos = base + 3 * k;
   auto policy = thrust::cuda::par_nosync.on(s);
@@ -104,8 +105,8 @@ void scatter_add_rows(const KernelContext& ctx, const ScatterAddRows<T, I>& a, c
   check(cub::DeviceRadixSort::SortPairs(raw + arrays, sort_bytes, keys_in, keys, pos_in, pos, a.k,
                                         0, end_bit, s),
         "cub::DeviceRadixSort::SortPairs");
-  sum_runs<T><<<blocks_for(a.k * a.width), kThreads, 0, s>>>(keys, pos, a.g.get(), a.y.get(),
-                                                              a.k, a.n, a.width);
+  sum_runs<T><<<blocks_for(a.k * a.width), kThreads, 0, s>>>(keys, pos, a.g.get(), a.y.get(), a.k,
+                                                             a.n, a.width);
 }
 
 template <class T>

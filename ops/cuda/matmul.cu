@@ -6,8 +6,6 @@
 // Linear layer is one kernel. Does not batch, does not autotune by timing, does not
 // synchronize. Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the
 // CPU). Also here: the one-hot rows of a classification loss (one small kernel).
-#include "core/cuda/cublaslt.h"
-
 #include <math_constants.h>
 
 #include <cstdint>
@@ -19,6 +17,7 @@
 #include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cublaslt.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"
@@ -33,9 +32,9 @@ namespace {
                            cublasLtGetStatusString(st));
 }
 
-#define TIDE_CUBLAS_CHECK(call)                                   \
-  do {                                                            \
-    cublasStatus_t tide_st_ = (call);                             \
+#define TIDE_CUBLAS_CHECK(call)                                           \
+  do {                                                                    \
+    cublasStatus_t tide_st_ = (call);                                     \
     if (tide_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(#call, tide_st_); \
   } while (0)
 
@@ -126,8 +125,8 @@ void init_desc(cublasLtMatmulDescOpaque_t* desc, const PlanKey& key, const void*
     cublasLtEpilogue_t epi = to_cublas(key.epilogue);
     TIDE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    TIDE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof(bias)));
+    TIDE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                     sizeof(bias)));
   }
 }
 
@@ -160,8 +159,8 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, cublasLtMatmulDescOp
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  TIDE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, &l->a, &l->b, &l->c, &l->c,
-                                                   &pref, 1, &result, &found));
+  TIDE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, &l->a, &l->b, &l->c, &l->c, &pref,
+                                                   1, &result, &found));
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic found no algorithm for (" +
                              std::to_string(key.m) + " x " + std::to_string(key.k) + ") @ (" +
@@ -244,8 +243,8 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
   init_layouts(&l, key);
   Plan plan = plan_for(handle, key, &desc, &l);
   const T alpha = 1, beta = 0;  // beta = 0: c (uninitialised) is not read
-  TIDE_CUBLAS_CHECK(cublasLtMatmul(handle, &desc, &alpha, b, &l.a, a, &l.b, &beta, c, &l.c, c,
-                                   &l.c, &plan.algo, use_workspace(ctx), ws_bytes, stream_of(ctx)));
+  TIDE_CUBLAS_CHECK(cublasLtMatmul(handle, &desc, &alpha, b, &l.a, a, &l.b, &beta, c, &l.c, c, &l.c,
+                                   &plan.algo, use_workspace(ctx), ws_bytes, stream_of(ctx)));
 }
 
 template <class T>

@@ -21,8 +21,8 @@ namespace {
 // failure: the entry refuses them on the host before launching, as the CPU kernel does.
 void check_not_failed(const Storage* s, const char* what) {
   if (const Failure* f = s->failure())
-    throw std::runtime_error(std::string(what) + " holds the failure of an earlier op: " +
-                             f->what());
+    throw std::runtime_error(std::string(what) +
+                             " holds the failure of an earlier op: " + f->what());
 }
 
 // ---- kernels --------------------------------------------------------------------------
@@ -69,7 +69,7 @@ void sgd(const KernelContext& ctx, const Sgd<T>& a, const fn::SgdUpdate& f) {
   if (a.n == 0) return;
   T* buf = a.buf.s ? a.buf.get() : nullptr;
   sgd_kernel<T><<<blocks_for(a.n), kThreads, 0, stream_of(ctx)>>>(a.p.get(), a.g.get(), buf,
-                                                                 a.lr.get(), a.n, f);
+                                                                  a.lr.get(), a.n, f);
 }
 
 template <class T>

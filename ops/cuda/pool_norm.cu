@@ -153,8 +153,7 @@ __global__ void batch_norm_fwd(BnFwd<T> a) {
     invstd = 1.0 / sqrt(sq / double(m) + a.eps);
     if (a.has_running && threadIdx.x == 0) {
       const double mo = a.momentum;
-      a.running_mean[ch] =
-          T(__dmul_rn(1 - mo, double(a.running_mean[ch])) + __dmul_rn(mo, mean));
+      a.running_mean[ch] = T(__dmul_rn(1 - mo, double(a.running_mean[ch])) + __dmul_rn(mo, mean));
       a.running_var[ch] =
           T(__dmul_rn(1 - mo, double(a.running_var[ch])) + __dmul_rn(mo, sq / double(m - 1)));
     }
@@ -214,8 +213,8 @@ template <class T>
 void max_pool2d_grad(const KernelContext& ctx, const MaxPool2dGrad<T>& a, const NoExtra&) {
   const int64_t total = planes(a.g) * a.g.h * a.g.w;
   if (total == 0) return;
-  max_pool_bwd<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(a.x.get(), a.dy.get(),
-                                                                       a.dx.get(), a.g);
+  max_pool_bwd<T>
+      <<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(a.x.get(), a.dy.get(), a.dx.get(), a.g);
 }
 
 template <class T>
@@ -229,8 +228,7 @@ template <class T>
 void avg_pool2d_grad(const KernelContext& ctx, const AvgPool2dGrad<T>& a, const NoExtra&) {
   const int64_t total = planes(a.g) * a.g.h * a.g.w;
   if (total == 0) return;
-  avg_pool_bwd<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(a.dy.get(), a.dx.get(),
-                                                                       a.g);
+  avg_pool_bwd<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(a.dy.get(), a.dx.get(), a.g);
 }
 
 // An empty batch (eval mode only: training refuses it) still runs one block per channel:
@@ -240,9 +238,19 @@ template <class T>
 void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&) {
   if (a.c == 0) return;
   const bool running = a.has_running || !a.training;  // eval reads the running estimates
-  BnFwd<T> k{a.x.get(), a.weight.get(), a.bias.get(),
-             running ? a.running_mean.get() : nullptr, running ? a.running_var.get() : nullptr,
-             a.y.get(), a.stats.get(), a.n, a.c, a.s, a.training, a.has_running, a.momentum,
+  BnFwd<T> k{a.x.get(),
+             a.weight.get(),
+             a.bias.get(),
+             running ? a.running_mean.get() : nullptr,
+             running ? a.running_var.get() : nullptr,
+             a.y.get(),
+             a.stats.get(),
+             a.n,
+             a.c,
+             a.s,
+             a.training,
+             a.has_running,
+             a.momentum,
              a.eps};
   batch_norm_fwd<T><<<unsigned(a.c), kThreads, 0, stream_of(ctx)>>>(k);
 }
@@ -250,8 +258,10 @@ void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&)
 template <class T>
 void batch_norm_grad(const KernelContext& ctx, const BatchNormGrad<T>& a, const NoExtra&) {
   if (a.c == 0) return;
-  BnBwd<T> k{a.dy.get(), a.x.get(), a.weight.get(), a.stats.get(), a.dx.get(), a.dweight.get(),
-             a.dbias.get(), a.n, a.c, a.s, a.training};
+  BnBwd<T> k{a.dy.get(),    a.x.get(),  a.weight.get(),
+             a.stats.get(), a.dx.get(), a.dweight.get(),
+             a.dbias.get(), a.n,        a.c,
+             a.s,           a.training};
   batch_norm_bwd<T><<<unsigned(a.c), kThreads, 0, stream_of(ctx)>>>(k);
 }
 
@@ -270,8 +280,8 @@ void register_for() {
 void register_pool_norm(OpList& ops) {
   register_for<float>();
   register_for<double>();
-  for (OpId id : {OpId::max_pool2d, OpId::max_pool2d_grad, OpId::avg_pool2d,
-                  OpId::avg_pool2d_grad, OpId::batch_norm, OpId::batch_norm_grad})
+  for (OpId id : {OpId::max_pool2d, OpId::max_pool2d_grad, OpId::avg_pool2d, OpId::avg_pool2d_grad,
+                  OpId::batch_norm, OpId::batch_norm_grad})
     ops[size_t(id)] = true;
 }
 

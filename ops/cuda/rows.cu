@@ -50,7 +50,7 @@ __global__ void transpose_tiles(const T* a, T* y, int64_t rows, int64_t cols) {
 
 // ---- softmax rows ---------------------------------------------------------------------
 
-constexpr int64_t kWarpRowMax = 1024;  // rows up to this length: one warp each
+constexpr int64_t kWarpRowMax = 1024;             // rows up to this length: one warp each
 constexpr int kWarpsPerBlock = kThreads / kWarp;  // the warp kernel: rows per block
 
 template <class T>
@@ -162,8 +162,8 @@ void transpose(const KernelContext& ctx, const Transpose<T>& t, const NoExtra&) 
   const int64_t col_tiles = (t.cols + kTile - 1) / kTile;
   dim3 grid(unsigned(std::min<int64_t>(col_tiles, int64_t(1) << 20)),
             unsigned(std::min<int64_t>(row_tiles, 65535)));
-  transpose_tiles<T><<<grid, dim3(kTile, kTileRows), 0, stream_of(ctx)>>>(t.a.get(), t.y.get(),
-                                                                         t.rows, t.cols);
+  transpose_tiles<T>
+      <<<grid, dim3(kTile, kTileRows), 0, stream_of(ctx)>>>(t.a.get(), t.y.get(), t.rows, t.cols);
 }
 
 template <class T>

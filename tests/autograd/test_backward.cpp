@@ -168,7 +168,9 @@ TEST_F(Backward, BackwardErrors) {
   Tensor y = mul(x, 2.0);
   EXPECT_TRUE(contains(error_of([&] { y.backward(); }), "[backward]"));  // not a scalar
   EXPECT_TRUE(contains(error_of([&] { y.backward(from_data({1, 2, 3}, {3})); }), "[backward]"));
-  EXPECT_TRUE(contains(error_of([&] { y.backward(from_data({1, 2}, {2}, DType::float64)); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         y.backward(from_data({1, 2}, {2}, DType::float64));
+                       }),
                        "[backward]"));
   EXPECT_FALSE(x.grad().defined());
 }
@@ -247,10 +249,10 @@ TEST_F(Backward, DiamondGraphsSumTheirContributions) {
 
   // A deeper diamond: a -> (b, c) -> d, with b and c sharing a -> e.
   Tensor w = from_data({2}, {1}).requires_grad_();
-  Tensor a = add(w, 1.0);       // 3
-  Tensor b = mul(a, a);         // 9, db/da = 2a = 6
-  Tensor c = mul(a, 4.0);       // 12, dc/da = 4
-  Tensor d = mul(b, c);         // 108, dd/da = c*6 + b*4 = 72 + 36 = 108
+  Tensor a = add(w, 1.0);  // 3
+  Tensor b = mul(a, a);    // 9, db/da = 2a = 6
+  Tensor c = mul(a, 4.0);  // 12, dc/da = 4
+  Tensor d = mul(b, c);    // 108, dd/da = c*6 + b*4 = 72 + 36 = 108
   sum(d).backward();
   EXPECT_EQ(values(w.grad()), (std::vector<float>{108}));
 }
@@ -284,7 +286,7 @@ TEST_F(Backward, BackwardQueuesWithoutWaiting) {
   gate.hold(tag);  // the stream is held: nothing after this can run
   Tensor loss = sum(mul(x, x));
   const uint64_t queued = Engine::get().stats().queued;
-  loss.backward();  // returns although the forward has not run
+  loss.backward();                                  // returns although the forward has not run
   EXPECT_GT(Engine::get().stats().queued, queued);  // it queued the gradient ops
   ASSERT_TRUE(x.grad().defined());
   EXPECT_FALSE(x.grad().is_ready());

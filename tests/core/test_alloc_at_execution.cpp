@@ -98,8 +98,7 @@ TEST_F(AllocAtExecution, RunningFarAheadStaysFlat) {
   // At enqueue this queue would hold all 200 blocks; here the worker takes one per step,
   // after reclaiming the steps that ran (unless a frontend holds the engine lock just
   // then), so a handful are ever held at once.
-  EXPECT_LE(grown, 16 * block)
-      << grown / block << " blocks held at the peak";
+  EXPECT_LE(grown, 16 * block) << grown / block << " blocks held at the peak";
 }
 
 TEST_F(AllocAtExecution, AnOutOfMemoryOnTheWorkerFailsTheOpAtTheNextSync) {

@@ -257,7 +257,6 @@ TEST_F(EngineBasics, LongChainsSpanManyTaskSegments) {
   EXPECT_EQ(x.to_vector(), std::vector<float>(4, 2200.0f));
 }
 
-
 // A stress test, disabled by default (slow, and a broken protocol shows up only sometimes):
 // a frontend that only polls is_ready() must see every op run. end_task publishes with a
 // release store and reads `sleeping` behind only a light fence; the worker that goes to
@@ -276,8 +275,8 @@ TEST_F(EngineBasics, DISABLED_PollingNeverMissesAWakeUp_Stress) {
     }
     // Submit around the time the worker gives up spinning and goes to sleep.
     auto t0 = std::chrono::steady_clock::now();
-    auto delay = std::chrono::nanoseconds(detail::kSpinNs + detail::kYieldNs - 20000 +
-                                          (i * 37) % 40000);
+    auto delay =
+        std::chrono::nanoseconds(detail::kSpinNs + detail::kYieldNs - 20000 + (i * 37) % 40000);
     while (std::chrono::steady_clock::now() - t0 < delay) {
     }
     x.add_(x);

@@ -119,10 +119,10 @@ TEST_F(Errors, DependentsAreSkippedAndInheritTheFailure) {
   const int line = __LINE__ + 1;
   debug::fail(x, y, "root cause");
   auto ran = std::make_shared<std::atomic<bool>>(false);
-  Tensor z = add(y, 1.0);                       // skipped
-  debug::gate(z, [ran] { *ran = true; });        // skipped: its body must not run
-  Tensor w = mul(z, 2.0);                       // skipped
-  Tensor v = add(w, x);                         // skipped, although x is fine
+  Tensor z = add(y, 1.0);                  // skipped
+  debug::gate(z, [ran] { *ran = true; });  // skipped: its body must not run
+  Tensor w = mul(z, 2.0);                  // skipped
+  Tensor v = add(w, x);                    // skipped, although x is fine
   std::string m = error_of([&] { v.wait_to_read(); });
   // The dependent reports the original failure: op, message and site.
   EXPECT_TRUE(contains(m, "[fail] root cause"));

@@ -25,9 +25,9 @@ using cuda::FakeDevice;
 using Call = FakeDevice::CallKind;
 using test_util::fake_gpu;
 
-constexpr int kGpu = 8;        // the shared fake
-constexpr int kSmallGpu = 9;   // 1 MiB of memory
-constexpr int kDeadGpu = 15;   // killed by the sticky-error test
+constexpr int kGpu = 8;          // the shared fake
+constexpr int kSmallGpu = 9;     // 1 MiB of memory
+constexpr int kDeadGpu = 15;     // killed by the sticky-error test
 constexpr int kFaultedGpu = 14;  // killed by the fault-found-at-a-launch test
 
 Device gpu() { return Device::cuda(kGpu); }
@@ -84,7 +84,7 @@ TEST_F(FakeGpu, CompleteMeansTheDeviceWroteTheTimelineNotLaunched) {
   Stream s = Stream::default_stream(gpu());
   fake_gpu(kGpu).pause(handle_of(s));
   Tensor y = x + 1.0;
-  ASSERT_TRUE(launched_all(s));  // the worker launched it...
+  ASSERT_TRUE(launched_all(s));           // the worker launched it...
   EXPECT_FALSE(becomes_ready_within(y));  // ...but the device has not run it
   EXPECT_LT(s.executed(), s.queued());
   EXPECT_GE(Engine::get().stats().inflight_bytes, y.nbytes());  // still held by queued work
@@ -202,10 +202,13 @@ TEST_F(FakeGpu, BlocksAreNotReusedAcrossStreamsBeforeTheyPassed) {
   auto take = [&](const Stream& s) {
     auto got = std::make_shared<std::atomic<void*>>(nullptr);
     StreamGuard g(s);
-    Engine::get().submit(gpu(), "workspace_user", {}, {}, [got] {
-      StorageRef ws = Allocator::get(Device::cuda(kGpu)).workspace(kBytes, "workspace_user");
-      got->store(ws->data());
-    }, Site::current());
+    Engine::get().submit(
+        gpu(), "workspace_user", {}, {},
+        [got] {
+          StorageRef ws = Allocator::get(Device::cuda(kGpu)).workspace(kBytes, "workspace_user");
+          got->store(ws->data());
+        },
+        Site::current());
     EXPECT_TRUE(wait_until([&] { return got->load() != nullptr; }));
     return got->load();
   };
@@ -224,13 +227,16 @@ TEST_F(FakeGpu, BlocksAreNotReusedAcrossStreamsBeforeTheyPassed) {
     StreamGuard g(b);
     auto out = std::make_shared<std::vector<void*>>();
     auto m = std::make_shared<std::mutex>();
-    Engine::get().submit(gpu(), "workspace_user", {}, {}, [out, m] {
-      Allocator& al = Allocator::get(Device::cuda(kGpu));
-      StorageRef w1 = al.workspace(kBytes, "w"), w2 = al.workspace(kBytes, "w");
-      std::lock_guard lock(*m);
-      out->push_back(w1->data());
-      out->push_back(w2->data());
-    }, Site::current());
+    Engine::get().submit(
+        gpu(), "workspace_user", {}, {},
+        [out, m] {
+          Allocator& al = Allocator::get(Device::cuda(kGpu));
+          StorageRef w1 = al.workspace(kBytes, "w"), w2 = al.workspace(kBytes, "w");
+          std::lock_guard lock(*m);
+          out->push_back(w1->data());
+          out->push_back(w2->data());
+        },
+        Site::current());
     b.synchronize();
     got = *out;
   }
@@ -258,9 +264,9 @@ TEST_F(FakeGpu, AThrowingEntryLeavesNoErrorForTheNextOp) {
   Tensor x = on_gpu({1, 2});
   Tensor out = on_gpu({0, 0});
   fake_gpu(kGpu).fail_next_launch("the throwing entry's own error");
-  Engine::get().submit(gpu(), "throwing_entry", {x.storage()}, {out.storage()},
-                       [] { throw std::runtime_error("a checked CUDA call failed"); },
-                       Site::current());
+  Engine::get().submit(
+      gpu(), "throwing_entry", {x.storage()}, {out.storage()},
+      [] { throw std::runtime_error("a checked CUDA call failed"); }, Site::current());
   Tensor y = x + 1.0;
   EXPECT_TRUE(contains(error_of([&] { out.wait_to_read(); }), "a checked CUDA call failed"));
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 3})) << "the next op is not blamed";
@@ -305,8 +311,8 @@ TEST_F(FakeGpu, AFaultFoundAtTheNextLaunchFailsTheDevice) {
   Engine::get().synchronize();  // its block is cached for y: no cudaMalloc finds the fault
   Stream s = Stream::default_stream(d);
   dev.pause(handle_of(s));
-  Engine::get().submit(d, "bad_kernel", {x.storage()}, {x.storage()},
-                       [](const KernelContext&) {}, Site::current());
+  Engine::get().submit(
+      d, "bad_kernel", {x.storage()}, {x.storage()}, [](const KernelContext&) {}, Site::current());
   ASSERT_TRUE(launched_all(s));
   dev.inject_sticky_error("an illegal memory access was encountered");
   Tensor y = x + 1.0;
@@ -509,12 +515,12 @@ TEST_F(FakeGpu, ProfilerRecordsGpuSpansOnTheirOwnTracks) {
 }
 
 TEST(FakeGpuDevices, UnknownDevicesGiveClearErrors) {
-  EXPECT_TRUE(contains(error_of([] { (void)zeros({2}, DType::float32, Device::cuda(3)); }),
-                       "cuda:3"));
+  EXPECT_TRUE(
+      contains(error_of([] { (void)zeros({2}, DType::float32, Device::cuda(3)); }), "cuda:3"));
   EXPECT_TRUE(contains(error_of([] { (void)ones({2}).to(Device::cuda(4)); }), "[to]"));
   EXPECT_TRUE(contains(error_of([] { Stream::create(Device::cuda(5)); }), "[stream]"));
-  EXPECT_TRUE(contains(error_of([] { (void)memory_snapshot(Device::cuda(5)); }),
-                       "[memory_snapshot]"));
+  EXPECT_TRUE(
+      contains(error_of([] { (void)memory_snapshot(Device::cuda(5)); }), "[memory_snapshot]"));
 }
 
 }  // namespace

@@ -18,11 +18,12 @@ class Hazards : public EngineTest {};
 void write_only(const Tensor& x, float v, Site site = Site::current()) {
   float* p = x.data<float>();
   int64_t n = x.numel();
-  Engine::get().submit(Device::cpu(), "test_write", {}, {x.storage()},
-                       [=] {
-                         for (int64_t i = 0; i < n; ++i) p[i] = v;
-                       },
-                       site);
+  Engine::get().submit(
+      Device::cpu(), "test_write", {}, {x.storage()},
+      [=] {
+        for (int64_t i = 0; i < n; ++i) p[i] = v;
+      },
+      site);
 }
 
 std::vector<float> filled(size_t n, float v) { return std::vector<float>(n, v); }
@@ -230,8 +231,9 @@ TEST_F(Hazards, WaitingOnManyStreamsDoesNotHoldTheFrontendLock) {
     std::vector<Storage*> reads;
     for (const Tensor& t : written) reads.push_back(t.storage());
     Storage* w = out.storage();
-    Engine::get().submit(Device::cpu(), "read_five", std::span<Storage* const>(reads),
-                         std::span<Storage* const>(&w, 1), [] {}, Site::current());
+    Engine::get().submit(
+        Device::cpu(), "read_five", std::span<Storage* const>(reads),
+        std::span<Storage* const>(&w, 1), [] {}, Site::current());
     wide_returned.set();
   });
   std::this_thread::sleep_for(50ms);  // lets the wide submit reach its wait (not asserted)

@@ -16,10 +16,10 @@ TEST(Limits, ShapesUpTo2To60ElementsAndNoMore) {
   EXPECT_EQ(Shape({P(31), P(29)}).numel(), P(60));
   EXPECT_EQ(Shape({P(30), P(30)}).numel(), P(60));
   EXPECT_TRUE(contains(error_of([] { Shape s{P(60) + 1}; }), "more than 2^60 elements"));
-  EXPECT_TRUE(contains(error_of([] { Shape s{P(31), P(31)}; }), "[shape]"));    // 2^62
-  EXPECT_TRUE(contains(error_of([] { Shape s{P(32), P(32)}; }), "[shape]"));    // 2^64: wraps to 0
+  EXPECT_TRUE(contains(error_of([] { Shape s{P(31), P(31)}; }), "[shape]"));  // 2^62
+  EXPECT_TRUE(contains(error_of([] { Shape s{P(32), P(32)}; }), "[shape]"));  // 2^64: wraps to 0
   EXPECT_TRUE(contains(error_of([] { Shape s{P(21), P(21), P(22)}; }), "[shape]"));  // 2^64
-  EXPECT_TRUE(contains(error_of([] { Shape s{P(62), 3}; }), "[shape]"));        // wraps to 2^62*3
+  EXPECT_TRUE(contains(error_of([] { Shape s{P(62), 3}; }), "[shape]"));  // wraps to 2^62*3
   EXPECT_EQ(Shape({0, P(62), P(62)}).numel(), 0) << "a zero extent: empty, whatever the rest";
   Shape grow{P(40)};
   EXPECT_TRUE(contains(error_of([&] { grow.push_back(P(30)); }), "[shape]"));

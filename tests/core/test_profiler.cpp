@@ -1,12 +1,13 @@
 // The profiler: op records (enqueue <= start <= end), counter samples, and the Chrome
 // trace file, parsed here with a small JSON reader so that the test fails on a file that
 // Perfetto would reject, not only on missing words.
+#include <unistd.h>
+
 #include <cctype>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <variant>
-#include <unistd.h>
 
 #include "test_support.h"
 
@@ -69,7 +70,8 @@ class JsonReader {
     if (c == '"') return Json{string()};
     if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) return number();
     for (auto [word, val] : {std::pair<const char*, Json>{"true", Json{true}},
-                             {"false", Json{false}}, {"null", Json{nullptr}}})
+                             {"false", Json{false}},
+                             {"null", Json{nullptr}}})
       if (s_.compare(i_, std::strlen(word), word) == 0) {
         i_ += std::strlen(word);
         return val;
@@ -311,7 +313,8 @@ TEST_F(Profiler, UnwritablePathThrows) {
   profiler::start();
   add(ones({4}), 1.0).wait_to_read();
   profiler::stop();
-  std::string m = error_of([] { profiler::write_chrome_trace("/nonexistent-dir/tide/trace.json"); });
+  std::string m =
+      error_of([] { profiler::write_chrome_trace("/nonexistent-dir/tide/trace.json"); });
   EXPECT_TRUE(contains(m, "[profiler]"));
   EXPECT_TRUE(contains(m, "/nonexistent-dir/tide/trace.json"));
 }

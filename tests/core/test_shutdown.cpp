@@ -90,7 +90,8 @@ TEST_F(Shutdown, CancelSkipsQueuedWorkAndFailsItsOutputs) {
   EXPECT_TRUE(contains(m, "[add_]"));
   EXPECT_TRUE(contains(m, "cancelled"));
   EXPECT_TRUE(contains(m, "test_shutdown.cpp:"));
-  for (const Tensor& y : ys) EXPECT_TRUE(contains(error_of([&] { y.wait_to_read(); }), "cancelled"));
+  for (const Tensor& y : ys)
+    EXPECT_TRUE(contains(error_of([&] { y.wait_to_read(); }), "cancelled"));
   EXPECT_TRUE(contains(error_of([&] { cross.wait_to_read(); }), "cancelled"));
   EXPECT_GT(eng.stats().failures, failures0 + 100);
   EXPECT_EQ(one.item(), 1.0f);  // written before the gate: untouched
@@ -188,8 +189,8 @@ TEST_F(Shutdown, SubmitStalledByBackpressureRunsAfterAShutdown) {
     ASSERT_TRUE(held->entered.wait_for());
     const uint64_t stalls = eng.stats().backpressure_stalls;
     auto stalled = std::async(std::launch::async, [] {
-      Tensor a = ones({1});     // the second op in flight
-      Tensor b = add(a, 1.0);   // over the bound: stalls until the gate has run
+      Tensor a = ones({1});    // the second op in flight
+      Tensor b = add(a, 1.0);  // over the bound: stalls until the gate has run
       return b.item();
     });
     ASSERT_TRUE(wait_until([&] { return eng.stats().backpressure_stalls > stalls; }));

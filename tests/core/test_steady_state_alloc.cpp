@@ -70,7 +70,10 @@ TEST(SteadyState, QueuingTinyOpsAllocatesNothing) {
 
 TEST(SteadyState, CounterSeesAllocations) {
   // The counter works: a vector of ten ints is one allocation.
-  long news = count_news([] { std::vector<int> v(10); (void)v; });
+  long news = count_news([] {
+    std::vector<int> v(10);
+    (void)v;
+  });
   EXPECT_EQ(news, 1);
 }
 

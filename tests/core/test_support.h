@@ -7,12 +7,12 @@
 // process with its name. Nothing here asserts on elapsed time.
 #pragma once
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -90,8 +90,7 @@ inline bool becomes_ready_within(const Tensor& t, std::chrono::milliseconds d = 
 // opens it so that a failed assertion never leaves a worker blocked.
 class Gate {
  public:
-  explicit Gate(std::chrono::milliseconds timeout = kGateTimeout)
-      : s_(std::make_shared<State>()) {
+  explicit Gate(std::chrono::milliseconds timeout = kGateTimeout) : s_(std::make_shared<State>()) {
     s_->timeout = timeout;
   }
   ~Gate() { open(); }

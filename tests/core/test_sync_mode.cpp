@@ -21,8 +21,8 @@ class SyncMode : public EngineTest {};
   if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
     for (size_t i = 0; i < a.size(); ++i)
       if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
-        return ::testing::AssertionFailure() << "first difference at " << i << ": " << a[i]
-                                             << " vs " << b[i];
+        return ::testing::AssertionFailure()
+               << "first difference at " << i << ": " << a[i] << " vs " << b[i];
   }
   return ::testing::AssertionSuccess();
 }

@@ -15,8 +15,8 @@ using namespace testing_support;
 // a + b = c must not compile: assignment is &-qualified.
 static_assert(!std::is_assignable_v<Tensor&&, Tensor>);
 static_assert(!std::is_assignable_v<Tensor&&, const Tensor&>);
-static_assert(!std::is_assignable_v<decltype(std::declval<Tensor>() + std::declval<Tensor>()),
-                                    Tensor>);
+static_assert(
+    !std::is_assignable_v<decltype(std::declval<Tensor>() + std::declval<Tensor>()), Tensor>);
 static_assert(std::is_assignable_v<Tensor&, Tensor>);
 static_assert(std::is_assignable_v<Tensor&, const Tensor&>);
 static_assert(std::is_nothrow_move_constructible_v<Tensor>);
@@ -165,7 +165,9 @@ TEST_F(TensorTest, SyncPointsWaitForTheLastWrite) {
          return *t.data<float>();
        }},
       {"operator<<",
-       [](const Tensor& t) { return printed(t) == "Tensor([42], shape=(1,), dtype=float32)" ? 42.0f : -1.0f; }},
+       [](const Tensor& t) {
+         return printed(t) == "Tensor([42], shape=(1,), dtype=float32)" ? 42.0f : -1.0f;
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

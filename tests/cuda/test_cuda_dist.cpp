@@ -65,8 +65,10 @@ TEST(CudaNccl, DataParallelStepEqualsTheOneProcessStep) {
   dist::DataParallel dp(*with_dp, pg,
                         dist::DataParallelOptions().first_bucket_bytes(256).bucket_bytes(1024));
   Generator data(8);
-  Tensor x = randn({9, 16}, DType::float32, data, dev), y = randn({9, 4}, DType::float32, data, dev);
-  for (nn::Module* m : {static_cast<nn::Module*>(with_dp.get()), static_cast<nn::Module*>(alone.get())}) {
+  Tensor x = randn({9, 16}, DType::float32, data, dev),
+         y = randn({9, 4}, DType::float32, data, dev);
+  for (nn::Module* m :
+       {static_cast<nn::Module*>(with_dp.get()), static_cast<nn::Module*>(alone.get())}) {
     Tensor diff = (*m)(x)-y;
     mean(diff * diff).backward();
     if (m == with_dp.get()) dp.reduce_gradients();

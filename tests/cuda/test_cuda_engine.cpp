@@ -46,7 +46,7 @@ TEST_F(CudaEngine, CrossStreamHazardsOrderWork) {
   {
     StreamGuard g(gpu_stream(0));
     y = a;
-    for (int i = 0; i < 40; ++i) y = tanh(matmul(y, a)) ;  // long enough to overlap
+    for (int i = 0; i < 40; ++i) y = tanh(matmul(y, a));  // long enough to overlap
   }
   Tensor z;
   {

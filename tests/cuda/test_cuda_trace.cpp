@@ -86,7 +86,8 @@ TEST(CudaTrace, RandomOpsAndDropoutStepEqualEagerBitwise) {
   Generator tg(3), eg(3);
   auto body = [](Generator& gen) {
     return [&gen](const Tensor& x) {
-      return x * rand({64, 33}, DType::float32, gen, gpu()) + randn({64, 33}, DType::float32, gen, gpu());
+      return x * rand({64, 33}, DType::float32, gen, gpu()) +
+             randn({64, 33}, DType::float32, gen, gpu());
     };
   };
   auto f = trace::function(body(tg));
@@ -103,12 +104,17 @@ TEST(CudaTrace, RandomOpsAndDropoutStepEqualEagerBitwise) {
 
   Generator ed(9), td(9);
   auto rig = [&](Generator& drop) {
-    return test_util::make_rig({.sizes = {512, 2048, 512, 1}, .device = gpu(), .lr = 0.005,
-                                .seed = 42, .dropout = 0.1, .dropout_gen = &drop});
+    return test_util::make_rig({.sizes = {512, 2048, 512, 1},
+                                .device = gpu(),
+                                .lr = 0.005,
+                                .seed = 42,
+                                .dropout = 0.1,
+                                .dropout_gen = &drop});
   };
   TrainRig er = rig(ed), tr = rig(td);
-  auto step = trace::function([&](const Tensor& a, const Tensor& b) { return train_step(tr, a, b); },
-                              {.name = "dropout_step", .warmup_calls = 1});
+  auto step =
+      trace::function([&](const Tensor& a, const Tensor& b) { return train_step(tr, a, b); },
+                      {.name = "dropout_step", .warmup_calls = 1});
   Generator data(7);
   for (int i = 0; i < 5; ++i) {
     Tensor a = randn({128, 512}, DType::float32, data, gpu());
@@ -141,19 +147,17 @@ TEST(CudaTrace, FusedChainsAndAFusedTrainingStepEqualEagerBitwise) {
   for (DType dt : {DType::float32, DType::float64}) {
     Tensor x = randn({1000, 37}, dt, default_generator(), gpu());
     Tensor b = randn({1000, 37}, dt, default_generator(), gpu());
-    if (dt == DType::float32)
-      EXPECT_EQ(f(x, b).to_vector<float>(), chain(x, b).to_vector<float>());
-    else
-      EXPECT_EQ(f(x, b).to_vector<double>(), chain(x, b).to_vector<double>());
+    if (dt == DType::float32) EXPECT_EQ(f(x, b).to_vector<float>(), chain(x, b).to_vector<float>());
+    else EXPECT_EQ(f(x, b).to_vector<double>(), chain(x, b).to_vector<double>());
   }
   EXPECT_EQ(f.stats().graph_fallback, "");
   EXPECT_GT(f.stats().fused_kernels, 0);
   EXPECT_EQ(f.stats().compiled_chains, f.stats().fused_kernels) << f.stats().chain_fallback;
 
   TrainRig eager = textbook(true), traced = textbook(true);
-  auto step = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
-                              {.name = "fused_step", .fusion = trace::Fusion::elementwise,
-                               .warmup_calls = 1});
+  auto step = trace::function(
+      [&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+      {.name = "fused_step", .fusion = trace::Fusion::elementwise, .warmup_calls = 1});
   Generator data(7);
   for (int i = 0; i < 5; ++i) {
     Tensor x = randn({128, 512}, DType::float32, data, gpu());
@@ -192,7 +196,8 @@ TEST(CudaTrace, CompiledChainsGiveTheInterpretersAndEagersBits) {
       out.push_back(f(x, b));
       trace::FunctionStats s = f.stats();
       ASSERT_GT(s.fused_kernels, 0) << name(dt);
-      if (compiled) EXPECT_EQ(s.compiled_chains, s.fused_kernels) << name(dt) << ": " << s.chain_fallback;
+      if (compiled)
+        EXPECT_EQ(s.compiled_chains, s.fused_kernels) << name(dt) << ": " << s.chain_fallback;
       else EXPECT_EQ(s.compiled_chains, 0);
     }
     out.push_back(body(x, b));
@@ -206,8 +211,9 @@ TEST(CudaTrace, CompiledChainsGiveTheInterpretersAndEagersBits) {
 }
 
 TEST(CudaTrace, AFusedLoopRunsAllIterationsInOneKernelAndEqualsEager) {
-  auto f = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); },
-                           {.fusion = trace::Fusion::elementwise});
+  auto f =
+      trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); },
+                      {.fusion = trace::Fusion::elementwise});
   Tensor x = randn({4096}, DType::float32, default_generator(), gpu());
   for (int64_t n : {0, 3, 1000}) {
     Tensor count = full({1}, double(n), DType::int64, gpu());
@@ -234,8 +240,8 @@ TEST(CudaTrace, RetracesAfterEvictionReuseTheEvictedGraphAndEqualEager) {
   auto f = trace::function(body, {.cache_budget = 1});
   auto r = trace::function(reduce, {.cache_budget = 1});
   for (int call = 0; call < 6; ++call) {
-    Tensor x = randn({int64_t(1000 + 3000 * (call % 2))}, DType::float32,
-                     default_generator(), gpu());
+    Tensor x =
+        randn({int64_t(1000 + 3000 * (call % 2))}, DType::float32, default_generator(), gpu());
     ASSERT_EQ(f(x).to_vector<float>(), body(x).to_vector<float>()) << call;
     ASSERT_EQ(r(x).to_vector<float>(), reduce(x).to_vector<float>()) << call;
   }
@@ -245,9 +251,9 @@ TEST(CudaTrace, RetracesAfterEvictionReuseTheEvictedGraphAndEqualEager) {
   EXPECT_GE(s.graph_updates, 4) << "same kernels, other sizes: CUDA updates the exec";
   trace::FunctionStats rs = r.stats();
   EXPECT_EQ(rs.graph_instantiations + rs.graph_updates, 6);
-  std::cout << "[ info ] elementwise: " << s.graph_updates << " updates, "
-            << s.graph_instantiations << " instantiations; sum: " << rs.graph_updates
-            << " updates, " << rs.graph_instantiations << " instantiations\n";
+  std::cout << "[ info ] elementwise: " << s.graph_updates << " updates, " << s.graph_instantiations
+            << " instantiations; sum: " << rs.graph_updates << " updates, "
+            << rs.graph_instantiations << " instantiations\n";
 }
 
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
@@ -261,9 +267,8 @@ TEST(CudaTrace, LoopWithAnIntCountIsOneWhileNodeAndEqualsEager) {
 }
 
 TEST(CudaTrace, LoopWithATensorCountIncludingZeroEqualsEager) {
-  auto f = trace::function([](const Tensor& x, const Tensor& n) {
-    return trace::loop(n, body_step, x);
-  });
+  auto f = trace::function(
+      [](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); });
   Tensor x = randn({3, 70}, DType::float32, default_generator(), gpu());
   for (int64_t n : {0, 1, 17, 0, 300}) {
     Tensor count = full({1}, double(n), DType::int64, gpu());
@@ -298,7 +303,8 @@ TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {
 TEST(CudaTrace, RandomOpsInLoopBodiesEqualTheEagerLoop) {
   auto body = [](Generator& gen) {
     return [&gen](const Tensor& s) {
-      return s * 0.5 + rand({1000}, DType::float32, gen, gpu()) - randn({1000}, DType::float32, gen, gpu());
+      return s * 0.5 + rand({1000}, DType::float32, gen, gpu()) -
+             randn({1000}, DType::float32, gen, gpu());
     };
   };
   Generator tg(77), eg(77);

@@ -119,8 +119,7 @@ TEST(DataParallel, BroadcastsBuffersAfterEachStep) {
     }
     for (const auto& [name, b] : net->named_buffers()) {
       const bool same = buffer_same_as_rank0(pg, b);
-      if (broadcast || name.find("num_batches") != std::string::npos)
-        EXPECT_TRUE(same) << name;
+      if (broadcast || name.find("num_batches") != std::string::npos) EXPECT_TRUE(same) << name;
       else if (pg.rank() > 0)  // rank 0 is always the same as itself
         EXPECT_FALSE(same) << name << ": each rank keeps its own estimates";
     }

@@ -220,8 +220,9 @@ TEST(Errors, BadArgumentsThrowAtTheCall) {
   test_util::fake_gpu();
   Tensor gpu = Tensor::empty({4}, DType::float32, Device::cuda(8));
   std::string e = error_of([&] { pg.all_reduce(gpu); });
-  EXPECT_TRUE(contains(e, "[all_reduce] needs a tensor on cpu (this group's mpi backend), got "
-                          "(4,) float32 on cuda:8"));
+  EXPECT_TRUE(contains(e,
+                       "[all_reduce] needs a tensor on cpu (this group's mpi backend), got "
+                       "(4,) float32 on cuda:8"));
   EXPECT_TRUE(contains(e, "dist::nccl_world"));
 
   Tensor w = ones({2}).requires_grad_();
@@ -341,8 +342,8 @@ class FakeGpuCommunicator final : public dist::Communicator {
                   const char*) override {
     EXPECT_EQ(dtype, DType::float32);
     streams.push_back(stream);
-    auto* job = new Scale{static_cast<float*>(data), count,
-                          red == ReduceOp::sum ? float(ranks_) : 1.0f};
+    auto* job =
+        new Scale{static_cast<float*>(data), count, red == ReduceOp::sum ? float(ranks_) : 1.0f};
     gpu_.launch_host(stream, &Scale::run, job);
   }
   void broadcast(void*, int64_t, DType, int, void* stream, const char*) override {
@@ -406,8 +407,9 @@ TEST(GpuGroup, CollectivesRunOnTheGroupsStreamInHazardOrder) {
   EXPECT_EQ(gpu.count(cuda::FakeDevice::CallKind::launch_host), 3u);
 
   std::string e = error_of([&] { pg.all_reduce(ones({3})); });
-  EXPECT_TRUE(contains(e, "[all_reduce] needs a tensor on cuda:8 (this group's fake backend), "
-                          "got (3,) float32 on cpu"));
+  EXPECT_TRUE(contains(e,
+                       "[all_reduce] needs a tensor on cuda:8 (this group's fake backend), "
+                       "got (3,) float32 on cpu"));
   EXPECT_TRUE(contains(e, "dist::mpi_world"));
 }
 
@@ -442,7 +444,8 @@ TEST(GpuGroup, DataParallelAveragesGradientsOnTheGpu) {
   comm->streams.clear();
   Generator data(3);
   Tensor x = randn({5, 4}, DType::float32, data, dev), y = randn({5, 3}, DType::float32, data, dev);
-  for (nn::Module* m : {static_cast<nn::Module*>(with_dp.get()), static_cast<nn::Module*>(alone.get())}) {
+  for (nn::Module* m :
+       {static_cast<nn::Module*>(with_dp.get()), static_cast<nn::Module*>(alone.get())}) {
     Tensor d = (*m)(x)-y;
     mean(d * d).backward();
     if (m == with_dp.get()) dp.reduce_gradients();

@@ -125,12 +125,18 @@ TEST(NnLoss, CrossEntropyErrors) {
   Tensor y = from_vector<int64_t>({0, 1, 2}, {3});
   expect_error([&] { cross_entropy(zeros({12}), y); }, {"[cross_entropy]", "(12,)"});
   expect_error([&] { cross_entropy(z, zeros({3})); }, {"[cross_entropy]", "float32"});
-  expect_error([&] { cross_entropy(z, from_vector<int64_t>({0, 1}, {2})); },
-               {"[cross_entropy]", "(3, 4)", "(2,)"});
+  expect_error(
+      [&] {
+        cross_entropy(z, from_vector<int64_t>({0, 1}, {2}));
+      },
+      {"[cross_entropy]", "(3, 4)", "(2,)"});
   expect_error([&] { cross_entropy(z, y.reshape({3, 1})); }, {"[cross_entropy]", "(3, 1)"});
   expect_error([&] { cross_entropy(zeros({3, 4}, DType::int64), y); }, {"[cross_entropy]"});
-  expect_error([&] { cross_entropy(zeros({0, 4}), zeros({0}, DType::int64)); },
-               {"[cross_entropy]", "empty"});
+  expect_error(
+      [&] {
+        cross_entropy(zeros({0, 4}), zeros({0}, DType::int64));
+      },
+      {"[cross_entropy]", "empty"});
 }
 
 // Issue 11 item 17: a label outside [0, C) once made its row contribute 0 to the loss (a
@@ -155,14 +161,16 @@ TEST(NnLoss, CrossEntropyLabelOutOfRangeFailsAtTheSync) {
       EXPECT_NE(e.find("row 1"), std::string::npos) << e;
       // The gradient is computed from the failed loss: it fails too.
       loss.backward();
-      EXPECT_NE(test_util::error_of([&] { (void)logits.grad().to_vector<float>(); })
-                    .find("label " + std::to_string(bad)),
+      EXPECT_NE(test_util::error_of([&] {
+                  (void)logits.grad().to_vector<float>();
+                }).find("label " + std::to_string(bad)),
                 std::string::npos);
     }
     // int32 labels are checked the same way.
     Tensor l32 = from_vector<int32_t>({200}, {1}, d);
-    std::string e = test_util::error_of(
-        [&] { (void)cross_entropy(zeros({1, 10}, DType::float64, d), l32).item<double>(); });
+    std::string e = test_util::error_of([&] {
+      (void)cross_entropy(zeros({1, 10}, DType::float64, d), l32).item<double>();
+    });
     EXPECT_NE(e.find("label 200"), std::string::npos) << e;
     // Valid labels at both ends of the range still work.
     Tensor ok = from_vector<int64_t>({0, 9}, {2}, d);

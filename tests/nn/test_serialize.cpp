@@ -1,5 +1,8 @@
 // save/load in the safetensors format: round trip and every kind of bad file.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -9,10 +12,6 @@
 #include <random>
 #include <string_view>
 #include <thread>
-
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "fake_gpu.h"
 #include "nn/serialize.h"
@@ -183,12 +182,13 @@ TEST(NnSerialize, TruncatedFile) {
 TEST(NnSerialize, BadJson) {
   auto m = small();
   const std::string p = tmp("badjson.safetensors");
-  for (std::string h : {std::string(R"({"weight":{"dtype":"F32",)"), std::string("[1,2]"),
-                        std::string(R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}x)"),
-                        std::string(R"({"weight":{"dtype":F32}})"),
-                        std::string(R"({"weight":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})"),
-                        std::string(R"({"a":1,"a":2})"), std::string(2000, '['),
-                        std::string(R"({"weight":{"dtype":"F32","shape":[99999999999999999999]}})")}) {
+  for (std::string h :
+       {std::string(R"({"weight":{"dtype":"F32",)"), std::string("[1,2]"),
+        std::string(R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}x)"),
+        std::string(R"({"weight":{"dtype":F32}})"),
+        std::string(R"({"weight":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})"),
+        std::string(R"({"a":1,"a":2})"), std::string(2000, '['),
+        std::string(R"({"weight":{"dtype":"F32","shape":[99999999999999999999]}})")}) {
     write_bytes(p, make_file(h, std::string(16, '\0')));
     try {
       load(*m, p);
@@ -276,11 +276,11 @@ TEST(NnSerialize, LoadsFromAPipe) {
   through_pipe(bytes + "ignored trailing bytes", [&] { load(*b, fifo); });
   expect_bitwise_equal<float>(*a, *b);
   through_pipe(bytes.substr(0, bytes.size() - 3), [&] {
-    expect_load_error(*b, fifo, {"file truncated: the entries need 16 bytes of data, the file has 13"});
+    expect_load_error(*b, fifo,
+                      {"file truncated: the entries need 16 bytes of data, the file has 13"});
   });
-  through_pipe(bytes.substr(0, 20), [&] {
-    expect_load_error(*b, fifo, {"file truncated: header length"});
-  });
+  through_pipe(bytes.substr(0, 20),
+               [&] { expect_load_error(*b, fifo, {"file truncated: header length"}); });
   std::filesystem::remove(fifo);
 }
 
@@ -395,7 +395,8 @@ TEST(NnSerialize, OffsetsOutOfRangeOrOverlapping) {
                            std::string(16, '\0')));
   expect_load_error(*m, p, {"needs 16"});
   write_bytes(p, make_file(R"({"weight":{"dtype":"F64","shape":[4294967296,4294967296],)"
-                           R"("data_offsets":[0,0]}})", ""));
+                           R"("data_offsets":[0,0]}})",
+                           ""));
   expect_load_error(*m, p, {"'weight'", "too large"});
   auto lb = std::make_shared<Linear>(2, 2);
   write_bytes(p, make_file(R"({"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"

@@ -181,8 +181,8 @@ std::vector<ShapeSet> binary_shapes(std::mt19937& rng) {
       {Shape{2, 1}, Shape{2, 0}},
       {Shape{1}, Shape{1}},
       {Shape{1, 1}, Shape{3, 1}},
-      {Shape{300, 257}, Shape{257}},       // large: parallel broadcasting walk
-      {Shape{40000}, Shape{40000}},        // large: parallel flat loop
+      {Shape{300, 257}, Shape{257}},  // large: parallel broadcasting walk
+      {Shape{40000}, Shape{40000}},   // large: parallel flat loop
   };
 }
 
@@ -295,7 +295,7 @@ void check_values(const OpCase& c, std::mt19937& rng, Device device) {
       EXPECT_EQ(y.shape(), want.shape);
       EXPECT_EQ(y.dtype(), odt);
       if (y.shape() != want.shape) continue;
-      Tol t = !is_floating(odt) ? Tol{0, 0}
+      Tol t = !is_floating(odt)                                 ? Tol{0, 0}
               : (dt == DType::float32 || odt == DType::float32) ? c.tol32
                                                                 : c.tol64;
       expect_values(y.to_vector<double>(), want.v, t, "output");
@@ -366,8 +366,8 @@ void check_grad(const OpCase& c, std::mt19937& rng, Device device) {
       for (size_t j = 0; j < numeric.size(); ++j)
         evals.emplace_back(eval(j, c.grad_eps), eval(j, -c.grad_eps));
       for (size_t j = 0; j < numeric.size(); ++j)
-        numeric[j] = (weighted_sum(evals[j].first, w) - weighted_sum(evals[j].second, w)) /
-                     (2 * c.grad_eps);
+        numeric[j] =
+            (weighted_sum(evals[j].first, w) - weighted_sum(evals[j].second, w)) / (2 * c.grad_eps);
       expect_values(analytic, numeric, c.grad_tol, "gradient (analytic vs numeric)");
     }
   }

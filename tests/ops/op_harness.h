@@ -51,8 +51,7 @@ Array map_broadcast(const std::vector<Array>& in,
                     const std::function<double(std::span<const double>)>& f);
 // Reference helpers for the common shapes of reference.
 std::function<Array(const std::vector<Array>&)> ref_unary(std::function<double(double)> f);
-std::function<Array(const std::vector<Array>&)> ref_binary(
-    std::function<double(double, double)> f);
+std::function<Array(const std::vector<Array>&)> ref_binary(std::function<double(double, double)> f);
 
 // ---- input generators ---------------------------------------------------------------------
 
@@ -104,7 +103,7 @@ struct OpCase {
   std::vector<DType> dtypes{DType::float32, DType::float64};
   // Output dtype for an input dtype; default: the same.
   std::function<DType(DType)> out_dtype = nullptr;
-  Tol tol32{1e-6, 1e-5};   // when the input or the output is float32
+  Tol tol32{1e-6, 1e-5};    // when the input or the output is float32
   Tol tol64{1e-12, 1e-10};  // integer outputs are compared exactly
   // Gradient check (float64 inputs, central differences with step grad_eps).
   bool grad = false;
@@ -157,30 +156,30 @@ void expect_contains(std::string_view what, std::initializer_list<std::string_vi
 // A TEST whose body returns the cases to run; registers value (and gradient) coverage of the
 // cases' ops at static initialisation.
 //   TIDE_OP_CASES(Elementwise, exp) { return {OpCase{.op = OpId::exp, ...}}; }
-#define TIDE_OP_CASES(Suite, Name)                                                        \
-  static std::vector<::tide::test::OpCase> tide_cases_##Suite##_##Name();                 \
-  [[maybe_unused]] static const bool tide_reg_##Suite##_##Name =                          \
-      ::tide::test::register_cases(#Suite "." #Name, tide_cases_##Suite##_##Name());      \
+#define TIDE_OP_CASES(Suite, Name)                                                                \
+  static std::vector<::tide::test::OpCase> tide_cases_##Suite##_##Name();                         \
+  [[maybe_unused]] static const bool tide_reg_##Suite##_##Name =                                  \
+      ::tide::test::register_cases(#Suite "." #Name, tide_cases_##Suite##_##Name());              \
   TEST(Suite, Name) { ::tide::test::run_cases(tide_cases_##Suite##_##Name(), #Suite "." #Name); } \
   static std::vector<::tide::test::OpCase> tide_cases_##Suite##_##Name()
 
 // A hand-written TEST that covers the listed ops:
 //   TIDE_OP_TEST(Creation, zeros, {OpId::zeros, Check::value})
-#define TIDE_OP_TEST(Suite, Name, ...)                                                    \
-  [[maybe_unused]] static const bool tide_reg_##Suite##_##Name =                          \
-      ::tide::test::register_coverage(#Suite "." #Name, {__VA_ARGS__});                   \
+#define TIDE_OP_TEST(Suite, Name, ...)                                  \
+  [[maybe_unused]] static const bool tide_reg_##Suite##_##Name =        \
+      ::tide::test::register_coverage(#Suite "." #Name, {__VA_ARGS__}); \
   TEST(Suite, Name)
 
 // Expects `stmt` to throw tide::Error at the call (not at a later sync) with every listed
 // substring in what(), e.g. EXPECT_TIDE_ERROR(add(a, b), "[add]", "(2, 3)", "(4,)").
-#define EXPECT_TIDE_ERROR(stmt, ...)                                                      \
-  do {                                                                                   \
-    try {                                                                                \
-      (void)(stmt);                                                                      \
-      ADD_FAILURE() << "expected tide::Error from: " #stmt;                              \
-    } catch (const ::tide::Error& e_) {                                                  \
-      ::tide::test::expect_contains(e_.what(), {__VA_ARGS__}, #stmt);                    \
-    } catch (const std::exception& e_) {                                                 \
-      ADD_FAILURE() << #stmt " threw a non-tide exception: " << e_.what();               \
-    }                                                                                    \
+#define EXPECT_TIDE_ERROR(stmt, ...)                                       \
+  do {                                                                     \
+    try {                                                                  \
+      (void)(stmt);                                                        \
+      ADD_FAILURE() << "expected tide::Error from: " #stmt;                \
+    } catch (const ::tide::Error& e_) {                                    \
+      ::tide::test::expect_contains(e_.what(), {__VA_ARGS__}, #stmt);      \
+    } catch (const std::exception& e_) {                                   \
+      ADD_FAILURE() << #stmt " threw a non-tide exception: " << e_.what(); \
+    }                                                                      \
   } while (0)

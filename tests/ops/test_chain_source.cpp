@@ -4,6 +4,7 @@
 // the interpreter's bits is checked on a GPU (tests/cuda/test_cuda_trace.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,37 +12,15 @@
 #include "core/error.h"
 #include "ops/chain_compiler.h"
 #include "ops/chain_source.h"
+#include "tests/ops/chain_steps.h"
 
 namespace tide::kernels {
 namespace {
 
-ChainOperand mem(const void* p, uint8_t stride = 1) {
-  ChainOperand o;
-  o.kind = ChainOperand::mem;
-  o.ptr = p;
-  o.stride = stride;
-  return o;
-}
-ChainOperand reg(uint8_t r) {
-  ChainOperand o;
-  o.kind = ChainOperand::reg;
-  o.reg_index = r;
-  return o;
-}
-ChainOperand scalar(double v) {
-  ChainOperand o;
-  std::memcpy(&o.scalar_bits, &v, sizeof v);
-  return o;
-}
-ChainStep step(FunctorId f, ChainOperand a, ChainOperand b, ChainOperand out, int64_t repeat = 1) {
-  ChainStep s;
-  s.functor = f;
-  s.a = a;
-  s.b = b;
-  s.out = out;
-  s.repeat = repeat;
-  return s;
-}
+using test_chain::mem;
+using test_chain::reg;
+using test_chain::scalar;
+using test_chain::step;
 
 // The sm every CUDA build targets (CMAKE_CUDA_ARCHITECTURES' default list has it).
 constexpr int kSm = 90;
@@ -54,7 +33,7 @@ bool nvrtc_missing() {
 }
 
 // y = (y + 1) * 0.5 - x: a loop body over its state y.
-std::vector<ChainStep> loop_body(const void* y, const void* x, double one = 1, double half = 0.5) {
+std::vector<ChainStep> loop_body(const void* y, const void* x, float one = 1, float half = 0.5f) {
   return {step(FunctorId::Add, mem(y), scalar(one), reg(0)),
           step(FunctorId::Mul, reg(0), scalar(half), reg(1)),
           step(FunctorId::Sub, reg(1), mem(x), mem(y))};

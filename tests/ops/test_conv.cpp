@@ -223,7 +223,10 @@ struct PoolSpec {
 
 std::vector<PoolSpec> pool_specs() {
   // 2x2 and 3x3 without padding take the CPU's unrolled path, the others the generic one.
-  return {{2, 2, 2, 2, 0, 0}, {3, 3, 1, 1, 0, 0}, {3, 3, 2, 2, 1, 1}, {2, 3, 1, 2, 1, 0},
+  return {{2, 2, 2, 2, 0, 0},
+          {3, 3, 1, 1, 0, 0},
+          {3, 3, 2, 2, 1, 1},
+          {2, 3, 1, 2, 1, 0},
           {3, 2, 3, 1, 0, 1}};
 }
 
@@ -377,12 +380,12 @@ TIDE_OP_TEST(Conv, MaxPoolTiesGoToTheFirst, {OpId::max_pool2d_grad, Check::value
 // are several, on the unrolled 2x2 / 3x3 path and the generic (padded) one alike.
 TIDE_OP_TEST(Conv, MaxPoolNanWins, {OpId::max_pool2d_grad, Check::value}) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const Pool2dOptions& opt : {Pool2dOptions(2), Pool2dOptions(3).stride(1),
-                                   Pool2dOptions(3).stride(1).padding(1)}) {
+  for (const Pool2dOptions& opt :
+       {Pool2dOptions(2), Pool2dOptions(3).stride(1), Pool2dOptions(3).stride(1).padding(1)}) {
     // 4x4 with NaNs at (0, 1) and (1, 0), both in the first window; 9 the largest number.
-    Tensor x = from_vector<float>({1, nan, 2, 3, nan, 9, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4},
-                                  Shape{1, 1, 4, 4})
-                   .requires_grad_();
+    Tensor x =
+        from_vector<float>({1, nan, 2, 3, nan, 9, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4}, Shape{1, 1, 4, 4})
+            .requires_grad_();
     Tensor y = max_pool2d(x, opt);
     EXPECT_TRUE(std::isnan(y.to_vector<float>()[0])) << "the first window holds NaNs";
     // The gradient of the first window's output alone.
@@ -732,8 +735,8 @@ TEST(Conv, TracedBlockMatchesEagerBitwise) {
 // tide_cuda_tests runs them on a real GPU.)
 TEST(Conv, CudaKernelsOnARealGpu) {
   const OpId convs[] = {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad};
-  const OpId own[] = {OpId::max_pool2d, OpId::max_pool2d_grad, OpId::avg_pool2d,
-                      OpId::avg_pool2d_grad, OpId::batch_norm, OpId::batch_norm_grad};
+  const OpId own[] = {OpId::max_pool2d,      OpId::max_pool2d_grad, OpId::avg_pool2d,
+                      OpId::avg_pool2d_grad, OpId::batch_norm,      OpId::batch_norm_grad};
   for (OpId id : convs) EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
   for (OpId id : own) EXPECT_FALSE(op_supported(Device::cuda(7), id)) << op_name(id);
   if (!cuda::available(0) || cuda::runs_host_kernels(0)) GTEST_SKIP() << "no real GPU";

@@ -36,14 +36,13 @@ double saturated(double a, DType to) {
 // and beyond, fractions near zero; then ordinary values.
 test::GenFn gen_special_floats() {
   return [](std::mt19937& rng, int64_t n, int) {
-    const double special[] = {NAN,         INFINITY,     -INFINITY, 1e30,  -1e30,  3e9,
-                              -3e9,        0x1p31,       -0x1p31,   0x1p31 - 128, 1e19,
-                              -1e19,       0x1p63,       -0x1p63,   0.75,  -0.75,  -0.0,
-                              2147483647.5, -2147483648.5};
+    const double special[] = {NAN,   INFINITY, -INFINITY,    1e30,         -1e30,
+                              3e9,   -3e9,     0x1p31,       -0x1p31,      0x1p31 - 128,
+                              1e19,  -1e19,    0x1p63,       -0x1p63,      0.75,
+                              -0.75, -0.0,     2147483647.5, -2147483648.5};
     std::uniform_real_distribution<double> u(-1e6, 1e6);
     std::vector<double> v(static_cast<size_t>(n));
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = i < std::size(special) ? special[i] : u(rng);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = i < std::size(special) ? special[i] : u(rng);
     return v;
   };
 }
@@ -101,8 +100,8 @@ TIDE_OP_TEST(Creation, Arange, {OpId::arange, Check::value}) {
 // garbage or negative extents. The count must be finite and at most 2^60 (core/shape.h).
 TEST(CreationErrors, ArangeCountMustBeFiniteAndWithinTheShapeLimit) {
   const uint64_t queued = Engine::get().stats().queued;
-  EXPECT_TIDE_ERROR(arange(0.0, 1e300, 1e-300), "[arange]", "(0, 1e+300, 1e-300)",
-                    "inf elements", "2^60");
+  EXPECT_TIDE_ERROR(arange(0.0, 1e300, 1e-300), "[arange]", "(0, 1e+300, 1e-300)", "inf elements",
+                    "2^60");
   EXPECT_TIDE_ERROR(arange(0.0, 1e300, 1e-300, DType::float64), "[arange]", "elements");
   EXPECT_TIDE_ERROR(arange(-1e308, 1e308, 1.0), "[arange]", "inf elements");  // end - start
   EXPECT_TIDE_ERROR(arange(1e308, -1e308, -1e-10), "[arange]", "elements");
@@ -141,8 +140,7 @@ TEST(CreationErrors, ArangeValuesMustFitAnIntegerDtype) {
 TEST(CreationErrors, FullValueMustFitAnIntegerDtype) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  EXPECT_TIDE_ERROR(full({2}, 1e30, DType::int32), "[full]", "1e+30",
-                    "outside the range of int32");
+  EXPECT_TIDE_ERROR(full({2}, 1e30, DType::int32), "[full]", "1e+30", "outside the range of int32");
   EXPECT_TIDE_ERROR(full({2}, 2147483648.0, DType::int32), "[full]", "2147483648");
   EXPECT_TIDE_ERROR(full({2}, 9223372036854775808.0, DType::int64), "[full]", "int64");
   EXPECT_TIDE_ERROR(full({2}, nan, DType::int64), "[full]", "nan", "not finite");
@@ -275,16 +273,16 @@ TEST(Creation, CastFromFloatSaturates) {
   devices.insert(devices.begin(), Device::cpu());
   for (Device d : devices) {
     SCOPED_TRACE(d.str());
-    Tensor f = from_vector<float>({fnan, finf, -finf, 1e30f, -1e30f, 2147483648.0f,
-                                   -2147483648.0f, 2147483520.0f, -2.9f, 2.9f, -0.0f},
+    Tensor f = from_vector<float>({fnan, finf, -finf, 1e30f, -1e30f, 2147483648.0f, -2147483648.0f,
+                                   2147483520.0f, -2.9f, 2.9f, -0.0f},
                                   Shape{11}, d);
     EXPECT_EQ(cast(f, DType::int32).to_vector<int32_t>(),
               (std::vector<int32_t>{0, imax, imin, imax, imin, imax, imin, 2147483520, -2, 2, 0}));
     EXPECT_EQ(cast(f, DType::int64).to_vector<int64_t>(),
-              (std::vector<int64_t>{0, lmax, lmin, lmax, lmin, 2147483648, -2147483648,
-                                    2147483520, -2, 2, 0}));
-    Tensor g = from_vector<double>({NAN, INFINITY, -INFINITY, 0x1p63, -0x1p63, 0x1p63 - 1024,
-                                    1e300, 2147483647.9, -2147483648.9},
+              (std::vector<int64_t>{0, lmax, lmin, lmax, lmin, 2147483648, -2147483648, 2147483520,
+                                    -2, 2, 0}));
+    Tensor g = from_vector<double>({NAN, INFINITY, -INFINITY, 0x1p63, -0x1p63, 0x1p63 - 1024, 1e300,
+                                    2147483647.9, -2147483648.9},
                                    Shape{9}, d);
     EXPECT_EQ(cast(g, DType::int64).to_vector<int64_t>(),
               (std::vector<int64_t>{0, lmax, lmin, lmax, lmin, 9223372036854774784, lmax,
@@ -422,13 +420,14 @@ TIDE_OP_CASES(Views, ReshapeSliceSelect) {
   auto identity_ref = [](Shape to) {
     return [to](const std::vector<Array>& in) { return Array{to, in[0].v}; };
   };
-  auto fixed = [](Shape s) {
-    return [s](std::mt19937&) { return std::vector<ShapeSet>{{s}}; };
-  };
+  auto fixed = [](Shape s) { return [s](std::mt19937&) { return std::vector<ShapeSet>{{s}}; }; };
   std::vector<OpCase> v;
   // reshape, with and without -1
   v.push_back({.op = OpId::reshape,
-               .build = [](const V& x) { return x[0].reshape({3, -1}); },
+               .build =
+                   [](const V& x) {
+                     return x[0].reshape({3, -1});
+                   },
                .ref = identity_ref(Shape{3, 8}),
                .shapes = fixed(Shape{2, 3, 4}),
                .grad = true});
@@ -444,34 +443,40 @@ TIDE_OP_CASES(Views, ReshapeSliceSelect) {
                .grad = true});
   // slice rows [1, 3) of (4, 2, 3), an empty slice and the full range
   for (auto [b, e] : {std::pair{1, 3}, std::pair{2, 2}, std::pair{0, 4}}) {
-    v.push_back({.op = OpId::slice,
-                 .build = [b = b, e = e](const V& x) { return x[0].slice(b, e); },
-                 .ref = [b = b, e = e](const std::vector<Array>& in) {
-                   return Array{Shape{e - b, 2, 3},
-                                {in[0].v.begin() + b * 6, in[0].v.begin() + e * 6}};
-                 },
-                 .shapes = fixed(Shape{4, 2, 3}),
-                 .grad = true});
+    v.push_back(
+        {.op = OpId::slice,
+         .build = [b = b, e = e](const V& x) { return x[0].slice(b, e); },
+         .ref =
+             [b = b, e = e](const std::vector<Array>& in) {
+               return Array{Shape{e - b, 2, 3}, {in[0].v.begin() + b * 6, in[0].v.begin() + e * 6}};
+             },
+         .shapes = fixed(Shape{4, 2, 3}),
+         .grad = true});
   }
   // select row 2 of (3, 4) and element 1 of (5,)
   v.push_back({.op = OpId::select,
                .build = [](const V& x) { return x[0][2]; },
-               .ref = [](const std::vector<Array>& in) {
-                 return Array{Shape{4}, {in[0].v.begin() + 8, in[0].v.end()}};
-               },
+               .ref =
+                   [](const std::vector<Array>& in) {
+                     return Array{Shape{4}, {in[0].v.begin() + 8, in[0].v.end()}};
+                   },
                .shapes = fixed(Shape{3, 4}),
                .grad = true});
   v.push_back({.op = OpId::select,
                .build = [](const V& x) { return x[0][1]; },
-               .ref = [](const std::vector<Array>& in) { return Array{Shape{}, {in[0].v[1]}}; },
+               .ref =
+                   [](const std::vector<Array>& in) {
+                     return Array{Shape{}, {in[0].v[1]}};
+                   },
                .shapes = fixed(Shape{5}),
                .grad = true});
   // A view of a view: the offsets add up.
   v.push_back({.op = OpId::select,
                .build = [](const V& x) { return x[0].slice(1, 3)[1]; },
-               .ref = [](const std::vector<Array>& in) {
-                 return Array{Shape{2, 3}, {in[0].v.begin() + 12, in[0].v.begin() + 18}};
-               },
+               .ref =
+                   [](const std::vector<Array>& in) {
+                     return Array{Shape{2, 3}, {in[0].v.begin() + 12, in[0].v.begin() + 18}};
+                   },
                .shapes = fixed(Shape{4, 2, 3}),
                .grad = true});
   return v;
@@ -488,8 +493,7 @@ TEST(Views, ShareStorageWithTheBase) {
   rows.copy_(full({3}, 5.0, DType::float64));  // rows 1 and 2, broadcast
   row3.add_(arange(0.0, 3.0, 1.0, DType::float64));
   flat[0].copy_(full({}, -1.0, DType::float64));
-  EXPECT_EQ(base.to_vector<double>(),
-            (std::vector<double>{-1, 0, 0, 5, 5, 5, 5, 5, 5, 0, 1, 2}));
+  EXPECT_EQ(base.to_vector<double>(), (std::vector<double>{-1, 0, 0, 5, 5, 5, 5, 5, 5, 0, 1, 2}));
   // Writes through the base show in the views.
   base.mul_(2.0);
   EXPECT_EQ(row3.to_vector<double>(), (std::vector<double>{0, 2, 4}));

@@ -20,8 +20,8 @@ DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
 const std::vector<DType> kInts{DType::int32, DType::int64};
 
 OpCase binary(OpId op, test::BuildFn build, std::function<double(double, double)> f) {
-  return OpCase{.op = op, .build = build, .ref = ref_binary(f), .shapes = test::binary_shapes,
-                .grad = true};
+  return OpCase{
+      .op = op, .build = build, .ref = ref_binary(f), .shapes = test::binary_shapes, .grad = true};
 }
 OpCase unary(OpId op, test::BuildFn build, std::function<double(double)> f, test::GenFn gen) {
   return OpCase{.op = op, .build = build, .ref = ref_unary(f), .gen = gen, .grad = true};
@@ -31,36 +31,44 @@ double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // ---- binary, tensor-tensor ------------------------------------------------------------------
 
 TIDE_OP_CASES(Elementwise, Add) {
-  return {binary(OpId::add, [](const V& x) { return add(x[0], x[1]); },
-                 [](double a, double b) { return a + b; }),
-          binary(OpId::add, [](const V& x) { return x[0] + x[1]; },
-                 [](double a, double b) { return a + b; })};
+  return {binary(
+              OpId::add, [](const V& x) { return add(x[0], x[1]); },
+              [](double a, double b) { return a + b; }),
+          binary(
+              OpId::add, [](const V& x) { return x[0] + x[1]; },
+              [](double a, double b) { return a + b; })};
 }
 
 TIDE_OP_CASES(Elementwise, ReluGrad) {
-  OpCase c = binary(OpId::relu_grad, [](const V& x) { return relu_grad(x[0], x[1]); },
-                    [](double g, double a) { return a > 0 ? g : 0.0; });
+  OpCase c = binary(
+      OpId::relu_grad, [](const V& x) { return relu_grad(x[0], x[1]); },
+      [](double g, double a) { return a > 0 ? g : 0.0; });
   c.grad = false;  // a backward op itself
   return {c};
 }
 
 TIDE_OP_CASES(Elementwise, Sub) {
-  return {binary(OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
-                 [](double a, double b) { return a - b; }),
-          binary(OpId::sub, [](const V& x) { return x[0] - x[1]; },
-                 [](double a, double b) { return a - b; })};
+  return {binary(
+              OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
+              [](double a, double b) { return a - b; }),
+          binary(
+              OpId::sub, [](const V& x) { return x[0] - x[1]; },
+              [](double a, double b) { return a - b; })};
 }
 
 TIDE_OP_CASES(Elementwise, Mul) {
-  return {binary(OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
-                 [](double a, double b) { return a * b; }),
-          binary(OpId::mul, [](const V& x) { return x[0] * x[1]; },
-                 [](double a, double b) { return a * b; })};
+  return {binary(
+              OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
+              [](double a, double b) { return a * b; }),
+          binary(
+              OpId::mul, [](const V& x) { return x[0] * x[1]; },
+              [](double a, double b) { return a * b; })};
 }
 
 TIDE_OP_CASES(Elementwise, Div) {
-  OpCase c = binary(OpId::div, [](const V& x) { return div(x[0], x[1]); },
-                    [](double a, double b) { return a / b; });
+  OpCase c = binary(
+      OpId::div, [](const V& x) { return div(x[0], x[1]); },
+      [](double a, double b) { return a / b; });
   c.gen = test::gen_each({test::gen_uniform(-2, 2), test::gen_away_from_zero(0.5, 2)});
   OpCase op = c;
   op.build = [](const V& x) { return x[0] / x[1]; };
@@ -68,8 +76,9 @@ TIDE_OP_CASES(Elementwise, Div) {
 }
 
 TIDE_OP_CASES(Elementwise, Maximum) {
-  OpCase c = binary(OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
-                    [](double a, double b) { return std::max(a, b); });
+  OpCase c = binary(
+      OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
+      [](double a, double b) { return std::max(a, b); });
   c.gen = test::gen_lattice();  // the two sides never tie: no kink inside the step
   return {c};
 }
@@ -84,12 +93,15 @@ OpCase compare(OpId op, test::BuildFn build, std::function<double(double, double
 }
 
 TIDE_OP_CASES(Elementwise, Comparisons) {
-  return {compare(OpId::eq, [](const V& x) { return eq(x[0], x[1]); },
-                  [](double a, double b) { return double(a == b); }),
-          compare(OpId::gt, [](const V& x) { return gt(x[0], x[1]); },
-                  [](double a, double b) { return double(a > b); }),
-          compare(OpId::lt, [](const V& x) { return lt(x[0], x[1]); },
-                  [](double a, double b) { return double(a < b); })};
+  return {compare(
+              OpId::eq, [](const V& x) { return eq(x[0], x[1]); },
+              [](double a, double b) { return double(a == b); }),
+          compare(
+              OpId::gt, [](const V& x) { return gt(x[0], x[1]); },
+              [](double a, double b) { return double(a > b); }),
+          compare(
+              OpId::lt, [](const V& x) { return lt(x[0], x[1]); },
+              [](double a, double b) { return double(a < b); })};
 }
 
 TIDE_OP_CASES(Elementwise, IntegerArithmetic) {
@@ -100,19 +112,25 @@ TIDE_OP_CASES(Elementwise, IntegerArithmetic) {
     c.grad = false;
     return c;
   };
-  return {ints(OpId::add, [](const V& x) { return add(x[0], x[1]); },
-               [](double a, double b) { return a + b; }),
-          ints(OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
-               [](double a, double b) { return a - b; }),
-          ints(OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
-               [](double a, double b) { return a * b; }),
-          ints(OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
-               [](double a, double b) { return std::max(a, b); })};
+  return {ints(
+              OpId::add, [](const V& x) { return add(x[0], x[1]); },
+              [](double a, double b) { return a + b; }),
+          ints(
+              OpId::sub, [](const V& x) { return sub(x[0], x[1]); },
+              [](double a, double b) { return a - b; }),
+          ints(
+              OpId::mul, [](const V& x) { return mul(x[0], x[1]); },
+              [](double a, double b) { return a * b; }),
+          ints(
+              OpId::maximum, [](const V& x) { return maximum(x[0], x[1]); },
+              [](double a, double b) { return std::max(a, b); })};
 }
 
 TIDE_OP_CASES(Elementwise, IntegerUnary) {
-  OpCase n{.op = OpId::neg, .build = [](const V& x) { return neg(x[0]); },
-           .ref = ref_unary([](double a) { return -a; }), .gen = test::gen_ints(-9, 9),
+  OpCase n{.op = OpId::neg,
+           .build = [](const V& x) { return neg(x[0]); },
+           .ref = ref_unary([](double a) { return -a; }),
+           .gen = test::gen_ints(-9, 9),
            .dtypes = kInts};
   OpCase a = n;
   a.op = OpId::abs;
@@ -128,30 +146,46 @@ TIDE_OP_CASES(Elementwise, ScalarForms) {
     return unary(op, b, f, test::gen_uniform(-2, 2));
   };
   auto away = test::gen_away_from_zero(0.5, 2);
-  OpCase rdiv_c = sc(OpId::div, [](const V& x) { return rdiv(3.0, x[0]); },
-                     [](double a) { return 3.0 / a; });
+  OpCase rdiv_c = sc(
+      OpId::div, [](const V& x) { return rdiv(3.0, x[0]); }, [](double a) { return 3.0 / a; });
   rdiv_c.gen = away;
-  OpCase rdiv_op = sc(OpId::div, [](const V& x) { return 3.0 / x[0]; },
-                      [](double a) { return 3.0 / a; });
+  OpCase rdiv_op = sc(
+      OpId::div, [](const V& x) { return 3.0 / x[0]; }, [](double a) { return 3.0 / a; });
   rdiv_op.gen = away;
-  OpCase max_c = sc(OpId::maximum, [](const V& x) { return maximum(x[0], 0.3); },
-                    [](double a) { return std::max(a, 0.3); });
+  OpCase max_c = sc(
+      OpId::maximum, [](const V& x) { return maximum(x[0], 0.3); },
+      [](double a) { return std::max(a, 0.3); });
   max_c.gen = test::gen_lattice();  // never within 0.05 of 0.3
   return {
-      sc(OpId::add, [](const V& x) { return add(x[0], 1.5); }, [](double a) { return a + 1.5; }),
-      sc(OpId::add, [](const V& x) { return x[0] + 1.0; }, [](double a) { return a + 1.0; }),
-      sc(OpId::add, [](const V& x) { return 1.0 + x[0]; }, [](double a) { return 1.0 + a; }),
-      sc(OpId::sub, [](const V& x) { return sub(x[0], 0.75); }, [](double a) { return a - 0.75; }),
-      sc(OpId::sub, [](const V& x) { return x[0] - 0.75; }, [](double a) { return a - 0.75; }),
-      sc(OpId::sub, [](const V& x) { return rsub(2.5, x[0]); }, [](double a) { return 2.5 - a; }),
-      sc(OpId::sub, [](const V& x) { return 2.0 - x[0]; }, [](double a) { return 2.0 - a; }),
-      sc(OpId::mul, [](const V& x) { return mul(x[0], -1.5); }, [](double a) { return -1.5 * a; }),
-      sc(OpId::mul, [](const V& x) { return 2.0 * x[0]; }, [](double a) { return 2.0 * a; }),
-      sc(OpId::mul, [](const V& x) { return x[0] * 0.5; }, [](double a) { return 0.5 * a; }),
-      sc(OpId::div, [](const V& x) { return div(x[0], 4.0); }, [](double a) { return a / 4.0; }),
-      sc(OpId::div, [](const V& x) { return x[0] / 3.0; }, [](double a) { return a / 3.0; }),
-      sc(OpId::neg, [](const V& x) { return -x[0]; }, [](double a) { return -a; }),
-      rdiv_c, rdiv_op, max_c};
+      sc(
+          OpId::add, [](const V& x) { return add(x[0], 1.5); }, [](double a) { return a + 1.5; }),
+      sc(
+          OpId::add, [](const V& x) { return x[0] + 1.0; }, [](double a) { return a + 1.0; }),
+      sc(
+          OpId::add, [](const V& x) { return 1.0 + x[0]; }, [](double a) { return 1.0 + a; }),
+      sc(
+          OpId::sub, [](const V& x) { return sub(x[0], 0.75); }, [](double a) { return a - 0.75; }),
+      sc(
+          OpId::sub, [](const V& x) { return x[0] - 0.75; }, [](double a) { return a - 0.75; }),
+      sc(
+          OpId::sub, [](const V& x) { return rsub(2.5, x[0]); }, [](double a) { return 2.5 - a; }),
+      sc(
+          OpId::sub, [](const V& x) { return 2.0 - x[0]; }, [](double a) { return 2.0 - a; }),
+      sc(
+          OpId::mul, [](const V& x) { return mul(x[0], -1.5); }, [](double a) { return -1.5 * a; }),
+      sc(
+          OpId::mul, [](const V& x) { return 2.0 * x[0]; }, [](double a) { return 2.0 * a; }),
+      sc(
+          OpId::mul, [](const V& x) { return x[0] * 0.5; }, [](double a) { return 0.5 * a; }),
+      sc(
+          OpId::div, [](const V& x) { return div(x[0], 4.0); }, [](double a) { return a / 4.0; }),
+      sc(
+          OpId::div, [](const V& x) { return x[0] / 3.0; }, [](double a) { return a / 3.0; }),
+      sc(
+          OpId::neg, [](const V& x) { return -x[0]; }, [](double a) { return -a; }),
+      rdiv_c,
+      rdiv_op,
+      max_c};
 }
 
 TIDE_OP_CASES(Elementwise, ScalarComparisons) {
@@ -162,12 +196,15 @@ TIDE_OP_CASES(Elementwise, ScalarComparisons) {
     c.out_dtype = mask_dtype;
     return c;
   };
-  return {sc(OpId::eq, [](const V& x) { return eq(x[0], 1.0); },
-             [](double a) { return double(a == 1.0); }),
-          sc(OpId::gt, [](const V& x) { return gt(x[0], 0.0); },
-             [](double a) { return double(a > 0.0); }),
-          sc(OpId::lt, [](const V& x) { return lt(x[0], -1.0); },
-             [](double a) { return double(a < -1.0); })};
+  return {sc(
+              OpId::eq, [](const V& x) { return eq(x[0], 1.0); },
+              [](double a) { return double(a == 1.0); }),
+          sc(
+              OpId::gt, [](const V& x) { return gt(x[0], 0.0); },
+              [](double a) { return double(a > 0.0); }),
+          sc(
+              OpId::lt, [](const V& x) { return lt(x[0], -1.0); },
+              [](double a) { return double(a < -1.0); })};
 }
 
 // ---- unary math -----------------------------------------------------------------------------
@@ -176,33 +213,41 @@ TIDE_OP_CASES(Elementwise, UnaryMath) {
   using test::gen_away_from_zero;
   using test::gen_uniform;
   return {
-      unary(OpId::neg, [](const V& x) { return neg(x[0]); }, [](double a) { return -a; },
-            gen_uniform(-2, 2)),
-      unary(OpId::exp, [](const V& x) { return exp(x[0]); }, [](double a) { return std::exp(a); },
-            gen_uniform(-3, 3)),
-      unary(OpId::log, [](const V& x) { return log(x[0]); }, [](double a) { return std::log(a); },
-            gen_uniform(0.2, 3)),
-      unary(OpId::sqrt, [](const V& x) { return sqrt(x[0]); },
-            [](double a) { return std::sqrt(a); }, gen_uniform(0.2, 3)),
-      unary(OpId::abs, [](const V& x) { return abs(x[0]); }, [](double a) { return std::abs(a); },
-            gen_away_from_zero(0.1, 2)),
-      unary(OpId::relu, [](const V& x) { return relu(x[0]); },
-            [](double a) { return a > 0 ? a : 0.0; }, gen_away_from_zero(0.1, 2)),
-      unary(OpId::sigmoid, [](const V& x) { return sigmoid(x[0]); }, sigmoid_ref,
-            gen_uniform(-6, 6)),
-      unary(OpId::tanh, [](const V& x) { return tanh(x[0]); },
-            [](double a) { return std::tanh(a); }, gen_uniform(-3, 3)),
+      unary(
+          OpId::neg, [](const V& x) { return neg(x[0]); }, [](double a) { return -a; },
+          gen_uniform(-2, 2)),
+      unary(
+          OpId::exp, [](const V& x) { return exp(x[0]); }, [](double a) { return std::exp(a); },
+          gen_uniform(-3, 3)),
+      unary(
+          OpId::log, [](const V& x) { return log(x[0]); }, [](double a) { return std::log(a); },
+          gen_uniform(0.2, 3)),
+      unary(
+          OpId::sqrt, [](const V& x) { return sqrt(x[0]); }, [](double a) { return std::sqrt(a); },
+          gen_uniform(0.2, 3)),
+      unary(
+          OpId::abs, [](const V& x) { return abs(x[0]); }, [](double a) { return std::abs(a); },
+          gen_away_from_zero(0.1, 2)),
+      unary(
+          OpId::relu, [](const V& x) { return relu(x[0]); },
+          [](double a) { return a > 0 ? a : 0.0; }, gen_away_from_zero(0.1, 2)),
+      unary(
+          OpId::sigmoid, [](const V& x) { return sigmoid(x[0]); }, sigmoid_ref, gen_uniform(-6, 6)),
+      unary(
+          OpId::tanh, [](const V& x) { return tanh(x[0]); }, [](double a) { return std::tanh(a); },
+          gen_uniform(-3, 3)),
   };
 }
 
 TIDE_OP_CASES(Elementwise, Pow) {
   using test::gen_away_from_zero;
   auto p = [](double e, test::GenFn gen) {
-    return unary(OpId::pow, [e](const V& x) { return pow(x[0], e); },
-                 [e](double a) { return std::pow(a, e); }, gen);
+    return unary(
+        OpId::pow, [e](const V& x) { return pow(x[0], e); },
+        [e](double a) { return std::pow(a, e); }, gen);
   };
-  return {p(2.0, test::gen_uniform(-2, 2)), p(3.0, test::gen_uniform(-2, 2)),
-          p(1.0, test::gen_uniform(-2, 2)), p(0.5, test::gen_uniform(0.2, 3)),
+  return {p(2.0, test::gen_uniform(-2, 2)),    p(3.0, test::gen_uniform(-2, 2)),
+          p(1.0, test::gen_uniform(-2, 2)),    p(0.5, test::gen_uniform(0.2, 3)),
           p(-1.0, gen_away_from_zero(0.5, 2)), p(-2.5, test::gen_uniform(0.5, 2))};
 }
 
@@ -211,40 +256,53 @@ TIDE_OP_CASES(Elementwise, Pow) {
 OpCase into(OpId op, std::function<void(Tensor&, const Tensor&)> apply,
             std::function<double(double, double)> f) {
   return OpCase{.op = op,
-                .build = [apply](const V& x) {
-                  Tensor y = clone(x[0]);  // the inputs stay unchanged for the harness
-                  apply(y, x[1]);
-                  return y;
-                },
+                .build =
+                    [apply](const V& x) {
+                      Tensor y = clone(x[0]);  // the inputs stay unchanged for the harness
+                      apply(y, x[1]);
+                      return y;
+                    },
                 .ref = ref_binary(f),
                 .shapes = test::into_shapes};
 }
 
 TIDE_OP_CASES(Elementwise, InPlace) {
   std::vector<OpCase> v{
-      into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o); },
-           [](double a, double b) { return a + b; }),
-      into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, -0.25); },
-           [](double a, double b) { return a - 0.25 * b; }),
-      into(OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o); },
-           [](double a, double b) { return a - b; }),
-      into(OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o, 0.5); },
-           [](double a, double b) { return a - 0.5 * b; }),
-      into(OpId::mul_, [](Tensor& y, const Tensor& o) { y.mul_(o); },
-           [](double a, double b) { return a * b; }),
-      into(OpId::mul_, [](Tensor& y, const Tensor&) { y.mul_(-3.0); },
-           [](double a, double) { return -3.0 * a; }),
-      into(OpId::copy_, [](Tensor& y, const Tensor& o) { y.copy_(o); },
-           [](double, double b) { return b; }),
+      into(
+          OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o); },
+          [](double a, double b) { return a + b; }),
+      into(
+          OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, -0.25); },
+          [](double a, double b) { return a - 0.25 * b; }),
+      into(
+          OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o); },
+          [](double a, double b) { return a - b; }),
+      into(
+          OpId::sub_, [](Tensor& y, const Tensor& o) { y.sub_(o, 0.5); },
+          [](double a, double b) { return a - 0.5 * b; }),
+      into(
+          OpId::mul_, [](Tensor& y, const Tensor& o) { y.mul_(o); },
+          [](double a, double b) { return a * b; }),
+      into(
+          OpId::mul_, [](Tensor& y, const Tensor&) { y.mul_(-3.0); },
+          [](double a, double) { return -3.0 * a; }),
+      into(
+          OpId::copy_, [](Tensor& y, const Tensor& o) { y.copy_(o); },
+          [](double, double b) { return b; }),
   };
   // Integer tensors too (alpha 1 and an integral alpha are exact).
-  OpCase i1 = into(OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, 2.0); },
-                   [](double a, double b) { return a + 2 * b; });
+  OpCase i1 = into(
+      OpId::add_, [](Tensor& y, const Tensor& o) { y.add_(o, 2.0); },
+      [](double a, double b) { return a + 2 * b; });
   i1.dtypes = kInts;
   i1.gen = test::gen_ints(-20, 20);
   OpCase i2 = i1;
   i2.op = OpId::copy_;
-  i2.build = [](const V& x) { Tensor y = clone(x[0]); y.copy_(x[1]); return y; };
+  i2.build = [](const V& x) {
+    Tensor y = clone(x[0]);
+    y.copy_(x[1]);
+    return y;
+  };
   i2.ref = ref_binary([](double, double b) { return b; });
   v.push_back(i1);
   v.push_back(i2);

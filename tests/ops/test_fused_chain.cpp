@@ -9,37 +9,15 @@
 #include <vector>
 
 #include "ops/fused_chain.h"
+#include "tests/ops/chain_steps.h"
 
 namespace tide::kernels {
 namespace {
 
-ChainOperand mem(const float* p, uint8_t stride = 1) {
-  ChainOperand o;
-  o.kind = ChainOperand::mem;
-  o.ptr = p;
-  o.stride = stride;
-  return o;
-}
-ChainOperand reg(uint8_t r) {
-  ChainOperand o;
-  o.kind = ChainOperand::reg;
-  o.reg_index = r;
-  return o;
-}
-ChainOperand scalar(float v) {
-  ChainOperand o;
-  std::memcpy(&o.scalar_bits, &v, sizeof v);
-  return o;
-}
-ChainStep step(FunctorId f, ChainOperand a, ChainOperand b, ChainOperand out, int64_t repeat = 1) {
-  ChainStep s;
-  s.functor = f;
-  s.a = a;
-  s.b = b;
-  s.out = out;
-  s.repeat = repeat;
-  return s;
-}
+using test_chain::mem;
+using test_chain::reg;
+using test_chain::scalar;
+using test_chain::step;
 
 // y = (y + 1) * 0.5 - x, `iterations` times per element: through memory, or carried.
 std::vector<float> run(bool carried, const std::vector<float>& x, int64_t iterations) {
@@ -61,7 +39,8 @@ std::vector<float> run(bool carried, const std::vector<float>& x, int64_t iterat
 TEST(FusedChain, StateCarriedInRegistersGivesTheSameBitsAsMemory) {
   std::vector<float> x = {0.1f, -2.5f, 7.0f, 1e-3f, 0};
   for (int64_t iterations : {1, 2, 1000}) {
-    std::vector<float> through_memory = run(false, x, iterations), carried = run(true, x, iterations);
+    std::vector<float> through_memory = run(false, x, iterations),
+                       carried = run(true, x, iterations);
     EXPECT_EQ(0, std::memcmp(through_memory.data(), carried.data(), x.size() * sizeof(float)))
         << iterations << " iterations";
     // And what the separate ops compute, in float.

@@ -42,27 +42,32 @@ OpCase on_ints(OpCase c) {
 }
 
 std::vector<ShapeSet> row_shapes(std::mt19937& rng) {
-  return {{test::random_shape(rng, 2, 1, 9)}, {test::random_shape(rng, 3, 1, 5)},
-          {Shape{7}},       {Shape{1, 4}},   {Shape{0, 3}},
+  return {{test::random_shape(rng, 2, 1, 9)},
+          {test::random_shape(rng, 3, 1, 5)},
+          {Shape{7}},
+          {Shape{1, 4}},
+          {Shape{0, 3}},
           {Shape{300, 257}}};
 }
 
 TIDE_OP_CASES(Gather, TakeRows) {
-  OpCase c{.op = OpId::take_rows,
-           .build = [](const V& x) { return take_rows(x[0], picks_on(x[0].size(0), x[0].device())); },
-           .ref = [](const std::vector<Array>& in) {
-             const Array& a = in[0];
-             const int64_t w = width_of(a.shape);
-             std::vector<int64_t> p = picks(a.shape[0]);
-             Shape s = a.shape;
-             s[0] = int64_t(p.size());
-             Array y{s, {}};
-             for (int64_t r : p)
-               for (int64_t c = 0; c < w; ++c) y.v.push_back(a.v[size_t(r * w + c)]);
-             return y;
-           },
-           .shapes = row_shapes,
-           .grad = true};
+  OpCase c{
+      .op = OpId::take_rows,
+      .build = [](const V& x) { return take_rows(x[0], picks_on(x[0].size(0), x[0].device())); },
+      .ref =
+          [](const std::vector<Array>& in) {
+            const Array& a = in[0];
+            const int64_t w = width_of(a.shape);
+            std::vector<int64_t> p = picks(a.shape[0]);
+            Shape s = a.shape;
+            s[0] = int64_t(p.size());
+            Array y{s, {}};
+            for (int64_t r : p)
+              for (int64_t c = 0; c < w; ++c) y.v.push_back(a.v[size_t(r * w + c)]);
+            return y;
+          },
+      .shapes = row_shapes,
+      .grad = true};
   OpCase idx32 = c;  // int32 indices
   idx32.build = [](const V& x) {
     return take_rows(x[0], picks_on(x[0].size(0), x[0].device(), DType::int32));
@@ -80,23 +85,26 @@ TIDE_OP_CASES(Gather, ScatterAddRows) {
     return p;
   };
   OpCase c{.op = OpId::scatter_add_rows,
-           .build = [=](const V& x) {
-             std::vector<int64_t> p = rows_of(x[0].size(0));
-             std::vector<double> v(p.begin(), p.end());
-             Tensor rows = from_data(v, Shape{int64_t(p.size())}, DType::int64, x[0].device());
-             return scatter_add_rows(x[0], rows, n_of(x[0].size(0)));
-           },
-           .ref = [=](const std::vector<Array>& in) {
-             const Array& g = in[0];
-             const int64_t k = g.shape[0], w = width_of(g.shape), n = n_of(k);
-             Shape s = g.shape;
-             s[0] = n;
-             Array y{s, std::vector<double>(size_t(n * w), 0.0)};
-             std::vector<int64_t> p = rows_of(k);
-             for (int64_t i = 0; i < k; ++i)
-               for (int64_t c = 0; c < w; ++c) y.v[size_t(p[size_t(i)] * w + c)] += g.v[size_t(i * w + c)];
-             return y;
-           },
+           .build =
+               [=](const V& x) {
+                 std::vector<int64_t> p = rows_of(x[0].size(0));
+                 std::vector<double> v(p.begin(), p.end());
+                 Tensor rows = from_data(v, Shape{int64_t(p.size())}, DType::int64, x[0].device());
+                 return scatter_add_rows(x[0], rows, n_of(x[0].size(0)));
+               },
+           .ref =
+               [=](const std::vector<Array>& in) {
+                 const Array& g = in[0];
+                 const int64_t k = g.shape[0], w = width_of(g.shape), n = n_of(k);
+                 Shape s = g.shape;
+                 s[0] = n;
+                 Array y{s, std::vector<double>(size_t(n * w), 0.0)};
+                 std::vector<int64_t> p = rows_of(k);
+                 for (int64_t i = 0; i < k; ++i)
+                   for (int64_t c = 0; c < w; ++c)
+                     y.v[size_t(p[size_t(i)] * w + c)] += g.v[size_t(i * w + c)];
+                 return y;
+               },
            .shapes = row_shapes,
            .grad = true};
   return {c, on_ints(c)};
@@ -142,10 +150,10 @@ TEST(Gather, AnIndexOutsideTheRows) {
     Tensor y = take_rows(src, rows);
     Tensor s = scatter_add_rows(ones({3, 2}, DType::float32, d), rows, 3);
     if (fails) {
-      test::expect_contains(test_util::error_of([&] { (void)y.to_vector<float>(); }),
-                            {"[take_rows] index 7 at position 1", "outside the 3 rows [0, 3)",
-                             "test_gather.cpp"},
-                            "take_rows");
+      test::expect_contains(
+          test_util::error_of([&] { (void)y.to_vector<float>(); }),
+          {"[take_rows] index 7 at position 1", "outside the 3 rows [0, 3)", "test_gather.cpp"},
+          "take_rows");
       test::expect_contains(test_util::error_of([&] { (void)s.to_vector<float>(); }),
                             {"[scatter_add_rows] index 7 at position 1"}, "scatter_add_rows");
     } else {

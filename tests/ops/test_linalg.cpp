@@ -40,11 +40,16 @@ Array matmul_ref(const Array& a, const Array& b, bool ta, bool tb) {
 test::ShapesFn matmul_shapes(bool ta, bool tb) {
   return [=](std::mt19937& rng) {
     std::uniform_int_distribution<int64_t> d(2, 9);
-    std::vector<std::array<int64_t, 3>> mkn{
-        {d(rng), d(rng), d(rng)}, {d(rng), d(rng), d(rng)}, {1, d(rng), d(rng)},
-        {d(rng), d(rng), 1},      {d(rng), 1, d(rng)},      {1, 1, 1},
-        {0, d(rng), 3},           {3, 0, 4},                {4, 5, 0},
-        {37, 64, 29}};
+    std::vector<std::array<int64_t, 3>> mkn{{d(rng), d(rng), d(rng)},
+                                            {d(rng), d(rng), d(rng)},
+                                            {1, d(rng), d(rng)},
+                                            {d(rng), d(rng), 1},
+                                            {d(rng), 1, d(rng)},
+                                            {1, 1, 1},
+                                            {0, d(rng), 3},
+                                            {3, 0, 4},
+                                            {4, 5, 0},
+                                            {37, 64, 29}};
     std::vector<ShapeSet> out;
     for (auto [m, k, n] : mkn)
       out.push_back({ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}});
@@ -58,7 +63,10 @@ TIDE_OP_CASES(Linalg, Matmul) {
     for (bool tb : {false, true})
       v.push_back(OpCase{
           .op = OpId::matmul,
-          .build = [=](const V& x) { return matmul(x[0], x[1], {ta, tb}); },
+          .build =
+              [=](const V& x) {
+                return matmul(x[0], x[1], {ta, tb});
+              },
           .ref = [=](const std::vector<Array>& in) { return matmul_ref(in[0], in[1], ta, tb); },
           .shapes = matmul_shapes(ta, tb),
           .gen = test::gen_uniform(-1, 1),
@@ -71,38 +79,40 @@ TIDE_OP_CASES(Linalg, Matmul) {
 TIDE_OP_CASES(Linalg, Linear) {
   std::vector<OpCase> v;
   for (bool relu : {false, true})
-    v.push_back(OpCase{
-        .op = OpId::linear,
-        .build = [=](const V& x) { return linear(x[0], x[1], x[2], relu); },
-        .ref =
-            [=](const std::vector<Array>& in) {
-              Array y = matmul_ref(in[0], in[1], false, false);
-              int64_t n = in[1].shape[1];
-              for (size_t i = 0; i < y.v.size(); ++i) {
-                y.v[i] += in[2].v[i % size_t(std::max<int64_t>(n, 1))];
-                if (relu && y.v[i] < 0) y.v[i] = 0;
-              }
-              return y;
-            },
-        .shapes =
-            [](std::mt19937& rng) {
-              std::uniform_int_distribution<int64_t> d(1, 9);
-              std::vector<ShapeSet> out;
-              for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{
-                       {d(rng), d(rng), d(rng)}, {1, d(rng), d(rng)}, {d(rng), d(rng), 1},
-                       {3, 0, 4}, {0, 5, 2}, {37, 64, 29}})
-                out.push_back({Shape{m, k}, Shape{k, n}, Shape{n}});
-              return out;
-            },
-        .gen = test::gen_uniform(-1, 1),
-        .tol32 = {1e-5, 1e-5},
-        .grad = true});
+    v.push_back(OpCase{.op = OpId::linear,
+                       .build = [=](const V& x) { return linear(x[0], x[1], x[2], relu); },
+                       .ref =
+                           [=](const std::vector<Array>& in) {
+                             Array y = matmul_ref(in[0], in[1], false, false);
+                             int64_t n = in[1].shape[1];
+                             for (size_t i = 0; i < y.v.size(); ++i) {
+                               y.v[i] += in[2].v[i % size_t(std::max<int64_t>(n, 1))];
+                               if (relu && y.v[i] < 0) y.v[i] = 0;
+                             }
+                             return y;
+                           },
+                       .shapes =
+                           [](std::mt19937& rng) {
+                             std::uniform_int_distribution<int64_t> d(1, 9);
+                             std::vector<ShapeSet> out;
+                             for (auto [m, k, n] :
+                                  std::vector<std::array<int64_t, 3>>{{d(rng), d(rng), d(rng)},
+                                                                      {1, d(rng), d(rng)},
+                                                                      {d(rng), d(rng), 1},
+                                                                      {3, 0, 4},
+                                                                      {0, 5, 2},
+                                                                      {37, 64, 29}})
+                               out.push_back({Shape{m, k}, Shape{k, n}, Shape{n}});
+                             return out;
+                           },
+                       .gen = test::gen_uniform(-1, 1),
+                       .tol32 = {1e-5, 1e-5},
+                       .grad = true});
   return v;
 }
 
 TEST(Linalg, LinearChecksItsShapes) {
-  EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({4, 5}), ones({5})), "[linear]", "(2, 3)",
-                    "(4, 5)");
+  EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({4, 5}), ones({5})), "[linear]", "(2, 3)", "(4, 5)");
   EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}), ones({4})), "[linear]", "(4,)");
   EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}, DType::float64), ones({5})), "[linear]",
                     "dtypes differ");
@@ -219,8 +229,9 @@ TEST(LinalgErrors, OneHotLabelOutsideTheClasses) {
                               {"[my_loss] label " + std::to_string(bad), "of row 2",
                                "outside the 10 classes [0, 10)", "test_linalg.cpp"},
                               "one_hot");
-        EXPECT_NE(test_util::error_of([&] { (void)s.item<float>(); })
-                      .find("label " + std::to_string(bad)),
+        EXPECT_NE(test_util::error_of([&] {
+                    (void)s.item<float>();
+                  }).find("label " + std::to_string(bad)),
                   std::string::npos);
       } else {
         std::vector<float> v = y.to_vector<float>();
@@ -235,11 +246,10 @@ TEST(LinalgErrors, OneHotLabelOutsideTheClasses) {
     Tensor l32 = from_vector<int32_t>({-5}, Shape{1}, d);
     Tensor y = one_hot(l32, 3, DType::float64);
     if (fails)
-      EXPECT_NE(test_util::error_of([&] { (void)y.to_vector<double>(); })
-                    .find("[one_hot] label -5"),
-                std::string::npos);
-    else
-      EXPECT_TRUE(std::isnan(y.to_vector<double>()[0]));
+      EXPECT_NE(
+          test_util::error_of([&] { (void)y.to_vector<double>(); }).find("[one_hot] label -5"),
+          std::string::npos);
+    else EXPECT_TRUE(std::isnan(y.to_vector<double>()[0]));
   }
 }
 
@@ -260,24 +270,27 @@ TEST(LinalgErrors, OneHotArguments) {
 TIDE_OP_CASES(Linalg, Transpose) {
   OpCase c{.op = OpId::transpose,
            .build = [](const V& x) { return transpose(x[0]); },
-           .ref = [](const std::vector<Array>& in) {
-             const Array& a = in[0];
-             int64_t r = a.shape[0], cl = a.shape[1];
-             Array t{Shape{cl, r}, std::vector<double>(a.v.size())};
-             for (int64_t i = 0; i < r; ++i)
-               for (int64_t j = 0; j < cl; ++j) t.v[size_t(j * r + i)] = a.v[size_t(i * cl + j)];
-             return t;
-           },
-           .shapes = [](std::mt19937& rng) {
-             return std::vector<ShapeSet>{{test::random_shape(rng, 2, 1, 9)},
-                                          {test::random_shape(rng, 2, 1, 9)},
-                                          {Shape{1, 7}},
-                                          {Shape{6, 1}},
-                                          {Shape{0, 5}},
-                                          {Shape{3, 0}},
-                                          {Shape{33, 65}},  // partial cache blocks
-                                          {Shape{300, 270}}};
-           },
+           .ref =
+               [](const std::vector<Array>& in) {
+                 const Array& a = in[0];
+                 int64_t r = a.shape[0], cl = a.shape[1];
+                 Array t{Shape{cl, r}, std::vector<double>(a.v.size())};
+                 for (int64_t i = 0; i < r; ++i)
+                   for (int64_t j = 0; j < cl; ++j)
+                     t.v[size_t(j * r + i)] = a.v[size_t(i * cl + j)];
+                 return t;
+               },
+           .shapes =
+               [](std::mt19937& rng) {
+                 return std::vector<ShapeSet>{{test::random_shape(rng, 2, 1, 9)},
+                                              {test::random_shape(rng, 2, 1, 9)},
+                                              {Shape{1, 7}},
+                                              {Shape{6, 1}},
+                                              {Shape{0, 5}},
+                                              {Shape{3, 0}},
+                                              {Shape{33, 65}},  // partial cache blocks
+                                              {Shape{300, 270}}};
+               },
            .grad = true};
   OpCase ints = c;
   ints.dtypes = {DType::int32, DType::int64};
@@ -324,20 +337,19 @@ std::vector<ShapeSet> row_shapes(std::mt19937& rng) {
 TIDE_OP_CASES(Linalg, Softmax) {
   std::vector<OpCase> v;
   for (bool log_out : {false, true})
-    v.push_back(OpCase{
-        .op = log_out ? OpId::log_softmax : OpId::softmax,
-        .build = [=](const V& x) { return log_out ? log_softmax(x[0]) : softmax(x[0]); },
-        .ref = [=](const std::vector<Array>& in) { return softmax_ref(in[0], log_out); },
-        .shapes = row_shapes,
-        .gen = test::gen_uniform(-4, 4),
-        .grad = true});
+    v.push_back(
+        OpCase{.op = log_out ? OpId::log_softmax : OpId::softmax,
+               .build = [=](const V& x) { return log_out ? log_softmax(x[0]) : softmax(x[0]); },
+               .ref = [=](const std::vector<Array>& in) { return softmax_ref(in[0], log_out); },
+               .shapes = row_shapes,
+               .gen = test::gen_uniform(-4, 4),
+               .grad = true});
   return v;
 }
 
 TEST(Linalg, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {
   // Offsets like 1000 overflow exp() without the max subtraction.
-  std::vector<double> vals{1000, 1001, 999, -1000, -1001, -1002, 0, 1e-3, -1e-3,
-                           3000, 0,    -3000};
+  std::vector<double> vals{1000, 1001, 999, -1000, -1001, -1002, 0, 1e-3, -1e-3, 3000, 0, -3000};
   for (DType dt : {DType::float32, DType::float64}) {
     SCOPED_TRACE(std::string(name(dt)));
     Tensor x = from_data(vals, Shape{4, 3}, dt);

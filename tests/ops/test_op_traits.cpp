@@ -91,9 +91,9 @@ TEST(OpTraits, NamesUniqueNonEmptyAndIdentifiers) {
     EXPECT_FALSE(n.empty()) << "op " << size_t(t.id);
     EXPECT_TRUE(seen.insert(n).second) << "duplicate name " << n;
     // Names appear in "[name]" of errors and in profiles: plain identifiers.
-    EXPECT_TRUE(std::all_of(n.begin(), n.end(),
-                            [](char c) { return std::islower(c) || std::isdigit(c) || c == '_'; }))
-        << n;
+    EXPECT_TRUE(std::all_of(n.begin(), n.end(), [](char c) {
+      return std::islower(c) || std::isdigit(c) || c == '_';
+    })) << n;
     // op_name returns a C string: it must end where the name ends.
     EXPECT_EQ(std::string(op_name(t.id)).size(), n.size()) << n;
   }

@@ -43,10 +43,10 @@ Array reduce_ref(const Array& a, R kind, std::optional<int> axis, bool keepdim) 
         s += v;
         if (v > best) best = v, arg = k;  // strict: the first maximum wins
       }
-      double res = kind == R::sum      ? s
-                   : kind == R::mean   ? s / double(n)  // 0/0: NaN for an empty mean
-                   : kind == R::max    ? best
-                                       : double(arg);
+      double res = kind == R::sum    ? s
+                   : kind == R::mean ? s / double(n)  // 0/0: NaN for an empty mean
+                   : kind == R::max  ? best
+                                     : double(arg);
       r.v[size_t(o * inner + i)] = res;
     }
   return r;
@@ -85,25 +85,25 @@ test::ShapesFn nonempty_along(std::optional<int> axis, test::ShapesFn base) {
 
 OpCase reduce_case(R kind, std::optional<int> axis, bool keepdim) {
   static const OpId ids[] = {OpId::sum, OpId::mean, OpId::max, OpId::argmax};
-  OpCase c{.op = ids[int(kind)],
-           .build = [=](const V& x) {
-             if (!axis) {
-               return kind == R::sum    ? sum(x[0])
-                      : kind == R::mean ? mean(x[0])
-                      : kind == R::max  ? max(x[0])
-                                        : argmax(x[0]);
-             }
-             return kind == R::sum    ? sum(x[0], *axis, keepdim)
-                    : kind == R::mean ? mean(x[0], *axis, keepdim)
-                    : kind == R::max  ? max(x[0], *axis, keepdim)
-                                      : argmax(x[0], *axis, keepdim);
-           },
-           .ref = [=](const std::vector<Array>& in) {
-             return reduce_ref(in[0], kind, axis, keepdim);
-           },
-           .shapes = axis ? test::ShapesFn(axis_shapes) : test::ShapesFn(all_shapes),
-           .gen = test::gen_uniform(-2, 2),
-           .grad = kind != R::argmax};
+  OpCase c{
+      .op = ids[int(kind)],
+      .build =
+          [=](const V& x) {
+            if (!axis) {
+              return kind == R::sum    ? sum(x[0])
+                     : kind == R::mean ? mean(x[0])
+                     : kind == R::max  ? max(x[0])
+                                       : argmax(x[0]);
+            }
+            return kind == R::sum    ? sum(x[0], *axis, keepdim)
+                   : kind == R::mean ? mean(x[0], *axis, keepdim)
+                   : kind == R::max  ? max(x[0], *axis, keepdim)
+                                     : argmax(x[0], *axis, keepdim);
+          },
+      .ref = [=](const std::vector<Array>& in) { return reduce_ref(in[0], kind, axis, keepdim); },
+      .shapes = axis ? test::ShapesFn(axis_shapes) : test::ShapesFn(all_shapes),
+      .gen = test::gen_uniform(-2, 2),
+      .grad = kind != R::argmax};
   if (kind == R::max || kind == R::argmax) c.shapes = nonempty_along(axis, c.shapes);
   if (kind == R::max) c.gen = test::gen_distinct();
   if (kind == R::argmax) {
@@ -182,10 +182,9 @@ TEST(Reduce, ResultsDoNotDependOnThreadCount) {
   Tensor x = randn({300000}, DType::float32, gen);
   Tensor m = randn({600, 500}, DType::float32, gen);
   auto run = [&] {
-    return std::vector<std::vector<float>>{sum(x).to_vector<float>(), mean(x).to_vector<float>(),
-                                           sum(m, 0).to_vector<float>(),
-                                           sum(m, 1).to_vector<float>(),
-                                           max(m, 0).to_vector<float>()};
+    return std::vector<std::vector<float>>{
+        sum(x).to_vector<float>(), mean(x).to_vector<float>(), sum(m, 0).to_vector<float>(),
+        sum(m, 1).to_vector<float>(), max(m, 0).to_vector<float>()};
   };
   set_num_threads(1);
   auto one = run();
@@ -204,35 +203,37 @@ TIDE_OP_CASES(Reduce, SumTo) {
   // (input shape, target): a reference sums every input element into the target element it
   // broadcasts from.
   std::vector<std::pair<Shape, Shape>> pairs{
-      {Shape{2, 3, 4}, Shape{3, 4}}, {Shape{2, 3, 4}, Shape{3, 1}}, {Shape{2, 3, 4}, Shape{1, 4}},
-      {Shape{2, 3, 4}, Shape{}},     {Shape{5}, Shape{1}},          {Shape{4, 3}, Shape{4, 1}},
+      {Shape{2, 3, 4}, Shape{3, 4}}, {Shape{2, 3, 4}, Shape{3, 1}},
+      {Shape{2, 3, 4}, Shape{1, 4}}, {Shape{2, 3, 4}, Shape{}},
+      {Shape{5}, Shape{1}},          {Shape{4, 3}, Shape{4, 1}},
       {Shape{0, 3}, Shape{3}},       {Shape{3, 5, 2}, Shape{1, 1, 2}}};
   std::vector<OpCase> v;
   for (auto [from, to] : pairs) {
-    v.push_back(OpCase{
-        .op = OpId::sum,
-        .build = [to = to](const V& x) { return sum_to(x[0], to); },
-        .ref = [to = to](const std::vector<Array>& in) {
-          Array r{to, std::vector<double>(static_cast<size_t>(to.numel()), 0.0)};
-          const Shape& s = in[0].shape;
-          int lead = s.ndim() - to.ndim();
-          for (int64_t flat = 0; flat < s.numel(); ++flat) {
-            int64_t rem = flat, off = 0, mul = 1;
-            for (int d = s.ndim() - 1; d >= 0; --d) {
-              int64_t idx = rem % s[d];
-              rem /= s[d];
-              if (d >= lead) {
-                int64_t td = to[d - lead];
-                off += (td == 1 ? 0 : idx) * mul;
-                mul *= td;
-              }
-            }
-            r.v[size_t(off)] += in[0].v[size_t(flat)];
-          }
-          return r;
-        },
-        .shapes = [from = from](std::mt19937&) { return std::vector<ShapeSet>{{from}}; },
-        .grad = true});
+    v.push_back(
+        OpCase{.op = OpId::sum,
+               .build = [to = to](const V& x) { return sum_to(x[0], to); },
+               .ref =
+                   [to = to](const std::vector<Array>& in) {
+                     Array r{to, std::vector<double>(static_cast<size_t>(to.numel()), 0.0)};
+                     const Shape& s = in[0].shape;
+                     int lead = s.ndim() - to.ndim();
+                     for (int64_t flat = 0; flat < s.numel(); ++flat) {
+                       int64_t rem = flat, off = 0, mul = 1;
+                       for (int d = s.ndim() - 1; d >= 0; --d) {
+                         int64_t idx = rem % s[d];
+                         rem /= s[d];
+                         if (d >= lead) {
+                           int64_t td = to[d - lead];
+                           off += (td == 1 ? 0 : idx) * mul;
+                           mul *= td;
+                         }
+                       }
+                       r.v[size_t(off)] += in[0].v[size_t(flat)];
+                     }
+                     return r;
+                   },
+               .shapes = [from = from](std::mt19937&) { return std::vector<ShapeSet>{{from}}; },
+               .grad = true});
   }
   return v;
 }

@@ -161,7 +161,7 @@ TEST(DeviceGraph, AnEvictedSignaturesGraphIsUpdatedInPlaceForTheNextOne) {
   std::vector<std::vector<float>> want;
   for (int call = 0; call < 8; ++call) {
     std::vector<float> v(size_t(2 + call % 2), float(call));  // shapes {2}, {3}, {2}, ...
-    for (int again = 0; again < 2; ++again) {  // a second call re-points the copies
+    for (int again = 0; again < 2; ++again) {                 // a second call re-points the copies
       kept.push_back(f(on_gpu(v, {int64_t(v.size())})));
       want.emplace_back(v.size(), 3.0f * float(call) + 1);
     }
@@ -178,8 +178,8 @@ TEST(DeviceGraph, AnEvictedSignaturesGraphIsUpdatedInPlaceForTheNextOne) {
   EXPECT_EQ(s.graph_fallback, "");
 
   // Another topology (one more node): CUDA refuses the update, the graph is instantiated.
-  auto g = trace::function(
-      [](const Tensor& x) { return x.numel() > 2 ? x * 3.0 + 1.0 : x * 3.0; }, {.cache_budget = 1});
+  auto g = trace::function([](const Tensor& x) { return x.numel() > 2 ? x * 3.0 + 1.0 : x * 3.0; },
+                           {.cache_budget = 1});
   g(on_gpu({1, 2}, {2})).wait_to_read();
   Tensor three = g(on_gpu({1, 2, 3}, {3}));
   EXPECT_EQ(three.to_vector<float>(), (std::vector<float>{4, 7, 10}));
@@ -285,11 +285,15 @@ TEST(DeviceGraph, MixingDevicesInOneTraceIsRefusedClearly) {
   EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
   // Too many random ops in one GPU loop body for the loop kernels' parameters.
   auto many = trace::function([](const Tensor& t) {
-    return trace::loop(2, [](const Tensor& s) {
-      Tensor y = s;
-      for (int i = 0; i < 9; ++i) y = y + rand({2}, DType::float32, default_generator(), s.device());
-      return y;
-    }, t);
+    return trace::loop(
+        2,
+        [](const Tensor& s) {
+          Tensor y = s;
+          for (int i = 0; i < 9; ++i)
+            y = y + rand({2}, DType::float32, default_generator(), s.device());
+          return y;
+        },
+        t);
   });
   e = error_of([&] { (void)many(x); });
   EXPECT_NE(e.find("the body has 9 random ops; a traced loop on a GPU takes at most 8"),
@@ -333,9 +337,9 @@ TEST(DeviceGraph, ATrainingStepWithDropoutEqualsEager) {
         {.sizes = {8, 16, 1}, .device = gpu(), .dropout = 0.25, .dropout_gen = &drop});
   };
   test_util::TrainRig eager = rig(eager_drop), traced = rig(traced_drop);
-  auto f = trace::function(
-      [&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
-      {.name = "dropout_step", .warmup_calls = 1});
+  auto f =
+      trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+                      {.name = "dropout_step", .warmup_calls = 1});
   Generator data(5);
   for (int i = 0; i < 6; ++i) {
     Tensor x = randn({12, 8}, DType::float32, data, gpu());
@@ -389,7 +393,8 @@ TEST(DeviceGraph, VerifyNamesTheNodeThatLastWroteTheFirstDifferingValue) {
         Engine::get().submit(
             gpu(), "impure", {s}, {s},
             [&runs, s](const KernelContext& ctx) {
-              cuda::launch_host(ctx, [&runs, s] { static_cast<float*>(s->data())[0] = float(++runs); });
+              cuda::launch_host(ctx,
+                                [&runs, s] { static_cast<float*>(s->data())[0] = float(++runs); });
             },
             Site::current());
         return x + state;
@@ -433,9 +438,9 @@ TEST(DeviceGraphFusion, FusedChainsEqualEagerBitwiseInFewerNodes) {
 
 TEST(DeviceGraphFusion, ATrainingStepWithFusionEqualsEager) {
   test_util::TrainRig eager = make_rig(false), traced = make_rig(false);
-  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
-                           {.name = "fused_step", .fusion = trace::Fusion::elementwise,
-                            .warmup_calls = 1});
+  auto f = trace::function(
+      [&](const Tensor& x, const Tensor& y) { return train_step(traced, x, y); },
+      {.name = "fused_step", .fusion = trace::Fusion::elementwise, .warmup_calls = 1});
   Generator data(3);
   for (int i = 0; i < 6; ++i) {
     Tensor x = randn({24, 12}, DType::float32, data, gpu());
@@ -477,7 +482,8 @@ TEST(DeviceGraphLoop, AnIntCountLoopIsAWhileNodeAndEqualsEager) {
 }
 
 TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
-  auto f = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
+  auto f =
+      trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
   Tensor x = on_gpu(values(4, 0.5f), {4});
   for (int64_t n : {3, 0, 7, 1}) {
     Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
@@ -487,7 +493,8 @@ TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
   EXPECT_EQ(f.stats().traces, 1) << "one graph for every count";
   EXPECT_EQ(f.stats().graph_fallback, "");
   Tensor fcount = from_vector(std::vector<double>{4.0}, Shape({1}), gpu());
-  auto g = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
+  auto g =
+      trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
   EXPECT_EQ(g(x, fcount).to_vector<float>(), trace::loop(4, step, x).to_vector<float>())
       << "a float64 count";
   // In a graph the kernels cannot throw: a negative count runs no iteration.
@@ -529,9 +536,8 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
 }
 
 TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
-  auto f = trace::function([](const Tensor& x, const Tensor& n) {
-    return trace::loop(n, step, x * 2.0);
-  });
+  auto f = trace::function(
+      [](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x * 2.0); });
   fake().refuse_next_capture("not this one");
   Tensor x = on_gpu(values(5, 1), {5});
   for (int64_t n : {2, 0, 6}) {
@@ -548,8 +554,9 @@ TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
 
 TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
   auto body = [](const Tensor& y) { return (y + 1.0) * 0.5; };
-  auto f = trace::function([&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); },
-                           {.fusion = trace::Fusion::elementwise});
+  auto f =
+      trace::function([&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); },
+                      {.fusion = trace::Fusion::elementwise});
   Tensor x = on_gpu(values(9, 2), {9});
   for (int64_t n : {5, 0, 12}) {
     Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
@@ -585,15 +592,17 @@ TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
 TEST(DeviceGraphLoop, RandomOpsInTheBodyDrawWhatTheEagerLoopDraws) {
   auto body = [](Generator& gen) {
     return [&gen](const Tensor& s) {
-      return s * 0.5 + rand({3}, DType::float32, gen, s.device()) - randn({3}, DType::float32, gen, s.device());
+      return s * 0.5 + rand({3}, DType::float32, gen, s.device()) -
+             randn({3}, DType::float32, gen, s.device());
     };
   };
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "node by node" : "graph");
     Generator tg(31), eg(31);
     auto f = trace::function([&](const Tensor& x, const Tensor& n) {
-      Tensor a = trace::loop(4, body(tg), x);             // an int count: a range
-      return trace::loop(n, body(tg), a + rand({3}, DType::float32, tg, x.device()));  // a sub-stream
+      Tensor a = trace::loop(4, body(tg), x);  // an int count: a range
+      return trace::loop(n, body(tg),
+                         a + rand({3}, DType::float32, tg, x.device()));  // a sub-stream
     });
     auto eager = [&](const Tensor& x, const Tensor& n) {
       Tensor a = trace::loop(4, body(eg), x);
@@ -611,7 +620,8 @@ TEST(DeviceGraphLoop, RandomOpsInTheBodyDrawWhatTheEagerLoopDraws) {
 
 TEST(DeviceGraphLoop, ALoopWhoseBodyReturnsItsStateUnchanged) {
   auto f = trace::function([](const Tensor& x) {
-    return trace::loop(3, [](const Tensor& s) { return s; }, x);
+    return trace::loop(
+        3, [](const Tensor& s) { return s; }, x);
   });
   Tensor x = on_gpu({1, 2, 3}, {3});
   Tensor y = f(x);

@@ -35,7 +35,7 @@ TEST(TraceFunction, ElementwiseChainEqualsEagerBitwise) {
 
 TEST(TraceFunction, BroadcastReduceMatmulSoftmaxEqualEager) {
   auto g = [](const Tensor& x, const Tensor& w, const Tensor& b) {
-    Tensor h = relu(matmul(x, w) + b);          // broadcasting add
+    Tensor h = relu(matmul(x, w) + b);  // broadcasting add
     Tensor p = softmax(h);
     Tensor l = log_softmax(h);
     return std::vector<Tensor>{sum(p, 1), mean(l), max(h, 0), matmul(w, h, {false, true})};
@@ -142,9 +142,9 @@ TEST(TraceFunction, MeasuredBytesShowWorkspacesThePlanDidNotForesee) {
             Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), "scratchy");
             Storage* r = x.storage();
             Storage* w = y.storage();
-            Engine::get().submit(Device::cpu(), "scratchy", {r}, {w}, [] {
-              Allocator::get().workspace(4096, "scratchy");
-            }, Site::current());
+            Engine::get().submit(
+                Device::cpu(), "scratchy", {r}, {w},
+                [] { Allocator::get().workspace(4096, "scratchy"); }, Site::current());
             out.push_back(y);
           }
           return out;

@@ -6,16 +6,16 @@
 
 #include "core/engine.h"
 #include "core/rng.h"
+#include "error_of.h"
 #include "ops/ops.h"
 #include "trace/trace.h"
 #include "trace_support.h"
-#include "error_of.h"
 
 namespace tide {
 namespace {
 
-using testing::bitwise_equal;
 using test_util::error_of;
+using testing::bitwise_equal;
 
 Tensor step(const Tensor& x) { return tanh(x * 0.9 + 0.05); }
 
@@ -57,10 +57,8 @@ TEST(TraceLoop, OneOpBodiesIterateInRegistersBitwise) {
     for (int64_t size : {5, 37, 300}) {
       Tensor c = randn({size}, dt) * 0.01, one = full({1}, 0.75, dt);
       std::vector<std::function<Tensor(const Tensor&)>> bodies{
-          [](const Tensor& y) { return y + 1.0; },
-          [&](const Tensor& y) { return y * (c + 1.0); },
-          [&](const Tensor& y) { return y - one; },
-          [](const Tensor& y) { return tanh(y); },
+          [](const Tensor& y) { return y + 1.0; },  [&](const Tensor& y) { return y * (c + 1.0); },
+          [&](const Tensor& y) { return y - one; }, [](const Tensor& y) { return tanh(y); },
           [](const Tensor& y) { return y + y; },
       };
       for (size_t k = 0; k < bodies.size(); ++k) {
@@ -100,9 +98,12 @@ TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
   for (int i = 0; i < 6; ++i) eager = body(eager);
   auto f = trace::function([&](const Tensor& a, const Tensor& b, const Tensor& c) {
     Tensor scale = a * 1.0;  // an intermediate of the outer graph the body reads
-    auto out = trace::loop(6, [&](const std::vector<Tensor>& s) {
-      return std::vector<Tensor>{s[0] + s[1] * w * scale / scale, s[1] * 0.9, s[0]};
-    }, {a, b, c});
+    auto out =
+        trace::loop(6,
+                    [&](const std::vector<Tensor>& s) {
+                      return std::vector<Tensor>{s[0] + s[1] * w * scale / scale, s[1] * 0.9, s[0]};
+                    },
+                    {a, b, c});
     return out;
   });
   std::vector<Tensor> got = f(init[0], init[1], init[2]);
@@ -231,9 +232,8 @@ TEST(TraceLoop, TracedFunctionInsideATensorCountBodyUsesTheSubstream) {
   auto body = [&](const std::vector<Tensor>& s) { return std::vector<Tensor>{noise(s[0]) * 0.5}; };
   Tensor a = zeros({5});
   noise(a);  // traced once: later calls from the eager body replay
-  auto outer = trace::function([&](const Tensor& x, const Tensor& n) {
-    return trace::loop(n, body, {x})[0] + randn({5});
-  });
+  auto outer = trace::function(
+      [&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, {x})[0] + randn({5}); });
   for (int64_t n : {3, 1}) {
     manual_seed(21);
     Tensor eager = trace::loop(n_of(n), body, {a})[0] + randn({5});
@@ -256,14 +256,23 @@ TEST(TraceLoop, TensorCountNumbersDifferFromIntCount) {
 // Loops nest: an inner loop takes its counters from the enclosing loop's sub-stream.
 TEST(TraceLoop, NestedLoopsWithRandomOpsMatchEager) {
   auto run = [](const Tensor& x, const Tensor& n, const Tensor& m) {
-    Tensor y = trace::loop(n, [&](const Tensor& s) {
-      Tensor inner = trace::loop(2, [](const Tensor& t) { return t + randn({3}); }, s);
-      return trace::loop(m, [](const Tensor& t) { return t * 0.5 + rand({3}); }, inner) +
-             randn({3});
-    }, x);
-    return trace::loop(3, [&](const Tensor& s) {  // a tensor count inside an int count
-      return trace::loop(m, [](const Tensor& t) { return t - rand({3}); }, s);
-    }, y);
+    Tensor y = trace::loop(
+        n,
+        [&](const Tensor& s) {
+          Tensor inner = trace::loop(
+              2, [](const Tensor& t) { return t + randn({3}); }, s);
+          return trace::loop(
+                     m, [](const Tensor& t) { return t * 0.5 + rand({3}); }, inner) +
+                 randn({3});
+        },
+        x);
+    return trace::loop(
+        3,
+        [&](const Tensor& s) {  // a tensor count inside an int count
+          return trace::loop(
+              m, [](const Tensor& t) { return t - rand({3}); }, s);
+        },
+        y);
   };
   auto f = trace::function(run);
   Tensor x = zeros({3});
@@ -283,8 +292,9 @@ TEST(TraceLoop, TensorCountBodyWithTwoGeneratorsIsRefused) {
   auto run = [&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); };
   auto f = trace::function(run);
   Tensor x = ones({2});
-  const std::string msg = "[loop] random ops inside one trace::loop body with a tensor count "
-                          "must draw from one generator";
+  const std::string msg =
+      "[loop] random ops inside one trace::loop body with a tensor count "
+      "must draw from one generator";
   for (int64_t n : {2, 0}) {
     EXPECT_NE(error_of([&] { f(x, n_of(n)); }).find(msg), std::string::npos) << "traced " << n;
     EXPECT_NE(error_of([&] { run(x, n_of(n)); }).find(msg), std::string::npos) << "eager " << n;
@@ -305,18 +315,24 @@ TEST(TraceLoop, ErrorsAreClear) {
   Tensor x = ones({2});
   EXPECT_NE(error_of([&] { trace::loop(-1, step, x); }).find("[loop] count must be >= 0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { trace::loop(2, [](const Tensor& t) { return sum(t); }, x); })
-                .find("but the body returned"),
+  EXPECT_NE(error_of([&] {
+              trace::loop(
+                  2, [](const Tensor& t) { return sum(t); }, x);
+            }).find("but the body returned"),
             std::string::npos);
   EXPECT_NE(error_of([&] { trace::loop(ones({2}), step, x); }).find("one-element"),
             std::string::npos);
   // A tensor-count body drawing from two generators: TensorCountBodyWithTwoGeneratorsIsRefused.
   // A negative runtime count fails the replay at sync.
-  auto g = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
+  auto g =
+      trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
   Tensor bad = g(x, from_vector<int64_t>({-3}, {1}));
   EXPECT_NE(error_of([&] { bad.wait_to_read(); }).find("loop count must be >= 0"),
             std::string::npos);
-  try { wait_all(); } catch (const Error&) {}
+  try {
+    wait_all();
+  } catch (const Error&) {
+  }
 }
 
 }  // namespace

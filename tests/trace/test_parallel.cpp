@@ -11,19 +11,19 @@
 #include <thread>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/engine.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
-#include "train/optimizer.h"
 #include "trace/executor.h"
 #include "trace/graph.h"
 #include "trace/planner.h"
 #include "trace/trace.h"
-#include "../error_of.h"
 #include "trace_support.h"
+#include "train/optimizer.h"
 
 namespace tide {
 namespace {
@@ -51,18 +51,18 @@ Tensor probe(const char* op, std::vector<Tensor> reads, F fn) {
   std::vector<Storage*> r;
   for (const Tensor& t : reads) r.push_back(t.storage());
   Storage* w = out.storage();
-  Engine::get().submit(Device::cpu(), op, std::span<Storage* const>(r), std::span<Storage* const>(&w, 1),
-                       std::move(fn), Site::current());
+  Engine::get().submit(Device::cpu(), op, std::span<Storage* const>(r),
+                       std::span<Storage* const>(&w, 1), std::move(fn), Site::current());
   return out;
 }
 
 TEST(TraceParallel, DependenciesFollowReadsAndWrites) {
   auto f = trace::function([](const Tensor& x) {
-    Tensor a = exp(x) * 2.0;  // nodes 0, 1
-    Tensor b = tanh(x) + 1.0; // nodes 2, 3
-    Tensor c = a + b;         // node 4: joins the branches
-    Tensor d = c * 3.0;       // node 5: reads c
-    c.add_(b);                // node 6: writes c after node 5 read it (write after read)
+    Tensor a = exp(x) * 2.0;   // nodes 0, 1
+    Tensor b = tanh(x) + 1.0;  // nodes 2, 3
+    Tensor c = a + b;          // node 4: joins the branches
+    Tensor d = c * 3.0;        // node 5: reads c
+    c.add_(b);                 // node 6: writes c after node 5 read it (write after read)
     return std::vector<Tensor>{c, d};
   });
   Tensor x = randn({8});
@@ -162,7 +162,9 @@ TEST_F(TraceParallelThreads, IndependentBranchesRunAtTheSameTime) {
       if (arrived->load() >= 2) met->fetch_add(1);
     };
     auto f = trace::function(
-        [&] { return std::vector<Tensor>{probe("left", {}, meet), probe("right", {}, meet)}; },
+        [&] {
+          return std::vector<Tensor>{probe("left", {}, meet), probe("right", {}, meet)};
+        },
         {.name = "branches", .streams = streams});
     f();  // traces; the replay runs the two probes
     wait_all();
@@ -212,7 +214,8 @@ TEST_F(TraceParallelThreads, ErrorsSurfaceAtSyncNamingTheLowestFailingNode) {
   auto fail = std::make_shared<std::atomic<bool>>(true);
   auto f = trace::function(
       [&] {
-        Tensor a = probe("slow", {}, [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
+        Tensor a =
+            probe("slow", {}, [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
         Tensor b = probe("first_failure", {}, [fail] {
           if (fail->load()) throw std::runtime_error("left branch broke");
         });
@@ -227,7 +230,10 @@ TEST_F(TraceParallelThreads, ErrorsSurfaceAtSyncNamingTheLowestFailingNode) {
   std::string msg = error_of([&] { out[1].wait_to_read(); });
   EXPECT_NE(msg.find("node 1 of 4 (first_failure"), std::string::npos) << msg;
   EXPECT_NE(msg.find("left branch broke"), std::string::npos) << msg;
-  try { wait_all(); } catch (const Error&) {}
+  try {
+    wait_all();
+  } catch (const Error&) {
+  }
   // The engine and the function stay usable.
   fail->store(false);
   out = f();
@@ -264,8 +270,8 @@ TEST(TraceParallel, AliasedArgumentsRunInProgramOrder) {
   Tensor w = ones({4});
   auto f = trace::function(
       [&](Tensor a, const Tensor& b) {
-        a.mul_(2.0);  // an input written in place...
-        return b * w; // ...and another input read: independent unless they alias
+        a.mul_(2.0);   // an input written in place...
+        return b * w;  // ...and another input read: independent unless they alias
       },
       {.name = "alias", .streams = 2});
   Tensor x = zeros({4}), y = zeros({4});
@@ -292,7 +298,8 @@ TEST_F(TraceParallelThreads, TrainingStepWithParallelBranchesMatchesEager) {
     return m;
   };
   auto me = make(), mt = make();
-  train::Adam oe(me->parameters(), train::AdamOptions(0.01)), ot(mt->parameters(), train::AdamOptions(0.01));
+  train::Adam oe(me->parameters(), train::AdamOptions(0.01)),
+      ot(mt->parameters(), train::AdamOptions(0.01));
   auto step = [](nn::Sequential& m, train::Optimizer& o, const Tensor& x, const Tensor& y) {
     o.zero_grad();
     Tensor loss = nn::l2_loss(m.forward(x), y);
@@ -314,8 +321,9 @@ TEST_F(TraceParallelThreads, TrainingStepWithParallelBranchesMatchesEager) {
 }
 
 TEST(TraceParallel, StreamsMustBePositive) {
-  EXPECT_NE(error_of([] { trace::function([](const Tensor& x) { return x; }, {.streams = 0}); })
-                .find("streams must be >= 1"),
+  EXPECT_NE(error_of([] {
+              trace::function([](const Tensor& x) { return x; }, {.streams = 0});
+            }).find("streams must be >= 1"),
             std::string::npos);
 }
 

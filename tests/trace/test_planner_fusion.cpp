@@ -59,7 +59,9 @@ TEST(TracePlanner, CheckPlanFindsOverlaps) {
 }
 
 TEST(TracePlanner, KeptOutputsAreNeverOverwritten) {
-  auto f = trace::function([](const Tensor& x) { return std::pair<Tensor, Tensor>{x * 2.0, x + 1.0}; });
+  auto f = trace::function([](const Tensor& x) {
+    return std::pair<Tensor, Tensor>{x * 2.0, x + 1.0};
+  });
   auto [a1, b1] = f(full({8}, 1.0));
   auto [a2, b2] = f(full({8}, 10.0));
   EXPECT_EQ(a1.to_vector<double>(), std::vector<double>(8, 2.0));
@@ -185,8 +187,12 @@ TEST(TraceVerify, PassesForCorrectTracesAndReturnsTheResult) {
   Tensor x = randn({100});
   EXPECT_TRUE(bitwise_equal(f(x), long_chain(x)));
   Tensor w = ones({4});
-  auto upd = trace::function([&](const Tensor& x) { w.sub_(x * 0.5); return w * 2.0; },
-                             {.verify = true});
+  auto upd = trace::function(
+      [&](const Tensor& x) {
+        w.sub_(x * 0.5);
+        return w * 2.0;
+      },
+      {.verify = true});
   upd(ones({4}));
   upd(ones({4}));
   EXPECT_EQ(w.to_vector<double>(), std::vector<double>(4, 0.0));  // applied once per call
@@ -195,12 +201,15 @@ TEST(TraceVerify, PassesForCorrectTracesAndReturnsTheResult) {
 TEST(TraceVerify, NamesTheFirstDifferingNode) {
   // A kernel that is not a pure function of its inputs: differs between the two runs.
   int runs = 0;
-  auto f = trace::function([&](const Tensor& x) {
-    Tensor y = x + 1.0;
-    Tensor z = zeros({3});
-    debug::gate(z, [&runs, p = z.storage()] { static_cast<float*>(p->data())[0] = float(++runs); });
-    return y + z;
-  }, {.verify = true});
+  auto f = trace::function(
+      [&](const Tensor& x) {
+        Tensor y = x + 1.0;
+        Tensor z = zeros({3});
+        debug::gate(
+            z, [&runs, p = z.storage()] { static_cast<float*>(p->data())[0] = float(++runs); });
+        return y + z;
+      },
+      {.verify = true});
   std::string e;
   try {
     f(ones({3}));

@@ -2,12 +2,13 @@
 // failures while tracing.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "core/engine.h"
 #include "core/error.h"
-#include <sstream>
+#include "error_of.h"
 #include "ops/ops.h"
 #include "trace/trace.h"
-#include "error_of.h"
 
 namespace tide {
 namespace {
@@ -24,9 +25,9 @@ TEST(TraceRetrace, SameSignatureNeverRetraces) {
 TEST(TraceRetrace, ReasonsNameArgumentPropertyAndValues) {
   auto f = trace::function([](const Tensor& x, int k) { return x + double(k); });
   f(zeros({2, 3}), 1);
-  f(zeros({4, 3}), 1);                    // shape
-  f(zeros({4, 3}, DType::float64), 1);    // dtype
-  f(zeros({4, 3}, DType::float64), 2);    // value
+  f(zeros({4, 3}), 1);                  // shape
+  f(zeros({4, 3}, DType::float64), 1);  // dtype
+  f(zeros({4, 3}, DType::float64), 2);  // value
   auto r = f.stats().retraces;
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].argument, 0);
@@ -43,7 +44,8 @@ TEST(TraceRetrace, ReasonsNameArgumentPropertyAndValues) {
 }
 
 TEST(TraceRetrace, WarnsAfterFiveRetracesInTenCalls) {
-  auto f = trace::function([](const Tensor& x, int k) { return x + double(k); }, {.name = "shifty"});
+  auto f =
+      trace::function([](const Tensor& x, int k) { return x + double(k); }, {.name = "shifty"});
   ::testing::internal::CaptureStderr();
   for (int k = 0; k < 5; ++k) f(zeros({2}), k);
   EXPECT_FALSE(f.stats().warned);  // 4 retraces so far
@@ -75,9 +77,15 @@ TEST(TraceRetrace, HostReadsInsideATraceThrow) {
   std::string e = error_of([&] { item(ones({1})); });
   EXPECT_NE(e.find("[item]"), std::string::npos) << e;
   EXPECT_NE(e.find("cannot read a tensor on the host"), std::string::npos) << e;
-  auto vec = trace::function([](const Tensor& x) { (void)x.to_vector<float>(); return x; });
+  auto vec = trace::function([](const Tensor& x) {
+    (void)x.to_vector<float>();
+    return x;
+  });
   EXPECT_NE(error_of([&] { vec(ones({1})); }).find("[to_vector]"), std::string::npos);
-  auto sync = trace::function([](const Tensor& x) { wait_all(); return x; });
+  auto sync = trace::function([](const Tensor& x) {
+    wait_all();
+    return x;
+  });
   EXPECT_NE(error_of([&] { sync(ones({1})); }).find("[wait_all]"), std::string::npos);
   auto print = trace::function([](const Tensor& x) {
     std::ostringstream os;
@@ -117,7 +125,10 @@ TEST(TraceRetrace, ErrorsInsideAReplaySurfaceAtSyncNamingTheNode) {
   // The engine and the function stay usable; the next call fails again, cleanly.
   Tensor again = f(ones({2}));
   EXPECT_NE(error_of([&] { again.wait_to_read(); }).find("broken kernel"), std::string::npos);
-  try { wait_all(); } catch (const Error&) {}
+  try {
+    wait_all();
+  } catch (const Error&) {
+  }
   EXPECT_EQ((ones({2}) + 1.0).to_vector<double>(), std::vector<double>(2, 2.0));
 }
 

@@ -7,11 +7,11 @@
 #include "core/rng.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
-#include "train/optimizer.h"
+#include "tests/train_rig.h"
 #include "trace/planner.h"
 #include "trace/trace.h"
 #include "trace_support.h"
-#include "tests/train_rig.h"
+#include "train/optimizer.h"
 
 namespace tide {
 namespace {
@@ -21,8 +21,11 @@ using testing::bitwise_equal;
 using test_util::TrainRig;
 
 TrainRig make_run(bool adam) {
-  return test_util::make_rig({.sizes = {12, 32, 16, 1}, .adam = adam, .lr = adam ? 0.01 : 0.05,
-                              .momentum = 0.9, .tanh_after = 1});
+  return test_util::make_rig({.sizes = {12, 32, 16, 1},
+                              .adam = adam,
+                              .lr = adam ? 0.01 : 0.05,
+                              .momentum = 0.9,
+                              .tanh_after = 1});
 }
 
 Tensor step(TrainRig& r, const Tensor& x, const Tensor& y) {

@@ -2,6 +2,9 @@
 // (plain, and gzip when tide has zlib): decoding, normalisation, shuffling, batching and
 // every error case.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,10 +14,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "error_of.h"
 #include "idx_files.h"
@@ -103,11 +102,11 @@ TEST(Synthetic, BatchingAndSeeding) {
 }
 
 TEST(Synthetic, BadOptions) {
-  EXPECT_NE(error_of([] { SyntheticSource(SyntheticOptions().batch_size(0)); })
-                .find("[synthetic]"),
+  EXPECT_NE(error_of([] { SyntheticSource(SyntheticOptions().batch_size(0)); }).find("[synthetic]"),
             std::string::npos);
-  EXPECT_NE(error_of([] { SyntheticSource(SyntheticOptions().dtype(DType::int64)); })
-                .find("[synthetic] dtype int64"),
+  EXPECT_NE(error_of([] {
+              SyntheticSource(SyntheticOptions().dtype(DType::int64));
+            }).find("[synthetic] dtype int64"),
             std::string::npos);
 }
 
@@ -236,8 +235,9 @@ TEST_F(IdxTest, ShardsCutEachEpochIntoEqualDisjointSlices) {
             std::string::npos);
   EXPECT_NE(error_of([&] { IdxSource(IdxOptions(o).shard(0, 0)); }).find("[idx] shard 0 of 0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { IdxSource(IdxOptions(o).shard(0, 40)); })
-                .find("cannot cut 37 examples into 40 shards"),
+  EXPECT_NE(error_of([&] {
+              IdxSource(IdxOptions(o).shard(0, 40));
+            }).find("cannot cut 37 examples into 40 shards"),
             std::string::npos);
 }
 
@@ -288,8 +288,7 @@ TEST_F(IdxTest, Errors) {
   std::vector<uint8_t> cut = images_bytes(4, 2, 2);
   cut.pop_back();
   msg = err(IdxOptions().files(write("c", cut), lb));
-  EXPECT_NE(msg.find("truncated data (15 bytes after the header, expected 16)"),
-            std::string::npos)
+  EXPECT_NE(msg.find("truncated data (15 bytes after the header, expected 16)"), std::string::npos)
       << msg;
   std::vector<uint8_t> cut_labels = labels_bytes(4);
   cut_labels.pop_back();
@@ -340,7 +339,8 @@ TEST_F(IdxTest, AHugeDeclaredSizeIsNotAllocated) {
   for (uint32_t v : {0x00000803u, 0x80000000u, 0x80000000u, 1u, 0x01020304u}) put_be32(huge, v);
   std::string msg = error_of([&] { read_idx(write("huge", huge), 3); });
   EXPECT_NE(msg.find("truncated data (4 bytes after the header, expected 4611686018427387904)"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
   msg = error_of([&] { decode_idx(huge, 3, "mem"); });
   EXPECT_NE(msg.find("[idx] mem: truncated data (4 bytes"), std::string::npos) << msg;
 }
@@ -373,8 +373,8 @@ TEST_F(IdxTest, ReadsFromAPipe) {
   std::vector<uint8_t> cut = labels_bytes(12);
   cut.resize(cut.size() - 2);
   msg = through_pipe(cut).second;
-  EXPECT_NE(msg.find("truncated data (10 bytes after the header, expected 12)"),
-            std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated data (10 bytes after the header, expected 12)"), std::string::npos)
+      << msg;
   std::vector<uint8_t> extra = labels_bytes(12);
   extra.resize(extra.size() + 3);
   msg = through_pipe(extra).second;
@@ -394,19 +394,21 @@ TEST_F(IdxTest, DecodeFromMemoryAndSourceFromArrays) {
   EXPECT_EQ(src.next_batch()->y.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   std::vector<uint8_t> extra = labels_bytes(5);
   extra.push_back(0);
-  EXPECT_NE(error_of([&] { decode_idx(extra, 1, "lb"); })
-                .find("[idx] lb: 1 unexpected trailing bytes"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { decode_idx(labels_bytes(5), 3, "lb"); })
-                .find("[idx] lb: bad magic 0x00000801 (expected 0x00000803"),
+  EXPECT_NE(
+      error_of([&] { decode_idx(extra, 1, "lb"); }).find("[idx] lb: 1 unexpected trailing bytes"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              decode_idx(labels_bytes(5), 3, "lb");
+            }).find("[idx] lb: bad magic 0x00000801 (expected 0x00000803"),
             std::string::npos);
   // Arrays that do not agree with their dims, or with each other.
   IdxArray bad = im;
   bad.data.pop_back();
   EXPECT_NE(error_of([&] { IdxSource s(bad, lb); }).find("images must be (n, rows, cols)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { IdxSource s(im, decode_idx(labels_bytes(4), 1, "l4")); })
-                .find("[idx] 5 images in "),
+  EXPECT_NE(error_of([&] {
+              IdxSource s(im, decode_idx(labels_bytes(4), 1, "l4"));
+            }).find("[idx] 5 images in "),
             std::string::npos);
 }
 
@@ -487,12 +489,14 @@ TEST_F(IdxTest, Gzip) {
   for (uint32_t v : {0x00000803u, 0x80000000u, 0x80000000u, 1u}) put_be32(huge, v);
   msg = error_of([&] { decode_idx(gzip(huge), 3, "huge.gz"); });
   EXPECT_NE(msg.find("truncated data (0 bytes after the header, expected 4611686018427387904)"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
 #else
   EXPECT_FALSE(idx_gzip_supported());
   std::string path = write("x.gz", {0x1f, 0x8b});
-  EXPECT_NE(error_of([&] { IdxSource s(IdxOptions().files(path, path)); })
-                .find("[idx] " + path + ": gzip files need tide built with zlib"),
+  EXPECT_NE(error_of([&] {
+              IdxSource s(IdxOptions().files(path, path));
+            }).find("[idx] " + path + ": gzip files need tide built with zlib"),
             std::string::npos);
   GTEST_SKIP() << "tide built without zlib (TIDE_HAVE_ZLIB): .gz reading not tested";
 #endif

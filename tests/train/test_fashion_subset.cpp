@@ -20,8 +20,8 @@
 
 #include "nn/nn.h"
 #include "tide.h"
-#include "train/data.h"
 #include "trace/function.h"
+#include "train/data.h"
 #include "train/optimizer.h"
 
 using namespace tide;

@@ -3,13 +3,13 @@
 // Trainer trains there with the same losses as on the CPU and records the GPU allocator's
 // bytes, measure_step_bytes holds the GPU's stream back, and traced mode is refused.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "error_of.h"
@@ -95,8 +95,13 @@ TEST(GpuData, IdxBatchesAreGatheredOnOrCopiedToTheDevice) {
   for (bool flatten : {true, false})
     for (bool resident : {true, false}) {
       SCOPED_TRACE(std::string(resident ? "resident" : "copied") + (flatten ? ", flat" : ", 2-D"));
-      auto opts = IdxOptions().dir(dir.string()).batch_size(4).shuffle(true).seed(5)
-                      .normalize(0.5, 0.25).flatten(flatten);
+      auto opts = IdxOptions()
+                      .dir(dir.string())
+                      .batch_size(4)
+                      .shuffle(true)
+                      .seed(5)
+                      .normalize(0.5, 0.25)
+                      .flatten(flatten);
       IdxSource cpu(opts), dev(IdxOptions(opts).device(d).resident(resident));
       for (uint64_t epoch : {0, 1}) {
         cpu.reset(epoch);

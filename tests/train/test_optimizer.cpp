@@ -43,8 +43,7 @@ void backward_on(const Tensor& p) {
 void expect_near(const Tensor& p, const std::vector<double>& want, double tol) {
   std::vector<double> got = p.to_vector<double>();
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
 }
 
 struct RefSGD {
@@ -172,15 +171,18 @@ TEST(SGD, BadHyperParameters) {
   Tensor p = make_param();
   EXPECT_NE(error_of([&] { SGD({p}, SGDOptions(-0.1)); }).find("[sgd] invalid learning rate"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { SGD({p}, SGDOptions(0.1).momentum(-1)); }).find("[sgd] invalid momentum"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { SGD({p}, SGDOptions(0.1).weight_decay(-1)); })
-                .find("[sgd] invalid weight decay"),
+  EXPECT_NE(
+      error_of([&] { SGD({p}, SGDOptions(0.1).momentum(-1)); }).find("[sgd] invalid momentum"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              SGD({p}, SGDOptions(0.1).weight_decay(-1));
+            }).find("[sgd] invalid weight decay"),
             std::string::npos);
   EXPECT_NE(error_of([&] { SGD({p}, SGDOptions(0.1).nesterov(true)); }).find("[sgd] Nesterov"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { SGD({p}, SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true)); })
-                .find("[sgd] Nesterov"),
+  EXPECT_NE(error_of([&] {
+              SGD({p}, SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true));
+            }).find("[sgd] Nesterov"),
             std::string::npos);
   EXPECT_NE(error_of([&] { SGD({}, SGDOptions(0.1)); }).find("[sgd] empty parameter list"),
             std::string::npos);
@@ -188,7 +190,9 @@ TEST(SGD, BadHyperParameters) {
   EXPECT_NE(error_of([&] { SGD({no_grad}, SGDOptions(0.1)); }).find("[sgd] parameter 0"),
             std::string::npos);
   Tensor p64 = make_param(DType::float64);
-  EXPECT_NE(error_of([&] { SGD({p, p64}, SGDOptions(0.1)); }).find("[sgd] parameter 1"),
+  EXPECT_NE(error_of([&] {
+              SGD({p, p64}, SGDOptions(0.1));
+            }).find("[sgd] parameter 1"),
             std::string::npos);
   SGD ok({p}, SGDOptions(0.1));
   EXPECT_NE(error_of([&] { ok.set_lr(-1); }).find("[sgd] invalid learning rate"),
@@ -247,14 +251,17 @@ TEST(Adam, BadHyperParameters) {
   Tensor p = make_param();
   EXPECT_NE(error_of([&] { Adam({p}, AdamOptions(-1)); }).find("[adam] invalid learning rate"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { Adam({p}, AdamOptions(0.1).betas(1.0, 0.9)); }).find("[adam] invalid beta1"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { Adam({p}, AdamOptions(0.1).betas(0.9, -0.1)); }).find("[adam] invalid beta2"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { Adam({p}, AdamOptions(0.1).betas(1.0, 0.9)); }).find("[adam] invalid beta1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] { Adam({p}, AdamOptions(0.1).betas(0.9, -0.1)); }).find("[adam] invalid beta2"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { Adam({p}, AdamOptions(0.1).eps(-1)); }).find("[adam] invalid eps"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { AdamW({p}, AdamOptions(0.1).weight_decay(-1)); })
-                .find("[adamw] invalid weight decay"),
+  EXPECT_NE(error_of([&] {
+              AdamW({p}, AdamOptions(0.1).weight_decay(-1));
+            }).find("[adamw] invalid weight decay"),
             std::string::npos);
 }
 
@@ -302,11 +309,9 @@ TEST(Optimizer, OneQueuedOpPerParameterPerStep) {
        },
        0},
       {"adam wd",
-       [](auto ps) { return std::make_unique<Adam>(ps, AdamOptions(0.1).weight_decay(0.1)); },
-       1},
+       [](auto ps) { return std::make_unique<Adam>(ps, AdamOptions(0.1).weight_decay(0.1)); }, 1},
       {"adamw",
-       [](auto ps) { return std::make_unique<AdamW>(ps, AdamOptions(0.1).weight_decay(0.1)); },
-       1},
+       [](auto ps) { return std::make_unique<AdamW>(ps, AdamOptions(0.1).weight_decay(0.1)); }, 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

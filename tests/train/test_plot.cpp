@@ -56,8 +56,7 @@ class XmlReader {
     return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
   }
   static bool name_char(char c) {
-    return name_start(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' ||
-           c == '.';
+    return name_start(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.';
   }
   std::string name() {
     if (i_ >= s_.size() || !name_start(s_[i_])) fail("expected a name");
@@ -254,8 +253,8 @@ TEST(PlotTest, PointsMapDataRangeToPlotArea) {
 }
 
 TEST(PlotTest, SecondChartIsBelowTheFirst) {
-  auto root = parse(svg({line_chart("a", {{"s", {0, 1}, {0, 1}}}),
-                         line_chart("b", {{"s", {0, 1}, {0, 1}}})}));
+  auto root = parse(
+      svg({line_chart("a", {{"s", {0, 1}, {0, 1}}}), line_chart("b", {{"s", {0, 1}, {0, 1}}})}));
   auto areas = with_class(*root, "rect", "plot-area");
   ASSERT_EQ(areas.size(), 2u);
   EXPECT_NEAR(std::stod(areas[1]->attrs.at("y")) - std::stod(areas[0]->attrs.at("y")), 420, 0.01);
@@ -295,8 +294,8 @@ TEST(PlotTest, TicksAreNiceAndCoverTheData) {
 TEST(PlotTest, SkipsNonFinitePoints) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  auto root = parse(svg({line_chart("t", {{"s", {0, 1, 2, 3, 4}, {1, nan, inf, 2, 3}},
-                                          {"none", {0}, {nan}}})}));
+  auto root = parse(
+      svg({line_chart("t", {{"s", {0, 1, 2, 3, 4}, {1, nan, inf, 2, 3}}, {"none", {0}, {nan}}})}));
   auto lines = all(*root, "polyline");
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(points(*lines[0]).size(), 3u);

@@ -91,8 +91,8 @@ TEST(ProgressTest, RedrawsAreRateLimitedButFullIsAlwaysDrawn) {
 TEST(ProgressTest, ShorterLineBlanksThePrevious) {
   std::ostringstream out;
   ProgressBar bar("b", 10, out, true);
-  bar.update(1);  // has an eta
-  bar.update(10); // full: no eta, shorter text padded with spaces
+  bar.update(1);   // has an eta
+  bar.update(10);  // full: no eta, shorter text padded with spaces
   std::string s = out.str();
   size_t second = s.rfind('\r');
   ASSERT_NE(second, 0u);

@@ -1,6 +1,7 @@
 // Trainer: Policy parsing, the records each sync policy leaves, determinism across
 // policies, the bounded policy's queue bound and its restoration, loss decrease, CSV.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "error_of.h"
 #include "nn/nn.h"
@@ -73,7 +73,9 @@ TEST(Trainer, BadOptions) {
   Tiny t;
   EXPECT_NE(error_of([&] { t.run(Policy::none(), 0); }).find("[trainer] batches"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { t.run(Policy{SyncPolicy::bounded, 0}); }).find("[trainer]"),
+  EXPECT_NE(error_of([&] {
+              t.run(Policy{SyncPolicy::bounded, 0});
+            }).find("[trainer]"),
             std::string::npos);
 }
 

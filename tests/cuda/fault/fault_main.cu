@@ -33,11 +33,12 @@ int main() {
   Device gpu = Device::cuda(0);
   Tensor x = ones({4}, DType::float32, gpu);
   x.wait_to_read();
-  Engine::get().submit(gpu, "bad_kernel", {x.storage()}, {x.storage()},
-                       [](const KernelContext& ctx) {
-                         write_through_null<<<1, 1, 0, cudaStream_t(ctx.stream)>>>(nullptr);
-                       },
-                       Site::current());
+  Engine::get().submit(
+      gpu, "bad_kernel", {x.storage()}, {x.storage()},
+      [](const KernelContext& ctx) {
+        write_through_null<<<1, 1, 0, cudaStream_t(ctx.stream)>>>(nullptr);
+      },
+      Site::current());
   Tensor y = x + 1.0;
   std::string msg;
   try {
@@ -57,7 +58,6 @@ int main() {
   }
   check(refused.find("cannot queue work on cuda:0") != std::string::npos,
         "later GPU work is refused at the call", refused);
-  check((ones({2}) + 1.0).to_vector<float>() == std::vector<float>{2, 2},
-        "the CPU keeps working");
+  check((ones({2}) + 1.0).to_vector<float>() == std::vector<float>{2, 2}, "the CPU keeps working");
   return failures ? 1 : 0;
 }
