@@ -17,10 +17,7 @@
 namespace tide::kernels {
 namespace {
 
-using test_chain::mem;
-using test_chain::reg;
-using test_chain::scalar;
-using test_chain::step;
+using namespace test_chain;  // mem, reg, scalar, step
 
 // The sm every CUDA build targets (CMAKE_CUDA_ARCHITECTURES' default list has it).
 constexpr int kSm = 90;

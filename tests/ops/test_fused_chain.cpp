@@ -14,10 +14,7 @@
 namespace tide::kernels {
 namespace {
 
-using test_chain::mem;
-using test_chain::reg;
-using test_chain::scalar;
-using test_chain::step;
+using namespace test_chain;  // mem, reg, scalar, step
 
 // y = (y + 1) * 0.5 - x, `iterations` times per element: through memory, or carried.
 std::vector<float> run(bool carried, const std::vector<float>& x, int64_t iterations) {
