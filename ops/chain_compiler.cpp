@@ -7,9 +7,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <utility>
+#include <iterator>
+#include <string>
 
 #include "core/error.h"
 
@@ -133,7 +132,9 @@ std::string program_log(const Nvrtc& n, Program p) {
   return log;
 }
 
-CompiledChain compile_uncached(const std::string& source, int sm) {
+}  // namespace
+
+CompiledChain compile_chain(const std::string& source, int sm) {
   CompiledChain out;
   const Nvrtc& n = nvrtc();
   if (!n.missing.empty()) {
@@ -169,22 +170,14 @@ CompiledChain compile_uncached(const std::string& source, int sm) {
   return out;
 }
 
+namespace {
+
 std::atomic<int>& enabled_flag() {  // -1: not read from the environment yet
   static std::atomic<int> flag{-1};
   return flag;
 }
 
 }  // namespace
-
-CompiledChain compile_chain(const std::string& source, int sm) {
-  static std::mutex mu;
-  static std::map<std::pair<std::string, int>, CompiledChain> cache;
-  std::lock_guard<std::mutex> lock(mu);  // compiles are rare: one at a time
-  auto key = std::make_pair(source, sm);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(std::move(key), compile_uncached(source, sm)).first;
-  return it->second;
-}
 
 std::string nvrtc_version(std::string* why) {
   const Nvrtc& n = nvrtc();

@@ -17,10 +17,11 @@ struct CompiledChain {
   std::string error;  // why not: NVRTC missing, or its log; empty on success
 };
 
-// Compiles `source` for compute capability `sm` (e.g. 90 for sm_90) into a CUBIN. Results,
-// failures included, are cached for the process by (source, sm), so a retrace or a second
-// chain of the same shape costs a lookup. Thread-safe. Does not touch a GPU; never throws
-// for a failed compile (the error says why), throws std::bad_alloc only.
+// Compiles `source` for compute capability `sm` (e.g. 90 for sm_90) into a CUBIN, every
+// call: the cache is the caller's (cuda_chain_kernel keeps each loaded kernel, failures
+// included, per (source, sm), so a retrace or a second chain of the same shape costs a
+// lookup). Thread-safe. Does not touch a GPU; never throws for a failed compile (the error
+// says why), throws std::bad_alloc only.
 CompiledChain compile_chain(const std::string& source, int sm);
 
 // NVRTC's version as "13.0", or "" with *why when it does not load.

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -154,22 +156,20 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   k << ";\n";
   if (carried) {
     // chain::carried_for: an iterated chain keeps its state in registers.
+    // State buffer j's element, through the variable of the first step that writes it.
+    std::vector<std::string> state(size_t(plan.n));
+    for (int j = 0; j < plan.n; ++j)
+      for (int s = 0; s < int(steps.size()) && state[j].empty(); ++s)
+        if (steps[s].out.kind == ChainOperand::mem && steps[s].out.ptr == plan.ptr[j])
+          state[j] = detail::concat("m", s, "o[i]");
     k << "    if (iterations > 1) {\n";
     for (int j = 0; j < plan.n; ++j)
-      for (int s = 0; s < int(steps.size()); ++s)
-        if (steps[s].out.kind == ChainOperand::mem && steps[s].out.ptr == plan.ptr[j]) {
-          k << "      r" << int(plan.reg[j]) << " = m" << s << "o[i];\n";
-          break;
-        }
+      k << "      r" << int(plan.reg[j]) << " = " << state[j] << ";\n";
     k << "      for (long long it = 0; it < iterations; ++it) {\n";
     emit_steps(k, steps, &plan);
     k << "      }\n";
     for (int j = 0; j < plan.n; ++j)
-      for (int s = 0; s < int(steps.size()); ++s)
-        if (steps[s].out.kind == ChainOperand::mem && steps[s].out.ptr == plan.ptr[j]) {
-          k << "      m" << s << "o[i] = r" << int(plan.reg[j]) << ";\n";
-          break;
-        }
+      k << "      " << state[j] << " = r" << int(plan.reg[j]) << ";\n";
     k << "      continue;\n";
     k << "    }\n";
   }
