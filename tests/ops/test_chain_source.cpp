@@ -1,7 +1,8 @@
 // Compiled fused chains (ops/chain_source.h, ops/chain_compiler.h): the source a chain
 // becomes, and NVRTC compiling it. Compiling needs no GPU, so these run wherever NVRTC
 // loads (CI has the CUDA toolkit) and skip elsewhere; whether the compiled kernels give
-// the interpreter's bits is checked on a GPU (tests/cuda/test_cuda_trace.cpp).
+// the interpreter's bits is checked on the host (test_chain_source_host.cpp: the text
+// compiled by the host's compiler) and on a GPU (tests/cuda/test_cuda_trace.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>
