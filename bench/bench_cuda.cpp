@@ -13,7 +13,8 @@
 //               CUDA graph per step), one sync per step;
 //   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node;
 //   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
-//               and the loop's step kernel per iteration (vs eager async: BM_CudaTinyOpThroughput);
+//               and the loop's step kernel per iteration, 16 iterations per launch of its
+//               body graph (the default) or one (vs eager async: BM_CudaTinyOpThroughput);
 //               fused, one kernel running the 10000 adds per element;
 //   convolutions and the CNN step: bench_cuda_cnn.cpp (against cuDNN called directly).
 // Every benchmark times wall-clock and syncs inside the timed region.
@@ -267,22 +268,27 @@ void BM_CudaGraphTinyAdds(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// As a traced loop: a WHILE node (the count kept on the device), or fused: one kernel
-// applying all 10000 adds per element.
-void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion) {
+// As a traced loop: a WHILE node (the count kept on the device) running 16 iterations per
+// launch of its body graph (the default for a body this small), or one per launch; or
+// fused: one kernel applying all 10000 adds per element.
+void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion, int unroll = 0) {
   auto looped = [](const Tensor& x) {
     return tide::trace::loop(
         kTinyAdds, [](const Tensor& y) { return y + 1.0; }, x);
   };
-  replay_tiny_adds(state, looped, {.name = "loop_adds", .fusion = fusion});
+  replay_tiny_adds(state, looped, {.name = "loop_adds", .fusion = fusion, .loop_unroll = unroll});
 }
 void BM_CudaWhileTinyAdds(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::none);
+}
+void BM_CudaWhileTinyAddsOnePerLaunch(benchmark::State& state) {
+  loop_tiny_adds(state, tide::trace::Fusion::none, 1);
 }
 void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::elementwise);
 }
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaWhileTinyAddsOnePerLaunch)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaFusedLoopTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A fused loop whose body is three steps (y = (y + 1) * 0.5 - 0.25), the state in

@@ -167,6 +167,11 @@ def main():
         if t:
             rows.append(("10000 adds: WHILE node / PyTorch unrolled CUDA graph",
                          f"{w / t:.3f} ({w:.3f} vs {t:.3f} ms)", "< 1.0", w / t < 1.0))
+        if "BM_CudaWhileTinyAddsOnePerLaunch" in tb:
+            o = ms("BM_CudaWhileTinyAddsOnePerLaunch")
+            rows.append(("10000 adds: WHILE node per iteration, 16 vs 1 per launch (us)",
+                         f"{w * 1e3 / 10000:.3f} vs {o * 1e3 / 10000:.3f} ({o / w:.2f}x)",
+                         "reported", None))
     if "BM_CudaFusedLoopTinyAdds" in tb and "BM_CudaTinyOpThroughput" in tb:
         f = ms("BM_CudaFusedLoopTinyAdds")
         r = ms("BM_CudaTinyOpThroughput") / f

@@ -1,5 +1,6 @@
 #include "trace/device_loop.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/allocator.h"
@@ -18,7 +19,7 @@ using cuda::LoopCopy;
 
 DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
                        DType count_dtype, int64_t count_offset, int64_t fixed,
-                       std::shared_ptr<DeviceChain> iterated, cuda::LoopRandom random)
+                       std::shared_ptr<DeviceChain> iterated, cuda::LoopRandom random, int unroll)
     : body_(std::move(body)),
       state_(std::move(state)),
       count_(count),
@@ -26,7 +27,10 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
       count_offset_(count_offset),
       fixed_(fixed),
       iterated_(std::move(iterated)),
-      random_(random) {
+      random_(random),
+      unroll_(loop_unroll_for(body_->nodes.size(), unroll)) {
+  // An int count below the unroll: the main WHILE node would never run.
+  if (!count_) unroll_ = int(std::clamp<int64_t>(fixed_, 1, unroll_));
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
                   body_->outputs.size() == state_.size(),
               "trace: a GPU loop's body must be prepared with one input and output per state");
@@ -42,6 +46,12 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
     bool identity = o.value == body_->inputs[j] && o.offset == 0;
     spare_.push_back(from_state && !identity ? al.allocate(state_[j].bytes, "loop") : StorageRef());
   }
+}
+
+int loop_unroll_for(size_t body_nodes, int requested) {
+  if (requested > 0) return requested;
+  return int(std::clamp<size_t>(size_t(kLoopNodesPerLaunch) / (body_nodes + 1), 1,
+                                size_t(kMaxLoopUnroll)));
 }
 
 void* DeviceLoop::state_buffer(size_t j) const {
@@ -71,6 +81,17 @@ void DeviceLoop::count_chains(int* compiled, std::string* fallback) const {
   else *fallback = iterated_->interpreted_because;
 }
 
+KernelContext DeviceLoop::body_context(const KernelContext& ctx) const {
+  DeviceGraph& dg = *body_->device_graph;
+  dg.api = ctx.api;
+  KernelContext cctx = capture_context(ctx, dg);
+  // Host functions live as long as the graph being built (cleared when it is rebuilt):
+  // the body's nodes are added to it once per iteration and per WHILE node, and again for
+  // each iteration of an enclosing unrolled loop.
+  if (ctx.host_functions) cctx.host_functions = ctx.host_functions;
+  return cctx;
+}
+
 kernels::FusedChain DeviceLoop::iterated_args() const {
   kernels::FusedChain args = iterated_->args;
   if (count_) {
@@ -92,7 +113,7 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     GraphNodeHandle copy =
         add_copy_node(api, h, deps, state_buffer(0), initial_source(0), state_[0].bytes);
     const kernels::FusedChain args = iterated_args();
-    KernelContext cctx = capture_context(ctx, *body_->device_graph);
+    KernelContext cctx = body_context(ctx);
     std::string why;
     GraphNodeHandle run = api.graph_add_captured(
         h, copy ? std::span<const GraphNodeHandle>(&copy, 1) : deps,
@@ -112,10 +133,12 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
                                 " state tensors (a CUDA graph's loop kernels "
                                 "copy at most ",
                                 cuda::kMaxLoopCopies, ")");
-  auto* counter = static_cast<int64_t*>(counter_->data());
   std::string why;
-  cuda::ConditionalHandle cond = 0;
-  if (!api.graph_create_condition(h, &cond, &why)) return "CUDA refused a WHILE node: " + why;
+  cuda::LoopConditions conds;
+  conds.unroll = unroll_;
+  if (!api.graph_create_condition(h, &conds.main, &why) ||
+      (unroll_ > 1 && !api.graph_create_condition(h, &conds.rest, &why)))
+    return "CUDA refused a WHILE node: " + why;
 
   std::vector<LoopCopy> initial;
   for (size_t j = 0; j < k; ++j)
@@ -126,38 +149,57 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     count.tensor = count_address();
     count.dtype = count_dtype_;
   }
-  const cuda::LoopRandom* random = random_.num_ops ? &random_ : nullptr;
-  GraphNodeHandle start = api.graph_add_loop_start(h, deps, cond, counter, count, initial, random);
-  GraphHandle body = nullptr;
-  GraphNodeHandle loop = api.graph_add_while(h, {&start, 1}, cond, &body, &why);
-  if (!loop) return "CUDA refused a WHILE node: " + why;
-
-  // The body: its planned nodes, then the next state into the state buffers.
-  DeviceGraph& dg = *body_->device_graph;
-  dg.api = &api;
-  dg.host_functions.fns.clear();
-  std::vector<GraphNodeHandle> sinks;
-  std::string failed = add_planned_nodes(*body_, body, {}, capture_context(ctx, dg), &sinks);
-  if (!failed.empty()) return "in its body: " + failed;
-  std::vector<GraphNodeHandle> before_step = sinks;
-  std::vector<LoopCopy> next;
-  for (size_t j = 0; j < k; ++j) {
-    const void* src = next_source(j);
-    if (spare_[j]) {
-      if (GraphNodeHandle n =
-              add_copy_node(api, body, sinks, spare_[j]->data(), src, state_[j].bytes))
-        before_step.push_back(n);
-      src = spare_[j]->data();
-    }
-    next.push_back({state_buffer(j), src, state_[j].bytes});
+  auto* counter = static_cast<int64_t*>(counter_->data());
+  GraphNodeHandle start = api.graph_add_loop_start(h, deps, conds, counter, count, initial,
+                                                   random_.num_ops ? &random_ : nullptr);
+  // The main WHILE node (unroll_ iterations per launch), then the rest, one per launch.
+  GraphNodeHandle last = start;
+  for (int rest = 0; rest <= (unroll_ > 1 ? 1 : 0); ++rest) {
+    GraphHandle body = nullptr;
+    const cuda::ConditionalHandle cond = rest ? conds.rest : conds.main;
+    GraphNodeHandle loop = api.graph_add_while(h, {&last, 1}, cond, &body, &why);
+    if (!loop) return "CUDA refused a WHILE node: " + why;
+    const int64_t per_launch = rest ? 1 : unroll_;
+    std::string failed = add_iterations(body, per_launch, cond, per_launch, ctx);
+    if (!failed.empty()) return failed;
+    last = loop;
   }
-  api.graph_add_loop_step(body, before_step, cond, counter, next, random);
-
   for (size_t j = 0; j < k; ++j)
-    if (GraphNodeHandle n = add_copy_node(api, h, {&loop, 1}, state_[j].out->data(),
+    if (GraphNodeHandle n = add_copy_node(api, h, {&last, 1}, state_[j].out->data(),
                                           state_buffer(j), state_[j].bytes))
       exits->push_back(n);
-  if (exits->empty()) exits->push_back(loop);  // every state empty
+  if (exits->empty()) exits->push_back(last);  // every state empty
+  return {};
+}
+
+std::string DeviceLoop::add_iterations(GraphHandle body, int64_t iterations,
+                                       cuda::ConditionalHandle cond, int64_t threshold,
+                                       const KernelContext& ctx) {
+  cuda::DeviceApi& api = *ctx.api;
+  const KernelContext cctx = body_context(ctx);
+  std::vector<GraphNodeHandle> after;  // the previous iteration's step kernel
+  for (int64_t it = 0; it < iterations; ++it) {
+    // The body's planned nodes, then the next state into the state buffers.
+    std::vector<GraphNodeHandle> sinks;
+    std::string failed = add_planned_nodes(*body_, body, after, cctx, &sinks);
+    if (!failed.empty()) return "in its body: " + failed;
+    std::vector<GraphNodeHandle> before_step = sinks;
+    std::vector<LoopCopy> next;
+    for (size_t j = 0; j < state_.size(); ++j) {
+      const void* src = next_source(j);
+      if (spare_[j]) {
+        if (GraphNodeHandle n =
+                add_copy_node(api, body, sinks, spare_[j]->data(), src, state_[j].bytes))
+          before_step.push_back(n);
+        src = spare_[j]->data();
+      }
+      next.push_back({state_buffer(j), src, state_[j].bytes});
+    }
+    GraphNodeHandle step = api.graph_add_loop_step(body, before_step, cond, threshold,
+                                                   static_cast<int64_t*>(counter_->data()), next,
+                                                   random_.num_ops ? &random_ : nullptr);
+    after.assign(1, step);
+  }
   return {};
 }
 

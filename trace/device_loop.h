@@ -3,12 +3,20 @@
 //
 //   start kernel: copies the initial state into the body's state buffers, reads the count
 //                 (an int, or a tensor read on the device) into a counter, sets the
-//                 condition to count > 0
-//   WHILE (condition):  the body's planned nodes (captured, with the trace's edges)
-//                       -> copy nodes for states the body returns from another state
-//                       -> step kernel: copies the next state into the state buffers,
-//                          decrements the counter, sets the condition to counter > 0
+//                 conditions (main: count >= u; rest: count % u != 0)
+//   WHILE (main):  u iterations, each: the body's planned nodes (captured, with the
+//                  trace's edges)
+//                  -> copy nodes for states the body returns from another state
+//                  -> step kernel: copies the next state into the state buffers,
+//                     decrements the counter, sets main to counter >= u
+//   WHILE (rest):  one iteration (the same nodes), its step setting rest to counter > 0
+//                  (only when u > 1)
 //   copy nodes:   the state buffers into the loop node's outputs
+//
+// u, the unroll: the device pays more to launch a body graph than to run a small body's
+// nodes, so a small body runs u iterations per launch (chosen so that a launch runs about
+// kLoopNodesPerLaunch nodes, at most kMaxLoopUnroll iterations) and the remaining fewer
+// than u run one per launch. trace::Options::loop_unroll overrides the choice.
 //
 // No iteration and no tensor count costs a host synchronisation. Random ops in the body
 // draw eager's numbers: the start and step kernels set and advance their counters on the
@@ -38,6 +46,13 @@
 
 namespace tide::trace {
 
+// The automatic unroll: iterations per body launch until it runs about this many nodes.
+inline constexpr int kLoopNodesPerLaunch = 32;
+inline constexpr int kMaxLoopUnroll = 16;
+// The iterations per body launch of a body of `body_nodes` planned nodes; `requested` > 0
+// (trace::Options::loop_unroll) is taken as it is.
+int loop_unroll_for(size_t body_nodes, int requested);
+
 struct LoopState {
   Storage* in;       // the initial state (a value of the enclosing graph)
   size_t in_offset;  // bytes into it
@@ -53,10 +68,11 @@ class DeviceLoop final : public GraphPiece {
   // null for `fixed`. `iterated`: the body's one chain, bound in place to the state buffer
   // (the one-kernel form). Allocates the counter (and spare buffers) on the device.
   // `random`: the body's random ops (num_ops 0: none), their counters set and advanced by
-  // the loop kernels.
+  // the loop kernels. `unroll`: trace::Options::loop_unroll (0: loop_unroll_for's choice).
   DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
              DType count_dtype, int64_t count_offset, int64_t fixed,
-             std::shared_ptr<DeviceChain> iterated = nullptr, cuda::LoopRandom random = {});
+             std::shared_ptr<DeviceChain> iterated = nullptr, cuda::LoopRandom random = {},
+             int unroll = 0);
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                      const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
@@ -71,6 +87,14 @@ class DeviceLoop final : public GraphPiece {
   const void* next_source(size_t j) const;     // where the body leaves the next state j
   const void* count_address() const;
   kernels::FusedChain iterated_args() const;  // the chain with this loop's count
+  // ctx for capturing the body's kernels: the body's workspace, the enclosing graph's host
+  // functions.
+  KernelContext body_context(const KernelContext& ctx) const;
+  // Adds `iterations` iterations to a WHILE node's body graph, each ending with a step
+  // kernel that sets cond to (counter >= threshold). "" or why CUDA refused.
+  std::string add_iterations(cuda::GraphHandle body, int64_t iterations,
+                             cuda::ConditionalHandle cond, int64_t threshold,
+                             const KernelContext& ctx);
 
   std::shared_ptr<Graph> body_;
   std::vector<LoopState> state_;
@@ -79,6 +103,7 @@ class DeviceLoop final : public GraphPiece {
   int64_t count_offset_, fixed_;
   std::shared_ptr<DeviceChain> iterated_;
   cuda::LoopRandom random_;
+  int unroll_;                     // iterations per launch of the main WHILE node's body
   StorageRef counter_;             // int64 on the device: iterations left
   std::vector<StorageRef> spare_;  // per state: where a next state read from another
                                    // state's buffer waits (null when not needed)

@@ -86,6 +86,8 @@ FunctionCore::FunctionCore(Options o, tide::SourceLocation site) : opt_(std::mov
   TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ", opt_.cache_budget);
   TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ", opt_.warmup_calls);
   TIDE_CHECK(opt_.streams >= 1, "trace", "streams must be >= 1, got ", opt_.streams);
+  TIDE_CHECK(opt_.loop_unroll >= 0, "trace", "loop_unroll must be >= 0 (0: chosen per loop), got ",
+             opt_.loop_unroll);
 }
 
 FunctionCore::~FunctionCore() = default;
@@ -112,6 +114,7 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
                                            const Body& body) {
   Recorder rec("trace::function '" + opt_.name + "'");
   rec.set_fusion(opt_.fusion);
+  rec.set_loop_unroll(opt_.loop_unroll);
   std::vector<Tensor> placeholders;
   for (const Tensor& a : args) placeholders.push_back(rec.placeholder(a));
   std::vector<Tensor> outs;

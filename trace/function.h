@@ -72,6 +72,12 @@ struct Options {
   // stats().kernels is the parallelism there is. Calls whose tensor arguments alias each
   // other or a captured tensor run in program order.
   int streams = 1;
+  // On a GPU, a trace::loop's body graph (a WHILE node) runs this many iterations per
+  // launch, the remainder one per launch in a second WHILE node: launching a body graph
+  // costs the device more than a small body's nodes. 0: chosen per loop, so that a launch
+  // runs about 32 nodes (at most 16 iterations); 1: one iteration per launch. The results
+  // are the same whatever it is. Loops on the CPU, and fused one-kernel loops, ignore it.
+  int loop_unroll = 0;
 };
 
 // One argument of a signature.

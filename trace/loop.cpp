@@ -285,10 +285,11 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
     reads.push_back(count_storage);
   }
   add_body_externals(*body, reads, writes);
-  auto loop = std::make_shared<DeviceLoop>(
-      std::move(body), std::move(ls), count_storage,
-      count.tensor.defined() ? count.tensor.dtype() : DType::int64,
-      count.tensor.defined() ? count.tensor.offset() : 0, count.fixed, std::move(chain), random);
+  auto loop =
+      std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
+                                   count.tensor.defined() ? count.tensor.dtype() : DType::int64,
+                                   count.tensor.defined() ? count.tensor.offset() : 0, count.fixed,
+                                   std::move(chain), random, outer.loop_unroll());
   outer.record(
       "loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); }, site);
   outer.set_last_piece(std::move(loop));
@@ -299,6 +300,7 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
                                 const std::vector<Tensor>& state, tide::SourceLocation site) {
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
+  rec.set_loop_unroll(outer.loop_unroll());
   std::vector<Tensor> ph, next;
   for (const Tensor& t : state) ph.push_back(rec.placeholder(t));
   {

@@ -39,6 +39,9 @@ class Recorder final : public tide::detail::CaptureSink {
   // The fusion level nested recordings (loop bodies) use.
   void set_fusion(Fusion f) { fusion_ = f; }
   Fusion fusion() const { return fusion_; }
+  // Options::loop_unroll, for the loops recorded here and in nested recordings.
+  void set_loop_unroll(int u) { loop_unroll_ = u; }
+  int loop_unroll() const { return loop_unroll_; }
   // Gives the node recorded last the piece of CUDA graph it adds instead of being captured
   // (trace/graph.h, Node::piece).
   void set_last_piece(std::shared_ptr<GraphPiece> piece);
@@ -62,6 +65,7 @@ class Recorder final : public tide::detail::CaptureSink {
   std::vector<bool> created_;  // per value: made by this recording
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
+  int loop_unroll_ = 0;
   std::optional<Device> device_;        // of the first op recorded
   std::optional<Device> input_device_;  // of the first placeholder
 };

@@ -319,18 +319,18 @@ class CudaApi final : public DeviceApi {
     return node;
   }
   GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                       ConditionalHandle cond, int64_t* counter,
+                                       const LoopConditions& conds, int64_t* counter,
                                        const LoopCount& count, std::span<const LoopCopy> copies,
                                        const LoopRandom* random) override {
     make_current();
-    return add_loop_kernel_node(cudaGraph_t(g), deps, cond, counter, &count, copies, random);
+    return add_loop_start_node(cudaGraph_t(g), deps, conds, counter, count, copies, random);
   }
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
-                                      ConditionalHandle cond, int64_t* counter,
+                                      ConditionalHandle cond, int64_t threshold, int64_t* counter,
                                       std::span<const LoopCopy> copies,
                                       const LoopRandom* random) override {
     make_current();
-    return add_loop_kernel_node(cudaGraph_t(body), deps, cond, counter, nullptr, copies, random);
+    return add_loop_step_node(cudaGraph_t(body), deps, cond, threshold, counter, copies, random);
   }
 
   void* create_blas() override {

@@ -52,6 +52,17 @@ struct LoopCount {
   DType dtype = DType::int64;    // the tensor's dtype (a float count is truncated)
   int64_t fixed = 0;             // the count when there is no tensor
 };
+// The conditions a loop's kernels set. An unrolled loop's body graph holds `unroll`
+// iterations and runs while at least that many are left (`main`); the rest, fewer than
+// `unroll`, run one per launch of a second WHILE node (`rest`, unroll > 1 only). A launch
+// of a body graph costs the device more than a small body's nodes (an H200: ~3.5 us per
+// WHILE iteration against ~1 us per kernel node), so small bodies run several iterations
+// per launch.
+struct LoopConditions {
+  ConditionalHandle main = 0;
+  ConditionalHandle rest = 0;
+  int64_t unroll = 1;
+};
 // Copies one kernel of a loop may make (kernel parameters are passed by value).
 inline constexpr size_t kMaxLoopCopies = 32;
 // Random ops in a loop body: their Philox counters advance on the device. The start kernel
@@ -188,12 +199,12 @@ class DeviceApi {
   virtual size_t graph_node_count(GraphHandle g) = 0;
 
   // A counted loop without the host (CUDA >= 12.4 conditional nodes): a start kernel node
-  // sets the loop's counter and condition, a WHILE node runs its body graph while the
-  // condition is non-zero (checked before every iteration, the first included), and the
-  // body's last node, a step kernel, ends each iteration. The condition is 0 at every
-  // launch until the start kernel sets it. `counter` is 8 bytes of device memory the loop
-  // owns. A count below zero runs no iteration (the kernels cannot throw; callers check
-  // counts they know on the host).
+  // sets the loop's counter and conditions (LoopConditions), a WHILE node runs its body
+  // graph while its condition is non-zero (checked before every iteration, the first
+  // included), and each iteration in a body graph ends with a step kernel. Conditions are 0
+  // at every launch until the start kernel sets them. `counter` is 8 bytes of device memory
+  // the loop owns. A count below zero runs no iteration (the kernels cannot throw; callers
+  // check counts they know on the host).
   //
   // Creates the condition of a WHILE node of g (0 at every launch of g). false with *why
   // when CUDA refuses (a driver without conditional nodes).
@@ -204,20 +215,21 @@ class DeviceApi {
                                           ConditionalHandle cond, GraphHandle* body,
                                           std::string* why) = 0;
   // Adds the start kernel after deps: makes `copies` (the initial state), sets the random
-  // ops' first counters (when `random` is given), then *counter = the count and the
-  // condition = (count > 0). At most kMaxLoopCopies copies.
+  // ops' first counters (when `random` is given), then *counter = the count, conds.main =
+  // (count >= conds.unroll) and, when conds.unroll > 1, conds.rest = (count > 0 and
+  // count % conds.unroll != 0). At most kMaxLoopCopies copies.
   virtual GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                               ConditionalHandle cond, int64_t* counter,
+                                               const LoopConditions& conds, int64_t* counter,
                                                const LoopCount& count,
                                                std::span<const LoopCopy> copies,
                                                const LoopRandom* random) = 0;
-  // Adds the step kernel to a body graph after deps: makes `copies` (the next state into
-  // the state), advances the random ops' counters (when `random` is given), then
-  // --*counter and the condition = (*counter > 0). At most kMaxLoopCopies copies.
+  // Adds a step kernel to a body graph after deps: makes `copies` (the next state into the
+  // state), advances the random ops' counters (when `random` is given), then --*counter and
+  // cond = (*counter >= threshold). At most kMaxLoopCopies copies.
   virtual GraphNodeHandle graph_add_loop_step(GraphHandle body,
                                               std::span<const GraphNodeHandle> deps,
-                                              ConditionalHandle cond, int64_t* counter,
-                                              std::span<const LoopCopy> copies,
+                                              ConditionalHandle cond, int64_t threshold,
+                                              int64_t* counter, std::span<const LoopCopy> copies,
                                               const LoopRandom* random) = 0;
 
   // ---- libraries ----

@@ -136,11 +136,11 @@ class FakeDevice final : public DeviceApi {
                                   ConditionalHandle cond, GraphHandle* body,
                                   std::string* why) override;
   GraphNodeHandle graph_add_loop_start(GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                       ConditionalHandle cond, int64_t* counter,
+                                       const LoopConditions& conds, int64_t* counter,
                                        const LoopCount& count, std::span<const LoopCopy> copies,
                                        const LoopRandom* random) override;
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
-                                      ConditionalHandle cond, int64_t* counter,
+                                      ConditionalHandle cond, int64_t threshold, int64_t* counter,
                                       std::span<const LoopCopy> copies,
                                       const LoopRandom* random) override;
 
@@ -157,9 +157,12 @@ class FakeDevice final : public DeviceApi {
     const void* src = nullptr;
     size_t bytes = 0;
     // Loops: the WHILE node's body (shared by the graph's execs, as it never changes once
-    // built); the condition and counter the loop kernels set; their copies; the count.
+    // built); the conditions (a step's: cond, >= threshold) and counter the loop kernels
+    // set; their copies; the count.
     std::shared_ptr<Graph> body;
     ConditionalHandle cond = 0;
+    LoopConditions conds;   // a start kernel's
+    int64_t threshold = 1;  // a step kernel's
     int64_t* counter = nullptr;
     std::vector<LoopCopy> copies;
     LoopCount count;
@@ -172,9 +175,9 @@ class FakeDevice final : public DeviceApi {
     const Graph* source = nullptr;
   };
   GraphNodeHandle add_node(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode node);
-  GraphNodeHandle add_loop_kernel(char kind, GraphHandle g, std::span<const GraphNodeHandle> deps,
-                                  ConditionalHandle cond, int64_t* counter, const LoopCount* count,
-                                  std::span<const LoopCopy> copies, const LoopRandom* random);
+  GraphNodeHandle add_loop_kernel(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                  GraphNode node, std::span<const LoopCopy> copies,
+                                  const LoopRandom* random);
   void log(Call c);
   void enqueue(StreamHandle s, std::function<void()> op);
   // What `launch` queues on a stream that captures instead of running (fake_graph.cpp).

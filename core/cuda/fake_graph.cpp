@@ -163,38 +163,44 @@ void check_copies(std::span<const LoopCopy> copies) {
 }
 }  // namespace
 
-GraphNodeHandle FakeDevice::add_loop_kernel(char kind, GraphHandle g,
-                                            std::span<const GraphNodeHandle> deps,
-                                            ConditionalHandle cond, int64_t* counter,
-                                            const LoopCount* count,
-                                            std::span<const LoopCopy> copies,
+GraphNodeHandle FakeDevice::add_loop_kernel(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                            GraphNode node, std::span<const LoopCopy> copies,
                                             const LoopRandom* random) {
   check_copies(copies);
   TIDE_ASSERT(!random || random->num_ops <= kMaxLoopRandom, "fake device: too many random ops");
-  std::lock_guard lock(mu_);
-  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
-  GraphNode node;
-  node.kind = kind;
-  node.cond = cond;
-  node.counter = counter;
-  if (count) node.count = *count;
   node.copies.assign(copies.begin(), copies.end());
   if (random) node.random = *random;
+  std::lock_guard lock(mu_);
+  calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
   return add_node(g, deps, std::move(node));
 }
 
-GraphNodeHandle FakeDevice::graph_add_loop_start(
-    GraphHandle g, std::span<const GraphNodeHandle> deps, ConditionalHandle cond, int64_t* counter,
-    const LoopCount& count, std::span<const LoopCopy> copies, const LoopRandom* random) {
-  return add_loop_kernel('s', g, deps, cond, counter, &count, copies, random);
+GraphNodeHandle FakeDevice::graph_add_loop_start(GraphHandle g,
+                                                 std::span<const GraphNodeHandle> deps,
+                                                 const LoopConditions& conds, int64_t* counter,
+                                                 const LoopCount& count,
+                                                 std::span<const LoopCopy> copies,
+                                                 const LoopRandom* random) {
+  TIDE_ASSERT(conds.unroll >= 1, "fake device: a loop unrolled fewer than once");
+  GraphNode node;
+  node.kind = 's';
+  node.conds = conds;
+  node.counter = counter;
+  node.count = count;
+  return add_loop_kernel(g, deps, std::move(node), copies, random);
 }
 
 GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
                                                 std::span<const GraphNodeHandle> deps,
-                                                ConditionalHandle cond, int64_t* counter,
-                                                std::span<const LoopCopy> copies,
+                                                ConditionalHandle cond, int64_t threshold,
+                                                int64_t* counter, std::span<const LoopCopy> copies,
                                                 const LoopRandom* random) {
-  return add_loop_kernel('e', body, deps, cond, counter, nullptr, copies, random);
+  GraphNode node;
+  node.kind = 'e';
+  node.cond = cond;
+  node.threshold = threshold;
+  node.counter = counter;
+  return add_loop_kernel(body, deps, std::move(node), copies, random);
 }
 
 GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string*) {
@@ -256,8 +262,13 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
         for (const LoopCopy& c : n.copies)
           if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
         advance_loop_random(n.random, n.kind == 's');
-        *n.counter = n.kind == 's' ? read_count(n.count) : *n.counter - 1;
-        cond[n.cond] = *n.counter > 0;
+        if (n.kind == 'e') {
+          cond[n.cond] = --*n.counter >= n.threshold;
+        } else {
+          const int64_t count = *n.counter = read_count(n.count);
+          cond[n.conds.main] = count >= n.conds.unroll;
+          if (n.conds.unroll > 1) cond[n.conds.rest] = count > 0 && count % n.conds.unroll != 0;
+        }
         break;
       case 'w':
         while (cond[n.cond]) run_nodes(n.body->nodes, cond);

@@ -1,7 +1,7 @@
-// A counted loop inside a CUDA graph without the host: a start kernel and a WHILE node
-// whose body ends with a step kernel. The kernels read the count on the device and set
-// the WHILE node's condition (cudaGraphSetConditional), so no iteration and no tensor
-// count costs a host synchronisation.
+// A counted loop inside a CUDA graph without the host: a start kernel, then a WHILE node
+// (two when unrolled) whose body ends each iteration with a step kernel. The kernels read
+// the count on the device and set the WHILE nodes' conditions (cudaGraphSetConditional),
+// so no iteration and no tensor count costs a host synchronisation.
 #include <algorithm>
 #include <cstdint>
 
@@ -15,8 +15,10 @@ namespace {
 struct LoopKernelArgs {
   LoopCopy copies[kMaxLoopCopies];
   int num_copies;
-  int start;  // 1: the start kernel (reads the count); 0: a step
-  cudaGraphConditionalHandle cond;
+  int start;                        // 1: the start kernel (reads the count); 0: a step
+  cudaGraphConditionalHandle cond;  // the start kernel's conds.main, or the step's
+  cudaGraphConditionalHandle rest;  // the start kernel's conds.rest (threshold > 1)
+  long long threshold;              // the start kernel's conds.unroll, or the step's
   long long* counter;
   const void* count;  // device memory, or null: `fixed`
   int count_dtype;    // DType
@@ -55,9 +57,11 @@ __global__ void loop_kernel(LoopKernelArgs a) {
   }
   if (tid == 0) {
     advance_loop_random(a.random, a.start);
-    long long n = a.start ? read_count(a) : *a.counter - 1;
+    const long long n = a.start ? read_count(a) : *a.counter - 1;
     *a.counter = n;
-    cudaGraphSetConditional(a.cond, n > 0 ? 1u : 0u);
+    cudaGraphSetConditional(a.cond, n >= a.threshold ? 1u : 0u);
+    if (a.start && a.threshold > 1)
+      cudaGraphSetConditional(a.rest, n > 0 && n % a.threshold != 0 ? 1u : 0u);
   }
 }
 
@@ -100,16 +104,16 @@ cudaGraphNode_t add_while_node(cudaGraph_t g, std::span<const GraphNodeHandle> d
   return node;
 }
 
+namespace {
+
 cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
-                                     ConditionalHandle cond, int64_t* counter,
-                                     const LoopCount* count, std::span<const LoopCopy> copies,
+                                     LoopKernelArgs a, std::span<const LoopCopy> copies,
                                      const LoopRandom* random) {
   if (copies.size() > kMaxLoopCopies || (random && random->num_ops > kMaxLoopRandom))
     throw_cuda_error(
         "a loop kernel with more than kMaxLoopCopies copies or kMaxLoopRandom "
         "random ops",
         cudaErrorInvalidValue);
-  LoopKernelArgs a{};
   size_t bytes = 0;
   for (size_t i = 0; i < copies.size(); ++i) {
     a.copies[i] = copies[i];
@@ -117,14 +121,6 @@ cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHan
   }
   a.num_copies = int(copies.size());
   if (random) a.random = *random;
-  a.start = count != nullptr;
-  a.cond = cond;
-  a.counter = reinterpret_cast<long long*>(counter);
-  if (count) {
-    a.count = count->tensor;
-    a.count_dtype = int(count->dtype);
-    a.fixed = count->fixed;
-  }
   constexpr unsigned kThreads = 256;
   // One 16-byte word per thread of the largest copy, at most 1024 blocks (grid-strided).
   const size_t blocks = std::clamp<size_t>((bytes / 16 + kThreads - 1) / kThreads, 1, 1024);
@@ -138,6 +134,35 @@ cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHan
   TIDE_CUDA_CHECK(cudaGraphAddKernelNode(
       &node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()), deps.size(), &p));
   return node;
+}
+
+}  // namespace
+
+cudaGraphNode_t add_loop_start_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                    const LoopConditions& conds, int64_t* counter,
+                                    const LoopCount& count, std::span<const LoopCopy> copies,
+                                    const LoopRandom* random) {
+  if (conds.unroll < 1) throw_cuda_error("a loop unrolled fewer than once", cudaErrorInvalidValue);
+  LoopKernelArgs a{};
+  a.start = 1;
+  a.cond = conds.main;
+  a.rest = conds.rest;
+  a.threshold = conds.unroll;
+  a.counter = reinterpret_cast<long long*>(counter);
+  a.count = count.tensor;
+  a.count_dtype = int(count.dtype);
+  a.fixed = count.fixed;
+  return add_loop_kernel_node(g, deps, a, copies, random);
+}
+
+cudaGraphNode_t add_loop_step_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                   ConditionalHandle cond, int64_t threshold, int64_t* counter,
+                                   std::span<const LoopCopy> copies, const LoopRandom* random) {
+  LoopKernelArgs a{};
+  a.cond = cond;
+  a.threshold = threshold;
+  a.counter = reinterpret_cast<long long*>(counter);
+  return add_loop_kernel_node(g, deps, a, copies, random);
 }
 
 }  // namespace tide::cuda

@@ -17,12 +17,17 @@ namespace tide::cuda {
 bool create_condition(cudaGraph_t g, ConditionalHandle* cond, std::string* why);
 cudaGraphNode_t add_while_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                ConditionalHandle cond, cudaGraph_t* body, std::string* why);
-// A one-kernel node that makes `copies`, sets or advances the random ops' counters (when
-// `random` is given; set when `count` is given), then sets *counter (the count when `count`
-// is given, else *counter - 1) and the condition to (*counter > 0).
-cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
-                                     ConditionalHandle cond, int64_t* counter,
-                                     const LoopCount* count, std::span<const LoopCopy> copies,
-                                     const LoopRandom* random);
+// The loop's kernel nodes (one kernel each): they make `copies` and set or advance the
+// random ops' counters (when `random` is given), then
+//   start: *counter = the count, conds.main = (count >= conds.unroll) and, when
+//          conds.unroll > 1, conds.rest = (count > 0 and count % conds.unroll != 0);
+//   step:  --*counter, cond = (*counter >= threshold).
+cudaGraphNode_t add_loop_start_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                    const LoopConditions& conds, int64_t* counter,
+                                    const LoopCount& count, std::span<const LoopCopy> copies,
+                                    const LoopRandom* random);
+cudaGraphNode_t add_loop_step_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                   ConditionalHandle cond, int64_t threshold, int64_t* counter,
+                                   std::span<const LoopCopy> copies, const LoopRandom* random);
 
 }  // namespace tide::cuda

@@ -7,8 +7,9 @@
 // iteration and the speed-up over eager with one sync, then checks every result.
 // With --device cuda[:N] x is created on that GPU and every way runs there: each trace is
 // one CUDA graph, the loop node a conditional WHILE node (the count kept and decremented
-// on the device), the fused loop node one kernel running all n iterations per element,
-// and the fused unrolled trace one step-interpreter kernel.
+// on the device; 16 iterations per launch of its body graph, and a seventh way with one),
+// the fused loop node one kernel running all n iterations per element, and the fused
+// unrolled trace one fused-chain kernel.
 #include <iostream>
 #include <string>
 
@@ -73,6 +74,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
         n, [](const Tensor& y) { return y + 1.0; }, x);
   };
   auto node = trace::function(loop_body, {.name = "loop_node"});
+  auto node_one = trace::function(loop_body, {.name = "loop_node_one", .loop_unroll = 1});
   auto fused_node =
       trace::function(loop_body, {.name = "loop_node_fused", .fusion = trace::Fusion::elementwise});
 
@@ -102,6 +104,7 @@ int loop_main(const Args& args, const GlobalOptions& global) {
   add(gpu ? "traced, unrolled: one CUDA graph" : "traced, loop unrolled",
       [&] { return unrolled(x); });
   add(gpu ? "traced, loop node: a WHILE node" : "traced, loop node", [&] { return node(x); });
+  if (gpu) add("traced, WHILE node, 1 iteration per launch", [&] { return node_one(x); });
   add("traced, loop node + fused", [&] { return fused_node(x); });
   add("traced, unrolled + fused", [&] { return fused(x); });
 
@@ -134,8 +137,9 @@ int loop_main(const Args& args, const GlobalOptions& global) {
     std::cout << "\nEager, each op pays the frontend's queueing (and, with a sync per op, a "
                  "round trip to the worker and the device). Each trace is one graph launch: "
                  "the unrolled one has n kernel nodes; the loop node's WHILE node runs the "
-                 "body's kernel and the loop's step kernel per iteration on the device; fused, "
-                 "one kernel applies all n adds per element.\n";
+                 "body's kernel and the loop's step kernel per iteration on the device, 16 "
+                 "iterations per launch of its body graph (or 1); fused, one kernel applies all "
+                 "n adds per element.\n";
     return all_ok ? 0 : 1;
   }
   std::cout

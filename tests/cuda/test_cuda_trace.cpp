@@ -266,17 +266,23 @@ TEST(CudaTrace, LoopWithAnIntCountIsOneWhileNodeAndEqualsEager) {
   EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the WHILE node";
 }
 
+// Unrolled (the default chooses several iterations per launch of the body graph, then a
+// second WHILE node runs the rest) and one iteration per launch.
 TEST(CudaTrace, LoopWithATensorCountIncludingZeroEqualsEager) {
-  auto f = trace::function(
-      [](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); });
-  Tensor x = randn({3, 70}, DType::float32, default_generator(), gpu());
-  for (int64_t n : {0, 1, 17, 0, 300}) {
-    Tensor count = full({1}, double(n), DType::int64, gpu());
-    EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>())
-        << "n = " << n;
+  for (int unroll : {0, 1, 7}) {
+    SCOPED_TRACE(unroll);
+    auto f = trace::function(
+        [](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); },
+        {.loop_unroll = unroll});
+    Tensor x = randn({3, 70}, DType::float32, default_generator(), gpu());
+    for (int64_t n : {0, 1, 17, 0, 300, 6, 7, 8}) {
+      Tensor count = full({1}, double(n), DType::int64, gpu());
+      EXPECT_EQ(f(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>())
+          << "n = " << n;
+    }
+    EXPECT_EQ(f.stats().traces, 1);
+    EXPECT_EQ(f.stats().graph_fallback, "");
   }
-  EXPECT_EQ(f.stats().traces, 1);
-  EXPECT_EQ(f.stats().graph_fallback, "");
 }
 
 TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {

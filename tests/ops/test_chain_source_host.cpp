@@ -10,6 +10,7 @@
 // The one edit to the text: its optimisation barrier names a GPU register class ("+f",
 // "+d"), so on the host it becomes a memory barrier ("+m"), which holds the value the same.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -19,11 +20,8 @@
 #include <fstream>
 #include <functional>
 #include <random>
-
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "core/shared_library.h"
 #include "ops/chain_source.h"
@@ -81,10 +79,10 @@ std::string compile_on_host(const std::vector<std::string>& sources, void** lib)
     f << kPrelude;
     for (size_t k = 0; k < sources.size(); ++k) f << host_case(sources[k], int(k));
   }
-  const std::string cmd = detail::concat(
-      "'", TIDE_TEST_CXX, "' -std=c++20 -O2 -fPIC -shared -w -I'", TIDE_SOURCE_DIR, "' -o '",
-      (dir / "chains.so").string(), "' '", (dir / "chains.cpp").string(), "' > '",
-      (dir / "log").string(), "' 2>&1");
+  const std::string cmd =
+      detail::concat("'", TIDE_TEST_CXX, "' -std=c++20 -O2 -fPIC -shared -w -I'", TIDE_SOURCE_DIR,
+                     "' -o '", (dir / "chains.so").string(), "' '", (dir / "chains.cpp").string(),
+                     "' > '", (dir / "log").string(), "' 2>&1");
   std::string why;
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir / "log");
@@ -188,8 +186,9 @@ std::vector<ChainStep> every_functor(DType t, std::vector<unsigned char*> b) {
   std::vector<ChainStep> steps;
   for (int f = 0; f < int(FunctorId::count_); ++f) {
     const FunctorId id = FunctorId(f);
-    ChainOperand other = f % 3 == 1 ? mem(b[1]) : f % 3 == 2 ? reg(uint8_t((f + 1) % 2))
-                                                             : scalar_of(t, 2);
+    ChainOperand other = f % 3 == 1   ? mem(b[1])
+                         : f % 3 == 2 ? reg(uint8_t((f + 1) % 2))
+                                      : scalar_of(t, 2);
     if (id == FunctorId::Div) other = scalar_of(t, 2);  // no integer division by zero
     ChainStep s = step(id, mem(b[0]), other, reg(uint8_t(f % 2)), id == FunctorId::Mul ? 3 : 1);
     // Parameters the kernel must read from the program: AddScaled's alpha, Pow's exponent.
@@ -209,18 +208,17 @@ std::vector<ChainStep> every_functor(DType t, std::vector<unsigned char*> b) {
 std::vector<Case> cases() {
   std::vector<Case> all;
   for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64})
-    all.push_back({detail::concat("every functor, ", name(t)), t, 1000,
-                   2 + int(FunctorId::count_),
+    all.push_back({detail::concat("every functor, ", name(t)), t, 1000, 2 + int(FunctorId::count_),
                    [t](std::vector<unsigned char*> b) { return every_functor(t, b); }});
   for (DType t : {DType::float32, DType::float64})
-    all.push_back({detail::concat("a loop body in registers, ", name(t)), t, 1000, 2,
-                   loop_body_of(t), 7});
+    all.push_back(
+        {detail::concat("a loop body in registers, ", name(t)), t, 1000, 2, loop_body_of(t), 7});
   all.push_back({"a loop body iterated once (memory as written)", DType::float32, 1000, 2,
                  loop_body_of(DType::float32), 1});
   all.push_back({"one step on its own state: one register run", DType::float32, 777, 1,
                  [](std::vector<unsigned char*> b) {
-                   return std::vector<ChainStep>{
-                       step(FunctorId::Add, mem(b[0]), scalar_of(DType::float32, 0.1), mem(b[0]), 4)};
+                   return std::vector<ChainStep>{step(
+                       FunctorId::Add, mem(b[0]), scalar_of(DType::float32, 0.1), mem(b[0]), 4)};
                  },
                  250});
   all.push_back({"a broadcast read of the state keeps memory", DType::float32, 1000, 2,
@@ -230,8 +228,14 @@ std::vector<Case> cases() {
                    return s;
                  },
                  5});
-  Case counted{"an int32 count tensor", DType::float64, 600, 2, loop_body_of(DType::float64),
-               1, 9, DType::int32};
+  Case counted{"an int32 count tensor",
+               DType::float64,
+               600,
+               2,
+               loop_body_of(DType::float64),
+               1,
+               9,
+               DType::int32};
   all.push_back(counted);
   counted.name = "a float32 count tensor, 3.75 (3 iterations)";
   counted.count = 3.75;

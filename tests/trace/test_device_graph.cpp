@@ -22,6 +22,7 @@
 #include "tests/error_of.h"
 #include "tests/train_rig.h"
 #include "trace/device_graph.h"
+#include "trace/device_loop.h"
 #include "trace/trace.h"
 
 namespace tide {
@@ -455,8 +456,16 @@ TEST(DeviceGraphFusion, ATrainingStepWithFusionEqualsEager) {
 
 Tensor step(const Tensor& s) { return s * 1.5 - 0.25; }
 
+// n copies of s.
+std::string times(int n, const std::string& s) {
+  std::string r;
+  for (int i = 0; i < n; ++i) r += s;
+  return r;
+}
+
 TEST(DeviceGraphLoop, AnIntCountLoopIsAWhileNodeAndEqualsEager) {
-  auto f = trace::function([](const Tensor& x) { return trace::loop(5, step, x); });
+  auto f =
+      trace::function([](const Tensor& x) { return trace::loop(5, step, x); }, {.loop_unroll = 1});
   for (int call = 0; call < 3; ++call) {
     Tensor x = on_gpu(values(6, float(call + 1)), {2, 3});
     EXPECT_EQ(f(x).to_vector<float>(), trace::loop(5, step, x).to_vector<float>()) << call;
@@ -479,6 +488,55 @@ TEST(DeviceGraphLoop, AnIntCountLoopIsAWhileNodeAndEqualsEager) {
   EXPECT_EQ(body.edges, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}}));
   EXPECT_EQ(body.ops[2], 1u) << "the step kernel copies the next state";
   EXPECT_EQ(s.graph_nodes, 5u);
+}
+
+// A small body runs several iterations per launch of its body graph (a launch costs the
+// device more than the body's nodes), and the remainder one per launch in a second WHILE
+// node: any count gives eager's result.
+TEST(DeviceGraphLoop, AnUnrolledLoopRunsSeveralIterationsPerLaunchThenTheRest) {
+  auto f = trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); },
+                           {.loop_unroll = 3});
+  Tensor x = on_gpu(values(4, 0.5f), {4});
+  for (int64_t n : {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, -3}) {
+    Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+    EXPECT_EQ(f(x, count).to_vector<float>(),
+              trace::loop(std::max<int64_t>(n, 0), step, x).to_vector<float>())
+        << "n = " << n;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  Tensor count = from_vector(std::vector<int64_t>{1}, Shape({1}), gpu());
+  FakeDevice::GraphShape shape = fake().graph_shape(f.graph(x, count)->device_graph->exec);
+  // two input copies; the start kernel, the main and the rest WHILE nodes, in a row; the
+  // state's copy-out; the output copy.
+  EXPECT_EQ(shape.kinds, "mmswwmm");
+  for (std::pair<int, int> e : {std::pair{2, 3}, {3, 4}, {4, 5}})
+    EXPECT_NE(std::find(shape.edges.begin(), shape.edges.end(), e), shape.edges.end())
+        << e.first << " -> " << e.second;
+  ASSERT_EQ(shape.bodies.size(), 2u);
+  // Main: three iterations in a row, each the body's two ops and a step kernel.
+  EXPECT_EQ(shape.bodies[0].kinds, times(3, "kke"));
+  std::vector<std::pair<int, int>> chain;
+  for (int i = 0; i + 1 < 9; ++i) chain.emplace_back(i, i + 1);
+  EXPECT_EQ(shape.bodies[0].edges, chain);
+  EXPECT_EQ(shape.bodies[1].kinds, "kke") << "the rest: one iteration per launch";
+
+  // Chosen per loop (0): about 32 nodes per launch. The body is 2 nodes and a step: 10
+  // iterations; with an int count below that, the count.
+  for (int64_t n : {40, 4}) {
+    auto g = trace::function([n](const Tensor& x) { return trace::loop(n, step, x); });
+    EXPECT_EQ(g(x).to_vector<float>(), trace::loop(n, step, x).to_vector<float>()) << n;
+    FakeDevice::GraphShape s = fake().graph_shape(g.graph(x)->device_graph->exec);
+    ASSERT_EQ(s.bodies.size(), 2u) << n;
+    EXPECT_EQ(s.bodies[0].kinds, times(n == 40 ? 10 : 4, "kke")) << n;
+  }
+  EXPECT_EQ(trace::loop_unroll_for(1, 0), 16);
+  EXPECT_EQ(trace::loop_unroll_for(2, 0), 10);
+  EXPECT_EQ(trace::loop_unroll_for(40, 0), 1);
+  EXPECT_EQ(trace::loop_unroll_for(40, 7), 7);
+  std::string e =
+      error_of([] { trace::function([](const Tensor& x) { return x; }, {.loop_unroll = -1}); });
+  EXPECT_NE(e.find("loop_unroll must be >= 0"), std::string::npos) << e;
 }
 
 TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
@@ -517,8 +575,11 @@ TEST(DeviceGraphLoop, StatesSwappedByTheBodyGoThroughASpareBuffer) {
   EXPECT_EQ(traced[0].to_vector<float>(), (std::vector<float>{55, 89}));
   EXPECT_EQ(f.stats().graph_fallback, "");
   FakeDevice::GraphShape shape = fake().graph_shape(f.graph(a, b)->device_graph->exec);
-  ASSERT_EQ(shape.bodies.size(), 1u);
-  EXPECT_EQ(shape.bodies[0].kinds, "kme") << "the add, a copy into the spare buffer, the step";
+  ASSERT_EQ(shape.bodies.size(), 2u);
+  // Ten iterations per launch (a count of 10; 16 for a body of one node): each the add, a
+  // copy into the spare buffer, the step. The rest never runs, but is there.
+  EXPECT_EQ(shape.bodies[0].kinds, times(10, "kme"));
+  EXPECT_EQ(shape.bodies[1].kinds, "kme");
 }
 
 TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
@@ -530,9 +591,13 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   EXPECT_EQ(f(x).to_vector<float>(), trace::loop(4, outer, x).to_vector<float>());
   EXPECT_EQ(f.stats().graph_fallback, "");
   FakeDevice::GraphShape shape = fake().graph_shape(f.graph(x)->device_graph->exec);
-  ASSERT_EQ(shape.bodies.size(), 1u);
-  EXPECT_EQ(shape.bodies[0].kinds, "swmke") << "the inner loop inside the outer body";
-  ASSERT_EQ(shape.bodies[0].bodies.size(), 1u);
+  // The outer loop's body (the inner loop, the multiply) runs its 4 iterations in one
+  // launch; the inner loop in each is a start kernel, its two WHILE nodes (3 iterations,
+  // then the rest) and a copy-out.
+  ASSERT_EQ(shape.bodies.size(), 2u);
+  EXPECT_EQ(shape.bodies[0].kinds, times(4, "swwmke")) << "the inner loop inside the outer body";
+  ASSERT_EQ(shape.bodies[0].bodies.size(), 8u);
+  EXPECT_EQ(shape.bodies[0].bodies[0].kinds, times(3, "kkke"));
 }
 
 TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
@@ -610,7 +675,7 @@ TEST(DeviceGraphLoop, RandomOpsInTheBodyDrawWhatTheEagerLoopDraws) {
     };
     if (fallback) fake().refuse_next_capture("fallback");
     Tensor x = on_gpu({1, 2, 3}, {3});
-    for (int64_t n : {3, 0, 5}) {
+    for (int64_t n : {3, 0, 5, 11}) {  // (the body runs 5 iterations per launch)
       Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
       EXPECT_EQ(f(x, count).to_vector<float>(), eager(x, count).to_vector<float>()) << "n = " << n;
     }
