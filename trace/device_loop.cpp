@@ -28,7 +28,10 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
       fixed_(fixed),
       iterated_(std::move(iterated)),
       random_(random),
-      unroll_(loop_unroll_for(body_->nodes.size(), unroll)) {
+      unroll_(loop_unroll_for(body_->nodes.size(),
+                              std::any_of(body_->nodes.begin(), body_->nodes.end(),
+                                          [](const Node& n) { return bool(n.piece); }),
+                              unroll)) {
   // An int count below the unroll: the main WHILE node would never run.
   if (!count_) unroll_ = int(std::clamp<int64_t>(fixed_, 1, unroll_));
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
@@ -48,8 +51,9 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
   }
 }
 
-int loop_unroll_for(size_t body_nodes, int requested) {
+int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested) {
   if (requested > 0) return requested;
+  if (nested_loop) return 1;
   return int(std::clamp<size_t>(size_t(kLoopNodesPerLaunch) / (body_nodes + 1), 1,
                                 size_t(kMaxLoopUnroll)));
 }

@@ -15,8 +15,9 @@
 //
 // u, the unroll: the device pays more to launch a body graph than to run a small body's
 // nodes, so a small body runs u iterations per launch (chosen so that a launch runs about
-// kLoopNodesPerLaunch nodes, at most kMaxLoopUnroll iterations) and the remaining fewer
-// than u run one per launch. trace::Options::loop_unroll overrides the choice.
+// kLoopNodesPerLaunch nodes, at most kMaxLoopUnroll iterations, one for a body with a
+// loop inside) and the remaining fewer than u run one per launch.
+// trace::Options::loop_unroll overrides the choice.
 //
 // No iteration and no tensor count costs a host synchronisation. Random ops in the body
 // draw eager's numbers: the start and step kernels set and advance their counters on the
@@ -50,8 +51,10 @@ namespace tide::trace {
 inline constexpr int kLoopNodesPerLaunch = 32;
 inline constexpr int kMaxLoopUnroll = 16;
 // The iterations per body launch of a body of `body_nodes` planned nodes; `requested` > 0
-// (trace::Options::loop_unroll) is taken as it is.
-int loop_unroll_for(size_t body_nodes, int requested);
+// (trace::Options::loop_unroll) is taken as it is. A body holding a loop of its own gets 1:
+// its inner WHILE nodes are work enough per launch, and unrolling both would multiply the
+// graph's size.
+int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested);
 
 struct LoopState {
   Storage* in;       // the initial state (a value of the enclosing graph)

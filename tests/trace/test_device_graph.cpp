@@ -530,10 +530,11 @@ TEST(DeviceGraphLoop, AnUnrolledLoopRunsSeveralIterationsPerLaunchThenTheRest) {
     ASSERT_EQ(s.bodies.size(), 2u) << n;
     EXPECT_EQ(s.bodies[0].kinds, times(n == 40 ? 10 : 4, "kke")) << n;
   }
-  EXPECT_EQ(trace::loop_unroll_for(1, 0), 16);
-  EXPECT_EQ(trace::loop_unroll_for(2, 0), 10);
-  EXPECT_EQ(trace::loop_unroll_for(40, 0), 1);
-  EXPECT_EQ(trace::loop_unroll_for(40, 7), 7);
+  EXPECT_EQ(trace::loop_unroll_for(1, false, 0), 16);
+  EXPECT_EQ(trace::loop_unroll_for(2, false, 0), 10);
+  EXPECT_EQ(trace::loop_unroll_for(40, false, 0), 1);
+  EXPECT_EQ(trace::loop_unroll_for(2, true, 0), 1) << "a loop inside";
+  EXPECT_EQ(trace::loop_unroll_for(40, true, 7), 7);
   std::string e =
       error_of([] { trace::function([](const Tensor& x) { return x; }, {.loop_unroll = -1}); });
   EXPECT_NE(e.find("loop_unroll must be >= 0"), std::string::npos) << e;
@@ -591,13 +592,20 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   EXPECT_EQ(f(x).to_vector<float>(), trace::loop(4, outer, x).to_vector<float>());
   EXPECT_EQ(f.stats().graph_fallback, "");
   FakeDevice::GraphShape shape = fake().graph_shape(f.graph(x)->device_graph->exec);
-  // The outer loop's body (the inner loop, the multiply) runs its 4 iterations in one
-  // launch; the inner loop in each is a start kernel, its two WHILE nodes (3 iterations,
-  // then the rest) and a copy-out.
-  ASSERT_EQ(shape.bodies.size(), 2u);
-  EXPECT_EQ(shape.bodies[0].kinds, times(4, "swwmke")) << "the inner loop inside the outer body";
-  ASSERT_EQ(shape.bodies[0].bodies.size(), 8u);
+  // The outer loop's body (the inner loop, the multiply) holds a loop: one iteration per
+  // launch. The inner loop is a start kernel, its two WHILE nodes (its 3 iterations in one
+  // launch, then the rest) and a copy-out.
+  ASSERT_EQ(shape.bodies.size(), 1u);
+  EXPECT_EQ(shape.bodies[0].kinds, "swwmke") << "the inner loop inside the outer body";
+  ASSERT_EQ(shape.bodies[0].bodies.size(), 2u);
   EXPECT_EQ(shape.bodies[0].bodies[0].kinds, times(3, "kkke"));
+  // Unrolled on request, the inner loop is added once per outer iteration.
+  auto g = trace::function([&](const Tensor& x) { return trace::loop(4, outer, x); },
+                           {.loop_unroll = 2});
+  EXPECT_EQ(g(x).to_vector<float>(), trace::loop(4, outer, x).to_vector<float>());
+  shape = fake().graph_shape(g.graph(x)->device_graph->exec);
+  ASSERT_EQ(shape.bodies.size(), 2u);
+  EXPECT_EQ(shape.bodies[0].kinds, times(2, "swwmke"));
 }
 
 TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
