@@ -11,7 +11,8 @@
 //               copy of 64M floats (8 bytes per element);
 //   MLP step    the textbook MLP (bench_mlp.cpp's sizes) on cuda:0, eager and traced (one
 //               CUDA graph per step), one sync per step;
-//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node;
+//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node, with ordinary
+//               and with programmatic edges between the adds (TIDE_CUDA_PDL);
 //   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
 //               and the loop's step kernel per iteration, 16 iterations per launch of its
 //               body graph (the default) or one (vs eager async: BM_CudaTinyOpThroughput);
@@ -267,6 +268,18 @@ void BM_CudaGraphTinyAdds(benchmark::State& state) {
   replay_tiny_adds(state, chain, {.name = "tiny_adds"});
 }
 BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same with programmatic edges between the adds (TIDE_CUDA_PDL=1's behaviour): each
+// kernel launches while the one before it runs and waits for it on the device.
+void BM_CudaGraphTinyAddsProgrammatic(benchmark::State& state) {
+  const bool was = tide::cuda::programmatic_edges_enabled();
+  tide::cuda::set_programmatic_edges_enabled(true);  // read when the graph is built
+  const uint64_t edges = tide::cuda::programmatic_edges_added();
+  BM_CudaGraphTinyAdds(state);
+  state.counters["programmatic_edges"] = double(tide::cuda::programmatic_edges_added() - edges);
+  tide::cuda::set_programmatic_edges_enabled(was);
+}
+BENCHMARK(BM_CudaGraphTinyAddsProgrammatic)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // As a traced loop: a WHILE node (the count kept on the device) running 16 iterations per
 // launch of its body graph (the default for a body this small), or one per launch; or

@@ -11,6 +11,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
+#include "core/cuda/dependent_launch.h"
 #include "core/cuda/device_api.h"
 #include "core/cuda/graph_loop.h"
 #include "core/error.h"
@@ -56,6 +57,7 @@ cudaMemcpyKind memcpy_kind(CopyKind kind) {
 }
 
 __global__ void write_value(volatile unsigned long long* p, unsigned long long v) {
+  tide::cuda::await_prerequisite_grids();
   *p = v;
   __threadfence_system();
 }
@@ -64,6 +66,7 @@ struct Words {
   unsigned long long v[DeviceApi::kMaxWords];
 };
 __global__ void write_words_kernel(unsigned long long* dst, Words w, int n) {
+  tide::cuda::await_prerequisite_grids();
   if (int(threadIdx.x) < n) dst[threadIdx.x] = w.v[threadIdx.x];
 }
 
@@ -231,11 +234,16 @@ class CudaApi final : public DeviceApi {
       if (why) *why = std::string(cudaGetErrorName(bad)) + ": " + cudaGetErrorString(bad);
       return nullptr;
     }
+    struct ChildGone {
+      cudaGraph_t g;
+      ~ChildGone() { cudaGraphDestroy(g); }  // the node holds a copy
+    } child_gone{child};
+    // One kernel of tide's: its own kernel node, joined by programmatic edges.
+    if (cudaGraphNode_t node = add_dependent_kernel(cudaGraph_t(g), deps, child)) return node;
     cudaGraphNode_t node = nullptr;
     e = cudaGraphAddChildGraphNode(&node, cudaGraph_t(g),
                                    reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
                                    deps.size(), child);
-    cudaGraphDestroy(child);  // the node holds a copy
     if (e != cudaSuccess) throw_cuda_error("cudaGraphAddChildGraphNode", e);
     return node;
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/cuda/dependent_launch.h"
 #include "core/cuda/graph_loop.h"
 
 namespace tide::cuda {
@@ -40,6 +41,7 @@ __device__ long long read_count(const LoopKernelArgs& a) {
 // aligned), then one thread moves the counter and sets the condition; the condition is
 // read when the body (or the start node) has completed, so the copies are done by then.
 __global__ void loop_kernel(LoopKernelArgs a) {
+  tide::cuda::await_prerequisite_grids();
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (int c = 0; c < a.num_copies; ++c) {

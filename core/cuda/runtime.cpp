@@ -1,6 +1,7 @@
 #include "core/cuda/runtime.h"
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -101,6 +102,20 @@ bool segments_from_env() {
   return v[0] == '1';
 }
 
+// TIDE_CUDA_PDL=1: programmatic edges between tide's kernels in CUDA graphs (off by default
+// until measured on a GPU). Read on first use.
+bool programmatic_edges_from_env() {
+  const char* v = std::getenv("TIDE_CUDA_PDL");
+  if (!v || !*v) return false;
+  TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda",
+             "TIDE_CUDA_PDL must be 0 (ordinary edges, the default) or 1 (programmatic edges "
+             "between tide's kernels), got '",
+             v, "'");
+  return v[0] == '1';
+}
+std::atomic<int> g_programmatic{-1};  // -1: not read yet
+std::atomic<uint64_t> g_programmatic_edges{0};
+
 std::unique_ptr<BlockSource> in_segments(std::unique_ptr<BlockSource> s, bool segments) {
   if (!segments) return s;
   return std::make_unique<SegmentSource>(std::move(s));
@@ -112,6 +127,20 @@ void check_index(int index, const char* op) {
 }
 
 }  // namespace
+
+bool programmatic_edges_enabled() {
+  int v = g_programmatic.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = programmatic_edges_from_env() ? 1 : 0;
+    int unset = -1;
+    g_programmatic.compare_exchange_strong(unset, v);
+    v = g_programmatic.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+void set_programmatic_edges_enabled(bool on) { g_programmatic.store(on ? 1 : 0); }
+uint64_t programmatic_edges_added() { return g_programmatic_edges.load(); }
+void note_programmatic_edges(uint64_t n) { g_programmatic_edges.fetch_add(n); }
 
 // ---- the registry ----------------------------------------------------------------------
 

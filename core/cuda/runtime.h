@@ -78,6 +78,16 @@ int device_count();
 // machines without one; they take precedence over real GPUs).
 bool available(int index);
 
+// Whether CUDA graphs join tide's kernels by programmatic edges, so that a kernel's launch
+// overlaps the kernel before it (core/cuda/dependent_launch.h; Hopper and later). false
+// unless the environment sets TIDE_CUDA_PDL=1 (read once) until measured on a GPU. A graph
+// keeps the edges it was built with. For comparisons and tests.
+bool programmatic_edges_enabled();
+void set_programmatic_edges_enabled(bool on);
+// Programmatic edges added to graphs so far in this process (a count for tests and benches).
+uint64_t programmatic_edges_added();
+void note_programmatic_edges(uint64_t n);
+
 // For the engine, the allocator and the ops:
 std::unique_ptr<DeviceStream> make_stream(StreamImpl& owner);
 Allocator& device_allocator(Device d);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/cuda/dependent_launch.h"
 #include "core/philox.h"
 #include "ops/creation_kernels.h"
 #include "ops/cuda/launch.h"
@@ -19,6 +20,7 @@ namespace {
 
 template <class T>
 __global__ void fill_kernel(T* out, int64_t n, double value) {
+  tide::cuda::await_prerequisite_grids();
   const T v = fn::convert<T>(value);
   for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = v;
 }
@@ -27,6 +29,7 @@ __global__ void fill_kernel(T* out, int64_t n, double value) {
 // explicit _rn intrinsics keep nvcc from contracting it into an FMA (one rounding).
 template <class T>
 __global__ void range_kernel(T* out, int64_t n, double value, double step) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < n; i += grid_stride())
     out[i] = fn::convert<T>(__dadd_rn(value, __dmul_rn(double(i), step)));
 }
@@ -36,6 +39,7 @@ __global__ void range_kernel(T* out, int64_t n, double value, double step) {
 template <class T>
 __global__ void random_kernel(T* out, int64_t n, const uint64_t* counter, uint64_t offset,
                               uint64_t key, bool normal) {
+  tide::cuda::await_prerequisite_grids();
   if (counter) {
     offset = counter[0];
     key = counter[1];

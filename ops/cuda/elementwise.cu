@@ -3,6 +3,7 @@
 // of its lists and every dtype. The dense paths load and store 16 bytes per access when
 // the pointers allow it (contiguous tensors from tide's allocator always do, but views
 // with an offset may not).
+#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/elementwise_kernels.h"
@@ -33,6 +34,7 @@ bool aligned16(const P*... p) {
 // handled here; the tail by the scalar kernel).
 template <class O, class T, class F, int N>
 __global__ void binary_dense_vec(const T* a, const T* b, O* out, int64_t packs, F f) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t p = global_index(); p < packs; p += grid_stride()) {
     Pack<T, N> x = reinterpret_cast<const Pack<T, N>*>(a)[p];
     Pack<T, N> y = reinterpret_cast<const Pack<T, N>*>(b)[p];
@@ -47,12 +49,14 @@ __global__ void binary_dense_vec(const T* a, const T* b, O* out, int64_t packs, 
 template <class O, class T, class F>
 __global__ void binary_strided(const T* a, int64_t sa, const T* b, int64_t sb, O* out,
                                int64_t begin, int64_t n, F f) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = begin + global_index(); i < n; i += grid_stride())
     out[i] = O(f(a[i * sa], b[i * sb]));
 }
 
 template <class O, class T, class F>
 __global__ void binary_bcast(const T* a, const T* b, O* out, BroadcastGeometry g, int64_t n, F f) {
+  tide::cuda::await_prerequisite_grids();
   int64_t sa[kMaxDims], sb[kMaxDims];
   g.strides(g.bcast_a, sa);
   g.strides(g.bcast_b, sb);
@@ -70,12 +74,14 @@ __global__ void binary_bcast(const T* a, const T* b, O* out, BroadcastGeometry g
 
 template <class O, class T, class F, bool kScalarFirst>
 __global__ void scalar_kernel(const T* a, T s, O* out, int64_t n, F f) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < n; i += grid_stride())
     out[i] = kScalarFirst ? O(f(s, a[i])) : O(f(a[i], s));
 }
 
 template <class T, class F, int N>
 __global__ void unary_dense_vec(const T* a, T* out, int64_t packs, F f) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t p = global_index(); p < packs; p += grid_stride()) {
     Pack<T, N> x = reinterpret_cast<const Pack<T, N>*>(a)[p];
     Pack<T, N> r;
@@ -87,11 +93,13 @@ __global__ void unary_dense_vec(const T* a, T* out, int64_t packs, F f) {
 
 template <class T, class F>
 __global__ void unary_scalar(const T* a, T* out, int64_t begin, int64_t n, F f) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = begin + global_index(); i < n; i += grid_stride()) out[i] = f(a[i]);
 }
 
 template <class O, class T>
 __global__ void convert_kernel(const T* a, O* out, int64_t n) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = fn::convert<O>(a[i]);
 }
 

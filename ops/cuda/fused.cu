@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/dependent_launch.h"
 #include "ops/chain_compiler.h"
 #include "ops/chain_source.h"
 #include "ops/cuda/launch.h"
@@ -20,6 +21,7 @@ namespace {
 
 template <class T>
 __global__ void fused_chain_kernel(FusedChain c) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t iterations = chain::iterations_of(c);  // a count tensor: read on the device
   if (iterations <= 0) return;
   chain::Carried storage;  // a loop's state in registers (planned once per thread)

@@ -14,6 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda/std/limits>
 
+#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"
@@ -68,6 +69,7 @@ struct RowKey {
 template <class T>
 __global__ void sum_runs(const int64_t* keys, const int64_t* pos, const T* g, T* y, int64_t k,
                          int64_t n, int64_t width) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t e = global_index(); e < k * width; e += grid_stride()) {
     const int64_t j = e / width, c = e % width, row = keys[j];
     if (row >= n || (j > 0 && keys[j - 1] == row)) continue;

@@ -18,6 +18,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
+#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"
@@ -256,6 +257,7 @@ void gemm(const KernelContext& ctx, const Gemm<T>& g, const NoExtra&) {
 template <class T>
 __global__ void fill_rows_with_bias(T* c, const T* bias, int64_t m, int64_t n, int64_t ldc,
                                     bool relu) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < m * n; i += grid_stride()) {
     T v = bias[i % n];
     c[(i / n) * ldc + i % n] = relu && v < T(0) ? T(0) : v;
@@ -279,6 +281,7 @@ void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra&) 
 // fails the op instead; see ops/linalg.h one_hot).
 template <class T, class L>
 __global__ void one_hot_kernel(const L* labels, T* y, int64_t rows, int64_t classes) {
+  tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < rows * classes; i += grid_stride()) {
     const int64_t r = i / classes, c = i % classes;
     const int64_t v = int64_t(labels[r]);

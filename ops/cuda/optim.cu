@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/cuda/dependent_launch.h"
 #include "core/failure.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
@@ -30,6 +31,7 @@ void check_not_failed(const Storage* s, const char* what) {
 // buf == nullptr: no momentum buffer. Every thread derives the (cheap) factors from lr.
 template <class T>
 __global__ void sgd_kernel(T* p, const T* g, T* buf, const T* lr, int64_t n, fn::SgdUpdate f) {
+  tide::cuda::await_prerequisite_grids();
   const fn::SgdUpdate::Factors<T> k = f.factors(*lr);
   if (buf) {
     for (int64_t i = global_index(); i < n; i += grid_stride()) f(p[i], g[i], buf[i], k);
@@ -47,6 +49,7 @@ __global__ void sgd_kernel(T* p, const T* g, T* buf, const T* lr, int64_t n, fn:
 template <class T>
 __global__ void adam_kernel(T* p, const T* g, T* m, T* v, const T* lr, const int64_t* step,
                             int64_t n, fn::AdamUpdate f) {
+  tide::cuda::await_prerequisite_grids();
   __shared__ fn::AdamUpdate::Factors<T> shared_k;
   if (threadIdx.x == 0) {
     const int64_t t = *step;
@@ -59,6 +62,7 @@ __global__ void adam_kernel(T* p, const T* g, T* m, T* v, const T* lr, const int
 
 template <class T>
 __global__ void increment_kernel(T* c) {
+  tide::cuda::await_prerequisite_grids();
   *c += 1;
 }
 

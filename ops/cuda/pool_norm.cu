@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/dependent_launch.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
@@ -40,6 +41,7 @@ __device__ __forceinline__ void covering(int64_t i, int64_t pad, int64_t k, int6
 
 template <class T>
 __global__ void max_pool_fwd(const T* x, T* y, PoolGeom g) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t per = g.oh * g.ow, total = g.n * g.c * per;
   for (int64_t e = global_index(); e < total; e += grid_stride()) {
     const int64_t p = e / per, r = e % per;
@@ -50,6 +52,7 @@ __global__ void max_pool_fwd(const T* x, T* y, PoolGeom g) {
 
 template <class T>
 __global__ void max_pool_bwd(const T* x, const T* dy, T* dx, PoolGeom g) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t per = g.h * g.w, total = g.n * g.c * per;
   for (int64_t e = global_index(); e < total; e += grid_stride()) {
     const int64_t p = e / per, pos = e % per, iy = pos / g.w, ix = pos % g.w;
@@ -68,6 +71,7 @@ __global__ void max_pool_bwd(const T* x, const T* dy, T* dx, PoolGeom g) {
 
 template <class T>
 __global__ void avg_pool_fwd(const T* x, T* y, PoolGeom g) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t per = g.oh * g.ow, total = g.n * g.c * per;
   const double inv = 1.0 / double(g.kh * g.kw);  // padding counts (count_include_pad)
   for (int64_t e = global_index(); e < total; e += grid_stride()) {
@@ -83,6 +87,7 @@ __global__ void avg_pool_fwd(const T* x, T* y, PoolGeom g) {
 
 template <class T>
 __global__ void avg_pool_bwd(const T* dy, T* dx, PoolGeom g) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t per = g.h * g.w, total = g.n * g.c * per;
   const T inv = T(1.0 / double(g.kh * g.kw));
   for (int64_t e = global_index(); e < total; e += grid_stride()) {
@@ -138,6 +143,7 @@ __device__ __forceinline__ int64_t at(int64_t k, int64_t ch, int64_t c, int64_t 
 // Block ch normalises channel ch.
 template <class T>
 __global__ void batch_norm_fwd(BnFwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x;
   double mean, invstd;
   if (a.training) {
@@ -175,6 +181,7 @@ __global__ void batch_norm_fwd(BnFwd<T> a) {
 
 template <class T>
 __global__ void batch_norm_bwd(BnBwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x;
   const double mean = double(a.stats[ch]), invstd = double(a.stats[c + ch]);
   double sdy = 0, sdx = 0;

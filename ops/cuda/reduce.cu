@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"
@@ -119,6 +120,7 @@ struct RowStart {
 
 template <class T, class O>
 __global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double scale) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t outputs = g.outer * g.inner;
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
     const int64_t o = j / g.inner, i = j - o * g.inner;
@@ -131,6 +133,7 @@ __global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double
 
 template <class T, class O>
 __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
+  tide::cuda::await_prerequisite_grids();
   const int64_t outputs = g.outer * g.inner;
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
     const int64_t o = j / g.inner, i = j - o * g.inner;

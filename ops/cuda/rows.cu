@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"
@@ -28,6 +29,7 @@ constexpr int kTileRows = 8;  // a 32 x 8 block moves a 32 x 32 tile in 4 passes
 // along threadIdx.x; the +1 column keeps the tile's column reads free of bank conflicts.
 template <class T>
 __global__ void transpose_tiles(const T* a, T* y, int64_t rows, int64_t cols) {
+  tide::cuda::await_prerequisite_grids();
   __shared__ T tile[kTile][kTile + 1];
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
@@ -89,6 +91,7 @@ __device__ __forceinline__ void write_row(const T* xr, T* yr, int64_t n, int64_t
 // One warp per row (n <= kWarpRowMax), kWarpsPerBlock rows per block, grid-stride over rows.
 template <class T>
 __global__ void softmax_warp_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
+  tide::cuda::await_prerequisite_grids();
   const int lane = threadIdx.x % kWarp;
   const int64_t first_row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int64_t row_stride = int64_t(gridDim.x) * kWarpsPerBlock;
@@ -138,6 +141,7 @@ struct SumOp {
 // grid-stride over rows.
 template <class T>
 __global__ void softmax_block_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
+  tide::cuda::await_prerequisite_grids();
   __shared__ T max_partial[kWarpsPerBlock];
   __shared__ double sum_partial[kWarpsPerBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "core/allocator.h"
+#include "core/cuda/runtime.h"
 #include "core/engine.h"
 #include "core/rng.h"
 #include "ops/chain_compiler.h"
@@ -57,6 +58,39 @@ void check_textbook(bool adam) {
 
 TEST(CudaTrace, TextbookStepWithSgdEqualsEagerBitwise) { check_textbook(false); }
 TEST(CudaTrace, TextbookStepWithAdamEqualsEagerBitwise) { check_textbook(true); }
+
+// Programmatic edges between tide's kernels (TIDE_CUDA_PDL=1; off by default): a kernel
+// starts launching while the one before it runs and waits on the device for its inputs.
+// The results must stay eager's bits: the training steps (cuBLASLt nodes among tide's), a
+// chain of tiny adds, a fused chain and a WHILE loop.
+TEST(CudaTrace, ProgrammaticEdgesKeepEagersBits) {
+  const bool was = cuda::programmatic_edges_enabled();
+  cuda::set_programmatic_edges_enabled(true);
+  const uint64_t before = cuda::programmatic_edges_added();
+  check_textbook(false);
+  check_textbook(true);
+  auto adds = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < 500; ++i) y = y * 1.001 + 0.5;
+    return y;
+  };
+  Tensor x = randn({3, 333}, DType::float32, default_generator(), gpu());
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(adds, {.fusion = fusion});
+    for (int call = 0; call < 3; ++call)
+      EXPECT_EQ(f(x).to_vector<float>(), adds(x).to_vector<float>()) << call;
+    EXPECT_EQ(f.stats().graph_fallback, "");
+  }
+  auto g = trace::function(
+      [](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); });
+  for (int64_t n : {0, 5, 40}) {
+    Tensor count = full({1}, double(n), DType::int64, gpu());
+    EXPECT_EQ(g(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>()) << n;
+  }
+  EXPECT_EQ(g.stats().graph_fallback, "");
+  EXPECT_GT(cuda::programmatic_edges_added(), before + 500) << "the graphs have such edges";
+  cuda::set_programmatic_edges_enabled(was);
+}
 
 TEST(CudaTrace, OutputsStayFreshAndClearingFreesTheGraph) {
   Allocator& al = Allocator::get(gpu());
