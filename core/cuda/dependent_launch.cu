@@ -27,6 +27,14 @@ bool awaits_prerequisites(const void* func) {
   return n.starts_with("_ZN4tide") || n == "tide_chain";
 }
 
+// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
+bool current_device_has_it() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
 bool is_kernel_node(GraphNodeHandle n) {
   cudaGraphNodeType t{};
   return cudaGraphNodeGetType(cudaGraphNode_t(n), &t) == cudaSuccess &&
@@ -37,7 +45,7 @@ bool is_kernel_node(GraphNodeHandle n) {
 
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child) {
-  if (!programmatic_edges_enabled()) return nullptr;
+  if (!programmatic_edges_enabled() || !current_device_has_it()) return nullptr;
   size_t count = 0;
   TIDE_CUDA_CHECK(cudaGraphGetNodes(child, nullptr, &count));
   if (count != 1) return nullptr;
