@@ -43,6 +43,42 @@ bool is_kernel_node(GraphNodeHandle n) {
 
 }  // namespace
 
+cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                 const cudaKernelNodeParams& k) {
+  const auto* from = reinterpret_cast<const cudaGraphNode_t*>(deps.data());
+  if (programmatic_edges_enabled() && current_device_has_it()) {
+    std::vector<cudaGraphEdgeData> edges(deps.size());
+    size_t programmatic = 0;
+    for (size_t i = 0; i < deps.size(); ++i) {
+      std::memset(&edges[i], 0, sizeof edges[i]);
+      if (!is_kernel_node(deps[i])) continue;
+      edges[i].from_port = cudaGraphKernelNodePortProgrammatic;
+      edges[i].type = cudaGraphDependencyTypeProgrammatic;
+      ++programmatic;
+    }
+    cudaGraphNodeParams p{};
+    p.type = cudaGraphNodeTypeKernel;
+    p.kernel.func = k.func;
+    p.kernel.gridDim = k.gridDim;
+    p.kernel.blockDim = k.blockDim;
+    p.kernel.sharedMemBytes = k.sharedMemBytes;
+    p.kernel.kernelParams = k.kernelParams;  // copied by the new node
+    p.kernel.extra = k.extra;
+    cudaGraphNode_t node = nullptr;
+    if (programmatic > 0 &&
+        cudaGraphAddNode(&node, g, from, edges.data(), deps.size(), &p) == cudaSuccess) {
+      note_programmatic_edges(programmatic);
+      return node;
+    }
+    // Refused (a driver without these edges, or a graph where they are not allowed):
+    // ordinary edges, as below.
+    (void)cudaGetLastError();
+  }
+  cudaGraphNode_t node = nullptr;
+  TIDE_CUDA_CHECK(cudaGraphAddKernelNode(&node, g, from, deps.size(), &k));
+  return node;
+}
+
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child) {
   if (!programmatic_edges_enabled() || !current_device_has_it()) return nullptr;
@@ -57,34 +93,7 @@ cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHan
   cudaKernelNodeParams k{};
   TIDE_CUDA_CHECK(cudaGraphKernelNodeGetParams(only, &k));
   if (!awaits_prerequisites(k.func)) return nullptr;
-
-  std::vector<cudaGraphEdgeData> edges(deps.size());
-  size_t programmatic = 0;
-  for (size_t i = 0; i < deps.size(); ++i) {
-    std::memset(&edges[i], 0, sizeof edges[i]);
-    if (!is_kernel_node(deps[i])) continue;
-    edges[i].from_port = cudaGraphKernelNodePortProgrammatic;
-    edges[i].type = cudaGraphDependencyTypeProgrammatic;
-    ++programmatic;
-  }
-  cudaGraphNodeParams p{};
-  p.type = cudaGraphNodeTypeKernel;
-  p.kernel.func = k.func;
-  p.kernel.gridDim = k.gridDim;
-  p.kernel.blockDim = k.blockDim;
-  p.kernel.sharedMemBytes = k.sharedMemBytes;
-  p.kernel.kernelParams = k.kernelParams;  // copied by the new node
-  p.kernel.extra = k.extra;
-  cudaGraphNode_t node = nullptr;
-  // Where CUDA refuses these edges (a driver without them, or a graph where they are not
-  // allowed), the node stays a child graph with ordinary edges.
-  if (cudaGraphAddNode(&node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
-                       edges.data(), deps.size(), &p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  note_programmatic_edges(programmatic);
-  return node;
+  return add_kernel_after(g, deps, k);
 }
 
 }  // namespace tide::cuda

@@ -24,12 +24,18 @@ __device__ __forceinline__ void await_prerequisite_grids() {
 #endif
 }
 
+// Adds kernel node k, a kernel of tide's, to g after deps: joined to the kernel nodes
+// among deps by programmatic edges when they are enabled (programmatic_edges_enabled,
+// core/cuda/runtime.h) on a device that has them, else (or when CUDA refuses those) by
+// ordinary edges. Throws "[cuda] ..." when CUDA refuses the node.
+cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                 const cudaKernelNodeParams& k);
+
 // The node a captured `child` graph becomes in g after deps, when programmatic edges are
 // enabled (programmatic_edges_enabled, core/cuda/runtime.h) and child is one kernel of
 // tide's: that kernel node itself, joined to the kernel nodes among deps by programmatic
-// edges (ordinary edges to the others). nullptr otherwise, or when CUDA refuses such a
-// node: the caller adds child as a child-graph node. Throws "[cuda] ..." when CUDA refuses
-// a query it should accept.
+// edges (add_kernel_after). nullptr otherwise: the caller adds child as a child-graph
+// node. Throws "[cuda] ..." when CUDA refuses a call it should accept.
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child);
 

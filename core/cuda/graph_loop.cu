@@ -132,10 +132,8 @@ cudaGraphNode_t add_loop_kernel_node(cudaGraph_t g, std::span<const GraphNodeHan
   p.gridDim = dim3(unsigned(blocks));
   p.blockDim = dim3(kThreads);
   p.kernelParams = params;
-  cudaGraphNode_t node = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphAddKernelNode(
-      &node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()), deps.size(), &p));
-  return node;
+  // After a body's kernels, the step kernel may start launching while they run.
+  return add_kernel_after(g, deps, p);
 }
 
 }  // namespace
