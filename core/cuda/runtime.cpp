@@ -89,29 +89,28 @@ int fake_gpus_from_env() {
   return n;
 }
 
+// An environment switch: unset or empty gives `fallback`; otherwise it must be 0 or 1
+// ("[cuda] NAME must be 0 (what 0 means) or 1 (what 1 means), got '...'").
+bool env_switch(const char* name, bool fallback, const char* zero, const char* one) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda", name, " must be 0 (",
+             zero, ") or 1 (", one, "), got '", v, "'");
+  return v[0] == '1';
+}
+
 // TIDE_CUDA_SEGMENTS=0: every block gets its own cudaMalloc / cudaHostAlloc instead of a
 // place in a shared segment (core/segment_source.h). For compute-sanitizer: memcheck sees
 // an overrun only at an allocation's bounds. Read when a device is first used.
 bool segments_from_env() {
-  const char* v = std::getenv("TIDE_CUDA_SEGMENTS");
-  if (!v || !*v) return true;
-  TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda",
-             "TIDE_CUDA_SEGMENTS must be 0 (a cudaMalloc per block) or 1 (segments, the "
-             "default), got '",
-             v, "'");
-  return v[0] == '1';
+  return env_switch("TIDE_CUDA_SEGMENTS", true, "a cudaMalloc per block", "segments, the default");
 }
 
 // TIDE_CUDA_PDL=1: programmatic edges between tide's kernels in CUDA graphs (off by default
 // until measured on a GPU). Read on first use.
 bool programmatic_edges_from_env() {
-  const char* v = std::getenv("TIDE_CUDA_PDL");
-  if (!v || !*v) return false;
-  TIDE_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "cuda",
-             "TIDE_CUDA_PDL must be 0 (ordinary edges, the default) or 1 (programmatic edges "
-             "between tide's kernels), got '",
-             v, "'");
-  return v[0] == '1';
+  return env_switch("TIDE_CUDA_PDL", false, "ordinary edges, the default",
+                    "programmatic edges between tide's kernels");
 }
 std::atomic<int> g_programmatic{-1};  // -1: not read yet
 std::atomic<uint64_t> g_programmatic_edges{0};
