@@ -86,7 +86,9 @@ FunctionCore::FunctionCore(Options o, tide::SourceLocation site) : opt_(std::mov
   TIDE_CHECK(opt_.cache_budget >= 1, "trace", "cache_budget must be >= 1, got ", opt_.cache_budget);
   TIDE_CHECK(opt_.warmup_calls >= 0, "trace", "warmup_calls must be >= 0, got ", opt_.warmup_calls);
   TIDE_CHECK(opt_.streams >= 1, "trace", "streams must be >= 1, got ", opt_.streams);
-  TIDE_CHECK(opt_.loop_unroll >= 0, "trace", "loop_unroll must be >= 0 (0: chosen per loop), got ",
+  TIDE_CHECK(opt_.loop_unroll >= 0 && opt_.loop_unroll <= 1024, "trace",
+             "loop_unroll must be in [0, 1024] (0: chosen per loop; each iteration is a copy of "
+             "the body in the graph), got ",
              opt_.loop_unroll);
 }
 

@@ -76,7 +76,8 @@ struct Options {
   // launch, the remainder one per launch in a second WHILE node: launching a body graph
   // costs the device more than a small body's nodes. 0: chosen per loop, so that a launch
   // runs about 32 nodes (at most 16 iterations); 1: one iteration per launch. The results
-  // are the same whatever it is. Loops on the CPU, and fused one-kernel loops, ignore it.
+  // are the same whatever it is. At most 1024: each iteration is a copy of the body's
+  // nodes in the graph. Loops on the CPU, and fused one-kernel loops, ignore it.
   int loop_unroll = 0;
 };
 

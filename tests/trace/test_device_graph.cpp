@@ -537,7 +537,9 @@ TEST(DeviceGraphLoop, AnUnrolledLoopRunsSeveralIterationsPerLaunchThenTheRest) {
   EXPECT_EQ(trace::loop_unroll_for(40, true, 7), 7);
   std::string e =
       error_of([] { trace::function([](const Tensor& x) { return x; }, {.loop_unroll = -1}); });
-  EXPECT_NE(e.find("loop_unroll must be >= 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("loop_unroll must be in [0, 1024]"), std::string::npos) << e;
+  e = error_of([] { trace::function([](const Tensor& x) { return x; }, {.loop_unroll = 5000}); });
+  EXPECT_NE(e.find("got 5000"), std::string::npos) << e;
 }
 
 TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
