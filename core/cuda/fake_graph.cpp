@@ -4,8 +4,9 @@
 // exec is a copy of the graph's nodes whose copies can be re-pointed; a launch queues one
 // operation that runs the exec's nodes in the order they were added (each node's deps
 // come before it); a WHILE node runs its body while its condition is non-zero, and the
-// loop kernels (start, step) set that condition as CUDA's do. Not modelled: concurrency
-// between independent nodes.
+// loop kernels (start, step) set the conditions as CUDA's do (LoopConditions). Not
+// modelled: concurrency between independent nodes, programmatic edges
+// (core/cuda/dependent_launch.h).
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
