@@ -141,11 +141,18 @@ CompiledChain compile_chain(const std::string& source, int sm) {
     out.error = n.missing;
     return out;
   }
-  const char* headers[] = {detail::kChainFunctorsHeader, detail::kChainHostDeviceHeader, kCmath,
-                           kCstdint, kTypeTraits};
-  const char* names[] = {"ops/functors.h", "core/host_device.h", "cmath", "cstdint", "type_traits"};
+  const char* headers[] = {detail::kChainFunctorsHeader,
+                           detail::kChainHostDeviceHeader,
+                           detail::kChainAwaitGridsHeader,
+                           kCmath,
+                           kCstdint,
+                           kTypeTraits};
+  const char* names[] = {"ops/functors.h", "core/host_device.h", "core/cuda/await_grids.h", "cmath",
+                         "cstdint",        "type_traits"};
   Program p = nullptr;
-  if (int rc = n.create(&p, source.c_str(), "tide_chain.cu", 5, headers, names); rc != 0) {
+  if (int rc =
+          n.create(&p, source.c_str(), "tide_chain.cu", int(std::size(headers)), headers, names);
+      rc != 0) {
     out.error = std::string("nvrtcCreateProgram: ") + n.error_string(rc);
     return out;
   }

@@ -4,8 +4,9 @@
 // compile chains wherever NVRTC loads. Loading and launching the result is CUDA's
 // (ops/cuda/fused.cu, through cuda_chain_kernel below).
 //
-// The compiled text includes ops/functors.h, embedded at build time (chain_headers.cpp is
-// generated from the header), so it computes with the same functors as nvcc's kernels.
+// The compiled text includes ops/functors.h and core/cuda/await_grids.h, embedded at build
+// time (chain_headers.cpp is generated from the headers), so it computes with the same
+// functors as nvcc's kernels and begins as they do.
 #pragma once
 
 #include <string>
@@ -43,6 +44,7 @@ namespace detail {
 // The headers the source includes, as text (generated: chain_headers.cpp.in).
 extern const char* const kChainFunctorsHeader;
 extern const char* const kChainHostDeviceHeader;
+extern const char* const kChainAwaitGridsHeader;
 }  // namespace detail
 
 }  // namespace tide::kernels

@@ -109,6 +109,7 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   k << "// tide: a fused chain of " << steps.size() << " steps on " << name(dtype)
     << " (ops/chain_source.cpp)\n";
   k << "#include \"ops/functors.h\"\n";
+  k << "#include \"core/cuda/await_grids.h\"\n";
   k << "typedef " << t << " T;\n";
   // The interpreter's chain::stored: a step's result is opaque to the optimiser, so no FMA
   // joins two steps that separate kernels would round apart.
@@ -121,12 +122,9 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   k << "extern \"C\" __global__ void __launch_bounds__(256) " << kChainKernelName
     << "(const unsigned char* steps, long long n, long long iterations, const void* count, "
        "int count_dtype) {\n";
-  // core/cuda/dependent_launch.h's await_prerequisite_grids: the graph executor may join
-  // this kernel to the one before it by a programmatic edge.
-  k << "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
-    << "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
-    << "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
-    << "#endif\n";
+  // As every kernel of tide's: the graph executor may join this one to the kernel before
+  // it by a programmatic edge (core/cuda/dependent_launch.h).
+  k << "  tide::cuda::await_prerequisite_grids();\n";
   // chain::iterations_of: a count tensor is read where it lives, when the kernel runs.
   k << "  if (count) {\n"
     << "    if (count_dtype == " << int(DType::float32)

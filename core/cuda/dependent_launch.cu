@@ -41,47 +41,62 @@ bool is_kernel_node(GraphNodeHandle n) {
          t == cudaGraphNodeTypeKernel;
 }
 
+// Programmatic edges from the kernel nodes among deps; nullptr when CUDA refuses them (a
+// driver without them, or a graph where they are not allowed) or there are none.
+cudaGraphNode_t add_programmatic(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                                 const cudaKernelNodeParams& k) {
+  std::vector<cudaGraphEdgeData> edges(deps.size());
+  size_t programmatic = 0;
+  for (size_t i = 0; i < deps.size(); ++i) {
+    std::memset(&edges[i], 0, sizeof edges[i]);
+    if (!is_kernel_node(deps[i])) continue;
+    edges[i].from_port = cudaGraphKernelNodePortProgrammatic;
+    edges[i].type = cudaGraphDependencyTypeProgrammatic;
+    ++programmatic;
+  }
+  if (programmatic == 0) return nullptr;
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeKernel;
+  p.kernel.func = k.func;
+  p.kernel.gridDim = k.gridDim;
+  p.kernel.blockDim = k.blockDim;
+  p.kernel.sharedMemBytes = k.sharedMemBytes;
+  p.kernel.kernelParams = k.kernelParams;  // copied by the new node
+  p.kernel.extra = k.extra;
+  cudaGraphNode_t node = nullptr;
+  if (cudaGraphAddNode(&node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()),
+                       edges.data(), deps.size(), &p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  note_programmatic_edges(programmatic);
+  return node;
+}
+
+// A kernel node after deps: programmatic edges when `programmatic` and CUDA takes them,
+// else ordinary ones.
+cudaGraphNode_t add_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
+                           const cudaKernelNodeParams& k, bool programmatic) {
+  if (programmatic)
+    if (cudaGraphNode_t node = add_programmatic(g, deps, k)) return node;
+  cudaGraphNode_t node = nullptr;
+  TIDE_CUDA_CHECK(cudaGraphAddKernelNode(
+      &node, g, reinterpret_cast<const cudaGraphNode_t*>(deps.data()), deps.size(), &k));
+  return node;
+}
+
+bool programmatic_here() { return programmatic_edges_enabled() && current_device_has_it(); }
+
 }  // namespace
 
 cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                  const cudaKernelNodeParams& k) {
-  const auto* from = reinterpret_cast<const cudaGraphNode_t*>(deps.data());
-  if (programmatic_edges_enabled() && current_device_has_it()) {
-    std::vector<cudaGraphEdgeData> edges(deps.size());
-    size_t programmatic = 0;
-    for (size_t i = 0; i < deps.size(); ++i) {
-      std::memset(&edges[i], 0, sizeof edges[i]);
-      if (!is_kernel_node(deps[i])) continue;
-      edges[i].from_port = cudaGraphKernelNodePortProgrammatic;
-      edges[i].type = cudaGraphDependencyTypeProgrammatic;
-      ++programmatic;
-    }
-    cudaGraphNodeParams p{};
-    p.type = cudaGraphNodeTypeKernel;
-    p.kernel.func = k.func;
-    p.kernel.gridDim = k.gridDim;
-    p.kernel.blockDim = k.blockDim;
-    p.kernel.sharedMemBytes = k.sharedMemBytes;
-    p.kernel.kernelParams = k.kernelParams;  // copied by the new node
-    p.kernel.extra = k.extra;
-    cudaGraphNode_t node = nullptr;
-    if (programmatic > 0 &&
-        cudaGraphAddNode(&node, g, from, edges.data(), deps.size(), &p) == cudaSuccess) {
-      note_programmatic_edges(programmatic);
-      return node;
-    }
-    // Refused (a driver without these edges, or a graph where they are not allowed):
-    // ordinary edges, as below.
-    (void)cudaGetLastError();
-  }
-  cudaGraphNode_t node = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphAddKernelNode(&node, g, from, deps.size(), &k));
-  return node;
+  return add_kernel(g, deps, k, programmatic_here());
 }
 
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child) {
-  if (!programmatic_edges_enabled() || !current_device_has_it()) return nullptr;
+  if (!programmatic_here()) return nullptr;
   size_t count = 0;
   TIDE_CUDA_CHECK(cudaGraphGetNodes(child, nullptr, &count));
   if (count != 1) return nullptr;
@@ -93,7 +108,7 @@ cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHan
   cudaKernelNodeParams k{};
   TIDE_CUDA_CHECK(cudaGraphKernelNodeGetParams(only, &k));
   if (!awaits_prerequisites(k.func)) return nullptr;
-  return add_kernel_after(g, deps, k);
+  return add_kernel(g, deps, k, true);
 }
 
 }  // namespace tide::cuda

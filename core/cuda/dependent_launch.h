@@ -1,28 +1,19 @@
-// Programmatic dependent launch (Hopper and later; DESIGN §8): in a CUDA graph, a kernel
+// Programmatic dependent launch (Hopper and later; DESIGN §8), the graph side: a kernel
 // node joined to the kernel before it by a programmatic edge may start while that kernel
-// still runs, so its launch overlaps the other's work instead of following it. Every
-// kernel of tide's begins with await_prerequisite_grids(): it waits there until the
-// kernels it depends on have finished and their writes are visible, and then lets its
-// own dependents start launching. Launched any other way (a stream, an ordinary edge) the
-// wait returns at once. tests/core/test_kernel_prologues.cpp checks that every kernel in
-// core/cuda and ops/cuda calls it first; the graph executor joins only such kernels by
-// programmatic edges (core/cuda/dependent_launch.cu). For nvcc-compiled files only.
+// still runs, so its launch overlaps the other's work instead of following it. Only
+// kernels that begin with await_prerequisite_grids (core/cuda/await_grids.h) may be joined
+// that way: tide's own (tests/core/test_kernel_prologues.cpp checks them). For
+// nvcc-compiled files only.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <span>
 
+#include "core/cuda/await_grids.h"
 #include "core/cuda/device_api.h"
 
 namespace tide::cuda {
-
-__device__ __forceinline__ void await_prerequisite_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 // Adds kernel node k, a kernel of tide's, to g after deps: joined to the kernel nodes
 // among deps by programmatic edges when they are enabled (programmatic_edges_enabled,

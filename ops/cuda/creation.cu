@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "core/philox.h"
 #include "ops/creation_kernels.h"
 #include "ops/cuda/launch.h"

@@ -3,7 +3,7 @@
 // of its lists and every dtype. The dense paths load and store 16 bytes per access when
 // the pointers allow it (contiguous tensors from tide's allocator always do, but views
 // with an offset may not).
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/elementwise_kernels.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "core/cuda/await_grids.h"
 #include "core/cuda/check.h"
-#include "core/cuda/dependent_launch.h"
 #include "ops/chain_compiler.h"
 #include "ops/chain_source.h"
 #include "ops/cuda/launch.h"

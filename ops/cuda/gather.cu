@@ -14,7 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda/std/limits>
 
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"

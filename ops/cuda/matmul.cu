@@ -16,9 +16,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/cuda/await_grids.h"
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
-#include "core/cuda/dependent_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"

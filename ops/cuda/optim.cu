@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "core/failure.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"

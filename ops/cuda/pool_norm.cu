@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"

@@ -19,7 +19,7 @@
 #include <type_traits>
 
 #include "core/allocator.h"
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"

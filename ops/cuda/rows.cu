@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/cuda/dependent_launch.h"
+#include "core/cuda/await_grids.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"

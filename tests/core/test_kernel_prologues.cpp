@@ -67,7 +67,7 @@ TEST(KernelPrologues, ACompiledChainWaitsBeforeItReadsAnything) {
   s.a.ptr = y;
   s.out = s.a;
   const std::string text = kernels::chain_kernel_source({&s, 1}, DType::float32);
-  const size_t wait = text.find("griddepcontrol.wait;");
+  const size_t wait = text.find(kPrologue);
   ASSERT_NE(wait, std::string::npos) << text;
   EXPECT_LT(wait, text.find("if (count)")) << text;
   EXPECT_LT(wait, text.find("tide_functor<")) << text;

@@ -46,6 +46,7 @@ static tide_host_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
+#include "core/cuda/await_grids.h"
 )";
 
 std::string replaced(std::string s, const std::string& from, const std::string& to) {
