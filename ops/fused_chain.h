@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/host_device.h"
 #include "core/kernel_context.h"
+#include "core/loop_count.h"
 #include "ops/functors.h"
 #include "ops/kernel_types.h"
 
@@ -133,13 +134,7 @@ TIDE_HOST_DEVICE T load(const ChainOperand& o, const T* reg, int64_t i) {
 
 // The count of a FusedChain, read where it lives.
 TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
-  if (!c.count) return c.iterations;
-  switch (c.count_dtype) {
-    case DType::float32: return int64_t(*static_cast<const float*>(c.count));
-    case DType::float64: return int64_t(*static_cast<const double*>(c.count));
-    case DType::int32: return *static_cast<const int32_t*>(c.count);
-    default: return *static_cast<const int64_t*>(c.count);
-  }
+  return c.count ? read_loop_count(c.count, c.count_dtype) : c.iterations;
 }
 
 // A chain iterated in place (a fused loop body, iterations > 1) writes only its loop's

@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/capture.h"
 #include "core/cuda/cuda_stream.h"
+#include "core/cuda/runtime.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "trace/executor.h"
@@ -230,7 +231,7 @@ bool update_spare(DeviceGraph& dg, GraphHandle h) {
 // why the nodes must be launched one by one (a refused capture or instantiation, a kernel
 // that failed while captured: launched again outside a graph, it fails there with its
 // own error, or runs).
-std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
+std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
   DeviceApi& api = *ctx.api;
   dg.api = &api;
   dg.copy_in.clear();
@@ -262,6 +263,23 @@ std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const Cal
   std::lock_guard lock(dg.mu);
   dg.stats_.graph_nodes = api.graph_node_count(h);
   return {};
+}
+
+// build_once, and once more with ordinary edges when CUDA refused a graph that had
+// programmatic ones: it takes them node by node, but may refuse the whole graph (in a
+// conditional node's body, say), which would otherwise cost the replay its graph.
+std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
+  const uint64_t edges = cuda::programmatic_edges_added();
+  std::string why = build_once(g, dg, ctx, c);
+  if (why.empty() || cuda::programmatic_edges_added() == edges) return why;
+  cuda::OrdinaryEdgesOnly ordinary;
+  std::string again = build_once(g, dg, ctx, c);
+  if (again.empty()) {
+    std::lock_guard lock(dg.mu);
+    dg.stats_.ordinary_edges_because = why;
+    return {};
+  }
+  return why + "; with ordinary edges instead: " + again;
 }
 
 // The replay without a graph: the copies and the nodes, one by one on the stream.

@@ -63,6 +63,8 @@ struct DeviceGraphStats {
   bool built = false;      // the first replay ran (and tried to build)
   size_t graph_nodes = 0;  // nodes of the CUDA graph (0 when it fell back)
   std::string fallback;    // why the nodes are launched one by one ("" with a graph)
+  // Why CUDA refused the graph with programmatic edges, so that it has ordinary ones.
+  std::string ordinary_edges_because;
 };
 
 struct DeviceGraph {

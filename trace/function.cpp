@@ -205,6 +205,7 @@ FunctionStats FunctionCore::stats() const {
       DeviceGraphStats d = g.device_graph->stats();
       s.graph_nodes = d.graph_nodes;
       s.graph_fallback = d.fallback;
+      s.graph_ordinary_edges_because = d.ordinary_edges_because;
       s.graph_bytes = g.device_graph->held_bytes();
     }
   }

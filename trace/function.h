@@ -132,6 +132,9 @@ struct FunctionStats {
   // built), and why the nodes are launched one by one instead ("" when the graph runs).
   size_t graph_nodes = 0;
   std::string graph_fallback;
+  // With programmatic edges wanted (cuda::programmatic_edges_wanted): why CUDA refused the
+  // graph with them, so that it was built again with ordinary edges ("" when it was not).
+  std::string graph_ordinary_edges_because;
   // On a GPU, the last call's graph's fused chains (fused_kernels, and those inside loop
   // bodies) that run as their own NVRTC-compiled kernels; the others run the step
   // interpreter, with the same results, and chain_fallback says why ("" when none does).

@@ -33,6 +33,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/loop_count.h"
 #include "core/random_scope.h"
 #include "core/rng.h"
 #include "ops/autograd.h"
@@ -99,10 +100,9 @@ struct LoopProgram {
            const std::vector<Storage*>& out) const {
     int64_t n = fixed;
     if (count)
-      n = dispatch_dtype(count_dtype, [&](auto z) -> int64_t {
-        using T = decltype(z);
-        return int64_t(static_cast<const T*>(count->data())[count_offset]);
-      });
+      n = read_loop_count(static_cast<const unsigned char*>(count->data()) +
+                              size_t(count_offset) * size_of(count_dtype),
+                          count_dtype);
     if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
     size_t k = in.size();
     if (iterated) {

@@ -33,7 +33,9 @@ using LoopBody = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Throws "[loop]" for n < 0, an n tensor with more than one element or a non-numeric
 // dtype, a body that returns a different number of tensors or other shapes/dtypes than
-// the state, or an empty state.
+// the state, or an empty state. A tensor n read when a traced loop runs (a float n is
+// truncated) fails that replay when negative, at the sync that reads its results; inside
+// a CUDA graph, which reads n on the device and cannot fail, the loop runs zero times.
 std::vector<Tensor> loop(int64_t n, const LoopBody& body, std::vector<Tensor> state,
                          tide::SourceLocation site = tide::SourceLocation::current());
 std::vector<Tensor> loop(const Tensor& n, const LoopBody& body, std::vector<Tensor> state,

@@ -16,15 +16,20 @@ namespace tide::cuda {
 namespace {
 
 // tide's kernels (namespace tide, and the compiled chains' entry) all begin with
-// await_prerequisite_grids; tests/core/test_kernel_prologues.cpp keeps it so.
+// await_prerequisite_grids; tests/core/test_kernel_prologues.cpp keeps it so. Its wait is
+// compiled only for compute capability 9.0 and later: a kernel built from older PTX (a
+// build for CMAKE_CUDA_ARCHITECTURES=80 run on an H100) does not wait, so it is not one.
 bool awaits_prerequisites(const void* func) {
   const char* name = nullptr;
-  if (cudaFuncGetName(&name, func) != cudaSuccess || !name) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetName(&name, func) != cudaSuccess || !name ||
+      cudaFuncGetAttributes(&attr, func) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
   const std::string_view n(name);
-  return n.starts_with("_ZN4tide") || n == "tide_chain";
+  return (n.starts_with("_ZN4tide") || n == "tide_chain") && attr.ptxVersion >= 90 &&
+         attr.binaryVersion >= 90;
 }
 
 // Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
@@ -85,28 +90,31 @@ cudaGraphNode_t add_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
   return node;
 }
 
-bool programmatic_here() { return programmatic_edges_enabled() && current_device_has_it(); }
+bool programmatic_here() { return programmatic_edges_wanted() && current_device_has_it(); }
 
 }  // namespace
 
 cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                  const cudaKernelNodeParams& k) {
-  return add_kernel(g, deps, k, programmatic_here());
+  return add_kernel(g, deps, k, programmatic_here() && awaits_prerequisites(k.func));
 }
 
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child) {
   if (!programmatic_here()) return nullptr;
+  // Any refusal here (a kernel node of another library, whose parameters the runtime may
+  // not read back: cudaErrorInvalidDeviceFunction) keeps the child graph and its edges.
   size_t count = 0;
-  TIDE_CUDA_CHECK(cudaGraphGetNodes(child, nullptr, &count));
-  if (count != 1) return nullptr;
   cudaGraphNode_t only = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphGetNodes(child, &only, &count));
   cudaGraphNodeType type{};
-  TIDE_CUDA_CHECK(cudaGraphNodeGetType(only, &type));
-  if (type != cudaGraphNodeTypeKernel) return nullptr;
   cudaKernelNodeParams k{};
-  TIDE_CUDA_CHECK(cudaGraphKernelNodeGetParams(only, &k));
+  if (cudaGraphGetNodes(child, nullptr, &count) != cudaSuccess || count != 1 ||
+      cudaGraphGetNodes(child, &only, &count) != cudaSuccess ||
+      cudaGraphNodeGetType(only, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+      cudaGraphKernelNodeGetParams(only, &k) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
   if (!awaits_prerequisites(k.func)) return nullptr;
   return add_kernel(g, deps, k, true);
 }

@@ -15,18 +15,19 @@
 
 namespace tide::cuda {
 
-// Adds kernel node k, a kernel of tide's, to g after deps: joined to the kernel nodes
-// among deps by programmatic edges when they are enabled (programmatic_edges_enabled,
-// core/cuda/runtime.h) on a device that has them, else (or when CUDA refuses those) by
-// ordinary edges. Throws "[cuda] ..." when CUDA refuses the node.
+// Adds kernel node k to g after deps: joined to the kernel nodes among deps by programmatic
+// edges when they are wanted (programmatic_edges_wanted, core/cuda/runtime.h), the device
+// has them and k is a kernel of tide's compiled for compute capability 9.0 or later (whose
+// prologue waits), else (or when CUDA refuses those) by ordinary edges. Throws "[cuda] ..." when
+// CUDA refuses the node.
 cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                  const cudaKernelNodeParams& k);
 
 // The node a captured `child` graph becomes in g after deps, when programmatic edges are
-// enabled (programmatic_edges_enabled, core/cuda/runtime.h) and child is one kernel of
-// tide's: that kernel node itself, joined to the kernel nodes among deps by programmatic
-// edges (add_kernel_after). nullptr otherwise: the caller adds child as a child-graph
-// node. Throws "[cuda] ..." when CUDA refuses a call it should accept.
+// wanted (programmatic_edges_wanted, core/cuda/runtime.h) and child is one kernel of
+// tide's as add_kernel_after requires: that kernel node itself, joined to the kernel nodes
+// among deps by programmatic edges. nullptr otherwise, or when CUDA will not describe the
+// child's node: the caller adds child as a child-graph node.
 cudaGraphNode_t add_dependent_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                      cudaGraph_t child);
 

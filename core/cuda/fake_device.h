@@ -70,6 +70,11 @@ class FakeDevice final : public DeviceApi {
   // The next graph_add_captured refuses its capture with `why`, as CUDA refuses a launch
   // it cannot capture; the one after captures again.
   void refuse_next_capture(std::string why);
+  // Programmatic edges, as far as the executor sees them: while programmatic_edges_wanted()
+  // (core/cuda/runtime.h), a captured node with deps is joined to them that way (counted in
+  // programmatic_edges_added). While `on`, graph_instantiate refuses a graph holding such
+  // a node, as CUDA may refuse one where they are not allowed (a conditional node's body).
+  void refuse_programmatic_graphs(bool on);
   // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy, 's': a
   // loop's start kernel, 'w': a WHILE node, 'e': a loop's step kernel) and the number of
   // operations captured in it (of copies, for 's' and 'e'); edges as (from, to) node
@@ -153,6 +158,7 @@ class FakeDevice final : public DeviceApi {
     std::vector<int> deps;
     std::vector<std::function<void()>> ops;  // a captured node
     bool copy = false;
+    bool programmatic = false;  // joined to its deps by programmatic edges
     void* dst = nullptr;
     const void* src = nullptr;
     size_t bytes = 0;
@@ -197,6 +203,7 @@ class FakeDevice final : public DeviceApi {
   std::vector<std::unique_ptr<Event>> events_;
   std::vector<std::unique_ptr<Graph>> graphs_;  // graphs and execs alike
   std::string refuse_capture_;
+  bool refuse_programmatic_ = false;
   ConditionalHandle next_cond_ = 1;
   // True while this thread runs a graph_add_captured launch (malloc is then refused).
   static inline thread_local bool tl_capturing = false;

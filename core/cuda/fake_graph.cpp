@@ -12,7 +12,9 @@
 #include <unordered_map>
 
 #include "core/cuda/fake_device.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/loop_count.h"
 
 namespace tide::cuda {
 
@@ -24,6 +26,11 @@ size_t index_of(GraphNodeHandle n) { return reinterpret_cast<uintptr_t>(n) - 1; 
 void FakeDevice::refuse_next_capture(std::string why) {
   std::lock_guard lock(mu_);
   refuse_capture_ = std::move(why);
+}
+
+void FakeDevice::refuse_programmatic_graphs(bool on) {
+  std::lock_guard lock(mu_);
+  refuse_programmatic_ = on;
 }
 
 namespace {
@@ -79,6 +86,10 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const Gr
                                                std::string* why) {
   GraphNode node;
   node.ops = capture(launch);
+  if (!deps.empty() && programmatic_edges_wanted()) {
+    node.programmatic = true;
+    note_programmatic_edges(deps.size());
+  }
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_node, nullptr, nullptr, node.ops.size()});
   if (!refuse_capture_.empty()) {
@@ -204,9 +215,22 @@ GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
   return add_loop_kernel(body, deps, std::move(node), copies, random);
 }
 
-GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string*) {
+namespace {
+template <typename Graph>
+bool has_programmatic_edges(const Graph& g) {
+  return std::any_of(g.nodes.begin(), g.nodes.end(), [](const auto& n) {
+    return n.programmatic || (n.body && has_programmatic_edges(*n.body));
+  });
+}
+}  // namespace
+
+GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string* why) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_instantiate, nullptr, nullptr, 0});
+  if (refuse_programmatic_ && has_programmatic_edges(*static_cast<Graph*>(g))) {
+    if (why) *why = "cudaErrorInvalidValue (fake): a graph with programmatic edges";
+    return nullptr;
+  }
   graphs_.push_back(std::make_unique<Graph>(*static_cast<Graph*>(g)));
   graphs_.back()->source = static_cast<Graph*>(g);
   return graphs_.back().get();
@@ -243,13 +267,6 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
 
 namespace {
 
-int64_t read_count(const LoopCount& c) {
-  if (!c.tensor) return c.fixed;
-  return dispatch_dtype(c.dtype, [&](auto z) -> int64_t {
-    return int64_t(*static_cast<const decltype(z)*>(c.tensor));
-  });
-}
-
 // Runs nodes in the order they were added; conditions start at 0 for each launch.
 template <typename Node>
 void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond) {
@@ -264,11 +281,13 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
           if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
         advance_loop_random(n.random, n.kind == 's');
         if (n.kind == 'e') {
-          cond[n.cond] = --*n.counter >= n.threshold;
+          cond[n.cond] = loop_unrolled_body_runs(--*n.counter, n.threshold);
         } else {
-          const int64_t count = *n.counter = read_count(n.count);
-          cond[n.conds.main] = count >= n.conds.unroll;
-          if (n.conds.unroll > 1) cond[n.conds.rest] = count > 0 && count % n.conds.unroll != 0;
+          const LoopCount& c = n.count;
+          const int64_t count = *n.counter =
+              c.tensor ? read_loop_count(c.tensor, c.dtype) : c.fixed;
+          cond[n.conds.main] = loop_unrolled_body_runs(count, n.conds.unroll);
+          if (n.conds.unroll > 1) cond[n.conds.rest] = loop_remainder_runs(count, n.conds.unroll);
         }
         break;
       case 'w':

@@ -8,6 +8,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/dependent_launch.h"
 #include "core/cuda/graph_loop.h"
+#include "core/loop_count.h"
 
 namespace tide::cuda {
 
@@ -26,16 +27,6 @@ struct LoopKernelArgs {
   long long fixed;
   LoopRandom random;  // num_ops 0: none
 };
-
-__device__ long long read_count(const LoopKernelArgs& a) {
-  if (!a.count) return a.fixed;
-  switch (DType(a.count_dtype)) {
-    case DType::float32: return (long long)(*static_cast<const float*>(a.count));
-    case DType::float64: return (long long)(*static_cast<const double*>(a.count));
-    case DType::int32: return *static_cast<const int*>(a.count);
-    default: return *static_cast<const long long*>(a.count);
-  }
-}
 
 // Every thread of the grid copies its share of each copy (16-byte words where the copy is
 // aligned), then one thread moves the counter and sets the condition; the condition is
@@ -59,11 +50,13 @@ __global__ void loop_kernel(LoopKernelArgs a) {
   }
   if (tid == 0) {
     advance_loop_random(a.random, a.start);
-    const long long n = a.start ? read_count(a) : *a.counter - 1;
+    const long long n = !a.start  ? *a.counter - 1
+                        : a.count ? read_loop_count(a.count, DType(a.count_dtype))
+                                  : a.fixed;
     *a.counter = n;
-    cudaGraphSetConditional(a.cond, n >= a.threshold ? 1u : 0u);
+    cudaGraphSetConditional(a.cond, loop_unrolled_body_runs(n, a.threshold) ? 1u : 0u);
     if (a.start && a.threshold > 1)
-      cudaGraphSetConditional(a.rest, n > 0 && n % a.threshold != 0 ? 1u : 0u);
+      cudaGraphSetConditional(a.rest, loop_remainder_runs(n, a.threshold) ? 1u : 0u);
   }
 }
 

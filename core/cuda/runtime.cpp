@@ -138,6 +138,14 @@ bool programmatic_edges_enabled() {
   return v == 1;
 }
 void set_programmatic_edges_enabled(bool on) { g_programmatic.store(on ? 1 : 0); }
+namespace {
+thread_local bool t_ordinary_edges_only = false;
+}
+bool programmatic_edges_wanted() { return !t_ordinary_edges_only && programmatic_edges_enabled(); }
+OrdinaryEdgesOnly::OrdinaryEdgesOnly() : before_(t_ordinary_edges_only) {
+  t_ordinary_edges_only = true;
+}
+OrdinaryEdgesOnly::~OrdinaryEdgesOnly() { t_ordinary_edges_only = before_; }
 uint64_t programmatic_edges_added() { return g_programmatic_edges.load(); }
 void note_programmatic_edges(uint64_t n) { g_programmatic_edges.fetch_add(n); }
 

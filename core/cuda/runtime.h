@@ -84,6 +84,19 @@ bool available(int index);
 // keeps the edges it was built with. For comparisons and tests.
 bool programmatic_edges_enabled();
 void set_programmatic_edges_enabled(bool on);
+// Whether a graph built on this thread now gets them: enabled, and not held off here by an
+// OrdinaryEdgesOnly in scope (the executor's rebuild of a graph CUDA refused with them).
+bool programmatic_edges_wanted();
+class OrdinaryEdgesOnly {
+ public:
+  OrdinaryEdgesOnly();
+  ~OrdinaryEdgesOnly();
+  OrdinaryEdgesOnly(const OrdinaryEdgesOnly&) = delete;
+  OrdinaryEdgesOnly& operator=(const OrdinaryEdgesOnly&) = delete;
+
+ private:
+  bool before_;
+};
 // Programmatic edges added to graphs so far in this process (a count for tests and benches).
 uint64_t programmatic_edges_added();
 void note_programmatic_edges(uint64_t n);

@@ -48,9 +48,45 @@ void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&) 
   });
 }
 
-// A chain's compiled kernel on `device`. Loaded once per (source, architecture) for the
-// process, failures included (a few KB each, like nvcc's own kernels): a retrace, another
-// function or a chain of the same shape reuses it.
+// A compiled chain's kernel handle, or why there is none. A library loaded from a CUBIN
+// serves every device of its architecture (CUDA loads it into each device's context when
+// that context first needs it).
+using Loaded = std::pair<const void*, std::string>;
+
+Loaded load_chain(const std::string& source, int sm) {
+  const CompiledChain c = compile_chain(source, sm);
+  if (!c.error.empty()) return {nullptr, c.error};
+  cudaLibrary_t lib = nullptr;
+  cudaKernel_t kernel = nullptr;
+  cudaError_t e =
+      cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, kChainKernelName);
+  if (e == cudaSuccess) return {reinterpret_cast<const void*>(kernel), ""};
+  cudaGetLastError();  // not sticky: nothing ran
+  return {nullptr, std::string("loading the compiled chain (sm_") + std::to_string(sm) +
+                       "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e)};
+}
+
+// Loads kernel into device's context now, not lazily at its first launch there, which may
+// be inside a graph capture; and checks that the runtime takes the handle where it takes a
+// kernel symbol.
+Loaded load_on(const void* kernel, int device) {
+  cudaFuncAttributes attr{};
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
+  cudaSetDevice(current);
+  if (e == cudaSuccess) return {kernel, ""};
+  cudaGetLastError();
+  return {nullptr, "loading the compiled chain on cuda:" + std::to_string(device) + ": " +
+                       cudaGetErrorName(e) + ": " + cudaGetErrorString(e)};
+}
+
+// A chain's compiled kernel on `device`. Compiled and loaded once per (source,
+// architecture), made ready once per device, for the process, failures included (a few KB
+// each, like nvcc's own kernels): a retrace, another function or a chain of the same shape
+// reuses it.
 const void* chain_kernel(const std::string& source, int device, std::string* why) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -61,40 +97,18 @@ const void* chain_kernel(const std::string& source, int device, std::string* why
   }
   const int sm = major * 10 + minor;
   static std::mutex mu;
-  static std::map<std::pair<std::string, int>, std::pair<const void*, std::string>> loaded;
+  static std::map<std::pair<std::string, int>, Loaded> by_sm, by_device;
   std::lock_guard<std::mutex> lock(mu);
-  auto key = std::make_pair(source, sm);
-  auto it = loaded.find(key);
-  if (it == loaded.end()) {
-    const CompiledChain c = compile_chain(source, sm);
-    std::pair<const void*, std::string> result{nullptr, c.error};
-    if (c.error.empty()) {
-      cudaLibrary_t lib = nullptr;
-      cudaKernel_t kernel = nullptr;
-      cudaFuncAttributes attr{};
-      int current = 0;
-      cudaError_t e = cudaGetDevice(&current);
-      if (e == cudaSuccess) e = cudaSetDevice(device);
-      if (e == cudaSuccess)
-        e = cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
-      if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, kChainKernelName);
-      // Loads the kernel into the device's context now, not lazily at its first launch,
-      // which may be inside a graph capture; and checks that the runtime takes the handle
-      // where it takes a kernel symbol.
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
-      cudaSetDevice(current);
-      if (e == cudaSuccess) {
-        result.first = reinterpret_cast<const void*>(kernel);
-      } else {
-        cudaGetLastError();  // not sticky: nothing ran
-        result.second = std::string("loading the compiled chain (sm_") + std::to_string(sm) +
-                        "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
-      }
-    }
-    it = loaded.emplace(std::move(key), std::move(result)).first;
+  auto ready = by_device.find({source, device});
+  if (ready == by_device.end()) {
+    auto it = by_sm.find({source, sm});
+    if (it == by_sm.end())
+      it = by_sm.emplace(std::make_pair(source, sm), load_chain(source, sm)).first;
+    Loaded r = it->second.first ? load_on(it->second.first, device) : it->second;
+    ready = by_device.emplace(std::make_pair(source, device), std::move(r)).first;
   }
-  *why = it->second.second;
-  return it->second.first;
+  *why = ready->second.second;
+  return ready->second.first;
 }
 
 }  // namespace

@@ -3,14 +3,17 @@
 // queued and nothing runs until the exec is launched; edges are exactly the deps given;
 // copy nodes can be re-pointed per launch; an update keeps an exec when the topology is
 // the same and refuses otherwise; a capture can be refused; allocating while capturing
-// fails as cudaMalloc does in thread-local capture mode.
+// fails as cudaMalloc does in thread-local capture mode. And the loop rule
+// (core/loop_count.h) that the fake's and the device's loop kernels share.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "core/cuda/fake_device.h"
+#include "core/loop_count.h"
 #include "tests/error_of.h"
 
 namespace tide {
@@ -153,6 +156,48 @@ TEST(FakeGraph, RefusedCapturesAndAllocationsWhileCapturing) {
   dev.free(p);
   EXPECT_EQ(dev.graph_node_count(g), 1u);
   dev.graph_destroy(g);
+}
+
+// The count as every loop reads it: each dtype, floats truncated toward zero.
+TEST(LoopRule, ReadsTheCountOfEachDtype) {
+  const float f[] = {2.9f, -1.5f};
+  const double d[] = {7.99, 0.5};
+  const int32_t i = -3;
+  const int64_t l = int64_t(1) << 40;
+  EXPECT_EQ(read_loop_count(&f[0], DType::float32), 2);
+  EXPECT_EQ(read_loop_count(&f[1], DType::float32), -1);
+  EXPECT_EQ(read_loop_count(&d[0], DType::float64), 7);
+  EXPECT_EQ(read_loop_count(&d[1], DType::float64), 0);
+  EXPECT_EQ(read_loop_count(&i, DType::int32), -3);
+  EXPECT_EQ(read_loop_count(&l, DType::int64), int64_t(1) << 40);
+}
+
+// The control flow of an unrolled loop as the device runs it (core/cuda/graph_loop.cu):
+// the start sets both conditions from the count; each launch of the main body runs
+// `unroll` iterations, each ending with a step that moves the counter and sets main's
+// condition; then the remainder's body, one iteration and one step per launch. Every
+// count runs exactly max(count, 0) iterations, each whole body launch `unroll` of them.
+TEST(LoopRule, AnUnrolledLoopRunsTheCountExactly) {
+  for (int64_t unroll = 1; unroll <= 5; ++unroll) {
+    for (int64_t count = -2; count <= 13; ++count) {
+      int64_t counter = count, iterations = 0, main_launches = 0;
+      bool main = loop_unrolled_body_runs(counter, unroll);
+      bool rest = unroll > 1 && loop_remainder_runs(counter, unroll);
+      while (main) {
+        ++main_launches;
+        for (int64_t k = 0; k < unroll; ++k, ++iterations)
+          main = loop_unrolled_body_runs(--counter, unroll);
+      }
+      if (unroll == 1) rest = false;  // no second WHILE node
+      while (rest) {
+        ++iterations;
+        rest = loop_unrolled_body_runs(--counter, 1);
+      }
+      EXPECT_EQ(iterations, std::max<int64_t>(count, 0))
+          << "count " << count << ", unroll " << unroll;
+      EXPECT_EQ(main_launches, std::max<int64_t>(count, 0) / unroll) << "count " << count;
+    }
+  }
 }
 
 }  // namespace

@@ -88,6 +88,13 @@ TEST(CudaTrace, ProgrammaticEdgesKeepEagersBits) {
     EXPECT_EQ(g(x, count).to_vector<float>(), trace::loop(n, body_step, x).to_vector<float>()) << n;
   }
   EXPECT_EQ(g.stats().graph_fallback, "");
+  // Where CUDA refused the loop's graph with them (its WHILE body), it was built again with
+  // ordinary edges: correct either way, and the log of a GPU run says which it was.
+  std::cout << "[ programmatic edges in a WHILE body: "
+            << (g.stats().graph_ordinary_edges_because.empty()
+                    ? "taken"
+                    : "refused, " + g.stats().graph_ordinary_edges_because)
+            << " ]\n";
   EXPECT_GT(cuda::programmatic_edges_added(), before + 500) << "the graphs have such edges";
   cuda::set_programmatic_edges_enabled(was);
 }

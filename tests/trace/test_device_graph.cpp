@@ -490,6 +490,45 @@ TEST(DeviceGraphLoop, AnIntCountLoopIsAWhileNodeAndEqualsEager) {
   EXPECT_EQ(s.graph_nodes, 5u);
 }
 
+// Programmatic edges (cuda::programmatic_edges_wanted): CUDA takes them node by node but
+// may refuse the whole graph (in a WHILE node's body, say); the graph is then built again
+// with ordinary edges instead of losing it, and the stats say why.
+TEST(DeviceGraph, AGraphRefusedWithProgrammaticEdgesIsBuiltWithOrdinaryOnes) {
+  struct Restore {
+    bool wanted = cuda::programmatic_edges_enabled();
+    ~Restore() {
+      cuda::set_programmatic_edges_enabled(wanted);
+      fake().refuse_programmatic_graphs(false);
+    }
+  } restore;
+  auto body = [](const Tensor& x) { return trace::loop(4, step, exp(x * 0.5) - 1.0); };
+  cuda::set_programmatic_edges_enabled(true);
+  for (bool refused : {false, true}) {
+    fake().refuse_programmatic_graphs(refused);
+    auto f = trace::function(body, {.name = "programmatic", .loop_unroll = 1});
+    const uint64_t edges = cuda::programmatic_edges_added();
+    Tensor x = on_gpu(values(6, 0.25f), {2, 3});
+    EXPECT_EQ(f(x).to_vector<float>(), body(x).to_vector<float>()) << refused;
+    trace::FunctionStats s = f.stats();
+    EXPECT_EQ(s.graph_fallback, "") << "the graph runs";
+    EXPECT_GT(s.graph_nodes, 0u);
+    EXPECT_GT(cuda::programmatic_edges_added(), edges) << "the first build had them";
+    if (refused) {
+      EXPECT_NE(s.graph_ordinary_edges_because.find("programmatic edges"), std::string::npos)
+          << s.graph_ordinary_edges_because;
+      {
+        cuda::OrdinaryEdgesOnly ordinary;
+        EXPECT_FALSE(cuda::programmatic_edges_wanted()) << "held off on this thread";
+      }
+      EXPECT_TRUE(cuda::programmatic_edges_wanted()) << "and wanted again after the rebuild";
+    } else {
+      EXPECT_EQ(s.graph_ordinary_edges_because, "");
+    }
+    Tensor x2 = on_gpu(values(6, 0.5f), {2, 3});
+    EXPECT_EQ(f(x2).to_vector<float>(), body(x2).to_vector<float>()) << "replays " << refused;
+  }
+}
+
 // A small body runs several iterations per launch of its body graph (a launch costs the
 // device more than the body's nodes), and the remainder one per launch in a second WHILE
 // node: any count gives eager's result.
