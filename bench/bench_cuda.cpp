@@ -271,13 +271,16 @@ BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The same with programmatic edges between the adds (TIDE_CUDA_PDL=1's behaviour): each
 // kernel launches while the one before it runs and waits for it on the device.
-void BM_CudaGraphTinyAddsProgrammatic(benchmark::State& state) {
+void with_programmatic_edges(benchmark::State& state, void (*bench)(benchmark::State&)) {
   const bool was = tide::cuda::programmatic_edges_enabled();
   tide::cuda::set_programmatic_edges_enabled(true);  // read when the graph is built
   const uint64_t edges = tide::cuda::programmatic_edges_added();
-  BM_CudaGraphTinyAdds(state);
+  bench(state);
   state.counters["programmatic_edges"] = double(tide::cuda::programmatic_edges_added() - edges);
   tide::cuda::set_programmatic_edges_enabled(was);
+}
+void BM_CudaGraphTinyAddsProgrammatic(benchmark::State& state) {
+  with_programmatic_edges(state, BM_CudaGraphTinyAdds);
 }
 BENCHMARK(BM_CudaGraphTinyAddsProgrammatic)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -300,8 +303,15 @@ void BM_CudaWhileTinyAddsOnePerLaunch(benchmark::State& state) {
 void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::elementwise);
 }
+// The default WHILE node with programmatic edges: in its body, each add and step kernel
+// launches while the one before it runs (programmatic_edges = 0 where CUDA refused them
+// in a conditional body and the graph was built with ordinary edges).
+void BM_CudaWhileTinyAddsProgrammatic(benchmark::State& state) {
+  with_programmatic_edges(state, BM_CudaWhileTinyAdds);
+}
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaWhileTinyAddsOnePerLaunch)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaWhileTinyAddsProgrammatic)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaFusedLoopTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A fused loop whose body is three steps (y = (y + 1) * 0.5 - 0.25), the state in

@@ -102,6 +102,9 @@ def main():
         pass
     print(f"device: {ctx.get('device', '?')}; PyTorch {th.get('torch', 'not measured')}")
 
+    def edges(name):  # the programmatic edges the benchmark's graphs were built with
+        return f"{tb[name].get('programmatic_edges', 0):.0f}"
+
     def ms(name):
         b = tb[name]
         scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
@@ -155,7 +158,8 @@ def main():
         if "BM_CudaGraphTinyAddsProgrammatic" in tb:
             pdl_us = ms("BM_CudaGraphTinyAddsProgrammatic") * 1e3 / 10000
             rows.append(("graph replay per node, programmatic edges (TIDE_CUDA_PDL=1, us)",
-                         f"{pdl_us:.3f} (ordinary / programmatic: {per_node_us / pdl_us:.2f})", "<= 1.0",
+                         f"{pdl_us:.3f} (ordinary / programmatic: {per_node_us / pdl_us:.2f}; "
+                         f"{edges('BM_CudaGraphTinyAddsProgrammatic')} edges)", "<= 1.0",
                          pdl_us <= 1.0))
         t = th.get("tiny_unrolled_graph_ms")
         if t:
@@ -176,6 +180,12 @@ def main():
             o = ms("BM_CudaWhileTinyAddsOnePerLaunch")
             rows.append(("10000 adds: WHILE node per iteration, 16 vs 1 per launch (us)",
                          f"{w * 1e3 / 10000:.3f} vs {o * 1e3 / 10000:.3f} ({o / w:.2f}x)",
+                         "reported", None))
+        if "BM_CudaWhileTinyAddsProgrammatic" in tb:
+            p = ms("BM_CudaWhileTinyAddsProgrammatic")
+            rows.append(("10000 adds: WHILE node per iteration, programmatic edges (us)",
+                         f"{p * 1e3 / 10000:.3f} (ordinary / programmatic: {w / p:.2f}; "
+                         f"{edges('BM_CudaWhileTinyAddsProgrammatic')} edges)",
                          "reported", None))
     if "BM_CudaFusedLoopTinyAdds" in tb and "BM_CudaTinyOpThroughput" in tb:
         f = ms("BM_CudaFusedLoopTinyAdds")

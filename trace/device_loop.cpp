@@ -7,6 +7,7 @@
 #include "core/capture.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/loop_count.h"
 #include "core/philox.h"
 #include "trace/executor.h"
 
@@ -230,9 +231,7 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
     if (count_) {
       unsigned char host[8] = {};
       rt.copy_to_host(host, count_address(), size_of(count_dtype_), "loop");
-      n = dispatch_dtype(count_dtype_, [&](auto z) -> int64_t {
-        return int64_t(*reinterpret_cast<const decltype(z)*>(host));
-      });
+      n = read_loop_count(host, count_dtype_);
     }
     if (random_.num_ops) rt.copy_to_host(base, random_.base, sizeof(base), "loop");
   }
