@@ -3,8 +3,12 @@
 // instead, so that edges from the kernel nodes before it can be programmatic (CUDA joins
 // only kernel nodes that way). Other kernels (cuBLAS, CUB, cuDNN) stay child graphs: they
 // may read their inputs before any wait.
+#include <dlfcn.h>
+
 #include <cstring>
+#include <mutex>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "core/cuda/check.h"
@@ -15,11 +19,28 @@ namespace tide::cuda {
 
 namespace {
 
+std::mutex g_loaded_mu;
+std::unordered_set<const void*> g_loaded;  // register_awaiting_kernel's
+
+// Whether func is a kernel of tide's: one compiled into the object that holds this code
+// (its host stub is there), or one loaded at run time and registered. Only those are given
+// to cudaFuncGetName, which takes any other pointer for a cudaKernel_t handle (a kernel
+// node of cuBLAS or cuDNN, which carry their own runtime).
+bool is_tides(const void* func) {
+  Dl_info mine{}, theirs{};
+  if (dladdr(reinterpret_cast<const void*>(&is_tides), &mine) && dladdr(func, &theirs) &&
+      mine.dli_fbase == theirs.dli_fbase)
+    return true;
+  std::lock_guard lock(g_loaded_mu);
+  return g_loaded.count(func) > 0;
+}
+
 // tide's kernels (namespace tide, and the compiled chains' entry) all begin with
 // await_prerequisite_grids; tests/core/test_kernel_prologues.cpp keeps it so. Its wait is
 // compiled only for compute capability 9.0 and later: a kernel built from older PTX (a
 // build for CMAKE_CUDA_ARCHITECTURES=80 run on an H100) does not wait, so it is not one.
 bool awaits_prerequisites(const void* func) {
+  if (!is_tides(func)) return false;
   const char* name = nullptr;
   cudaFuncAttributes attr{};
   if (cudaFuncGetName(&name, func) != cudaSuccess || !name ||
@@ -93,6 +114,11 @@ cudaGraphNode_t add_kernel(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
 bool programmatic_here() { return programmatic_edges_wanted() && current_device_has_it(); }
 
 }  // namespace
+
+void register_awaiting_kernel(const void* func) {
+  std::lock_guard lock(g_loaded_mu);
+  g_loaded.insert(func);
+}
 
 cudaGraphNode_t add_kernel_after(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                  const cudaKernelNodeParams& k) {

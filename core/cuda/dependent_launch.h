@@ -15,6 +15,11 @@
 
 namespace tide::cuda {
 
+// Makes func, a kernel loaded at run time (a compiled chain's, ops/cuda/fused.cu) that
+// begins with await_prerequisite_grids, one of tide's for add_kernel_after. The kernels
+// compiled into tide are found without it.
+void register_awaiting_kernel(const void* func);
+
 // Adds kernel node k to g after deps: joined to the kernel nodes among deps by programmatic
 // edges when they are wanted (programmatic_edges_wanted, core/cuda/runtime.h), the device
 // has them and k is a kernel of tide's compiled for compute capability 9.0 or later (whose

@@ -9,6 +9,7 @@
 
 #include "core/cuda/await_grids.h"
 #include "core/cuda/check.h"
+#include "core/cuda/dependent_launch.h"
 #include "ops/chain_compiler.h"
 #include "ops/chain_source.h"
 #include "ops/cuda/launch.h"
@@ -61,7 +62,10 @@ Loaded load_chain(const std::string& source, int sm) {
   cudaError_t e =
       cudaLibraryLoadData(&lib, c.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, kChainKernelName);
-  if (e == cudaSuccess) return {reinterpret_cast<const void*>(kernel), ""};
+  if (e == cudaSuccess) {
+    tide::cuda::register_awaiting_kernel(kernel);  // its source begins with the wait
+    return {reinterpret_cast<const void*>(kernel), ""};
+  }
   cudaGetLastError();  // not sticky: nothing ran
   return {nullptr, std::string("loading the compiled chain (sm_") + std::to_string(sm) +
                        "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e)};
