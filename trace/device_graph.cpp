@@ -21,7 +21,7 @@ using cuda::GraphHandle;
 using cuda::GraphNodeHandle;
 
 DeviceGraph::~DeviceGraph() {
-  SpareExec s{api, exec, graph, std::move(copy_in), std::move(copy_out)};
+  SpareExec s{api, exec, graph, std::move(copy_in), std::move(copy_back), std::move(copy_out)};
   if (recycler && exec) recycler->give(std::move(s));
   else ExecRecycler::destroy(s);
 }
@@ -72,6 +72,16 @@ Copy input_copy(const Graph& g, const CallBindings& c, size_t k) {
   const Value& v = g.values[size_t(g.inputs[k])];
   const CallBindings::InputBind& b = c.inputs[k];
   return {v.storage->data(), static_cast<unsigned char*>(b.arg->data()) + b.byte_offset, v.bytes};
+}
+
+// An input the graph writes in place, from its fixed buffer back into the argument (the
+// caller's tensor, as eager writes it); bytes 0 for an input it does not write.
+Copy back_copy(const Graph& g, const CallBindings& c, size_t k) {
+  if (std::find(g.external_writes.begin(), g.external_writes.end(), g.inputs[k]) ==
+      g.external_writes.end())
+    return {nullptr, nullptr, 0};
+  const Copy in = input_copy(g, c, k);
+  return {const_cast<void*>(in.src), in.dst, in.bytes};
 }
 
 Copy output_copy(const Graph& g, const CallBindings& c, int id) {
@@ -213,8 +223,8 @@ bool update_spare(DeviceGraph& dg, GraphHandle h) {
     return a.size() == b.size() &&
            std::equal(a.begin(), a.end(), b.begin(), [](auto x, auto y) { return !x == !y; });
   };
-  if (!same_places(spare->copy_in, dg.copy_in) || !same_places(spare->copy_out, dg.copy_out) ||
-      !dg.api->graph_exec_update(spare->exec, h)) {
+  if (!same_places(spare->copy_in, dg.copy_in) || !same_places(spare->copy_back, dg.copy_back) ||
+      !same_places(spare->copy_out, dg.copy_out) || !dg.api->graph_exec_update(spare->exec, h)) {
     ExecRecycler::destroy(*spare);
     return false;
   }
@@ -222,6 +232,7 @@ bool update_spare(DeviceGraph& dg, GraphHandle h) {
   dg.exec = spare->exec;
   dg.graph = spare->graph;
   dg.copy_in = std::move(spare->copy_in);
+  dg.copy_back = std::move(spare->copy_back);
   dg.copy_out = std::move(spare->copy_out);
   ++dg.recycler->updated;
   return true;
@@ -235,6 +246,7 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   DeviceApi& api = *ctx.api;
   dg.api = &api;
   dg.copy_in.clear();
+  dg.copy_back.clear();
   dg.copy_out.clear();
   dg.host_functions.fns.clear();
   GraphBuild b(api);
@@ -252,6 +264,8 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   std::vector<GraphNodeHandle> sinks;
   std::string failed = add_planned_nodes(g, h, roots_after, capture_context(ctx, dg), &sinks);
   if (!failed.empty()) return failed;
+  for (size_t k = 0; k < g.inputs.size(); ++k)
+    dg.copy_back.push_back(add_copy(sinks, back_copy(g, c, k)));
   for (int id : dg.out_values) dg.copy_out.push_back(add_copy(sinks, output_copy(g, c, id)));
   if (!dg.recycler || !update_spare(dg, h)) {
     std::string why;
@@ -287,10 +301,12 @@ void launch_nodes(const Graph& g, const DeviceGraph& dg, const KernelContext& ct
                   const CallBindings& c) {
   DeviceApi& api = *ctx.api;
   auto copy = [&](const Copy& cp) {
-    api.memcpy_async(cp.dst, cp.src, cp.bytes, CopyKind::device_to_device, ctx.stream);
+    if (cp.bytes)
+      api.memcpy_async(cp.dst, cp.src, cp.bytes, CopyKind::device_to_device, ctx.stream);
   };
   for (size_t k = 0; k < g.inputs.size(); ++k) copy(input_copy(g, c, k));
   launch_planned_nodes(g, ctx);
+  for (size_t k = 0; k < g.inputs.size(); ++k) copy(back_copy(g, c, k));
   for (int id : dg.out_values) copy(output_copy(g, c, id));
 }
 
@@ -318,7 +334,10 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
           api.graph_exec_set_memcpy(dg.exec, node, cp.dst, cp.src, cp.bytes,
                                     CopyKind::device_to_device);
       };
-      for (size_t k = 0; k < g.inputs.size(); ++k) repoint(dg.copy_in[k], input_copy(g, c, k));
+      for (size_t k = 0; k < g.inputs.size(); ++k) {
+        repoint(dg.copy_in[k], input_copy(g, c, k));
+        repoint(dg.copy_back[k], back_copy(g, c, k));
+      }
       for (size_t j = 0; j < dg.out_values.size(); ++j)
         repoint(dg.copy_out[j], output_copy(g, c, dg.out_values[j]));
     }
@@ -331,6 +350,27 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
 }
 
 }  // namespace
+
+bool aliases_written_memory(const Graph& g, std::span<const Tensor> args) {
+  if (g.external_writes.empty()) return false;
+  auto written = [&](int id) {
+    return std::find(g.external_writes.begin(), g.external_writes.end(), id) !=
+           g.external_writes.end();
+  };
+  // One place per argument, then per captured value g reads or writes.
+  std::vector<std::pair<const Storage*, bool>> places;  // memory, written by g
+  for (size_t k = 0; k < args.size() && k < g.inputs.size(); ++k)
+    places.emplace_back(args[k].storage(), written(g.inputs[k]));
+  for (const std::vector<int>* ids : {&g.external_reads, &g.external_writes})
+    for (int id : *ids)
+      if (g.values[size_t(id)].kind != ValueKind::input)
+        places.emplace_back(g.values[size_t(id)].storage.get(), written(id));
+  // Pairs with an argument on one side (captured values are used in place, as in eager).
+  for (size_t i = 0; i < std::min(args.size(), places.size()); ++i)
+    for (size_t j = i + 1; j < places.size(); ++j)
+      if (places[i].first == places[j].first && (places[i].second || places[j].second)) return true;
+  return false;
+}
 
 void submit_replay(const std::shared_ptr<Graph>& gp, CallBindings c, Launch how,
                    tide::SourceLocation site) {

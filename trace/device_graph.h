@@ -82,7 +82,10 @@ struct DeviceGraph {
   // The graph exec was instantiated from, kept for exec's life: cudaGraphExecMemcpyNode-
   // SetParams1D takes the copy nodes of that graph, which die with it (cudaErrorInvalidValue).
   cuda::GraphHandle graph = nullptr;
-  std::vector<cuda::GraphNodeHandle> copy_in;   // per g.inputs entry (nullptr: empty, none)
+  std::vector<cuda::GraphNodeHandle> copy_in;  // per g.inputs entry (nullptr: empty, none)
+  // Per g.inputs entry, the copy of its fixed buffer back into the argument, when the graph
+  // writes that input in place (nullptr: it does not, or it is empty).
+  std::vector<cuda::GraphNodeHandle> copy_back;
   std::vector<cuda::GraphNodeHandle> copy_out;  // per output value with a fixed buffer (idem)
   std::vector<int> out_values;                  // their value ids
   std::vector<StorageRef> fixed;                // input and output buffers, kept
@@ -134,5 +137,11 @@ void submit_replay(const std::shared_ptr<Graph>& g, CallBindings c, Launch how,
 // build or of a node surfaces at the next sync on the outputs.
 std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
                                      tide::SourceLocation site, size_t* allocated = nullptr);
+
+// Whether args share memory with each other or with a value g captured, where g writes
+// one of them in place. A GPU graph copies each argument into a fixed buffer of its own
+// (and back when written), so it would split what eager shares: such a call is run
+// eagerly instead (trace::function), to give eager's results.
+bool aliases_written_memory(const Graph& g, std::span<const Tensor> args);
 
 }  // namespace tide::trace

@@ -5,9 +5,9 @@
 // instead rewrite the old exec's parameters in place (cudaGraphExecUpdate), and the build
 // falls back to an instantiation when it refuses.
 //
-// A spare keeps the graph its exec was instantiated from and that graph's input and output
-// copy nodes: CUDA re-points an exec's copy node by the node of that graph, which the
-// update pairs with the new graph's node in the same place.
+// A spare keeps the graph its exec was instantiated from and that graph's copy nodes: CUDA
+// re-points an exec's copy node by the node of that graph, which the update pairs with the new
+// graph's node in the same place.
 #pragma once
 
 #include <atomic>
@@ -23,8 +23,9 @@ namespace tide::trace {
 struct SpareExec {
   cuda::DeviceApi* api = nullptr;
   cuda::GraphExecHandle exec = nullptr;
-  cuda::GraphHandle graph = nullptr;                     // exec's source graph, owned with it
-  std::vector<cuda::GraphNodeHandle> copy_in, copy_out;  // its copy nodes (nullptr: none)
+  cuda::GraphHandle graph = nullptr;  // exec's source graph, owned with it
+  // Its copy nodes (nullptr: none): DeviceGraph's copy_in, copy_back and copy_out.
+  std::vector<cuda::GraphNodeHandle> copy_in, copy_back, copy_out;
 };
 
 class ExecRecycler {

@@ -180,6 +180,11 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   stats_.output_bytes = e.plan.output_bytes;
   stats_.persistent_bytes = e.plan.persistent_bytes;
   stats_.critical_path = g->deps.critical_path;
+  if (!g->device.is_cpu() && aliases_written_memory(*g, args)) {
+    ++stats_.eager_calls;
+    ++stats_.aliased_calls;
+    return body(args);
+  }
   ++stats_.replays;
   if (opt_.verify)
     return g->device.is_cpu() ? verify_replay(g, args, opt_.fusion, site_)

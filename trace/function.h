@@ -107,7 +107,11 @@ struct FunctionStats {
   int64_t calls = 0;
   int64_t traces = 0;  // signatures traced (first trace included)
   int64_t replays = 0;
-  int64_t eager_calls = 0;  // warm-up calls and nested calls
+  int64_t eager_calls = 0;  // warm-up calls, nested calls and aliased_calls
+  // On a GPU: calls run eagerly because an argument shares memory with another argument
+  // or a captured tensor where the function writes one of them in place (the graph's
+  // fixed input buffers would split what eager shares; trace/device_graph.h).
+  int64_t aliased_calls = 0;
   int64_t evictions = 0;
   size_t cached = 0;                    // signatures in the cache now
   std::vector<RetraceReason> retraces;  // one per trace after the first

@@ -222,6 +222,57 @@ TEST(DeviceGraph, ARefusedCaptureLaunchesTheNodesOneByOneAndSaysWhy) {
   EXPECT_EQ(f(x2).to_vector<float>(), body(x2).to_vector<float>()) << "and keeps doing so";
 }
 
+// An argument the function writes in place is the caller's tensor, as in eager: the write
+// reaches it, and reads through another argument or a capture that aliases it see it.
+TEST(DeviceGraph, ArgumentsWrittenInPlaceReachTheCaller) {
+  auto scale = [](Tensor a) {
+    a.mul_(2.0);
+    return a + 1.0;
+  };
+  auto f = trace::function(scale, {.name = "in place"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu({1, 2, 3, 4}, {4}), e = on_gpu({1, 2, 3, 4}, {4});
+    Tensor r = f(x), re = scale(e);
+    EXPECT_EQ(r.to_vector<float>(), re.to_vector<float>()) << call;
+    EXPECT_EQ(x.to_vector<float>(), e.to_vector<float>())
+        << "the argument is written, call " << call;
+  }
+  auto twice = trace::function([](Tensor a) { return a.mul_(2.0); }, {.name = "returns it"});
+  Tensor z = on_gpu({1, 2, 3, 4}, {4});
+  for (int call = 0; call < 2; ++call) twice(z);
+  Tensor back = twice(z);  // the argument itself, written in place
+  EXPECT_EQ(back.storage(), z.storage());
+  EXPECT_EQ(back.to_vector<float>(), (std::vector<float>{8, 16, 24, 32}));
+  EXPECT_EQ(twice.stats().graph_fallback, "");
+
+  Tensor w = on_gpu({1, 1, 1, 1}, {4});
+  auto g = trace::function(
+      [&](Tensor a, const Tensor& b) {
+        a.mul_(2.0);   // an input written in place...
+        return b * w;  // ...and another input read: the same tensor when they alias
+      },
+      {.name = "alias"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor s = on_gpu({1, 1, 1, 1}, {4});
+    Tensor r = g(s, s);  // eager: s *= 2, then s * w
+    EXPECT_EQ(r.to_vector<float>(), std::vector<float>(4, 2.0f)) << call;
+    EXPECT_EQ(s.to_vector<float>(), std::vector<float>(4, 2.0f)) << call;
+  }
+  Tensor y = on_gpu({3, 3, 3, 3}, {4});
+  Tensor r = g(w, y);  // a writes the captured w that b * w reads
+  EXPECT_EQ(r.to_vector<float>(), std::vector<float>(4, 6.0f));
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 2.0f));
+  trace::FunctionStats s = g.stats();
+  EXPECT_EQ(s.aliased_calls, 4) << "aliased calls run eagerly";
+  Tensor p = on_gpu({1, 2, 3, 4}, {4}), q = on_gpu({5, 5, 5, 5}, {4});
+  EXPECT_EQ(g(p, q).to_vector<float>(), std::vector<float>(4, 10.0f));
+  EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(g.stats().aliased_calls, 4) << "and the others replay the graph";
+  EXPECT_EQ(g.stats().graph_fallback, "");
+  EXPECT_EQ(f.stats().aliased_calls, 0);
+  EXPECT_EQ(f.stats().replays, 3);
+}
+
 TEST(DeviceGraph, ReplaysOnTwoStreamsAreOrderedOnTheArena) {
   // Long enough that the replays overlap if nothing orders them: every replay writes the
   // same arena and fixed buffers.
