@@ -241,8 +241,10 @@ bool update_spare(DeviceGraph& dg, GraphHandle h) {
 // Builds dg's CUDA graph from g (see the header). Returns "" when dg.exec is ready, else
 // why the nodes must be launched one by one (a refused capture or instantiation, a kernel
 // that failed while captured: launched again outside a graph, it fails there with its
-// own error, or runs).
-std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
+// own error, or runs), and *refused_instantiation whether that was the instantiation.
+std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c,
+                       bool* refused_instantiation) {
+  *refused_instantiation = false;
   DeviceApi& api = *ctx.api;
   dg.api = &api;
   dg.copy_in.clear();
@@ -267,33 +269,48 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   for (size_t k = 0; k < g.inputs.size(); ++k)
     dg.copy_back.push_back(add_copy(sinks, back_copy(g, c, k)));
   for (int id : dg.out_values) dg.copy_out.push_back(add_copy(sinks, output_copy(g, c, id)));
-  if (!dg.recycler || !update_spare(dg, h)) {
+  const size_t nodes = api.graph_node_count(h);  // before the exec is ours to release
+  // A loop's WHILE nodes cannot be updated: CUDA does not change a conditional node's
+  // parameters, and each build creates new condition handles.
+  const bool loops =
+      std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return bool(n.piece); });
+  if (!dg.recycler || loops || !update_spare(dg, h)) {
     std::string why;
     dg.exec = api.graph_instantiate(h, &why);
-    if (!dg.exec) return "CUDA refused to instantiate the graph: " + why;
+    if (!dg.exec) {
+      *refused_instantiation = true;
+      return "CUDA refused to instantiate the graph: " + why;
+    }
     dg.graph = b.release();
     if (dg.recycler) ++dg.recycler->instantiated;
   }
   std::lock_guard lock(dg.mu);
-  dg.stats_.graph_nodes = api.graph_node_count(h);
+  dg.stats_.graph_nodes = nodes;
   return {};
 }
 
-// build_once, and once more with ordinary edges when CUDA refused a graph that had
-// programmatic ones: it takes them node by node, but may refuse the whole graph (in a
-// conditional node's body, say), which would otherwise cost the replay its graph.
+// build_once, and once more with ordinary edges when CUDA refused to instantiate a graph
+// that had programmatic ones: it takes them node by node, but may refuse the whole graph
+// (in a conditional node's body, say), which would otherwise cost the replay its graph.
+// The function's later graphs (its other signatures) then start with ordinary edges.
 std::string build(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindings& c) {
-  const uint64_t edges = cuda::programmatic_edges_added();
-  std::string why = build_once(g, dg, ctx, c);
-  if (why.empty() || cuda::programmatic_edges_added() == edges) return why;
-  cuda::OrdinaryEdgesOnly ordinary;
-  std::string again = build_once(g, dg, ctx, c);
-  if (again.empty()) {
-    std::lock_guard lock(dg.mu);
-    dg.stats_.ordinary_edges_because = why;
-    return {};
+  std::string because = dg.recycler ? dg.recycler->ordinary_edges_because() : std::string();
+  std::optional<cuda::OrdinaryEdgesOnly> ordinary;
+  if (!because.empty()) ordinary.emplace();
+  const uint64_t edges = cuda::programmatic_edges_added_here();
+  bool refused = false;
+  std::string why = build_once(g, dg, ctx, c, &refused);
+  if (!why.empty() && refused && cuda::programmatic_edges_added_here() != edges) {
+    ordinary.emplace();
+    std::string again = build_once(g, dg, ctx, c, &refused);
+    if (!again.empty()) return why + "; with ordinary edges instead: " + again;
+    because = why;
+    if (dg.recycler) dg.recycler->need_ordinary_edges(because);
+    why.clear();
   }
-  return why + "; with ordinary edges instead: " + again;
+  std::lock_guard lock(dg.mu);
+  dg.stats_.ordinary_edges_because = because;
+  return why;
 }
 
 // The replay without a graph: the copies and the nodes, one by one on the stream.

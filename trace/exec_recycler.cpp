@@ -27,6 +27,16 @@ void ExecRecycler::give(SpareExec s) {
   if (dropped) destroy(*dropped);
 }
 
+void ExecRecycler::need_ordinary_edges(std::string why) {
+  std::lock_guard lock(mu_);
+  ordinary_edges_because_ = std::move(why);
+}
+
+std::string ExecRecycler::ordinary_edges_because() const {
+  std::lock_guard lock(mu_);
+  return ordinary_edges_because_;
+}
+
 std::optional<SpareExec> ExecRecycler::take(cuda::DeviceApi* api) {
   std::lock_guard lock(mu_);
   for (auto it = spares_.begin(); it != spares_.end(); ++it)

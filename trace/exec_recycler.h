@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/cuda/device_api.h"
@@ -48,9 +49,16 @@ class ExecRecycler {
   // Builds of this function's graphs: instantiated, or updated from a spare.
   std::atomic<int64_t> instantiated{0}, updated{0};
 
+  // Why CUDA refused one of this function's graphs with programmatic edges (core/cuda/
+  // dependent_launch.h), so that its later graphs are built with ordinary ones from the
+  // start ("" while none was refused). Thread-safe.
+  void need_ordinary_edges(std::string why);
+  std::string ordinary_edges_because() const;
+
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<SpareExec> spares_;
+  std::string ordinary_edges_because_;
 };
 
 }  // namespace tide::trace

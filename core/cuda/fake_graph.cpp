@@ -86,16 +86,16 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const Gr
                                                std::string* why) {
   GraphNode node;
   node.ops = capture(launch);
-  if (!deps.empty() && programmatic_edges_wanted()) {
-    node.programmatic = true;
-    note_programmatic_edges(deps.size());
-  }
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_node, nullptr, nullptr, node.ops.size()});
   if (!refuse_capture_.empty()) {
     if (why) *why = "cudaErrorStreamCaptureUnsupported (fake): " + refuse_capture_;
     refuse_capture_.clear();
     return nullptr;
+  }
+  if (!deps.empty() && programmatic_edges_wanted()) {
+    node.programmatic = true;
+    note_programmatic_edges(deps.size());
   }
   return add_node(g, deps, std::move(node));
 }
@@ -236,16 +236,32 @@ GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string* why) {
   return graphs_.back().get();
 }
 
+namespace {
+// CUDA's rule for an update, reduced to what the fake keeps: the same nodes, kinds, edges
+// and edge types, and the same in every WHILE node's body; a WHILE node's parameters (its
+// condition handle) cannot change.
+template <typename Graph>
+bool same_topology(const Graph& a, const Graph& b) {
+  if (a.nodes.size() != b.nodes.size()) return false;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const auto &x = a.nodes[i], &y = b.nodes[i];
+    if (x.kind != y.kind || x.deps != y.deps || x.programmatic != y.programmatic ||
+        !x.body != !y.body || (x.kind == 'w' && x.cond != y.cond) ||
+        (x.body && !same_topology(*x.body, *y.body)))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
 bool FakeDevice::graph_exec_update(GraphExecHandle exec, GraphHandle g) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_update, nullptr, nullptr, 0});
-  auto& to = static_cast<Graph*>(exec)->nodes;
-  const auto& from = static_cast<Graph*>(g)->nodes;
-  // CUDA's rule, reduced to what the fake keeps: same nodes, kinds and edges.
-  if (to.size() != from.size()) return false;
-  for (size_t i = 0; i < to.size(); ++i)
-    if (to[i].kind != from[i].kind || to[i].deps != from[i].deps) return false;
-  to = from;
+  Graph& to = *static_cast<Graph*>(exec);
+  const Graph& from = *static_cast<Graph*>(g);
+  if (!same_topology(to, from) || (refuse_programmatic_ && has_programmatic_edges(from)))
+    return false;
+  to.nodes = from.nodes;
   return true;
 }
 

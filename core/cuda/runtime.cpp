@@ -146,8 +146,15 @@ OrdinaryEdgesOnly::OrdinaryEdgesOnly() : before_(t_ordinary_edges_only) {
   t_ordinary_edges_only = true;
 }
 OrdinaryEdgesOnly::~OrdinaryEdgesOnly() { t_ordinary_edges_only = before_; }
+namespace {
+thread_local uint64_t t_programmatic_edges = 0;
+}
 uint64_t programmatic_edges_added() { return g_programmatic_edges.load(); }
-void note_programmatic_edges(uint64_t n) { g_programmatic_edges.fetch_add(n); }
+uint64_t programmatic_edges_added_here() { return t_programmatic_edges; }
+void note_programmatic_edges(uint64_t n) {
+  g_programmatic_edges.fetch_add(n);
+  t_programmatic_edges += n;
+}
 
 // ---- the registry ----------------------------------------------------------------------
 

@@ -99,6 +99,8 @@ class OrdinaryEdgesOnly {
 };
 // Programmatic edges added to graphs so far in this process (a count for tests and benches).
 uint64_t programmatic_edges_added();
+// Of those, the ones added by graphs built on the calling thread.
+uint64_t programmatic_edges_added_here();
 void note_programmatic_edges(uint64_t n);
 
 // For the engine, the allocator and the ops:

@@ -48,6 +48,9 @@ std::vector<float> values(int n, float scale) {
   return v;
 }
 
+// A loop body: one elementwise chain on the state.
+Tensor step(const Tensor& s) { return s * 1.5 - 0.25; }
+
 // Two branches (matmul, and an elementwise chain) joined at the end.
 std::vector<Tensor> branches(const Tensor& x, const Tensor& w) {
   Tensor h = relu(matmul(x, w) + 1.0);
@@ -186,6 +189,18 @@ TEST(DeviceGraph, AnEvictedSignaturesGraphIsUpdatedInPlaceForTheNextOne) {
   EXPECT_EQ(three.to_vector<float>(), (std::vector<float>{4, 7, 10}));
   EXPECT_EQ(g.stats().graph_updates, 0);
   EXPECT_EQ(g.stats().graph_instantiations, 2);
+
+  // A loop's graph is instantiated: CUDA does not change a WHILE node's parameters, and
+  // each build makes new condition handles (an update would leave the old ones in place).
+  auto h = trace::function([](const Tensor& x) { return trace::loop(3, step, x); },
+                           {.cache_budget = 1, .loop_unroll = 1});
+  for (int call = 0; call < 4; ++call) {
+    const int n = 2 + call % 2;
+    Tensor x = on_gpu(values(n, 1), {n});
+    EXPECT_EQ(h(x).to_vector<float>(), trace::loop(3, step, x).to_vector<float>()) << call;
+  }
+  EXPECT_EQ(h.stats().graph_updates, 0);
+  EXPECT_EQ(h.stats().graph_instantiations, 4);
 }
 
 // CUDA refuses zero-length copy nodes (and so does the fake): an empty input or output
@@ -505,8 +520,6 @@ TEST(DeviceGraphFusion, ATrainingStepWithFusionEqualsEager) {
 
 // ---- trace::loop: a WHILE node of the CUDA graph ----
 
-Tensor step(const Tensor& s) { return s * 1.5 - 0.25; }
-
 // n copies of s.
 std::string times(int n, const std::string& s) {
   std::string r;
@@ -578,6 +591,26 @@ TEST(DeviceGraph, AGraphRefusedWithProgrammaticEdgesIsBuiltWithOrdinaryOnes) {
     Tensor x2 = on_gpu(values(6, 0.5f), {2, 3});
     EXPECT_EQ(f(x2).to_vector<float>(), body(x2).to_vector<float>()) << "replays " << refused;
   }
+
+  // The function's next signature starts with ordinary edges once one graph needed them.
+  auto g = trace::function(body, {.name = "programmatic", .cache_budget = 1, .loop_unroll = 1});
+  Tensor x = on_gpu(values(6, 0.25f), {2, 3});
+  g(x).wait_to_read();
+  const uint64_t edges = cuda::programmatic_edges_added_here();
+  Tensor y = on_gpu(values(4, 0.25f), {4});
+  EXPECT_EQ(g(y).to_vector<float>(), body(y).to_vector<float>());
+  EXPECT_EQ(cuda::programmatic_edges_added_here(), edges) << "built once, with ordinary edges";
+  EXPECT_NE(g.stats().graph_ordinary_edges_because, "");
+  EXPECT_EQ(g.stats().graph_fallback, "");
+
+  // A refused capture is not an instantiation refused for the edges: no second build.
+  fake().refuse_programmatic_graphs(false);
+  auto h = trace::function(body, {.name = "capture refused", .loop_unroll = 1});
+  fake().refuse_next_capture("a launch this fake will not capture");
+  EXPECT_EQ(h(x).to_vector<float>(), body(x).to_vector<float>());
+  EXPECT_NE(h.stats().graph_fallback.find("will not capture"), std::string::npos)
+      << h.stats().graph_fallback;
+  EXPECT_EQ(h.stats().graph_ordinary_edges_because, "");
 }
 
 // A small body runs several iterations per launch of its body graph (a launch costs the
