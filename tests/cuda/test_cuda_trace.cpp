@@ -295,6 +295,39 @@ TEST(CudaTrace, RetracesAfterEvictionReuseTheEvictedGraphAndEqualEager) {
   std::cout << "[ info ] elementwise: " << s.graph_updates << " updates, " << s.graph_instantiations
             << " instantiations; sum: " << rs.graph_updates << " updates, "
             << rs.graph_instantiations << " instantiations\n";
+
+  // A loop's graph is instantiated each time (its WHILE nodes cannot be updated).
+  auto looped = [](const Tensor& x) { return trace::loop(5, body_step, x); };
+  auto l = trace::function(looped, {.cache_budget = 1});
+  for (int call = 0; call < 4; ++call) {
+    Tensor x = randn({int64_t(100 + 200 * (call % 2))}, DType::float32, default_generator(), gpu());
+    ASSERT_EQ(l(x).to_vector<float>(), looped(x).to_vector<float>()) << call;
+  }
+  EXPECT_EQ(l.stats().graph_updates, 0);
+  EXPECT_EQ(l.stats().graph_fallback, "");
+}
+
+// An argument written in place reaches the caller (the graph copies it back); arguments
+// that alias a written one run eagerly. Eager's bits either way.
+TEST(CudaTrace, ArgumentsWrittenInPlaceReachTheCaller) {
+  auto scale = [](Tensor a, const Tensor& b) {
+    a.mul_(1.5);
+    return a + b;
+  };
+  auto f = trace::function(scale);
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({1000}, DType::float32, default_generator(), gpu());
+    Tensor y = randn({1000}, DType::float32, default_generator(), gpu());
+    Tensor ex = clone(x), ey = clone(y);
+    Tensor r = f(x, y), e = scale(ex, ey);
+    EXPECT_EQ(r.to_vector<float>(), e.to_vector<float>()) << call;
+    EXPECT_EQ(x.to_vector<float>(), ex.to_vector<float>()) << call;
+    Tensor s = clone(y), es = clone(y);
+    EXPECT_EQ(f(s, s).to_vector<float>(), scale(es, es).to_vector<float>()) << call;
+    EXPECT_EQ(s.to_vector<float>(), es.to_vector<float>()) << call;
+  }
+  EXPECT_EQ(f.stats().aliased_calls, 3);
+  EXPECT_EQ(f.stats().graph_fallback, "");
 }
 
 // trace::loop as a conditional WHILE node: counts read on the device, equal eager bitwise.
