@@ -374,18 +374,21 @@ bool aliases_written_memory(const Graph& g, std::span<const Tensor> args) {
     return std::find(g.external_writes.begin(), g.external_writes.end(), id) !=
            g.external_writes.end();
   };
-  // One place per argument, then per captured value g reads or writes.
-  std::vector<std::pair<const Storage*, bool>> places;  // memory, written by g
-  for (size_t k = 0; k < args.size() && k < g.inputs.size(); ++k)
-    places.emplace_back(args[k].storage(), written(g.inputs[k]));
-  for (const std::vector<int>* ids : {&g.external_reads, &g.external_writes})
-    for (int id : *ids)
-      if (g.values[size_t(id)].kind != ValueKind::input)
-        places.emplace_back(g.values[size_t(id)].storage.get(), written(id));
-  // Pairs with an argument on one side (captured values are used in place, as in eager).
-  for (size_t i = 0; i < std::min(args.size(), places.size()); ++i)
-    for (size_t j = i + 1; j < places.size(); ++j)
-      if (places[i].first == places[j].first && (places[i].second || places[j].second)) return true;
+  // Each argument against the later ones and the captured values g reads or writes (those
+  // are used in place, as in eager); whether either side is written only when they share.
+  const size_t n = std::min(args.size(), g.inputs.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Storage* s = args[i].storage();
+    for (size_t j = i + 1; j < n; ++j)
+      if (args[j].storage() == s && (written(g.inputs[i]) || written(g.inputs[j]))) return true;
+    for (const std::vector<int>* ids : {&g.external_reads, &g.external_writes})
+      for (int id : *ids) {
+        const Value& v = g.values[size_t(id)];
+        if (v.kind != ValueKind::input && v.storage.get() == s &&
+            (written(g.inputs[i]) || written(id)))
+          return true;
+      }
+  }
   return false;
 }
 
