@@ -115,7 +115,7 @@ void launch_chain(const KernelContext& ctx, const kernels::FusedChain& c) {
 
 void prepare_device_fusion(Graph& g) {
   for (Node& n : g.nodes) {
-    if (n.piece) n.piece->count_chains(&g.compiled_chains, &g.chain_fallback);
+    if (n.piece) n.piece->prepare_chains(&g.compiled_chains, &g.chain_fallback);
     if (!n.fused) continue;
     std::shared_ptr<DeviceChain> chain = upload_chain(*n.fused, g.device);
     if (chain->args.compiled) ++g.compiled_chains;

@@ -39,8 +39,8 @@ std::shared_ptr<DeviceChain> upload_chain(
 void launch_chain(const KernelContext& ctx, const kernels::FusedChain& c);
 
 // Gives every fused node of g (planned, prepared for its GPU) a kernel that launches its
-// chain on the device, and counts in g how many of them run compiled. Waits for the
-// uploads.
+// chain on the device, prepares the chains of its loop bodies (GraphPiece::prepare_chains)
+// and counts in g how many of them run compiled. Waits for the uploads.
 void prepare_device_fusion(Graph& g);
 
 }  // namespace tide::trace

@@ -54,9 +54,11 @@ struct GraphPiece {
   virtual std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                              const KernelContext& ctx,
                              std::vector<cuda::GraphNodeHandle>* exits) = 0;
-  // Adds the fused chains inside the piece (a loop's body) to *compiled, and sets *fallback
-  // to why one runs interpreted (trace/device_fusion.h).
-  virtual void count_chains(int* compiled, std::string* fallback) const {}
+  // Uploads the fused chains inside the piece (a loop's body), adds them to *compiled and
+  // sets *fallback to why one runs interpreted (trace/device_fusion.h). Called once the
+  // enclosing graph is planned and prepared: a chain fixes the addresses of the values it
+  // reads there (an argument's fixed buffer, an intermediate's place in the arena).
+  virtual void prepare_chains(int* compiled, std::string* fallback) {}
 };
 
 struct DeviceGraphStats {

@@ -20,14 +20,14 @@ using cuda::LoopCopy;
 
 DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
                        DType count_dtype, int64_t count_offset, int64_t fixed,
-                       std::shared_ptr<DeviceChain> iterated, cuda::LoopRandom random, int unroll)
+                       std::shared_ptr<FusedKernel> iterated, cuda::LoopRandom random, int unroll)
     : body_(std::move(body)),
       state_(std::move(state)),
       count_(count),
       count_dtype_(count_dtype),
       count_offset_(count_offset),
       fixed_(fixed),
-      iterated_(std::move(iterated)),
+      iterated_kernel_(std::move(iterated)),
       random_(random),
       unroll_(loop_unroll_for(body_->nodes.size(),
                               std::any_of(body_->nodes.begin(), body_->nodes.end(),
@@ -78,7 +78,16 @@ const void* DeviceLoop::count_address() const {
          size_t(count_offset_) * size_of(count_dtype_);
 }
 
-void DeviceLoop::count_chains(int* compiled, std::string* fallback) const {
+void DeviceLoop::prepare_chains(int* compiled, std::string* fallback) {
+  prepare_device_fusion(*body_);
+  if (iterated_kernel_) {
+    void* in_place = state_buffer(0);
+    iterated_ =
+        upload_chain(*iterated_kernel_, body_->device,
+                     {{body_->values[size_t(body_->inputs[0])].storage.get(), in_place},
+                      {body_->values[size_t(body_->outputs[0].value)].storage.get(), in_place}});
+    iterated_kernel_.reset();
+  }
   *compiled += body_->compiled_chains;
   if (!body_->chain_fallback.empty()) *fallback = body_->chain_fallback;
   if (!iterated_) return;

@@ -65,22 +65,23 @@ struct LoopState {
 
 class DeviceLoop final : public GraphPiece {
  public:
-  // `body`: recorded, planned and prepared (prepare_device_graph) on the GPU; its inputs
-  // are the state placeholders, its outputs the next state, in order. `count`: the
-  // storage holding the count (one element of count_dtype at count_offset elements), or
-  // null for `fixed`. `iterated`: the body's one chain, bound in place to the state buffer
-  // (the one-kernel form). Allocates the counter (and spare buffers) on the device.
-  // `random`: the body's random ops (num_ops 0: none), their counters set and advanced by
-  // the loop kernels. `unroll`: trace::Options::loop_unroll (0: loop_unroll_for's choice).
+  // `body`: recorded, planned and prepared (prepare_device_graph) on the GPU, its chains
+  // not yet uploaded (prepare_chains); its inputs are the state placeholders, its outputs
+  // the next state, in order. `count`: the storage holding the count (one element of
+  // count_dtype at count_offset elements), or null for `fixed`. `iterated`: the body's one
+  // chain, to be bound in place to the state buffer (the one-kernel form). Allocates the counter
+  // (and spare buffers) on the device. `random`: the body's random ops (num_ops 0: none), their
+  // counters set and advanced by the loop kernels. `unroll`: trace::Options::loop_unroll (0:
+  // loop_unroll_for's choice).
   DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
              DType count_dtype, int64_t count_offset, int64_t fixed,
-             std::shared_ptr<DeviceChain> iterated = nullptr, cuda::LoopRandom random = {},
+             std::shared_ptr<FusedKernel> iterated = nullptr, cuda::LoopRandom random = {},
              int unroll = 0);
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
                      const KernelContext& ctx, std::vector<cuda::GraphNodeHandle>* exits) override;
-  // The body's fused chains and the iterated chain, compiled or interpreted.
-  void count_chains(int* compiled, std::string* fallback) const override;
+  // Uploads the body's fused chains and the iterated chain, and counts them.
+  void prepare_chains(int* compiled, std::string* fallback) override;
   // The loop launched node by node on ctx.stream (see above).
   void launch(const KernelContext& ctx) const;
 
@@ -104,6 +105,7 @@ class DeviceLoop final : public GraphPiece {
   Storage* count_;
   DType count_dtype_;
   int64_t count_offset_, fixed_;
+  std::shared_ptr<FusedKernel> iterated_kernel_;  // until prepare_chains uploads it
   std::shared_ptr<DeviceChain> iterated_;
   cuda::LoopRandom random_;
   int unroll_;                     // iterations per launch of the main WHILE node's body

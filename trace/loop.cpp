@@ -258,17 +258,11 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
       random.prefix[r] = br.prefix[r];
     }
   }
+  // Its chains are uploaded once the enclosing graph is prepared (prepare_chains): they may
+  // read its values, which have no memory yet. A body that is one fused chain on its one
+  // state runs all iterations in one kernel, the state updated in place in the body's
+  // state buffer (see LoopProgram::iterated).
   prepare_device_graph(*body);
-  prepare_device_fusion(*body);
-  // A body that is one fused chain on its one state: all iterations in one kernel, the
-  // state updated in place in the body's state buffer (see LoopProgram::iterated).
-  std::shared_ptr<DeviceChain> chain;
-  if (iterated) {
-    void* in_place = body->values[size_t(body->inputs[0])].storage->data();
-    chain = upload_chain(*iterated, body->device,
-                         {{body->values[size_t(body->inputs[0])].storage.get(), in_place},
-                          {body->values[size_t(body->outputs[0].value)].storage.get(), in_place}});
-  }
   std::vector<Tensor> result;
   std::vector<LoopState> ls;
   std::vector<Storage*> reads, writes;
@@ -289,7 +283,7 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
       std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
                                    count.tensor.defined() ? count.tensor.dtype() : DType::int64,
                                    count.tensor.defined() ? count.tensor.offset() : 0, count.fixed,
-                                   std::move(chain), random, outer.loop_unroll());
+                                   iterated, random, outer.loop_unroll());
   outer.record(
       "loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); }, site);
   outer.set_last_piece(std::move(loop));

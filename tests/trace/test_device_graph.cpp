@@ -784,6 +784,45 @@ TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
   }
 }
 
+// A fused loop body that reads the enclosing function's values (its argument, an outer
+// loop's state): the body's chains are uploaded once the enclosing graph has given those
+// values their memory (before, their addresses were null: a crash).
+TEST(DeviceGraphLoop, FusedBodiesReadingTheEnclosingValuesEqualEager) {
+  auto one_state = [](const Tensor& x, const Tensor& n) {
+    return trace::loop(n, [&x](const Tensor& s) { return (s * 0.5 + x) * 2.0; }, x * 1.0);
+  };
+  auto two_states = [](const Tensor& x) {
+    std::vector<Tensor> r = trace::loop(
+        3,
+        [&x](const std::vector<Tensor>& s) {
+          return std::vector<Tensor>{(s[0] * 0.5 + x) * 2.0, s[1] + s[0]};
+        },
+        {x * 1.0, x * 2.0});
+    return r[1];
+  };
+  auto nested = [](const Tensor& x) {
+    return trace::loop(
+        2,
+        [](const Tensor& s) {
+          return trace::loop(3, [&s](const Tensor& t) { return t * 0.5 + s; }, s * 1.0);
+        },
+        x * 1.0);
+  };
+  const trace::Options fused{.fusion = trace::Fusion::elementwise};
+  auto f = trace::function(one_state, fused);
+  auto g = trace::function(two_states, fused);
+  auto h = trace::function(nested, fused);
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu({1, 2, float(call)}, {3});
+    Tensor n = from_vector(std::vector<int64_t>{3}, Shape({1}), gpu());
+    EXPECT_EQ(f(x, n).to_vector<float>(), one_state(x, n).to_vector<float>()) << call;
+    EXPECT_EQ(g(x).to_vector<float>(), two_states(x).to_vector<float>()) << call;
+    EXPECT_EQ(h(x).to_vector<float>(), nested(x).to_vector<float>()) << call;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  EXPECT_GT(f.stats().fused_kernels + g.stats().fused_kernels, 0);
+}
+
 // Random ops in a loop body: the loop kernels set and advance their counters on the device,
 // so every iteration draws what the eager loop draws (int count: a range; tensor count: a
 // sub-stream), in the graph and node by node.
