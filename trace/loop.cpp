@@ -306,6 +306,7 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
   ph.clear();
   prog->body = rec.finish(std::move(next));
+  outer.note_nested_references(*prog->body, rec);
   fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
   plan(*prog->body);
   prepare_replay(*prog->body);

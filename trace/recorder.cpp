@@ -58,6 +58,13 @@ bool Recorder::created_here(Storage* s) const {
   return it != ids_.end() && created_[size_t(it->second)];
 }
 
+void Recorder::note_nested_references(const Graph& body, const Recorder& nested) {
+  for (const Value& v : body.values)
+    if (v.kind == ValueKind::capture) ++nested_refs_[v.storage.get()];
+  for (const auto& [s, n] : nested.nested_refs_)
+    if (!nested.created_here(const_cast<Storage*>(s))) nested_refs_[s] += n;
+}
+
 StorageRef Recorder::allocate(size_t bytes, Device device, const char* op) {
   StorageRef block;
   {
@@ -188,8 +195,10 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   std::vector<std::vector<Node>> inits(g.nodes.size());  // per node: to run before it
   for (size_t i = 0; i < g.values.size(); ++i) {
     Value& v = g.values[i];
-    if (!created_[i]) continue;                 // inputs and captures are what they are
-    bool escapes = v.storage->use_count() > 1;  // someone besides the graph holds it
+    if (!created_[i]) continue;  // inputs and captures are what they are
+    // Someone besides the graph (and the graphs of loops recorded in it) holds it.
+    auto nested = nested_refs_.find(v.storage.get());
+    bool escapes = v.storage->use_count() - (nested == nested_refs_.end() ? 0 : nested->second) > 1;
     if (escapes) v.kind = ValueKind::state;
     else if (v.num_writers == 0)
       v.kind = (v.num_readers || is_output[i]) ? ValueKind::constant : ValueKind::dead;

@@ -36,6 +36,10 @@ class Recorder final : public tide::detail::CaptureSink {
 
   // Storages of values this recording created, for nested recordings (loop bodies).
   bool created_here(Storage* s) const;
+  // A nested recording's graph (a loop body's) keeps a reference to s: not one that makes a
+  // value created here escape (finish). Takes over the nested recording's own notes for
+  // storages it did not create, so that they reach the recording that did.
+  void note_nested_references(const Graph& body, const Recorder& nested);
   // The fusion level nested recordings (loop bodies) use.
   void set_fusion(Fusion f) { fusion_ = f; }
   Fusion fusion() const { return fusion_; }
@@ -62,7 +66,8 @@ class Recorder final : public tide::detail::CaptureSink {
   std::string what_;
   std::shared_ptr<Graph> g_;
   std::unordered_map<Storage*, int> ids_;
-  std::vector<bool> created_;  // per value: made by this recording
+  std::vector<bool> created_;                            // per value: made by this recording
+  std::unordered_map<const Storage*, int> nested_refs_;  // note_nested_references
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
   int loop_unroll_ = 0;

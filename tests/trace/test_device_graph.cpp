@@ -789,22 +789,24 @@ TEST(DeviceGraphLoop, AFusedOneStateBodyRunsAllIterationsInOneKernel) {
 // values their memory (before, their addresses were null: a crash).
 TEST(DeviceGraphLoop, FusedBodiesReadingTheEnclosingValuesEqualEager) {
   auto one_state = [](const Tensor& x, const Tensor& n) {
-    return trace::loop(n, [&x](const Tensor& s) { return (s * 0.5 + x) * 2.0; }, x * 1.0);
+    return trace::loop(
+        n, [&x](const Tensor& s) { return (s * 0.5 + x) * 2.0; }, x * 1.0);
   };
   auto two_states = [](const Tensor& x) {
-    std::vector<Tensor> r = trace::loop(
-        3,
-        [&x](const std::vector<Tensor>& s) {
-          return std::vector<Tensor>{(s[0] * 0.5 + x) * 2.0, s[1] + s[0]};
-        },
-        {x * 1.0, x * 2.0});
+    std::vector<Tensor> r =
+        trace::loop(3,
+                    [&x](const std::vector<Tensor>& s) {
+                      return std::vector<Tensor>{(s[0] * 0.5 + x) * 2.0, s[1] + s[0]};
+                    },
+                    {x * 1.0, x * 2.0});
     return r[1];
   };
   auto nested = [](const Tensor& x) {
     return trace::loop(
         2,
         [](const Tensor& s) {
-          return trace::loop(3, [&s](const Tensor& t) { return t * 0.5 + s; }, s * 1.0);
+          return trace::loop(
+              3, [&s](const Tensor& t) { return t * 0.5 + s; }, s * 1.0);
         },
         x * 1.0);
   };
@@ -821,6 +823,26 @@ TEST(DeviceGraphLoop, FusedBodiesReadingTheEnclosingValuesEqualEager) {
   }
   EXPECT_EQ(f.stats().graph_fallback, "");
   EXPECT_GT(f.stats().fused_kernels + g.stats().fused_kernels, 0);
+}
+
+// An output that a loop body also reads is fresh on every call, as eager's.
+TEST(DeviceGraphLoop, AnOutputTheBodyReadsIsFreshPerCall) {
+  auto body = [](const Tensor& x) {
+    Tensor y = x * 2.0;
+    Tensor r = trace::loop(
+        2, [&y](const Tensor& s) { return s + y; }, x);
+    return std::vector<Tensor>{y, r};
+  };
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(body, {.fusion = fusion});
+    std::vector<Tensor> first = f(on_gpu({1, 1}, {2}));
+    std::vector<Tensor> second = f(on_gpu({10, 10}, {2}));
+    EXPECT_EQ(second[0].to_vector<float>(), (std::vector<float>{20, 20}));
+    EXPECT_EQ(second[1].to_vector<float>(), (std::vector<float>{50, 50}));
+    EXPECT_EQ(first[0].to_vector<float>(), (std::vector<float>{2, 2})) << "not overwritten";
+    EXPECT_EQ(first[1].to_vector<float>(), (std::vector<float>{5, 5}));
+    EXPECT_NE(first[0].storage(), second[0].storage());
+  }
 }
 
 // Random ops in a loop body: the loop kernels set and advance their counters on the device,

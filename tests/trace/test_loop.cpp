@@ -116,6 +116,37 @@ TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
 
 // Random ops in a traced loop body draw, iteration by iteration, what the eager loop draws,
 // and new numbers on every replay.
+// A value of the function that a loop body reads is still the function's own: returned,
+// it is a fresh tensor on every call (the body's graph holding it does not make it state),
+// and read only by the body, it lives in the arena.
+TEST(TraceLoop, AValueTheBodyReadsIsStillFreshPerCall) {
+  auto body = [](const Tensor& x) {
+    Tensor y = x * 2.0;
+    Tensor z = x + 1.0;
+    Tensor r = trace::loop(
+        2,
+        [&](const Tensor& s) {
+          return trace::loop(
+              2, [&](const Tensor& t) { return t + z; }, s + y);
+        },
+        x);
+    return std::vector<Tensor>{y, r};
+  };
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(body, {.fusion = fusion});
+    std::vector<Tensor> first = f(full({2}, 1.0));
+    std::vector<Tensor> second = f(full({2}, 10.0));
+    EXPECT_NE(first[0].storage(), second[0].storage()) << "outputs are fresh on every call";
+    EXPECT_EQ(first[0].to_vector<float>(), std::vector<float>(2, 2.0f));
+    EXPECT_EQ(first[1].to_vector<float>(), body(full({2}, 1.0))[1].to_vector<float>());
+    EXPECT_EQ(second[1].to_vector<float>(), body(full({2}, 10.0))[1].to_vector<float>());
+    std::shared_ptr<trace::Graph> g = f.graph(full({2}, 1.0));
+    ASSERT_TRUE(g);
+    for (const trace::Value& v : g->values)
+      EXPECT_NE(v.kind, trace::ValueKind::state) << "nothing outlives a call";
+  }
+}
+
 TEST(TraceLoop, RandomOpsInTheBodyMatchEagerAndAdvance) {
   auto body = [](const std::vector<Tensor>& s) {
     return std::vector<Tensor>{s[0] * 0.5 + randn({3}), s[1] + rand({2, 2})};
