@@ -48,6 +48,12 @@ class CaptureSink {
     (void)s;
     return 0;
   }
+  // Whether s holds host data: made while recording and written by no op recorded so far,
+  // so whatever it holds the caller's code put there (from_vector) and it is final now.
+  virtual bool host_data(const Storage* s) const {
+    (void)s;
+    return false;
+  }
 };
 
 // True while this thread captures kernels into a CUDA graph (trace/device_graph.h): the

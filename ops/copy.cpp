@@ -62,7 +62,25 @@ Tensor Tensor::to(Device device, Site site) const {
       device.is_cuda() && cuda::device_count() == 0 ? "this process has no GPU" : "no such device");
   Tensor y = Tensor::empty(shape(), dtype(), device, op);
   const size_t bytes = nbytes();
-  if (bytes > 0) {
+  if (CaptureSink* c = capturing();
+      c && bytes > 0 && from.is_cpu() && device.is_cuda() && c->host_data(storage())) {
+    // Host data made inside a trace on a GPU (from_vector(..., gpu)): a trace runs on one
+    // device, so its trace-time bytes are kept in pinned memory and one node copies them
+    // into y on every replay, as eager copies them on every call.
+    StorageRef kept;
+    {
+      CapturePause pause;  // the trace's own memory, not a value of it
+      kept = cuda::DeviceRuntime::get(device.index, op).pinned().allocate(bytes, op);
+    }
+    std::memcpy(kept->data(), bytes_of(*this).get(), bytes);
+    Engine::get().submit(
+        device, op, {}, {y.storage()},
+        [kept, d = bytes_of(y), bytes](const KernelContext& ctx) {
+          ctx.api->memcpy_async(d.get(), kept->data(), bytes, cuda::CopyKind::host_to_device,
+                                ctx.stream);
+        },
+        site);
+  } else if (bytes > 0) {
     Device gpu = from.is_cuda() ? from : device;  // the GPU whose pinned staging is used
     Allocator& pinned = cuda::DeviceRuntime::get(gpu.index, op).pinned();
     StorageRef staging = pinned.allocate(bytes, op);

@@ -53,6 +53,14 @@ int Recorder::references_held(const Storage* s) const {
   return ids_.count(const_cast<Storage*>(s)) ? 1 : 0;
 }
 
+bool Recorder::host_data(const Storage* s) const {
+  auto it = ids_.find(const_cast<Storage*>(s));
+  if (it == ids_.end() || !created_[size_t(it->second)]) return false;
+  return std::none_of(g_->nodes.begin(), g_->nodes.end(), [&](const Node& n) {
+    return std::find(n.writes.begin(), n.writes.end(), it->second) != n.writes.end();
+  });
+}
+
 bool Recorder::created_here(Storage* s) const {
   auto it = ids_.find(s);
   return it != ids_.end() && created_[size_t(it->second)];
@@ -110,8 +118,8 @@ void Recorder::record(const char* op, std::span<Storage* const> reads,
       if (!device_) device_ = s->device();
       TIDE_CHECK(s->device() == *device_, op, "uses memory on ", s->device().str(), " and on ",
                  device_->str(), " inside ", what_,
-                 ": a trace runs on one device; move the "
-                 "tensors with to() before the call");
+                 ": a trace runs on one device; pass tensors that are on it, and make "
+                 "data from the host there (from_vector(values, shape, device))");
     }
   Node n;
   n.op = op;

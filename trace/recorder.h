@@ -59,6 +59,7 @@ class Recorder final : public tide::detail::CaptureSink {
   void describe_next(const void* desc, size_t bytes) override;
   // One for a storage this recording has a value for (Value::storage), else none.
   int references_held(const Storage* s) const override;
+  bool host_data(const Storage* s) const override;
 
  private:
   int value_of(Storage* s);  // known id, or a new capture

@@ -288,6 +288,31 @@ TEST(DeviceGraph, ArgumentsWrittenInPlaceReachTheCaller) {
   EXPECT_EQ(f.stats().replays, 3);
 }
 
+// Host data made inside the function on its GPU (from_vector, from_data): its trace-time
+// bytes are copied into the value on every replay, as eager copies them on every call
+// (so an in-place write to it does not carry over to the next call).
+TEST(DeviceGraph, HostDataMadeOnTheGpuInsideTheFunctionEqualsEager) {
+  auto body = [](const Tensor& x) {
+    Tensor c = from_vector<float>({1, 2}, Shape({2}), x.device());
+    c.add_(x);
+    Tensor d = from_data({0.5, 0.25}, Shape({2}), DType::float32, x.device());
+    return c * d;
+  };
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(body, {.fusion = fusion});
+    for (int call = 0; call < 3; ++call) {
+      Tensor x = on_gpu({float(call), 10}, {2});
+      EXPECT_EQ(f(x).to_vector<float>(), body(x).to_vector<float>()) << call;
+    }
+    EXPECT_EQ(f.stats().graph_fallback, "");
+  }
+  // Made from a CPU tensor an op wrote, the copy is still refused, and says what to do.
+  auto g = trace::function([](const Tensor& x) { return (ones({2}) * 2.0).to(x.device()) + x; });
+  std::string e = error_of([&] { g(on_gpu({1, 2}, {2})); });
+  EXPECT_NE(e.find("a trace runs on one device"), std::string::npos) << e;
+  EXPECT_NE(e.find("from_vector(values, shape, device)"), std::string::npos) << e;
+}
+
 TEST(DeviceGraph, ReplaysOnTwoStreamsAreOrderedOnTheArena) {
   // Long enough that the replays overlap if nothing orders them: every replay writes the
   // same arena and fixed buffers.
