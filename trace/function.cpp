@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "ops/autograd.h"
 #include "trace/device_fusion.h"
 #include "trace/device_graph.h"
 #include "trace/executor.h"
@@ -153,6 +154,14 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
 std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> args,
                                        const Body& body) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A replay's arguments are bound to the graph's inputs, which carry no autograd history:
+  // a gradient for them would be lost without a word.
+  for (size_t k = 0; k < args.size() && autograd::grad_enabled(); ++k)
+    TIDE_CHECK(!args[k].requires_grad(), "trace", "trace::function '", opt_.name,
+               "': tensor argument ", k,
+               " requires grad, and a traced function does not "
+               "differentiate with respect to its arguments; pass arg.detach(), or let the "
+               "function capture the tensor (as it does parameters) instead of passing it");
   ++stats_.calls;
   auto it = std::find_if(cache_.begin(), cache_.end(), [&](auto& e) { return e->sig == sig; });
   std::shared_ptr<Graph> g;

@@ -6,12 +6,14 @@
 #include "core/engine.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "tests/error_of.h"
 #include "trace/trace.h"
 #include "trace_support.h"
 
 namespace tide {
 namespace {
 
+using test_util::error_of;
 using testing::bitwise_equal;
 
 Tensor chain(const Tensor& x, const Tensor& y) {
@@ -104,6 +106,26 @@ TEST(TraceFunction, VoidFunctionsAndConstantsWork) {
   EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{2, 4, 6}));
   f(full({3}, 3.0));
   EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{3, 6, 9}));
+}
+
+// An argument that requires grad would get no gradient from a replay: refused clearly
+// (and nothing recorded), unless gradients are off for the call.
+TEST(TraceFunction, ArgumentsRequiringGradAreRefused) {
+  Tensor w = full({2}, 2.0);
+  auto f = trace::function([&](const Tensor& x) { return sum(x * w); }, {.name = "loss"});
+  Tensor x = full({2}, 3.0);
+  x.requires_grad_();
+  std::string e = error_of([&] { f(x); });
+  EXPECT_NE(e.find("[trace] trace::function 'loss': tensor argument 0 requires grad"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("detach()"), std::string::npos) << e;
+  EXPECT_EQ(f.stats().calls, 0);
+  EXPECT_EQ(f(x.detach()).item<float>(), 12.0f);
+  {
+    autograd::NoGrad off;
+    EXPECT_EQ(f(x).item<float>(), 12.0f) << "no gradient is wanted";
+  }
 }
 
 TEST(TraceFunction, NonTensorArgumentsArePartOfTheSignature) {
