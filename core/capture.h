@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "core/device.h"
@@ -17,6 +18,7 @@
 namespace tide {
 
 class Generator;
+struct TensorImpl;
 
 namespace detail {
 
@@ -53,6 +55,14 @@ class CaptureSink {
   virtual bool host_data(const Storage* s) const {
     (void)s;
     return false;
+  }
+  // Autograd's host-side effects on a leaf's .grad, which a replay does not redo: a reset
+  // (zero_grad), and a backward that made `grad` the leaf's first gradient (taken) or
+  // added to the gradient it had (`grad` is that one).
+  virtual void grad_reset(const TensorImpl& leaf) { (void)leaf; }
+  virtual void grad_bound(const std::shared_ptr<TensorImpl>& leaf,
+                          const std::shared_ptr<TensorImpl>& grad, bool taken) {
+    (void)leaf, (void)grad, (void)taken;
   }
 };
 

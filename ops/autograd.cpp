@@ -67,12 +67,15 @@ bool can_take(const Tensor& g, long transient) {
 // Adds g to leaf's .grad; the first gradient becomes .grad (taken when can_take, else a
 // copy). `transient`: the references to g's TensorImpl that the caller drops afterwards.
 void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, long transient) {
-  if (!leaf->grad) {
+  const bool taken = !leaf->grad;
+  if (taken) {
     leaf->grad = can_take(g, transient) ? g.impl_ptr() : clone(g).impl_ptr();
   } else {
     Tensor acc(leaf->grad);
     acc.add_(g);
   }
+  if (tide::detail::CaptureSink* c = tide::detail::capturing())
+    c->grad_bound(leaf, leaf->grad, taken);
 }
 }  // namespace
 
@@ -92,7 +95,10 @@ Tensor& Tensor::requires_grad_(bool on) {
 
 Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
 
-void Tensor::zero_grad() { impl().grad.reset(); }
+void Tensor::zero_grad() {
+  if (tide::detail::CaptureSink* c = tide::detail::capturing()) c->grad_reset(impl());
+  impl().grad.reset();
+}
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   TIDE_CHECK(requires_grad(), "backward",

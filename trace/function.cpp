@@ -151,6 +151,44 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   return g;
 }
 
+namespace {
+
+// A replay redoes a backward's device work, not its host-side effect on a leaf's .grad: the
+// call is refused (before anything is queued) when eager would treat the gradient
+// otherwise than the recording did.
+void check_grads(const Graph& g, const std::string& name) {
+  for (const Graph::GradBinding& b : g.grad_bindings) {
+    std::shared_ptr<TensorImpl> leaf = b.leaf.lock();
+    if (!leaf || b.reset_first) continue;  // reset by the function: eager starts afresh too
+    const char* why = nullptr;
+    if (b.taken && leaf->grad)
+      why =
+          "eager would add this call's gradient to the one it has, but the traced "
+          "backward makes a new one";
+    else if (!b.taken && !leaf->grad)
+      why =
+          "eager would make a new gradient (it was reset since), but the traced backward "
+          "adds to the one it had then";
+    else if (!b.taken && leaf->grad != b.grad)
+      why = "it is another tensor now, and the traced backward adds to the one it had then";
+    if (why)
+      throw Error("trace",
+                  tide::detail::concat(
+                      "trace::function '", name, "': the gradient of a parameter of shape ",
+                      Tensor(leaf).shape().str(), " is not as when the function was traced: ", why,
+                      "; call zero_grad() on the parameters inside the function, "
+                      "before backward (as train::Trainer's step does)"));
+  }
+}
+
+// After a call: the gradients the function makes are the leaves' .grad, as after eager's.
+void bind_grads(const Graph& g) {
+  for (const Graph::GradBinding& b : g.grad_bindings)
+    if (std::shared_ptr<TensorImpl> leaf = b.leaf.lock(); leaf && b.taken) leaf->grad = b.grad;
+}
+
+}  // namespace
+
 std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> args,
                                        const Body& body) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -162,8 +200,9 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
                " requires grad, and a traced function does not "
                "differentiate with respect to its arguments; pass arg.detach(), or let the "
                "function capture the tensor (as it does parameters) instead of passing it");
-  ++stats_.calls;
   auto it = std::find_if(cache_.begin(), cache_.end(), [&](auto& e) { return e->sig == sig; });
+  if (it != cache_.end()) check_grads(*it->get()->graph, opt_.name);
+  ++stats_.calls;
   std::shared_ptr<Graph> g;
   if (it != cache_.end()) {
     cache_.splice(cache_.begin(), cache_, it);  // most recently used first
@@ -195,13 +234,17 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
     return body(args);
   }
   ++stats_.replays;
-  if (opt_.verify)
-    return g->device.is_cpu() ? verify_replay(g, args, opt_.fusion, site_)
-                              : verify_on_device(g, args, site_);
-  size_t allocated = 0;
-  std::vector<Tensor> out = g->device.is_cpu() ? replay(g, args, site_, &allocated)
-                                               : replay_on_device(g, args, site_, &allocated);
-  stats_.last_call_allocated = allocated;
+  std::vector<Tensor> out;
+  if (opt_.verify) {
+    out = g->device.is_cpu() ? verify_replay(g, args, opt_.fusion, site_)
+                             : verify_on_device(g, args, site_);
+  } else {
+    size_t allocated = 0;
+    out = g->device.is_cpu() ? replay(g, args, site_, &allocated)
+                             : replay_on_device(g, args, site_, &allocated);
+    stats_.last_call_allocated = allocated;
+  }
+  bind_grads(*g);
   return out;
 }
 

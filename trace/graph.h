@@ -94,6 +94,15 @@ struct Graph {
   };
   std::vector<Output> outputs;
   std::vector<RandomCounter> random;
+  // What a backward in the function did to a leaf's .grad (its first effect on that leaf),
+  // which a replay cannot redo on the host: checked and applied per call (trace/function.h).
+  struct GradBinding {
+    std::weak_ptr<TensorImpl> leaf;
+    std::shared_ptr<TensorImpl> grad;  // the gradient tensor the replays write
+    bool taken = false;                // made the first gradient (else added to `grad`)
+    bool reset_first = false;          // the function reset .grad (zero_grad) before
+  };
+  std::vector<GradBinding> grad_bindings;
   StorageRef arena;  // intermediates
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;  // sum of the intermediates' sizes (no sharing)

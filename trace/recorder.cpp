@@ -61,6 +61,17 @@ bool Recorder::host_data(const Storage* s) const {
   });
 }
 
+void Recorder::grad_reset(const TensorImpl& leaf) { grads_reset_.push_back(&leaf); }
+
+void Recorder::grad_bound(const std::shared_ptr<TensorImpl>& leaf,
+                          const std::shared_ptr<TensorImpl>& grad, bool taken) {
+  for (const Graph::GradBinding& b : g_->grad_bindings)
+    if (b.leaf.lock() == leaf) return;  // its first effect decides what a call needs
+  const bool reset =
+      std::find(grads_reset_.begin(), grads_reset_.end(), leaf.get()) != grads_reset_.end();
+  g_->grad_bindings.push_back({leaf, grad, taken, reset});
+}
+
 bool Recorder::created_here(Storage* s) const {
   auto it = ids_.find(s);
   return it != ids_.end() && created_[size_t(it->second)];

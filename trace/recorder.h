@@ -60,6 +60,9 @@ class Recorder final : public tide::detail::CaptureSink {
   // One for a storage this recording has a value for (Value::storage), else none.
   int references_held(const Storage* s) const override;
   bool host_data(const Storage* s) const override;
+  void grad_reset(const TensorImpl& leaf) override;
+  void grad_bound(const std::shared_ptr<TensorImpl>& leaf, const std::shared_ptr<TensorImpl>& grad,
+                  bool taken) override;
 
  private:
   int value_of(Storage* s);  // known id, or a new capture
@@ -69,6 +72,7 @@ class Recorder final : public tide::detail::CaptureSink {
   std::unordered_map<Storage*, int> ids_;
   std::vector<bool> created_;                            // per value: made by this recording
   std::unordered_map<const Storage*, int> nested_refs_;  // note_nested_references
+  std::vector<const TensorImpl*> grads_reset_;           // grad_reset, in order
   std::optional<tide::detail::ElementwiseDesc> next_desc_;
   Fusion fusion_ = Fusion::none;
   int loop_unroll_ = 0;

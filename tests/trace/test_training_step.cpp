@@ -7,6 +7,7 @@
 #include "core/rng.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
+#include "tests/error_of.h"
 #include "tests/train_rig.h"
 #include "trace/planner.h"
 #include "trace/trace.h"
@@ -84,6 +85,73 @@ TEST(TraceTrainingStep, PlannedPeakIsBelowEagerPeak) {
   f(x, y).wait_to_read();
   wait_all();
   EXPECT_EQ(a.stats().num_allocs - allocs, 1u);
+}
+
+// A function that runs backward but leaves zero_grad to its caller (PyTorch's habit:
+// zero_grad, f(x), then the optimizer): each call's gradient is the parameter's .grad
+// afterwards, as eager's is, though the caller reset it since the trace.
+TEST(TraceTrainingStep, GradientsAreTheLeavesAfterEveryCallWhenTheCallerResetsThem) {
+  Tensor w = full({2}, 2.0), we = full({2}, 2.0);
+  w.requires_grad_();
+  we.requires_grad_();
+  auto loss_of = [](Tensor& p) {
+    return [&p](const Tensor& x) {
+      Tensor loss = sum(x * p * p);
+      loss.backward();
+      return loss;
+    };
+  };
+  auto f = trace::function(loss_of(w));
+  auto eager = loss_of(we);
+  for (int call = 0; call < 4; ++call) {
+    Tensor x = from_vector<float>({1, float(call)}, Shape({2}));
+    w.zero_grad();
+    we.zero_grad();
+    f(x);
+    eager(x);
+    ASSERT_TRUE(w.grad().defined()) << call;
+    EXPECT_EQ(w.grad().to_vector<float>(), we.grad().to_vector<float>()) << call;
+  }
+}
+
+// Gradients that eager would treat otherwise than the recording did are refused at the
+// call, before anything runs: accumulating over calls into a gradient the trace made, and
+// a gradient the trace adds to, reset since.
+TEST(TraceTrainingStep, GradientsEagerWouldTreatOtherwiseAreRefused) {
+  Tensor w = full({2}, 2.0);
+  w.requires_grad_();
+  auto f = trace::function(
+      [&](const Tensor& x) {
+        Tensor loss = sum(x * w);
+        loss.backward();
+        return loss;
+      },
+      {.name = "no_reset"});
+  Tensor x = full({2}, 3.0);
+  f(x);
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(2, 3.0f));
+  std::string e = test_util::error_of([&] { f(x); });
+  EXPECT_NE(e.find("trace::function 'no_reset': the gradient of a parameter of shape (2,)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("eager would add this call's gradient"), std::string::npos) << e;
+  EXPECT_NE(e.find("zero_grad()"), std::string::npos) << e;
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(2, 3.0f)) << "nothing ran";
+  EXPECT_EQ(f.stats().calls, 1);
+  w.zero_grad();
+  EXPECT_EQ(f(x).item<float>(), 12.0f) << "with the gradient reset, as at the trace";
+
+  // Traced while w had a gradient: the replays add to that one.
+  Tensor v = full({2}, 1.0);
+  v.requires_grad_();
+  sum(v * 1.0).backward();
+  auto g = trace::function([&](const Tensor& x) { sum(x * v).backward(); }, {.name = "adds"});
+  g(x);
+  g(x);
+  EXPECT_EQ(v.grad().to_vector<float>(), std::vector<float>(2, 7.0f)) << "1 + 3 + 3, as eager";
+  v.zero_grad();
+  e = test_util::error_of([&] { g(x); });
+  EXPECT_NE(e.find("eager would make a new gradient"), std::string::npos) << e;
 }
 
 TEST(TraceTrainingStep, FreshGradientsBecomeTheGradsWithoutCopies) {
