@@ -27,9 +27,13 @@
 // Replays: one engine task; does not wait. Outputs are fresh tensors on every call (an
 // output kept from an earlier call is never overwritten); arguments, parameters and state
 // that f returns as they are come back as the same tensors. Outputs do not carry autograd
-// history: call backward() inside f. Errors inside a replay surface at the next sync, like
-// eager errors, named after the failing node. A call made while another trace records
-// (nesting) runs f inline, so the outer trace records its ops.
+// history: call backward() inside f; a tensor argument that requires grad is refused (it
+// would get no gradient). After each call the gradients f makes are the parameters'
+// .grad, as eagerly; a call where eager would treat a .grad otherwise than the trace did
+// (accumulating over calls without zero_grad in f) is refused before it runs. Errors inside
+// a replay surface at the next sync, like eager errors, named after the failing node. A
+// call made while another trace records (nesting) runs f inline, so the outer trace
+// records its ops.
 #pragma once
 
 #include <cstdint>
