@@ -26,6 +26,11 @@ TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
   return *static_cast<const int64_t*>(p);
 }
 
+// A loop's count: the element at `tensor` when there is one, else `fixed`.
+TIDE_HOST_DEVICE int64_t loop_count(const void* tensor, DType dtype, int64_t fixed) {
+  return tensor ? read_loop_count(tensor, dtype) : fixed;
+}
+
 // A loop unrolled `unroll` times (unroll >= 1) runs its body graph of `unroll` iterations
 // while at least that many are `left`; then, when unroll > 1, the remainder of `count`
 // iterations one per launch of a second WHILE node (core/cuda/device_api.h LoopConditions).

@@ -134,7 +134,7 @@ TIDE_HOST_DEVICE T load(const ChainOperand& o, const T* reg, int64_t i) {
 
 // The count of a FusedChain, read where it lives.
 TIDE_HOST_DEVICE int64_t iterations_of(const FusedChain& c) {
-  return c.count ? read_loop_count(c.count, c.count_dtype) : c.iterations;
+  return loop_count(c.count, c.count_dtype, c.iterations);
 }
 
 // A chain iterated in place (a fused loop body, iterations > 1) writes only its loop's

@@ -74,12 +74,16 @@ Copy input_copy(const Graph& g, const CallBindings& c, size_t k) {
   return {v.storage->data(), static_cast<unsigned char*>(b.arg->data()) + b.byte_offset, v.bytes};
 }
 
+// Whether g writes value id, an input or a capture, in place.
+bool writes_external(const Graph& g, int id) {
+  return std::find(g.external_writes.begin(), g.external_writes.end(), id) !=
+         g.external_writes.end();
+}
+
 // An input the graph writes in place, from its fixed buffer back into the argument (the
 // caller's tensor, as eager writes it); bytes 0 for an input it does not write.
 Copy back_copy(const Graph& g, const CallBindings& c, size_t k) {
-  if (std::find(g.external_writes.begin(), g.external_writes.end(), g.inputs[k]) ==
-      g.external_writes.end())
-    return {nullptr, nullptr, 0};
+  if (!writes_external(g, g.inputs[k])) return {nullptr, nullptr, 0};
   const Copy in = input_copy(g, c, k);
   return {const_cast<void*>(in.src), in.dst, in.bytes};
 }
@@ -272,9 +276,7 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   const size_t nodes = api.graph_node_count(h);  // before the exec is ours to release
   // A loop's WHILE nodes cannot be updated: CUDA does not change a conditional node's
   // parameters, and each build creates new condition handles.
-  const bool loops =
-      std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return bool(n.piece); });
-  if (!dg.recycler || loops || !update_spare(dg, h)) {
+  if (!dg.recycler || g.has_pieces() || !update_spare(dg, h)) {
     std::string why;
     dg.exec = api.graph_instantiate(h, &why);
     if (!dg.exec) {
@@ -370,10 +372,7 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
 
 bool aliases_written_memory(const Graph& g, std::span<const Tensor> args) {
   if (g.external_writes.empty()) return false;
-  auto written = [&](int id) {
-    return std::find(g.external_writes.begin(), g.external_writes.end(), id) !=
-           g.external_writes.end();
-  };
+  auto written = [&](int id) { return writes_external(g, id); };
   // Each argument against the later ones and the captured values g reads or writes (those
   // are used in place, as in eager); whether either side is written only when they share.
   const size_t n = std::min(args.size(), g.inputs.size());

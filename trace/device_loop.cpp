@@ -29,10 +29,7 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
       fixed_(fixed),
       iterated_kernel_(std::move(iterated)),
       random_(random),
-      unroll_(loop_unroll_for(body_->nodes.size(),
-                              std::any_of(body_->nodes.begin(), body_->nodes.end(),
-                                          [](const Node& n) { return bool(n.piece); }),
-                              unroll)) {
+      unroll_(loop_unroll_for(body_->nodes.size(), body_->has_pieces(), unroll)) {
   // An int count below the unroll: the main WHILE node would never run.
   if (!count_) unroll_ = int(std::clamp<int64_t>(fixed_, 1, unroll_));
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&

@@ -120,6 +120,12 @@ struct Graph {
   // graph runs independent nodes concurrently. The planner then shares arena bytes only
   // between values the dependencies order.
   bool concurrent() const { return streams > 1 || !device.is_cpu(); }
+  // Whether a node adds its own part to a CUDA graph (Node::piece: a loop).
+  bool has_pieces() const {
+    for (const Node& n : nodes)
+      if (n.piece) return true;
+    return false;
+  }
   // On a GPU: the CUDA graph built for this plan at its first replay (trace/device_graph.h).
   std::shared_ptr<DeviceGraph> device_graph;
   // Values outside the arena that some node reads / writes (inputs, captures, state):

@@ -299,9 +299,8 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
         if (n.kind == 'e') {
           cond[n.cond] = loop_unrolled_body_runs(--*n.counter, n.threshold);
         } else {
-          const LoopCount& c = n.count;
           const int64_t count = *n.counter =
-              c.tensor ? read_loop_count(c.tensor, c.dtype) : c.fixed;
+              loop_count(n.count.tensor, n.count.dtype, n.count.fixed);
           cond[n.conds.main] = loop_unrolled_body_runs(count, n.conds.unroll);
           if (n.conds.unroll > 1) cond[n.conds.rest] = loop_remainder_runs(count, n.conds.unroll);
         }

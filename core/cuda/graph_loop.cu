@@ -50,9 +50,8 @@ __global__ void loop_kernel(LoopKernelArgs a) {
   }
   if (tid == 0) {
     advance_loop_random(a.random, a.start);
-    const long long n = !a.start  ? *a.counter - 1
-                        : a.count ? read_loop_count(a.count, DType(a.count_dtype))
-                                  : a.fixed;
+    const long long n =
+        a.start ? loop_count(a.count, DType(a.count_dtype), a.fixed) : *a.counter - 1;
     *a.counter = n;
     cudaGraphSetConditional(a.cond, loop_unrolled_body_runs(n, a.threshold) ? 1u : 0u);
     if (a.start && a.threshold > 1)
