@@ -46,9 +46,12 @@ template <class T>
 TIDE_HOST_DEVICE T wrap_mul(T a, T b) {
   return T(Wrap<T>(a) * Wrap<T>(b));
 }
+// Floating types flip the sign bit (IEEE negation: -(0.0) is -0.0, whose reciprocal is -inf);
+// 0 - a would give +0.0.
 template <class T>
 TIDE_HOST_DEVICE T wrap_neg(T a) {
-  return T(Wrap<T>(0) - Wrap<T>(a));
+  if constexpr (std::is_floating_point_v<T>) return -a;
+  else return T(Wrap<T>(0) - Wrap<T>(a));
 }
 
 struct Add {
@@ -156,7 +159,9 @@ struct Sqrt {
 struct Abs {
   template <class T>
   TIDE_HOST_DEVICE T operator()(T a) const {
-    return a < T(0) ? wrap_neg(a) : a;
+    if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(a);  // clears the sign bit: abs(-0.0) is +0.0
+    else return a < T(0) ? wrap_neg(a) : a;
   }
 };
 struct Relu {

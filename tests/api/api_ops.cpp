@@ -69,7 +69,7 @@ El rule_pow(El a, double p, DType t) {
 const double kTransUlps = 4;  // libm's float and double functions: within a few ulps
 
 El u_neg(El a, DType t) { return finish(-a.v, a.tol, t, 0); }
-El u_abs(El a, DType t) { return finish(a.v < 0 ? -a.v : a.v, a.tol, t, 0); }
+El u_abs(El a, DType t) { return finish(std::fabs(a.v), a.tol, t, 0); }
 El u_relu(El a, DType t) { return finish(a.v > 0 ? a.v : 0.0, a.tol, t, 0); }
 El u_exp(El a, DType t) {
   const double v = std::exp(a.v);

@@ -11,7 +11,8 @@
 //                   through views included) ran.
 //   TracedFunctions trace::function over a random program of traceable calls: every call
 //                   (trace, replay, retrace, warm-up, verify, two streams, fusion) against
-//                   the same program run eagerly.
+//                   the same program run eagerly, on the CPU or on the fake GPU (where the
+//                   trace becomes a CUDA graph on the recording fake).
 //   AutogradGraphs  in test_api_autograd.cpp.
 //
 // Input classes behind known defects are left out, logged and counted (KnownDefects in
@@ -43,8 +44,8 @@ TEST(RandomApi, EagerSequences) {
 // give the same calls, traced or eager. Returns its last (up to 3) results, or x.
 std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps) {
   b.traced = true;
-  b.device = Device::cpu();
-  for (const Val* v : {&x, &y, &param}) b.add(v->t, v->r, Device::cpu(), false, true, true);
+  b.device = x.t.device();
+  for (const Val* v : {&x, &y, &param}) b.add(v->t, v->r, b.device, false, true, true);
   b.results.clear();  // the inputs are checked by the caller
   for (int i = 0; i < steps; ++i) random_step(b);
   std::vector<Val> out;
@@ -55,7 +56,7 @@ std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& pa
 }
 
 void traced_case(Case& c) {
-  c.device = Device::cpu();  // a GPU trace refuses random ops, loops and verify (for now)
+  // The case's device (the CPU, or the suite's fake GPU, whose traces become CUDA graphs).
   const uint64_t body_seed = c.rng();
   const int steps = int(c.uniform(2, 8));
   trace::Options o;
@@ -106,7 +107,7 @@ void traced_case(Case& c) {
   for (size_t k = 0; k < calls.size(); ++k) {
     const CallArgs& a = calls[k];
     if (k == 2) {  // the parameter is read by reference: a replay sees this write
-      Tensor one = ones(param.r.shape, param.r.dtype);
+      Tensor one = ones(param.r.shape, param.r.dtype, param.t.device());
       c.call(Case::d(param) + ".add_(ones)", "", [&] { param.t.add_(one); });
       Ref now = map2(param.r,
                      from_values(std::vector<double>(size_t(param.r.numel()), 1.0), param.r.shape,

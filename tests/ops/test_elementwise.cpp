@@ -392,6 +392,25 @@ TEST(Elementwise, MaximumPropagatesNaN) {
   EXPECT_EQ(m[2], 2.0);
 }
 
+// neg and abs on signed zeros, as IEEE and PyTorch have them: neg flips the sign bit
+// (1 / neg(0.0) is -inf), abs clears it. neg was computed as 0 - a, which gave +0.0 (found by
+// the random API driver). On the CPU and on every device of the suite.
+TEST(Elementwise, NegAndAbsOfSignedZeros) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices)
+    for (DType t : {DType::float32, DType::float64}) {
+      SCOPED_TRACE(d.str() + " " + std::string(name(t)));
+      Tensor z = from_data({0.0, -0.0}, Shape{2}, t, d);
+      std::vector<double> n = neg(z).to_vector<double>(), a = abs(z).to_vector<double>();
+      std::vector<double> r = rdiv(1, neg(z)).to_vector<double>();
+      EXPECT_TRUE(std::signbit(n[0]) && !std::signbit(n[1])) << n[0] << " " << n[1];
+      EXPECT_TRUE(!std::signbit(a[0]) && !std::signbit(a[1])) << a[0] << " " << a[1];
+      EXPECT_EQ(r[0], -std::numeric_limits<double>::infinity());
+      EXPECT_EQ(r[1], std::numeric_limits<double>::infinity());
+    }
+}
+
 // Comparisons with a non-integral scalar on integer tensors must compare the values, not the
 // scalar truncated to the integer type (0 < 0.5 is true; 0 == 0.5 is false).
 TEST(Elementwise, IntegerComparisonWithFractionalScalar) {
