@@ -356,14 +356,15 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   return result;
 }
 
+// The body gets the state by value, as the traced loop node gives it (a copy in the loop's
+// own buffers): a body that writes its state in place never writes the caller's tensors.
 std::vector<Tensor> eager_loop(int64_t n, const LoopBody& body, std::vector<Tensor> state) {
+  for (Tensor& t : state) t = clone(t);
   for (int64_t i = 0; i < n; ++i) {
     std::vector<Tensor> next = body(state);
     check_step(state, next);
     state = std::move(next);
   }
-  if (n == 0)
-    for (Tensor& t : state) t = clone(t);
   return state;
 }
 

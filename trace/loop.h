@@ -4,10 +4,14 @@
 //   Tensor y = trace::loop(n, [](const Tensor& x) { return x + 1.0; }, x0);
 //
 // `state` tensors are carried: iteration i + 1 receives what iteration i returned (same
-// count, shapes and dtypes, checked). n is an int, or a one-element tensor read when the
-// loop runs (so a replay can run a different count without tracing again). n = 0 returns
-// copies of the initial state. A plain C++ for loop inside a traced function is unrolled
-// instead.
+// count, shapes and dtypes, checked). The body gets the state by value: writing a state
+// tensor in place never writes the caller's tensors (traced, the state lives in the
+// loop's own buffers; eagerly, the loop starts from copies). A body that returns a tensor
+// it did not make (a captured one) as the next state and writes it in place on the next
+// iteration writes that tensor eagerly but a copy traced: return a clone() instead. n is an int, or
+// a one-element tensor read when the loop runs (so a replay can run a different count without
+// tracing again). n = 0 returns copies of the initial state. A plain C++ for loop inside a traced
+// function is unrolled instead.
 //
 // Outside a trace the loop runs eagerly (a tensor n is read with item(), which waits).
 // Inside a trace, the body is recorded once into a graph of its own (fused and planned

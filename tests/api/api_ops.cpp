@@ -373,7 +373,11 @@ Expect softmax_ref(const Ref& a, bool log) {
       else if (log)
         e = finish(x - m - std::log(s), 2 * maxtol + 8 * unit(t) * (std::fabs(x - m) + std::log(s)),
                    t, 8);
-      else e = finish(std::exp(x - m) / s, 2 * maxtol, t, 8);
+      else {
+        // x - m rounds to within unit(t) * |x - m|, which exp turns into that relative error.
+        const double v = std::exp(x - m) / s;
+        e = finish(v, 2 * maxtol + 2 * v * unit(t) * std::fabs(x - m), t, 8);
+      }
       y.set(r * n + i, e);
     }
   }

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 
 #include "tests/api/api_driver.h"
 #include "tests/api/api_generators.h"
@@ -39,13 +40,17 @@ TEST(RandomApi, EagerSequences) {
 // ---- traced functions ----------------------------------------------------------------------
 
 // The program a traced function runs: `steps` random traceable calls in a case of its own
-// seed, over a pool of the two arguments and a parameter it reads by reference (all three
-// frozen: the program writes only what it made). The same seed, variant, shapes and dtypes
+// seed, over a pool of the two arguments and a parameter it reads by reference. The
+// parameter is always frozen; the arguments are too unless `writes_args` (then the program
+// may write them, or views of them, in place). The same seed, variant, shapes and dtypes
 // give the same calls, traced or eager. Returns its last (up to 3) results, or x.
-std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps) {
+std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps,
+                              bool writes_args) {
   b.traced = true;
   b.device = x.t.device();
-  for (const Val* v : {&x, &y, &param}) b.add(v->t, v->r, b.device, false, true, true);
+  b.add(x.t, x.r, b.device, false, true, !writes_args);
+  b.add(y.t, y.r, b.device, false, true, !writes_args);
+  b.add(param.t, param.r, b.device, false, true, true);
   b.results.clear();  // the inputs are checked by the caller
   for (int i = 0; i < steps; ++i) random_step(b);
   std::vector<Val> out;
@@ -54,6 +59,35 @@ std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& pa
   if (out.empty()) out.push_back(x);
   return out;
 }
+
+// v in a fresh tensor with a fresh reference store (what the eager run of a call that
+// writes its arguments runs on).
+Val deep_copy(const Val& v) {
+  Val w = v;
+  w.t = clone(v.t);
+  w.r = map1(v.r, v.r.dtype, [](El e) { return e; });
+  return w;
+}
+
+// The exact reference of what t holds now (a sync).
+Ref exact_ref(const Tensor& t) { return from_values(t.to_vector<double>(), t.shape(), t.dtype()); }
+
+// How a case's traced function is built. `in_loop`: the program is the body of a
+// trace::loop over x (the loop state) run `count` times, an int or a tensor argument read
+// on the device; the loop's result is the function's. The next state is the state halved
+// plus the program's last result of the state's shape and dtype (else plus 1), so every
+// iteration depends on the one before.
+struct TracedSetup {
+  bool in_loop = false, tensor_count = false, writes_args = false;
+  DType count_dtype = DType::int64;
+  std::string str() const {
+    return std::string(in_loop ? (tensor_count ? ", in a loop with a tensor count (" +
+                                                     std::string(name(count_dtype)) + ")"
+                                               : ", in a loop with an int count")
+                               : "") +
+           (writes_args ? ", may write its arguments" : "");
+  }
+};
 
 void traced_case(Case& c) {
   // The case's device (the CPU, or the suite's fake GPU, whose traces become CUDA graphs).
@@ -65,36 +99,70 @@ void traced_case(Case& c) {
   o.streams = c.chance(0.3) ? 2 : 1;
   o.verify = c.chance(0.1);
   o.warmup_calls = c.chance(0.2) ? 1 : 0;
+  TracedSetup setup;
+  setup.in_loop = c.chance(0.3);
+  setup.tensor_count = setup.in_loop && c.chance(0.5);
+  setup.count_dtype = c.pick(std::vector<DType>{DType::int32, DType::int64, DType::float32});
+  setup.writes_args = c.chance(0.25);
   c.note("# trace::function over a program of " + std::to_string(steps) + " calls, seed " +
          std::to_string(body_seed) + ", fusion " +
          (o.fusion == trace::Fusion::none ? "none" : "elementwise") + ", streams " +
          std::to_string(o.streams) + ", verify " + (o.verify ? "on" : "off") + ", warmup " +
-         std::to_string(o.warmup_calls));
+         std::to_string(o.warmup_calls) + setup.str());
   const Shape sx = random_shape(c, 24, 3), sy = random_shape(c, 24, 3);
   const DType tx = random_floating(c), ty = random_floating(c);
   Val param = make_val(c, random_shape(c, 24, 3), random_floating(c));
-  Val cur_x, cur_y;  // the arguments of the call under way, with their references
+  Val cur_x, cur_y;    // the arguments of the call under way, with their references
+  bool eager = false;  // the body runs as the eager reference (it may read values back)
   std::string body_failure;
-  auto f = trace::function(
-      [&](const Tensor& x, const Tensor& y, int variant) {
-        Case b("traced body", body_seed, variant);
-        std::vector<Tensor> out;
-        try {
-          for (const Val& v : body_program(b, {x, cur_x.r, "x"}, {y, cur_y.r, "y"}, param, steps))
-            out.push_back(v.t);
-        } catch (const CaseFailed&) {
-          body_failure = "in the traced body: " + b.failure() + "\nbody calls:\n" + b.log();
-          throw;
-        }
-        return out;
-      },
-      o);
+  // One run of the program; in the eager reference, checked against its references.
+  const auto program = [&](const Val& x, const Val& y, int variant) {
+    Case b("traced body", body_seed, variant);
+    try {
+      std::vector<Val> out = body_program(b, x, y, param, steps, setup.writes_args);
+      // (An eager loop with a tensor count of 0 records its body once, to learn its
+      // generator: nothing is read back then.)
+      if (eager && !tide::detail::capturing()) b.check_all();
+      return out;
+    } catch (const CaseFailed&) {
+      body_failure =
+          std::string(eager ? "in the eager run of the body: " : "in the traced body: ") +
+          b.failure() + "\nbody calls:\n" + b.log();
+      throw;
+    }
+  };
+  // The function, traced and (on copies of the arguments) as the eager reference.
+  const auto fn = [&](const Tensor& x, const Tensor& y, const Tensor& n, int variant,
+                      int count) -> std::vector<Tensor> {
+    std::vector<Tensor> out;
+    if (!setup.in_loop) {
+      for (const Val& v : program({x, cur_x.r, "x"}, {y, cur_y.r, "y"}, variant))
+        out.push_back(v.t);
+      return out;
+    }
+    const auto body = [&](const Tensor& s) {
+      // The state's reference: its values when the loop runs eagerly (the reference, a
+      // warm-up call); while a trace records, which reads nothing and chooses nothing by
+      // value, zeros of its shape and dtype.
+      const bool recording = tide::detail::capturing() != nullptr;
+      const Ref sr = recording ? fresh(s.shape(), s.dtype()) : exact_ref(s);
+      Tensor last;
+      for (const Val& v : program({s, sr, "s"}, {y, cur_y.r, "y"}, variant))
+        if (v.t.shape() == s.shape() && v.t.dtype() == s.dtype()) last = v.t;
+      return last.defined() ? s * 0.5 + last : s * 0.5 + 1.0;
+    };
+    if (setup.tensor_count) return {trace::loop(n, body, x)};
+    return {trace::loop(int64_t(count), body, x)};
+  };
+  auto f = trace::function(fn, o);
 
   // Calls: two argument sets of one signature, the first again, then a new variant (a
-  // non-tensor argument: traces again), sometimes a new shape.
+  // non-tensor argument: traces again), sometimes a new shape. Loops run 0..4 times: an int
+  // count is part of the signature, a tensor count is not.
   struct CallArgs {
     Val x, y;
     int variant;
+    int count = 0;
   };
   std::vector<CallArgs> calls;
   Val x1 = make_val(c, sx, tx), y1 = make_val(c, sy, ty);
@@ -103,9 +171,10 @@ void traced_case(Case& c) {
   calls.push_back({x1, y1, 0});
   calls.push_back({x1, y1, 1});
   if (c.chance(0.5)) calls.push_back({make_val(c, random_shape(c, 24, 3), tx), y1, 0});
+  for (CallArgs& a : calls) a.count = setup.in_loop ? int(c.uniform(0, 4)) : 0;
   std::map<std::string, int> per_signature;
   for (size_t k = 0; k < calls.size(); ++k) {
-    const CallArgs& a = calls[k];
+    CallArgs& a = calls[k];
     if (k == 2) {  // the parameter is read by reference: a replay sees this write
       Tensor one = ones(param.r.shape, param.r.dtype, param.t.device());
       c.call(Case::d(param) + ".add_(ones)", "", [&] { param.t.add_(one); });
@@ -116,33 +185,59 @@ void traced_case(Case& c) {
                      [&](El p, El q) { return rule_add(p, q, param.r.dtype); });
       for (int64_t i = 0; i < now.numel(); ++i) param.r.set(i, now.at(i));
     }
-    // The reference: the same program, run eagerly on the same arguments.
-    Case e("traced body", body_seed, a.variant);
+    const Tensor n = from_data({double(a.count)}, Shape{}, setup.count_dtype, c.device);
+    // The reference: the same function run eagerly, on copies of the arguments when it
+    // may write them. Its program's results are checked against the double-precision
+    // references; in a loop only the iterations are (the loop's result is compared with
+    // eager's below).
+    const Val ex = setup.writes_args ? deep_copy(a.x) : a.x;
+    const Val ey = setup.writes_args ? deep_copy(a.y) : a.y;
+    const int int_count = setup.tensor_count ? 0 : a.count;  // in the signature
     std::vector<Val> want;
+    body_failure.clear();
+    eager = true;
     try {
-      want = body_program(e, a.x, a.y, param, steps);
-      e.check_all();
+      cur_x = ex;
+      cur_y = ey;
+      if (setup.in_loop) {
+        for (Tensor& t : fn(ex.t, ey.t, n, a.variant, int_count))
+          want.push_back({t, exact_ref(t), "loop"});
+      } else {
+        Case e("traced body", body_seed, a.variant);
+        want = body_program(e, ex, ey, param, steps, setup.writes_args);
+        e.check_all();
+        body_failure = "";
+        if (k == 0 || k == 3) c.note("# the body program (eager run):\n" + e.log());
+      }
     } catch (const CaseFailed&) {
-      c.fail("in the eager run of the body: " + e.failure() + "\nbody calls:\n" + e.log());
+      eager = false;
+      c.fail(body_failure.empty() ? "in the eager run of the body" : body_failure);
+    } catch (const Error& e) {
+      eager = false;
+      c.fail(std::string("the eager run threw: ") + e.what() + "\n" + body_failure);
     }
-    if (k == 0 || k == 3) c.note("# the body program (eager run):\n" + e.log());
+    eager = false;
+    body_failure.clear();
     cur_x = a.x;
     cur_y = a.y;
     std::vector<Tensor> got;
-    const std::string text =
-        "outs = f(" + Case::d(a.x) + ", " + Case::d(a.y) + ", " + std::to_string(a.variant) + ")";
+    const std::string text = "outs = f(" + Case::d(a.x) + ", " + Case::d(a.y) +
+                             ", n = " + std::to_string(a.count) + ", " + std::to_string(a.variant) +
+                             ")";
     try {
-      c.call(text, "", [&] { got = f(a.x.t, a.y.t, a.variant); });
+      c.call(text, "", [&] { got = f(a.x.t, a.y.t, n, a.variant, int_count); });
     } catch (const CaseFailed&) {
       if (!body_failure.empty()) c.fail(body_failure);
       throw;
     }
-    ++per_signature[a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant)];
+    ++per_signature[a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant) +
+                    (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a.count) : "")];
     if (got.size() != want.size())
       c.fail(text + " returned " + std::to_string(got.size()) + " tensors, the eager run " +
              std::to_string(want.size()));
     // Fused kernels apply the same functors, within trace::fusion_tolerance of eager.
     const bool fused = o.fusion != trace::Fusion::none;
+    const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
     for (size_t j = 0; j < got.size(); ++j) {
       Val v = want[j];
       v.t = got[j];
@@ -150,22 +245,32 @@ void traced_case(Case& c) {
       if (got[j].shape() != v.r.shape || got[j].dtype() != v.r.dtype)
         c.fail(v.name + " is " + got[j].shape().str() + " " + std::string(name(got[j].dtype())) +
                ", eager gave " + v.r.shape.str() + " " + std::string(name(v.r.dtype)));
-      c.check(v, fused ? (v.r.dtype == DType::float32 ? 4e-6 : 1e-13) : 0);
+      c.check(v, tol(v.r.dtype));
     }
+    // Arguments the function wrote hold what the eager run left in its copies; their
+    // references follow, for the calls after this one.
+    if (setup.writes_args)
+      for (auto [arg, copy, what] : {std::tuple{&a.x, &ex, "x"}, std::tuple{&a.y, &ey, "y"}}) {
+        Val v = *arg;
+        v.r = setup.in_loop ? exact_ref(copy->t) : copy->r;
+        v.name = std::string("argument ") + what + " after the call";
+        c.check(v, tol(v.r.dtype));
+        for (int64_t i = 0; i < v.r.numel(); ++i) arg->r.set(i, v.r.at(i));
+      }
   }
-  int64_t traces = 0, replays = 0, eager = 0;
-  for (const auto& [sig, n] : per_signature) {
-    traces += n > o.warmup_calls;
-    replays += std::max(0, n - o.warmup_calls);
-    eager += std::min(n, o.warmup_calls);
+  int64_t traces = 0, replays = 0, eager_calls = 0;
+  for (const auto& [sig, count] : per_signature) {
+    traces += count > o.warmup_calls;
+    replays += std::max(0, count - o.warmup_calls);
+    eager_calls += std::min(count, o.warmup_calls);
   }
   const trace::FunctionStats s = f.stats();
   if (s.calls != int64_t(calls.size()) || s.traces != traces || s.replays != replays ||
-      s.eager_calls != eager)
+      s.eager_calls != eager_calls)
     c.fail("stats: " + std::to_string(s.calls) + " calls, " + std::to_string(s.traces) +
            " traces, " + std::to_string(s.replays) + " replays, " + std::to_string(s.eager_calls) +
            " eager; expected " + std::to_string(calls.size()) + ", " + std::to_string(traces) +
-           ", " + std::to_string(replays) + ", " + std::to_string(eager));
+           ", " + std::to_string(replays) + ", " + std::to_string(eager_calls));
 }
 
 TEST(RandomApi, TracedFunctions) { run_cases("RandomApi.TracedFunctions", 0.05, traced_case); }

@@ -711,6 +711,25 @@ TEST(DeviceGraphLoop, ATensorCountIsReadOnTheDeviceAtEveryReplay) {
   EXPECT_EQ(f(x, negative).to_vector<float>(), x.to_vector<float>());
 }
 
+// The body gets its state by value on a GPU too: writing it in place leaves the caller's
+// tensor as it was, as the eager loop does.
+TEST(DeviceGraphLoop, ABodyWritingItsStateInPlaceLeavesTheCallersTensor) {
+  auto body = [](const Tensor& s) {
+    Tensor t = s;  // the same tensor
+    t.mul_(2.0);
+    return t + 1.0;
+  };
+  auto f = trace::function([&](const Tensor& x) { return trace::loop(3, body, x); });
+  const std::vector<float> start{1, -2, 0.5f}, want{15, -9, 11};
+  for (int call = 0; call < 2; ++call) {
+    Tensor x = on_gpu(start, {3});
+    EXPECT_EQ(trace::loop(3, body, x).to_vector<float>(), want);
+    EXPECT_EQ(f(x).to_vector<float>(), want);
+    EXPECT_EQ(x.to_vector<float>(), start) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 TEST(DeviceGraphLoop, StatesSwappedByTheBodyGoThroughASpareBuffer) {
   // Fibonacci: the next first state is the current second one, read from a state buffer
   // the step kernel overwrites (the fake checks that no copy reads what another writes).

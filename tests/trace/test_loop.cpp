@@ -88,6 +88,31 @@ TEST(TraceLoop, ZeroIterationsReturnTheInputState) {
   EXPECT_NE(e.storage(), x.storage());
 }
 
+// The body gets its state by value: one that writes the state in place (and returns it)
+// never writes the caller's tensor, eagerly as traced (where the state lives in the
+// loop's own buffers). The eager loop wrote the caller's tensor on iteration 0 (found by
+// the random API driver).
+TEST(TraceLoop, ABodyWritingItsStateInPlaceLeavesTheCallersTensor) {
+  auto body = [](const Tensor& s) {
+    Tensor t = s;  // the same tensor
+    t.mul_(2.0);
+    return t + 1.0;
+  };
+  auto f_int = trace::function([&](const Tensor& x) { return trace::loop(3, body, x); });
+  auto f_tensor =
+      trace::function([&](const Tensor& x, const Tensor& n) { return trace::loop(n, body, x); });
+  const std::vector<float> start{1, -2, 0.5f};
+  const std::vector<float> want{15, -9, 11};  // s -> 2 s + 1, three times
+  for (int call = 0; call < 2; ++call) {
+    Tensor x = from_vector(start, Shape{3});
+    EXPECT_EQ(trace::loop(3, body, x).to_vector<float>(), want);
+    EXPECT_EQ(trace::loop(from_vector<int64_t>({3}, Shape{1}), body, x).to_vector<float>(), want);
+    EXPECT_EQ(f_int(x).to_vector<float>(), want);
+    EXPECT_EQ(f_tensor(x, from_vector<int64_t>({3}, Shape{1})).to_vector<float>(), want);
+    EXPECT_EQ(x.to_vector<float>(), start) << "call " << call;
+  }
+}
+
 TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
   Tensor w = full({3}, 0.5);
   auto body = [&](const std::vector<Tensor>& s) {
