@@ -40,17 +40,17 @@ TEST(RandomApi, EagerSequences) {
 // ---- traced functions ----------------------------------------------------------------------
 
 // The program a traced function runs: `steps` random traceable calls in a case of its own
-// seed, over a pool of the two arguments and a parameter it reads by reference. The
-// parameter is always frozen; the arguments are too unless `writes_args` (then the program
-// may write them, or views of them, in place). The same seed, variant, shapes and dtypes
-// give the same calls, traced or eager. Returns its last (up to 3) results, or x.
+// seed, over a pool of the two arguments and a parameter it reads by reference (which may
+// require grad). The parameter is always frozen; the arguments are too unless `writes_args` (then
+// the program may write them, or views of them, in place). The same seed, variant, shapes and
+// dtypes give the same calls, traced or eager. Returns its last (up to 3) results, or x.
 std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps,
                               bool writes_args) {
   b.traced = true;
   b.device = x.t.device();
   b.add(x.t, x.r, b.device, false, true, !writes_args);
   b.add(y.t, y.r, b.device, false, true, !writes_args);
-  b.add(param.t, param.r, b.device, false, true, true);
+  b.add(param.t, param.r, b.device, param.requires_grad, true, true);
   b.results.clear();  // the inputs are checked by the caller
   for (int i = 0; i < steps; ++i) random_step(b);
   std::vector<Val> out;
@@ -76,16 +76,20 @@ Ref exact_ref(const Tensor& t) { return from_values(t.to_vector<double>(), t.sha
 // trace::loop over x (the loop state) run `count` times, an int or a tensor argument read
 // on the device; the loop's result is the function's. The next state is the state halved
 // plus the program's last result of the state's shape and dtype (else plus 1), so every
-// iteration depends on the one before.
+// iteration depends on the one before. `backward` (not in a loop): the parameter requires
+// grad; the function resets its gradient, runs the program, calls backward on the sum of
+// the parameter and of the results that require grad, and returns the gradient too (the
+// trainer's step, in small).
 struct TracedSetup {
-  bool in_loop = false, tensor_count = false, writes_args = false;
+  bool in_loop = false, tensor_count = false, writes_args = false, backward = false;
   DType count_dtype = DType::int64;
   std::string str() const {
     return std::string(in_loop ? (tensor_count ? ", in a loop with a tensor count (" +
                                                      std::string(name(count_dtype)) + ")"
                                                : ", in a loop with an int count")
                                : "") +
-           (writes_args ? ", may write its arguments" : "");
+           (writes_args ? ", may write its arguments" : "") +
+           (backward ? ", backward to the parameter" : "");
   }
 };
 
@@ -104,6 +108,7 @@ void traced_case(Case& c) {
   setup.tensor_count = setup.in_loop && c.chance(0.5);
   setup.count_dtype = c.pick(std::vector<DType>{DType::int32, DType::int64, DType::float32});
   setup.writes_args = c.chance(0.25);
+  setup.backward = !setup.in_loop && c.chance(0.3);
   c.note("# trace::function over a program of " + std::to_string(steps) + " calls, seed " +
          std::to_string(body_seed) + ", fusion " +
          (o.fusion == trace::Fusion::none ? "none" : "elementwise") + ", streams " +
@@ -112,6 +117,10 @@ void traced_case(Case& c) {
   const Shape sx = random_shape(c, 24, 3), sy = random_shape(c, 24, 3);
   const DType tx = random_floating(c), ty = random_floating(c);
   Val param = make_val(c, random_shape(c, 24, 3), random_floating(c));
+  if (setup.backward) {
+    param.t.requires_grad_();
+    param.requires_grad = true;
+  }
   Val cur_x, cur_y;    // the arguments of the call under way, with their references
   bool eager = false;  // the body runs as the eager reference (it may read values back)
   std::string body_failure;
@@ -135,6 +144,17 @@ void traced_case(Case& c) {
   const auto fn = [&](const Tensor& x, const Tensor& y, const Tensor& n, int variant,
                       int count) -> std::vector<Tensor> {
     std::vector<Tensor> out;
+    if (setup.backward) {
+      param.t.zero_grad();
+      Tensor loss = cast(sum(param.t), DType::float64);
+      for (const Val& v : program({x, cur_x.r, "x"}, {y, cur_y.r, "y"}, variant)) {
+        out.push_back(v.t);
+        if (v.t.requires_grad()) loss = loss + cast(sum(v.t), DType::float64);
+      }
+      loss.backward();
+      out.push_back(param.t.grad());
+      return out;
+    }
     if (!setup.in_loop) {
       for (const Val& v : program({x, cur_x.r, "x"}, {y, cur_y.r, "y"}, variant))
         out.push_back(v.t);
@@ -177,7 +197,10 @@ void traced_case(Case& c) {
     CallArgs& a = calls[k];
     if (k == 2) {  // the parameter is read by reference: a replay sees this write
       Tensor one = ones(param.r.shape, param.r.dtype, param.t.device());
-      c.call(Case::d(param) + ".add_(ones)", "", [&] { param.t.add_(one); });
+      c.call(Case::d(param) + ".add_(ones)", "", [&] {
+        NoGrad no_grad;  // a leaf that may require grad
+        param.t.add_(one);
+      });
       Ref now = map2(param.r,
                      from_values(std::vector<double>(size_t(param.r.numel()), 1.0), param.r.shape,
                                  param.r.dtype),
@@ -199,9 +222,9 @@ void traced_case(Case& c) {
     try {
       cur_x = ex;
       cur_y = ey;
-      if (setup.in_loop) {
+      if (setup.in_loop || setup.backward) {
         for (Tensor& t : fn(ex.t, ey.t, n, a.variant, int_count))
-          want.push_back({t, exact_ref(t), "loop"});
+          want.push_back({t, exact_ref(t), "eager"});
       } else {
         Case e("traced body", body_seed, a.variant);
         want = body_program(e, ex, ey, param, steps, setup.writes_args);
@@ -252,7 +275,7 @@ void traced_case(Case& c) {
     if (setup.writes_args)
       for (auto [arg, copy, what] : {std::tuple{&a.x, &ex, "x"}, std::tuple{&a.y, &ey, "y"}}) {
         Val v = *arg;
-        v.r = setup.in_loop ? exact_ref(copy->t) : copy->r;
+        v.r = setup.in_loop || setup.backward ? exact_ref(copy->t) : copy->r;
         v.name = std::string("argument ") + what + " after the call";
         c.check(v, tol(v.r.dtype));
         for (int64_t i = 0; i < v.r.numel(); ++i) arg->r.set(i, v.r.at(i));
