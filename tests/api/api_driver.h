@@ -74,10 +74,13 @@ class Case {
 
   // ---- what the case runs on ---------------------------------------------------------
   Device device = Device::cpu();  // where fresh tensors are made
-  bool traced = false;            // inside a trace::function body: no host reads, no rand
-  bool sync_mode = false;         // the case runs under SynchronousGuard
-  uint64_t inflight_bound = 0;    // set_max_inflight_ops for the case (0: none)
-  bool multi_stream = false;      // each step on one of three streams of `device`
+  bool traced = false;            // inside a trace::function body: no host reads, and
+                                  // rand/randn only from traced_generator (the caller
+                                  // seeds it alike for the eager and the traced run)
+  Generator* traced_generator = nullptr;
+  bool sync_mode = false;       // the case runs under SynchronousGuard
+  uint64_t inflight_bound = 0;  // set_max_inflight_ops for the case (0: none)
+  bool multi_stream = false;    // each step on one of three streams of `device`
   bool has_fake_gpu() const;
 
   // ---- the pool ----------------------------------------------------------------------

@@ -133,6 +133,29 @@ void g_arange(Case& c) {
          [&] { return arange(start, end, step, t, dev); });
 }
 
+// rand / randn in a traced body, from the body's generator: the caller seeds it alike for
+// the eager run and the traced call, whose results it compares. Run eagerly, the values are
+// read back as the reference; while a trace records, nothing is read, and zeros stand in
+// (a traced body chooses nothing by value).
+void g_random_traced(Case& c) {
+  if (!c.traced || !c.traced_generator) return;
+  const bool normal = c.chance(0.5);
+  const Shape s = random_shape(c);
+  const DType t = random_floating(c);
+  const Device dev = c.device;
+  Tensor a;
+  if (!c.call(c.next_name() + " = " + (normal ? "randn(" : "rand(") + s.str() + ", " + dt(t) +
+                  ", the body's generator, " + dev_text(dev) + ")",
+              "", [&] {
+                a = normal ? randn(s, t, *c.traced_generator, dev)
+                           : rand(s, t, *c.traced_generator, dev);
+              }))
+    return;
+  const bool recording = tide::detail::capturing() != nullptr;
+  add_result(c, a, recording ? fresh(s, t) : from_values(a.to_vector<double>(), s, t), dev, false,
+             {});
+}
+
 // rand / randn: values read back at once (a sync); the same seed gives the same numbers.
 void g_random(Case& c) {
   const bool normal = c.chance(0.5);

@@ -96,6 +96,7 @@ void run_op(Case& c, const std::string& text, Outcome want, const std::string& w
 void g_fill(Case& c);
 void g_arange(Case& c);
 void g_random(Case& c);
+void g_random_traced(Case& c);
 void g_from_vector(Case& c);
 void g_clone_cast(Case& c);
 

@@ -645,6 +645,7 @@ const std::vector<OpGen>& generators() {
       {"fill", 6, true, g_fill},
       {"arange", 3, true, g_arange},
       {"random", 3, false, g_random},
+      {"random_traced", 3, true, g_random_traced, true},
       {"from_vector", 4, true, g_from_vector},
       {"clone_cast", 5, true, g_clone_cast},
       {"binary", 14, true, g_binary},
@@ -684,12 +685,15 @@ void random_step(Case& c) {
     c.note("# on stream " + std::to_string(i) + " of " + c.device.str());
     on.emplace(case_stream(c.device, i));
   }
+  const auto usable = [&](const OpGen& g) {
+    return c.traced ? g.traceable && (!g.only_traced || c.traced_generator) : !g.only_traced;
+  };
   int total = 0;
   for (const OpGen& g : generators())
-    if (g.traceable || !c.traced) total += g.weight;
+    if (usable(g)) total += g.weight;
   int64_t k = c.uniform(0, total - 1);
   for (const OpGen& g : generators()) {
-    if (!g.traceable && c.traced) continue;
+    if (!usable(g)) continue;
     if ((k -= g.weight) < 0) {
       g.run(c);
       return;

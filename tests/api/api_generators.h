@@ -57,6 +57,7 @@ struct OpGen {
   int weight;      // relative frequency
   bool traceable;  // may run inside a trace::function body
   void (*run)(Case&);
+  bool only_traced = false;  // only inside one, with a traced_generator (g_random_traced)
 };
 const std::vector<OpGen>& generators();
 

@@ -12,7 +12,9 @@
 //   TracedFunctions trace::function over a random program of traceable calls: every call
 //                   (trace, replay, retrace, warm-up, verify, two streams, fusion) against
 //                   the same program run eagerly, on the CPU or on the fake GPU (where the
-//                   trace becomes a CUDA graph on the recording fake).
+//                   trace becomes a CUDA graph on the recording fake). The program may be
+//                   a trace::loop body (int or tensor count), write the arguments in place,
+//                   draw random numbers, or end in backward to a parameter (TracedSetup).
 //   AutogradGraphs  in test_api_autograd.cpp.
 //
 // Input classes behind known defects are left out, logged and counted (KnownDefects in
@@ -41,12 +43,14 @@ TEST(RandomApi, EagerSequences) {
 
 // The program a traced function runs: `steps` random traceable calls in a case of its own
 // seed, over a pool of the two arguments and a parameter it reads by reference (which may
-// require grad). The parameter is always frozen; the arguments are too unless `writes_args` (then
-// the program may write them, or views of them, in place). The same seed, variant, shapes and
-// dtypes give the same calls, traced or eager. Returns its last (up to 3) results, or x.
+// require grad). With a generator, it may draw random numbers from it. The parameter is always
+// frozen; the arguments are too unless `writes_args` (then the program may write them, or views of
+// them, in place). The same seed, variant, shapes and dtypes give the same calls, traced or eager.
+// Returns its last (up to 3) results, or x.
 std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps,
-                              bool writes_args) {
+                              bool writes_args, Generator* generator) {
   b.traced = true;
+  b.traced_generator = generator;
   b.device = x.t.device();
   b.add(x.t, x.r, b.device, false, true, !writes_args);
   b.add(y.t, y.r, b.device, false, true, !writes_args);
@@ -82,6 +86,7 @@ Ref exact_ref(const Tensor& t) { return from_values(t.to_vector<double>(), t.sha
 // trainer's step, in small).
 struct TracedSetup {
   bool in_loop = false, tensor_count = false, writes_args = false, backward = false;
+  bool random = false;  // the program draws from a generator, seeded alike for both runs
   DType count_dtype = DType::int64;
   std::string str() const {
     return std::string(in_loop ? (tensor_count ? ", in a loop with a tensor count (" +
@@ -89,12 +94,14 @@ struct TracedSetup {
                                                : ", in a loop with an int count")
                                : "") +
            (writes_args ? ", may write its arguments" : "") +
-           (backward ? ", backward to the parameter" : "");
+           (backward ? ", backward to the parameter" : "") + (random ? ", random ops" : "");
   }
 };
 
 void traced_case(Case& c) {
-  // The case's device (the CPU, or the suite's fake GPU, whose traces become CUDA graphs).
+  // The case's device: the CPU, or the suite's fake GPU, whose traces become CUDA graphs
+  // (drawn more often here than for the other tests: their code is larger).
+  if (c.chance(0.3)) c.device = Device::cuda(kFakeGpu);
   const uint64_t body_seed = c.rng();
   const int steps = int(c.uniform(2, 8));
   trace::Options o;
@@ -109,6 +116,8 @@ void traced_case(Case& c) {
   setup.count_dtype = c.pick(std::vector<DType>{DType::int32, DType::int64, DType::float32});
   setup.writes_args = c.chance(0.25);
   setup.backward = !setup.in_loop && c.chance(0.3);
+  setup.random = c.chance(0.5);
+  Generator gen;
   c.note("# trace::function over a program of " + std::to_string(steps) + " calls, seed " +
          std::to_string(body_seed) + ", fusion " +
          (o.fusion == trace::Fusion::none ? "none" : "elementwise") + ", streams " +
@@ -128,7 +137,8 @@ void traced_case(Case& c) {
   const auto program = [&](const Val& x, const Val& y, int variant) {
     Case b("traced body", body_seed, variant);
     try {
-      std::vector<Val> out = body_program(b, x, y, param, steps, setup.writes_args);
+      std::vector<Val> out =
+          body_program(b, x, y, param, steps, setup.writes_args, setup.random ? &gen : nullptr);
       // (An eager loop with a tensor count of 0 records its body once, to learn its
       // generator: nothing is read back then.)
       if (eager && !tide::detail::capturing()) b.check_all();
@@ -218,6 +228,8 @@ void traced_case(Case& c) {
     const int int_count = setup.tensor_count ? 0 : a.count;  // in the signature
     std::vector<Val> want;
     body_failure.clear();
+    const uint64_t seed = c.rng();  // the same numbers for the eager run and the call
+    gen.manual_seed(seed);
     eager = true;
     try {
       cur_x = ex;
@@ -227,7 +239,8 @@ void traced_case(Case& c) {
           want.push_back({t, exact_ref(t), "eager"});
       } else {
         Case e("traced body", body_seed, a.variant);
-        want = body_program(e, ex, ey, param, steps, setup.writes_args);
+        want =
+            body_program(e, ex, ey, param, steps, setup.writes_args, setup.random ? &gen : nullptr);
         e.check_all();
         body_failure = "";
         if (k == 0 || k == 3) c.note("# the body program (eager run):\n" + e.log());
@@ -247,6 +260,7 @@ void traced_case(Case& c) {
     const std::string text = "outs = f(" + Case::d(a.x) + ", " + Case::d(a.y) +
                              ", n = " + std::to_string(a.count) + ", " + std::to_string(a.variant) +
                              ")";
+    gen.manual_seed(seed);
     try {
       c.call(text, "", [&] { got = f(a.x.t, a.y.t, n, a.variant, int_count); });
     } catch (const CaseFailed&) {
