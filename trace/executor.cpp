@@ -190,7 +190,8 @@ void CallBindings::bind(Graph& g) const {
 }
 
 void CallBindings::finish() const {
-  for (const OutputBind& b : copies) std::memcpy(b.fresh->data(), b.slot->data(), b.slot->bytes());
+  for (const OutputBind& b : copies)
+    if (b.slot->bytes()) std::memcpy(b.fresh->data(), b.slot->data(), b.slot->bytes());
 }
 
 std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,

@@ -51,6 +51,12 @@ namespace tide::trace {
 
 namespace {
 
+// memmove that takes empty buffers: an empty state has no memory (a null pointer, which
+// memcpy and memmove must not get even for zero bytes).
+void move_bytes(void* dst, const void* src, size_t n) {
+  if (n) std::memmove(dst, src, n);
+}
+
 struct Count {
   int64_t fixed = 0;
   Tensor tensor;  // defined: read when the loop runs
@@ -107,7 +113,7 @@ struct LoopProgram {
     size_t k = in.size();
     if (iterated) {
       void* buf = out[0]->data();
-      std::memcpy(buf, static_cast<unsigned char*>(in[0]->data()) + in_offsets[0], bytes[0]);
+      move_bytes(buf, static_cast<unsigned char*>(in[0]->data()) + in_offsets[0], bytes[0]);
       std::lock_guard<std::mutex> lock(body->run_mu);
       body_inputs[0]->rebind(buf);
       body->values[size_t(body_outputs[0].value)].storage->rebind(buf);
@@ -118,7 +124,7 @@ struct LoopProgram {
     for (size_t j = 0; j < k; ++j) {
       cur[j] = static_cast<unsigned char*>(out[j]->data());
       alt[j] = static_cast<unsigned char*>(spare[j]->data());
-      std::memcpy(cur[j], static_cast<unsigned char*>(in[j]->data()) + in_offsets[j], bytes[j]);
+      move_bytes(cur[j], static_cast<unsigned char*>(in[j]->data()) + in_offsets[j], bytes[j]);
     }
     uint64_t random_offset = 0, random_key = 0;
     if (random_base) {
@@ -142,12 +148,12 @@ struct LoopProgram {
         const Value& v = body->values[size_t(body_outputs[j].value)];
         auto* src = static_cast<unsigned char*>(v.storage->data()) +
                     size_t(body_outputs[j].offset) * size_of(body_outputs[j].dtype);
-        if (src != alt[j]) std::memmove(alt[j], src, bytes[j]);
+        if (src != alt[j]) move_bytes(alt[j], src, bytes[j]);
       }
       std::swap(cur, alt);
     }
     for (size_t j = 0; j < k; ++j)
-      if (cur[j] != out[j]->data()) std::memcpy(out[j]->data(), cur[j], bytes[j]);
+      if (cur[j] != out[j]->data()) move_bytes(out[j]->data(), cur[j], bytes[j]);
   }
 };
 

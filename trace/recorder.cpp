@@ -243,7 +243,7 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
         init.site = g.nodes[size_t(first[i])].site;
         init.writes.push_back(int(i));
         init.kernel = [bytes, slot = v.storage.get()](const KernelContext&) {
-          std::memcpy(slot->data(), bytes->data(), bytes->size());
+          if (!bytes->empty()) std::memcpy(slot->data(), bytes->data(), bytes->size());
         };
         init.fused_ops = 0;
         ++v.num_writers;

@@ -43,18 +43,18 @@ TEST(RandomApi, EagerSequences) {
 
 // The program a traced function runs: `steps` random traceable calls in a case of its own
 // seed, over a pool of the two arguments and a parameter it reads by reference (which may
-// require grad). With a generator, it may draw random numbers from it. The parameter is always
-// frozen; the arguments are too unless `writes_args` (then the program may write them, or views of
-// them, in place). The same seed, variant, shapes and dtypes give the same calls, traced or eager.
-// Returns its last (up to 3) results, or x.
+// require grad). With a generator, it may draw random numbers from it. The arguments are
+// frozen unless `writes_args`, the parameter unless `writes_param` (then the program may
+// write them, or views of them, in place). The same seed, variant, shapes and dtypes give
+// the same calls, traced or eager. Returns its last (up to 3) results, or x.
 std::vector<Val> body_program(Case& b, const Val& x, const Val& y, const Val& param, int steps,
-                              bool writes_args, Generator* generator) {
+                              bool writes_args, bool writes_param, Generator* generator) {
   b.traced = true;
   b.traced_generator = generator;
   b.device = x.t.device();
   b.add(x.t, x.r, b.device, false, true, !writes_args);
   b.add(y.t, y.r, b.device, false, true, !writes_args);
-  b.add(param.t, param.r, b.device, param.requires_grad, true, true);
+  b.add(param.t, param.r, b.device, param.requires_grad, true, !writes_param);
   b.results.clear();  // the inputs are checked by the caller
   for (int i = 0; i < steps; ++i) random_step(b);
   std::vector<Val> out;
@@ -76,6 +76,20 @@ Val deep_copy(const Val& v) {
 // The exact reference of what t holds now (a sync).
 Ref exact_ref(const Tensor& t) { return from_values(t.to_vector<double>(), t.shape(), t.dtype()); }
 
+// A copy of the parameter p and of its reference (exact: what p holds now), to put back with
+// restore. Outside autograd: p may be a leaf that requires grad.
+Val snapshot(const Val& p, bool exact) {
+  NoGrad no_grad;
+  Val s = deep_copy(p);
+  if (exact) s.r = exact_ref(p.t);
+  return s;
+}
+void restore(Val& p, const Val& s) {
+  NoGrad no_grad;
+  p.t.copy_(s.t);
+  for (int64_t i = 0; i < p.r.numel(); ++i) p.r.set(i, s.r.at(i));
+}
+
 // How a case's traced function is built. `in_loop`: the program is the body of a
 // trace::loop over x (the loop state) run `count` times, an int or a tensor argument read
 // on the device; the loop's result is the function's. The next state is the state halved
@@ -86,7 +100,8 @@ Ref exact_ref(const Tensor& t) { return from_values(t.to_vector<double>(), t.sha
 // trainer's step, in small).
 struct TracedSetup {
   bool in_loop = false, tensor_count = false, writes_args = false, backward = false;
-  bool random = false;  // the program draws from a generator, seeded alike for both runs
+  bool random = false;        // the program draws from a generator, seeded alike for both runs
+  bool writes_param = false;  // the program may write the captured parameter in place
   DType count_dtype = DType::int64;
   std::string str() const {
     return std::string(in_loop ? (tensor_count ? ", in a loop with a tensor count (" +
@@ -94,7 +109,8 @@ struct TracedSetup {
                                                : ", in a loop with an int count")
                                : "") +
            (writes_args ? ", may write its arguments" : "") +
-           (backward ? ", backward to the parameter" : "") + (random ? ", random ops" : "");
+           (backward ? ", backward to the parameter" : "") + (random ? ", random ops" : "") +
+           (writes_param ? ", may write the parameter" : "");
   }
 };
 
@@ -117,6 +133,7 @@ void traced_case(Case& c) {
   setup.writes_args = c.chance(0.25);
   setup.backward = !setup.in_loop && c.chance(0.3);
   setup.random = c.chance(0.5);
+  setup.writes_param = c.chance(0.25);
   Generator gen;
   c.note("# trace::function over a program of " + std::to_string(steps) + " calls, seed " +
          std::to_string(body_seed) + ", fusion " +
@@ -137,8 +154,8 @@ void traced_case(Case& c) {
   const auto program = [&](const Val& x, const Val& y, int variant) {
     Case b("traced body", body_seed, variant);
     try {
-      std::vector<Val> out =
-          body_program(b, x, y, param, steps, setup.writes_args, setup.random ? &gen : nullptr);
+      std::vector<Val> out = body_program(b, x, y, param, steps, setup.writes_args,
+                                          setup.writes_param, setup.random ? &gen : nullptr);
       // (An eager loop with a tensor count of 0 records its body once, to learn its
       // generator: nothing is read back then.)
       if (eager && !tide::detail::capturing()) b.check_all();
@@ -228,6 +245,10 @@ void traced_case(Case& c) {
     const int int_count = setup.tensor_count ? 0 : a.count;  // in the signature
     std::vector<Val> want;
     body_failure.clear();
+    // A program that may write the parameter runs both times from the same parameter: the
+    // eager run's result is kept, the parameter put back, and the call must leave it so.
+    Val param_before, param_after;
+    if (setup.writes_param) param_before = snapshot(param, false);
     const uint64_t seed = c.rng();  // the same numbers for the eager run and the call
     gen.manual_seed(seed);
     eager = true;
@@ -239,8 +260,8 @@ void traced_case(Case& c) {
           want.push_back({t, exact_ref(t), "eager"});
       } else {
         Case e("traced body", body_seed, a.variant);
-        want =
-            body_program(e, ex, ey, param, steps, setup.writes_args, setup.random ? &gen : nullptr);
+        want = body_program(e, ex, ey, param, steps, setup.writes_args, setup.writes_param,
+                            setup.random ? &gen : nullptr);
         e.check_all();
         body_failure = "";
         if (k == 0 || k == 3) c.note("# the body program (eager run):\n" + e.log());
@@ -254,6 +275,13 @@ void traced_case(Case& c) {
     }
     eager = false;
     body_failure.clear();
+    // What the outputs must hold now, in stores of their own: a view of the parameter
+    // shares its store, which is put back below.
+    for (Val& w : want) w.r = map1(w.r, w.r.dtype, [](El e) { return e; });
+    if (setup.writes_param) {
+      param_after = snapshot(param, setup.in_loop || setup.backward);
+      restore(param, param_before);
+    }
     cur_x = a.x;
     cur_y = a.y;
     std::vector<Tensor> got;
@@ -294,6 +322,13 @@ void traced_case(Case& c) {
         c.check(v, tol(v.r.dtype));
         for (int64_t i = 0; i < v.r.numel(); ++i) arg->r.set(i, v.r.at(i));
       }
+    if (setup.writes_param) {
+      Val v = param;
+      v.r = param_after.r;
+      v.name = "the parameter after the call";
+      c.check(v, tol(v.r.dtype));
+      restore(param, param_after);
+    }
   }
   int64_t traces = 0, replays = 0, eager_calls = 0;
   for (const auto& [sig, count] : per_signature) {

@@ -113,6 +113,49 @@ TEST(TraceLoop, ABodyWritingItsStateInPlaceLeavesTheCallersTensor) {
   }
 }
 
+// Empty state tensors (no memory: a null data pointer) are carried like the others, traced
+// and fused or not, and empty host data made in the function is fine too. UBSan stopped the
+// process here (memcpy of zero bytes from a null pointer); found by the random API driver.
+TEST(TraceLoop, EmptyStatesAndEmptyHostData) {
+  auto body = [](const std::vector<Tensor>& s) {
+    return std::vector<Tensor>{s[0] + 1.0, s[1] * 2.0};
+  };
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(
+        [&](const Tensor& a, const Tensor& b, const Tensor& n) {
+          std::vector<Tensor> r = trace::loop(n, body, {a, b});
+          Tensor e = from_data({}, Shape{0}, DType::float32);
+          return std::vector<Tensor>{r[0], r[1], e + 1.0};
+        },
+        {.fusion = fusion});
+    Tensor a = zeros({0, 3}), b = full({2}, 1.5);
+    for (int64_t n : {0, 3}) {
+      std::vector<Tensor> got = f(a, b, from_vector<int64_t>({n}, Shape{1}));
+      ASSERT_EQ(got.size(), 3u);
+      EXPECT_EQ(got[0].shape(), Shape({0, 3}));
+      EXPECT_EQ(got[1].to_vector<float>(), std::vector<float>(2, n == 0 ? 1.5f : 12.0f));
+      EXPECT_EQ(got[2].numel(), 0);
+    }
+    for (int64_t n : {0, 2}) {
+      Tensor one_empty = trace::function(
+          [&](const Tensor& a) {
+            return trace::loop(
+                n, [](const Tensor& s) { return s * 3.0; }, a);
+          },
+          {.fusion = fusion})(a);
+      EXPECT_EQ(one_empty.shape(), Shape({0, 3}));
+      Tensor inner = trace::function(
+          [&](const Tensor& a) {
+            return trace::loop(
+                       n, [](const Tensor& s) { return s * 3.0; }, a * 2.0) -
+                   1.0;
+          },
+          {.fusion = fusion})(from_data({}, Shape{0}, DType::float64));
+      EXPECT_EQ(inner.shape(), Shape({0}));
+    }
+  }
+}
+
 TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
   Tensor w = full({3}, 0.5);
   auto body = [&](const std::vector<Tensor>& s) {
