@@ -191,7 +191,7 @@ void bind_grads(const Graph& g) {
 
 std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> args,
                                        const Body& body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   // A replay's arguments are bound to the graph's inputs, which carry no autograd history:
   // a gradient for them would be lost without a word.
   for (size_t k = 0; k < args.size() && autograd::grad_enabled(); ++k)
@@ -249,7 +249,7 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
 }
 
 FunctionStats FunctionCore::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   FunctionStats s = stats_;
   s.cached = cache_.size();
   s.measured_call_bytes = s.last_call_allocated;
@@ -274,13 +274,13 @@ FunctionStats FunctionCore::stats() const {
 }
 
 void FunctionCore::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   cache_.clear();
   warmups_.clear();
 }
 
 std::shared_ptr<Graph> FunctionCore::graph_for(const Signature& sig) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   for (const auto& e : cache_)
     if (e->sig == sig) return e->graph;
   return nullptr;

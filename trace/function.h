@@ -33,7 +33,8 @@
 // (accumulating over calls without zero_grad in f) is refused before it runs. Errors inside
 // a replay surface at the next sync, like eager errors, named after the failing node. A
 // call made while another trace records (nesting) runs f inline, so the outer trace
-// records its ops.
+// records its ops. Calls from several threads are serialised per function (each replay
+// is queued on its caller's current stream); f may call itself and read stats().
 #pragma once
 
 #include <cstdint>
@@ -195,7 +196,9 @@ class FunctionCore {
   Signature last_sig_;
   std::unordered_map<std::string, int> warmups_;  // eager calls made per signature
   std::shared_ptr<ExecRecycler> recycler_;        // evicted signatures' CUDA graph execs
-  mutable std::mutex mu_;
+  // Recursive: f may call itself eagerly (a warm-up or aliased call runs f under the lock)
+  // or read stats() while it is traced.
+  mutable std::recursive_mutex mu_;
 };
 
 std::string format_double(double v);

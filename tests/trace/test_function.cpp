@@ -128,6 +128,30 @@ TEST(TraceFunction, ArgumentsRequiringGradAreRefused) {
   }
 }
 
+// A function that calls itself (recursion on an int argument) or reads its own stats():
+// traced, the inner calls run inline; eager (warm-up) calls re-enter the function. The
+// warm-up case deadlocked on the function's lock.
+TEST(TraceFunction, ReentrantCallsDoNotDeadlock) {
+  std::function<Tensor(const Tensor&, int)> self;
+  int64_t seen_calls = -1;
+  auto f = trace::function(
+      [&](const Tensor& x, int depth) -> Tensor {
+        if (depth == 0) return x + 1.0;
+        return self(x, depth - 1) * 2.0;
+      },
+      {.warmup_calls = 1});
+  self = [&](const Tensor& x, int depth) {
+    seen_calls = f.stats().calls;
+    return f(x, depth);
+  };
+  for (int call = 0; call < 3; ++call) {  // warm-up (eager, re-entering), trace, replay
+    EXPECT_EQ(f(ones({2}), 2).to_vector<float>(), std::vector<float>(2, 8.0f)) << call;
+    EXPECT_GE(seen_calls, 1) << call;
+  }
+  EXPECT_EQ(f.stats().replays, 2);  // the call that traced, and the last
+  EXPECT_EQ(f.stats().traces, 1);
+}
+
 TEST(TraceFunction, NonTensorArgumentsArePartOfTheSignature) {
   auto f = trace::function([](const Tensor& x, double s, int k) { return x * s + double(k); });
   Tensor x = ones({2});
