@@ -23,6 +23,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include "tests/api/api_driver.h"
@@ -90,6 +92,17 @@ void restore(Val& p, const Val& s) {
   for (int64_t i = 0; i < p.r.numel(); ++i) p.r.set(i, s.r.at(i));
 }
 
+// Stream t (1, 2) of device d for the threads of a traced case, made once per process (the
+// engine keeps streams for its lifetime).
+Stream thread_stream(Device d, int t) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<Stream>> streams;
+  std::lock_guard lock(mu);
+  std::vector<Stream>& s = streams[d.str()];
+  while (int(s.size()) < t) s.push_back(Stream::create(d));
+  return s[size_t(t - 1)];
+}
+
 // How a case's traced function is built. `in_loop`: the program is the body of a
 // trace::loop over x (the loop state) run `count` times, an int or a tensor argument read
 // on the device; the loop's result is the function's. The next state is the state halved
@@ -102,6 +115,7 @@ struct TracedSetup {
   bool in_loop = false, tensor_count = false, writes_args = false, backward = false;
   bool random = false;        // the program draws from a generator, seeded alike for both runs
   bool writes_param = false;  // the program may write the captured parameter in place
+  int threads = 0;            // then this many threads call f at once, each with its arguments
   DType count_dtype = DType::int64;
   std::string str() const {
     return std::string(in_loop ? (tensor_count ? ", in a loop with a tensor count (" +
@@ -110,7 +124,8 @@ struct TracedSetup {
                                : "") +
            (writes_args ? ", may write its arguments" : "") +
            (backward ? ", backward to the parameter" : "") + (random ? ", random ops" : "") +
-           (writes_param ? ", may write the parameter" : "");
+           (writes_param ? ", may write the parameter" : "") +
+           (threads ? ", then " + std::to_string(threads) + " threads" : "");
   }
 };
 
@@ -134,6 +149,9 @@ void traced_case(Case& c) {
   setup.backward = !setup.in_loop && c.chance(0.3);
   setup.random = c.chance(0.5);
   setup.writes_param = c.chance(0.25);
+  // Threads share nothing the function writes: no generator, parameter or gradient.
+  if (!setup.random && !setup.writes_param && !setup.backward && c.chance(0.4))
+    setup.threads = int(c.uniform(2, 3));
   Generator gen;
   c.note("# trace::function over a program of " + std::to_string(steps) + " calls, seed " +
          std::to_string(body_seed) + ", fusion " +
@@ -330,18 +348,120 @@ void traced_case(Case& c) {
       restore(param, param_after);
     }
   }
+  if (setup.threads) {
+    // Calls from several threads at once (each on a stream of its own but the first), each
+    // with its arguments, of the first call's signature: traced before the threads start
+    // (two calls: one may be a warm-up), so that they only replay. Each thread's calls must
+    // give what the same calls give eagerly, one after the other.
+    const CallArgs& a0 = calls[0];
+    const int int_count = setup.tensor_count ? 0 : a0.count;
+    const Tensor n = from_data({double(a0.count)}, Shape{}, setup.count_dtype, c.device);
+    const std::string key =
+        a0.x.r.shape.str() + a0.y.r.shape.str() + "0" +
+        (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a0.count) : "");
+    for (int i = 0; i < 2; ++i) {  // on copies, which the case does not check at its end
+      cur_x = deep_copy(a0.x);
+      cur_y = deep_copy(a0.y);
+      c.call("f(" + Case::d(cur_x) + ", " + Case::d(cur_y) + ", n = " + std::to_string(a0.count) +
+                 ", 0)   # before the threads",
+             "", [&] { (void)f(cur_x.t, cur_y.t, n, 0, int_count); });
+      ++per_signature[key];
+    }
+    constexpr int kCalls = 3;
+    struct Run {
+      Val x, y, ex, ey;  // the arguments, and the eager run's copies of them
+      std::vector<std::vector<Ref>> want;
+      std::vector<std::vector<std::vector<double>>> got;
+      std::vector<double> got_x, got_y;
+      std::string error;
+    };
+    std::vector<Run> runs(size_t(setup.threads));
+    for (Run& r : runs) {
+      r.x = make_val(c, a0.x.r.shape, a0.x.r.dtype);
+      r.y = make_val(c, a0.y.r.shape, a0.y.r.dtype);
+      r.ex = deep_copy(r.x);
+      r.ey = deep_copy(r.y);
+      eager = true;
+      cur_x = r.ex;
+      cur_y = r.ey;
+      try {
+        for (int m = 0; m < kCalls; ++m) {
+          std::vector<Ref> w;
+          for (const Tensor& t : fn(r.ex.t, r.ey.t, n, 0, int_count)) w.push_back(exact_ref(t));
+          r.want.push_back(std::move(w));
+        }
+      } catch (const CaseFailed&) {
+        eager = false;
+        c.fail(body_failure.empty() ? "in the eager run of the body" : body_failure);
+      }
+      eager = false;
+    }
+    c.note("# " + std::to_string(runs.size()) + " threads, each " + std::to_string(kCalls) +
+           " calls of f on arguments of its own");
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < runs.size(); ++t)
+      pool.emplace_back([&, t] {
+        Run& r = runs[t];
+        try {
+          std::optional<StreamGuard> on;
+          if (t > 0) on.emplace(thread_stream(c.device, int(t)));
+          for (int m = 0; m < kCalls; ++m) {
+            std::vector<std::vector<double>> g;
+            for (const Tensor& o : f(r.x.t, r.y.t, n, 0, int_count))
+              g.push_back(o.to_vector<double>());
+            r.got.push_back(std::move(g));
+          }
+          r.got_x = r.x.t.to_vector<double>();
+          r.got_y = r.y.t.to_vector<double>();
+        } catch (const std::exception& e) {
+          r.error = e.what();
+        }
+      });
+    for (std::thread& t : pool) t.join();
+    per_signature[key] += setup.threads * kCalls;
+    const bool fused = o.fusion != trace::Fusion::none;
+    const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
+    for (size_t t = 0; t < runs.size(); ++t) {
+      Run& r = runs[t];
+      const std::string who = "thread " + std::to_string(t);
+      if (!r.error.empty()) c.fail(who + " threw: " + r.error);
+      for (int m = 0; m < kCalls; ++m) {
+        if (r.got[size_t(m)].size() != r.want[size_t(m)].size())
+          c.fail(who + ", call " + std::to_string(m) + ": " +
+                 std::to_string(r.got[size_t(m)].size()) + " outputs, eager gave " +
+                 std::to_string(r.want[size_t(m)].size()));
+        for (size_t j = 0; j < r.got[size_t(m)].size(); ++j) {
+          const Ref& w = r.want[size_t(m)][j];
+          const std::string bad = mismatch(w, r.got[size_t(m)][j], tol(w.dtype));
+          if (!bad.empty())
+            c.fail(who + ", call " + std::to_string(m) + ": outs[" + std::to_string(j) +
+                   "] differs from eager: " + bad);
+        }
+      }
+      // The arguments hold what the eager calls left in the copies; their references
+      // follow (the case checks them at its end).
+      for (auto [arg, got, want, what] :
+           {std::tuple{&r.x, &r.got_x, &r.ex, "x"}, std::tuple{&r.y, &r.got_y, &r.ey, "y"}}) {
+        const std::string bad = mismatch(want->r, *got, tol(want->r.dtype));
+        if (!bad.empty()) c.fail(who + ": argument " + what + " after its calls: " + bad);
+        for (int64_t i = 0; i < arg->r.numel(); ++i) arg->r.set(i, want->r.at(i));
+      }
+    }
+  }
   int64_t traces = 0, replays = 0, eager_calls = 0;
   for (const auto& [sig, count] : per_signature) {
     traces += count > o.warmup_calls;
     replays += std::max(0, count - o.warmup_calls);
     eager_calls += std::min(count, o.warmup_calls);
   }
+  int64_t total_calls = 0;
+  for (const auto& [sig, count] : per_signature) total_calls += count;
   const trace::FunctionStats s = f.stats();
-  if (s.calls != int64_t(calls.size()) || s.traces != traces || s.replays != replays ||
+  if (s.calls != total_calls || s.traces != traces || s.replays != replays ||
       s.eager_calls != eager_calls)
     c.fail("stats: " + std::to_string(s.calls) + " calls, " + std::to_string(s.traces) +
            " traces, " + std::to_string(s.replays) + " replays, " + std::to_string(s.eager_calls) +
-           " eager; expected " + std::to_string(calls.size()) + ", " + std::to_string(traces) +
+           " eager; expected " + std::to_string(total_calls) + ", " + std::to_string(traces) +
            ", " + std::to_string(replays) + ", " + std::to_string(eager_calls));
 }
 
