@@ -43,6 +43,15 @@ void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor
   out.impl().grad_fn = std::move(node);
 }
 
+void record_refusal(const char* op, Tensor& out, std::string why) {
+  if (!grad_enabled()) return;
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->refusal = std::move(why);
+  out.impl().requires_grad = true;
+  out.impl().grad_fn = std::move(node);
+}
+
 namespace {
 // True when nobody but the backward pass can see g: its TensorImpl has only the
 // `transient` references the pass drops right after, it has no history, and its storage,
@@ -133,10 +142,12 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
       stack.pop_back();
     }
   }
-  for (Node* n : order)
+  for (Node* n : order) {
+    TIDE_CHECK(n->refusal.empty(), "backward", n->refusal);
     TIDE_CHECK(!n->freed, "backward", "the graph through '", n->op,
                "' was freed by an earlier backward(); pass retain_graph=true to that call "
                "to backpropagate through it twice");
+  }
   Tensor seed = grad.defined() ? grad : ones(shape(), dtype(), device());
   std::unordered_map<Node*, Tensor> grads;
   grads[order.back()] = seed;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -27,6 +28,7 @@ struct Node {
   std::vector<Edge> next;  // one per input (empty Edge for inputs that need no grad)
   BackwardFn backward;     // released after backward() unless retain_graph
   bool freed = false;
+  std::string refusal;  // non-empty: no gradient flows through; backward() says this
 };
 
 // Is recording on for this thread? (NoGrad turns it off.)
@@ -57,6 +59,11 @@ template <class F>
 void record(OpId op, Tensor& out, std::initializer_list<const Tensor*> inputs, F&& fn) {
   if (needs_grad(inputs)) record_node(op_name(op), out, inputs, BackwardFn(std::forward<F>(fn)));
 }
+// Marks `out`, made by an op no gradient flows through although what it computed required
+// grad (a traced trace::loop), when recording is on: out requires grad, so that a later
+// backward() through it throws "[backward] <why>" before queuing anything, instead of
+// leaving out's contribution out of the gradients without a word.
+void record_refusal(const char* op, Tensor& out, std::string why);
 // For a node named at run time (a copy named after its devices, a kernel entry's own name).
 template <class F>
 void record(const char* op, Tensor& out, std::initializer_list<const Tensor*> inputs, F&& fn) {

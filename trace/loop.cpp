@@ -308,6 +308,26 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
     next = body(ph);
   }
   check_step(state, next);
+  // Eagerly, a state the body computes from what requires grad would carry the gradient
+  // of every iteration; the loop node carries none (its body ran once, here). Such
+  // results say so when a backward() reaches them.
+  std::vector<bool> would_need_grad;
+  for (const Tensor& t : next) would_need_grad.push_back(t.requires_grad());
+  const auto refuse_gradients = [&](std::vector<Tensor> result) {
+    for (size_t k = 0; k < result.size(); ++k)
+      if (would_need_grad[k])
+        autograd::record_refusal(
+            "loop", result[k],
+            tide::detail::concat(
+                "no gradient flows through the trace::loop at ", site.file_name(), ":", site.line(),
+                " in a traced function (its body was recorded once, not per "
+                "iteration), and state ",
+                k,
+                " of it depends on tensors that require grad; call "
+                "backward() inside the loop body, unroll the loop with a C++ for loop in the "
+                "traced function, or run the loop outside it"));
+    return result;
+  };
   auto prog = std::make_shared<LoopProgram>();
   for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
   ph.clear();
@@ -317,8 +337,8 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   plan(*prog->body);
   prepare_replay(*prog->body);
   if (!prog->body->device.is_cpu())
-    return traced_device_loop(outer, count, prog->body, state,
-                              iterable(*prog->body, prog->body_inputs, state), site);
+    return refuse_gradients(traced_device_loop(
+        outer, count, prog->body, state, iterable(*prog->body, prog->body_inputs, state), site));
   prog->body_outputs = prog->body->outputs;
   prog->fixed = count.fixed;
   prog->iterated = iterable(*prog->body, prog->body_inputs, state);
@@ -359,7 +379,7 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   outer.record(
       "loop", reads, writes,
       [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); }, site);
-  return result;
+  return refuse_gradients(std::move(result));
 }
 
 // The body gets the state by value, as the traced loop node gives it (a copy in the loop's

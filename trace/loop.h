@@ -17,6 +17,13 @@
 // Inside a trace, the body is recorded once into a graph of its own (fused and planned
 // like the enclosing one).
 //
+// Gradients: the body may train (zero_grad, backward, an optimizer step in each
+// iteration), traced or not. Eagerly the loop's results also carry the gradient of every
+// iteration; traced they carry none, and a backward() that reaches a result the body
+// computed from tensors requiring grad throws "[backward] no gradient flows through the
+// trace::loop at <file:line> ..." before it queues anything (unroll the loop with a C++ for
+// loop in the traced function instead).
+//
 // Random ops in the body draw, traced, the eager run's numbers bit for bit (same seed, same
 // calls), and every call draws new ones. With an int count iteration i draws what eager's
 // iteration i draws; with a tensor count the body draws from a sub-stream of its generator,

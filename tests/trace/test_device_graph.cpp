@@ -730,6 +730,48 @@ TEST(DeviceGraphLoop, ABodyWritingItsStateInPlaceLeavesTheCallersTensor) {
   EXPECT_EQ(f.stats().graph_fallback, "");
 }
 
+// Training steps inside a WHILE node's body equal the eager loop (parameters, losses,
+// .grad); a backward() through the loop node itself is refused, as on the CPU.
+TEST(DeviceGraphLoop, TrainingStepsInTheBodyEqualEagerAndBackwardThroughIsRefused) {
+  auto make = [](Tensor& w) {
+    return [&w](const Tensor& x) {
+      return trace::loop(
+          3,
+          [&](const Tensor& acc) {
+            w.zero_grad();
+            Tensor d = w * x - 1.0;
+            Tensor loss = sum(d * d);
+            loss.backward();
+            {
+              NoGrad no_grad;
+              w.sub_(w.grad() * 0.1);
+            }
+            return acc + loss;
+          },
+          zeros({}, DType::float32, gpu()));
+    };
+  };
+  Tensor we = on_gpu({0.5f, 0.5f, 0.5f}, {3}), wt = on_gpu({0.5f, 0.5f, 0.5f}, {3});
+  we.requires_grad_();
+  wt.requires_grad_();
+  auto eager = make(we);
+  auto f = trace::function(make(wt));
+  Tensor x = on_gpu({1, 2, 3}, {3});
+  for (int call = 0; call < 3; ++call) {
+    EXPECT_EQ(f(x).to_vector<float>(), eager(x).to_vector<float>()) << call;
+    EXPECT_EQ(wt.to_vector<float>(), we.to_vector<float>()) << call;
+    EXPECT_EQ(wt.grad().to_vector<float>(), we.grad().to_vector<float>()) << call;
+  }
+  EXPECT_EQ(f.stats().graph_fallback, "");
+  auto through = trace::function([&](const Tensor& x) {
+    Tensor s = trace::loop(
+        2, [&](const Tensor& s) { return s * wt; }, x);
+    sum(s).backward();
+  });
+  EXPECT_NE(error_of([&] { through(x); }).find("no gradient flows through the trace::loop"),
+            std::string::npos);
+}
+
 TEST(DeviceGraphLoop, StatesSwappedByTheBodyGoThroughASpareBuffer) {
   // Fibonacci: the next first state is the current second one, read from a state buffer
   // the step kernel overwrites (the fake checks that no copy reads what another writes).

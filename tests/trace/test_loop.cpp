@@ -156,6 +156,75 @@ TEST(TraceLoop, EmptyStatesAndEmptyHostData) {
   }
 }
 
+// A traced loop's body is recorded once, so no gradient flows back through the loop node.
+// A backward() that reaches a state computed from tensors that require grad is refused
+// before it queues anything, naming the loop; it silently left the loop's share out of
+// w's gradient (1 instead of eager's 4.5).
+TEST(TraceLoop, BackwardThroughATracedLoopIsRefusedClearly) {
+  Tensor w = full({3}, 0.5);
+  w.requires_grad_();
+  auto step = [&](const Tensor& x) {
+    w.zero_grad();
+    Tensor s = trace::loop(
+        3, [&](const Tensor& s) { return s * w + 1.0; }, x);
+    Tensor loss = sum(s) + sum(w);
+    loss.backward();
+    return w.grad();
+  };
+  Tensor x = full({3}, 2.0);
+  EXPECT_EQ(step(x).to_vector<float>(), std::vector<float>(3, 4.5f));  // eager
+  auto f = trace::function(step);
+  const std::string e = error_of([&] { f(x); });
+  EXPECT_NE(e.find("[backward] no gradient flows through the trace::loop at"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("call backward() inside the loop body"), std::string::npos) << e;
+  // A loop whose state needs no gradient, beside the same backward, is fine.
+  auto g = trace::function([&](const Tensor& x) {
+    w.zero_grad();
+    Tensor s = trace::loop(
+        3, [&](const Tensor& s) { return s * 0.5 + 1.0; }, x);
+    (sum(s * w)).backward();
+    return w.grad();
+  });
+  EXPECT_EQ(g(x).to_vector<float>(), std::vector<float>(3, 2.0f));  // s: 2 -> 2 -> 2 -> 2
+}
+
+// Training steps inside a loop body (zero_grad, backward, an update of the parameter) are
+// recorded with the body and replayed per iteration: the same parameters, losses and
+// .grad as the eager loop, call after call.
+TEST(TraceLoop, TrainingStepsInsideALoopBodyEqualEager) {
+  auto make = [](Tensor& w) {
+    return [&w](const Tensor& x) {
+      return trace::loop(
+          3,
+          [&](const Tensor& acc) {
+            w.zero_grad();
+            Tensor d = w * x - 1.0;
+            Tensor loss = sum(d * d);
+            loss.backward();
+            {
+              NoGrad no_grad;
+              w.sub_(w.grad() * 0.1);
+            }
+            return acc + loss;  // requires grad, and nothing back-propagates through it
+          },
+          zeros({}));
+    };
+  };
+  Tensor we = full({3}, 0.5), wt = full({3}, 0.5);
+  we.requires_grad_();
+  wt.requires_grad_();
+  auto eager = make(we);
+  auto f = trace::function(make(wt));
+  Tensor x = from_vector<float>({1, 2, 3}, Shape{3});
+  for (int call = 0; call < 3; ++call) {
+    EXPECT_TRUE(bitwise_equal(f(x), eager(x))) << call;
+    EXPECT_TRUE(bitwise_equal(wt, we)) << call;
+    EXPECT_TRUE(bitwise_equal(wt.grad(), we.grad())) << call;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+}
+
 TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
   Tensor w = full({3}, 0.5);
   auto body = [&](const std::vector<Tensor>& s) {
