@@ -22,6 +22,7 @@
 // Not covered here: several frontend threads, the nn and train layers, real GPUs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <thread>
@@ -141,6 +142,9 @@ void traced_case(Case& c) {
   o.streams = c.chance(0.3) ? 2 : 1;
   o.verify = c.chance(0.1);
   o.warmup_calls = c.chance(0.2) ? 1 : 0;
+  // A small signature cache evicts and traces again: on a GPU, from the evicted graph's
+  // exec (an update in place) where the topology allows.
+  if (c.chance(0.3)) o.cache_budget = size_t(c.uniform(1, 2));
   TracedSetup setup;
   setup.in_loop = c.chance(0.3);
   setup.tensor_count = setup.in_loop && c.chance(0.5);
@@ -157,7 +161,8 @@ void traced_case(Case& c) {
          std::to_string(body_seed) + ", fusion " +
          (o.fusion == trace::Fusion::none ? "none" : "elementwise") + ", streams " +
          std::to_string(o.streams) + ", verify " + (o.verify ? "on" : "off") + ", warmup " +
-         std::to_string(o.warmup_calls) + setup.str());
+         std::to_string(o.warmup_calls) + ", cache " + std::to_string(o.cache_budget) +
+         setup.str());
   const Shape sx = random_shape(c, 24, 3), sy = random_shape(c, 24, 3);
   const DType tx = random_floating(c), ty = random_floating(c);
   Val param = make_val(c, random_shape(c, 24, 3), random_floating(c));
@@ -237,7 +242,7 @@ void traced_case(Case& c) {
   calls.push_back({x1, y1, 1});
   if (c.chance(0.5)) calls.push_back({make_val(c, random_shape(c, 24, 3), tx), y1, 0});
   for (CallArgs& a : calls) a.count = setup.in_loop ? int(c.uniform(0, 4)) : 0;
-  std::map<std::string, int> per_signature;
+  std::vector<std::string> call_keys;  // the signature of every call, in order
   for (size_t k = 0; k < calls.size(); ++k) {
     CallArgs& a = calls[k];
     if (k == 2) {  // the parameter is read by reference: a replay sees this write
@@ -313,8 +318,9 @@ void traced_case(Case& c) {
       if (!body_failure.empty()) c.fail(body_failure);
       throw;
     }
-    ++per_signature[a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant) +
-                    (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a.count) : "")];
+    call_keys.push_back(
+        a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant) +
+        (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a.count) : ""));
     if (got.size() != want.size())
       c.fail(text + " returned " + std::to_string(got.size()) + " tensors, the eager run " +
              std::to_string(want.size()));
@@ -365,7 +371,7 @@ void traced_case(Case& c) {
       c.call("f(" + Case::d(cur_x) + ", " + Case::d(cur_y) + ", n = " + std::to_string(a0.count) +
                  ", 0)   # before the threads",
              "", [&] { (void)f(cur_x.t, cur_y.t, n, 0, int_count); });
-      ++per_signature[key];
+      call_keys.push_back(key);
     }
     constexpr int kCalls = 3;
     struct Run {
@@ -418,7 +424,7 @@ void traced_case(Case& c) {
         }
       });
     for (std::thread& t : pool) t.join();
-    per_signature[key] += setup.threads * kCalls;
+    call_keys.insert(call_keys.end(), size_t(setup.threads * kCalls), key);
     const bool fused = o.fusion != trace::Fusion::none;
     const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
     for (size_t t = 0; t < runs.size(); ++t) {
@@ -450,21 +456,40 @@ void traced_case(Case& c) {
       }
     }
   }
-  int64_t traces = 0, replays = 0, eager_calls = 0;
-  for (const auto& [sig, count] : per_signature) {
-    traces += count > o.warmup_calls;
-    replays += std::max(0, count - o.warmup_calls);
-    eager_calls += std::min(count, o.warmup_calls);
+  // The stats, from the calls' signatures through the signature cache (least recently
+  // used evicted beyond the budget; a signature's warm-up calls counted once, evicted or
+  // not).
+  int64_t traces = 0, replays = 0, eager_calls = 0, evictions = 0;
+  std::vector<std::string> cache;  // most recently used first
+  std::map<std::string, int> warm;
+  for (const std::string& key : call_keys) {
+    auto hit = std::find(cache.begin(), cache.end(), key);
+    if (hit != cache.end()) {
+      cache.erase(hit);
+      cache.insert(cache.begin(), key);
+      ++replays;
+    } else if (warm[key] < o.warmup_calls) {
+      ++warm[key];
+      ++eager_calls;
+    } else {
+      ++traces;
+      ++replays;
+      cache.insert(cache.begin(), key);
+      if (cache.size() > o.cache_budget) {
+        cache.pop_back();
+        ++evictions;
+      }
+    }
   }
-  int64_t total_calls = 0;
-  for (const auto& [sig, count] : per_signature) total_calls += count;
   const trace::FunctionStats s = f.stats();
-  if (s.calls != total_calls || s.traces != traces || s.replays != replays ||
-      s.eager_calls != eager_calls)
+  if (s.calls != int64_t(call_keys.size()) || s.traces != traces || s.replays != replays ||
+      s.eager_calls != eager_calls || s.evictions != evictions)
     c.fail("stats: " + std::to_string(s.calls) + " calls, " + std::to_string(s.traces) +
            " traces, " + std::to_string(s.replays) + " replays, " + std::to_string(s.eager_calls) +
-           " eager; expected " + std::to_string(total_calls) + ", " + std::to_string(traces) +
-           ", " + std::to_string(replays) + ", " + std::to_string(eager_calls));
+           " eager, " + std::to_string(s.evictions) + " evictions; expected " +
+           std::to_string(call_keys.size()) + ", " + std::to_string(traces) + ", " +
+           std::to_string(replays) + ", " + std::to_string(eager_calls) + ", " +
+           std::to_string(evictions));
 }
 
 TEST(RandomApi, TracedFunctions) { run_cases("RandomApi.TracedFunctions", 0.05, traced_case); }
