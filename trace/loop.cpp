@@ -314,18 +314,16 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   std::vector<bool> would_need_grad;
   for (const Tensor& t : next) would_need_grad.push_back(t.requires_grad());
   const auto refuse_gradients = [&](std::vector<Tensor> result) {
+    const std::string where = tide::detail::concat(site.file_name(), ":", site.line());
     for (size_t k = 0; k < result.size(); ++k)
       if (would_need_grad[k])
         autograd::record_refusal(
             "loop", result[k],
             tide::detail::concat(
-                "no gradient flows through the trace::loop at ", site.file_name(), ":", site.line(),
-                " in a traced function (its body was recorded once, not per "
-                "iteration), and state ",
-                k,
-                " of it depends on tensors that require grad; call "
-                "backward() inside the loop body, unroll the loop with a C++ for loop in the "
-                "traced function, or run the loop outside it"));
+                "no gradient flows through the trace::loop at ", where, ", whose state ", k,
+                " depends on tensors that require grad: in a traced function its body is "
+                "recorded once, not per iteration; call backward() inside the loop body, unroll "
+                "the loop with a C++ for loop in the traced function, or run the loop outside it"));
     return result;
   };
   auto prog = std::make_shared<LoopProgram>();

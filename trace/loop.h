@@ -8,10 +8,11 @@
 // tensor in place never writes the caller's tensors (traced, the state lives in the
 // loop's own buffers; eagerly, the loop starts from copies). A body that returns a tensor
 // it did not make (a captured one) as the next state and writes it in place on the next
-// iteration writes that tensor eagerly but a copy traced: return a clone() instead. n is an int, or
-// a one-element tensor read when the loop runs (so a replay can run a different count without
-// tracing again). n = 0 returns copies of the initial state. A plain C++ for loop inside a traced
-// function is unrolled instead.
+// iteration writes that tensor eagerly but a copy traced: return a clone() instead.
+//
+// n is an int, or a one-element tensor read when the loop runs (so a replay can run a
+// different count without tracing again). n = 0 returns copies of the initial state. A
+// plain C++ for loop inside a traced function is unrolled instead.
 //
 // Outside a trace the loop runs eagerly (a tensor n is read with item(), which waits).
 // Inside a trace, the body is recorded once into a graph of its own (fused and planned
