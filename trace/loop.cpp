@@ -296,6 +296,47 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
   return result;
 }
 
+// Which of a traced loop's results the eager loop would return requiring grad: a state
+// the body computes from a tensor it captures that requires grad (next[k] requires grad
+// after recording), or from a state that requires grad, initially or after an earlier
+// iteration. The body's placeholders carry no autograd history, so the states' flow through
+// the body comes from its recorded graph (which states each next state reads, directly or
+// through in-place writes), taken to a fixpoint over the iterations. An int count of 0
+// returns the initial states (copies); a tensor count may be 0 too, so its initial states
+// count as well. Conservative: a state that needs grad after some iteration counts for all.
+std::vector<bool> results_needing_grad(const std::vector<Tensor>& state,
+                                       const std::vector<bool>& next_requires_grad,
+                                       const Count& count, const Graph& body) {
+  const size_t k = state.size();
+  std::vector<bool> initial(k), result(k);
+  for (size_t j = 0; j < k; ++j) initial[j] = state[j].requires_grad();
+  if (!count.tensor.defined() && count.fixed == 0) return initial;
+  // reads[v][j]: value v of the body depends on state j.
+  std::vector<std::vector<bool>> reads(body.values.size(), std::vector<bool>(k));
+  for (size_t j = 0; j < k; ++j) reads[size_t(body.inputs[j])][j] = true;
+  for (const Node& n : body.nodes) {
+    std::vector<bool> m(k);
+    for (int r : n.reads)
+      for (size_t j = 0; j < k; ++j) m[j] = m[j] || reads[size_t(r)][j];
+    for (int w : n.writes)
+      for (size_t j = 0; j < k; ++j) reads[size_t(w)][j] = reads[size_t(w)][j] || m[j];
+  }
+  std::vector<bool> cur = initial;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < k; ++i) {
+      bool needs = next_requires_grad[i];
+      for (size_t j = 0; j < k && !needs; ++j)
+        needs = cur[j] && reads[size_t(body.outputs[i].value)][j];
+      if (needs && !cur[i]) cur[i] = changed = true;
+      result[i] = result[i] || needs;
+    }
+  }
+  if (count.tensor.defined())
+    for (size_t i = 0; i < k; ++i) result[i] = result[i] || initial[i];
+  return result;
+}
+
 std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, tide::SourceLocation site) {
   Recorder rec("trace::loop body");
@@ -308,11 +349,16 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
     next = body(ph);
   }
   check_step(state, next);
-  // Eagerly, a state the body computes from what requires grad would carry the gradient
-  // of every iteration; the loop node carries none (its body ran once, here). Such
-  // results say so when a backward() reaches them.
-  std::vector<bool> would_need_grad;
-  for (const Tensor& t : next) would_need_grad.push_back(t.requires_grad());
+  std::vector<bool> next_requires_grad;
+  for (const Tensor& t : next) next_requires_grad.push_back(t.requires_grad());
+  auto prog = std::make_shared<LoopProgram>();
+  for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
+  ph.clear();
+  prog->body = rec.finish(std::move(next));
+  const std::vector<bool> would_need_grad =
+      results_needing_grad(state, next_requires_grad, count, *prog->body);
+  // Eagerly, these results carry the gradient of every iteration; the loop node carries
+  // none (its body ran once, here). They say so when a backward() reaches them.
   const auto refuse_gradients = [&](std::vector<Tensor> result) {
     const std::string where = tide::detail::concat(site.file_name(), ":", site.line());
     for (size_t k = 0; k < result.size(); ++k)
@@ -326,10 +372,6 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
                 "the loop with a C++ for loop in the traced function, or run the loop outside it"));
     return result;
   };
-  auto prog = std::make_shared<LoopProgram>();
-  for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
-  ph.clear();
-  prog->body = rec.finish(std::move(next));
   outer.note_nested_references(*prog->body, rec);
   fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
   plan(*prog->body);

@@ -6,9 +6,10 @@
 // `state` tensors are carried: iteration i + 1 receives what iteration i returned (same
 // count, shapes and dtypes, checked). The body gets the state by value: writing a state
 // tensor in place never writes the caller's tensors (traced, the state lives in the
-// loop's own buffers; eagerly, the loop starts from copies). A body that returns a tensor
-// it did not make (a captured one) as the next state and writes it in place on the next
-// iteration writes that tensor eagerly but a copy traced: return a clone() instead.
+// loop's own buffers; eagerly, the loop starts from copies, one per state and call, through
+// which gradients reach the caller's tensors). A body that returns a tensor it did not
+// make (a captured one) as the next state and writes it in place on the next iteration
+// writes that tensor eagerly but a copy traced: return a clone() instead.
 //
 // n is an int, or a one-element tensor read when the loop runs (so a replay can run a
 // different count without tracing again). n = 0 returns copies of the initial state. A
@@ -20,10 +21,11 @@
 //
 // Gradients: the body may train (zero_grad, backward, an optimizer step in each
 // iteration), traced or not. Eagerly the loop's results also carry the gradient of every
-// iteration; traced they carry none, and a backward() that reaches a result the body
-// computed from tensors requiring grad throws "[backward] no gradient flows through the
-// trace::loop at <file:line> ..." before it queues anything (unroll the loop with a C++ for
-// loop in the traced function instead).
+// iteration; traced they carry none, and a backward() that reaches a result the eager loop
+// would have returned requiring grad (computed from a captured tensor or a state that
+// requires grad; with a tensor count, which may be 0, an initial state that does) throws
+// "[backward] no gradient flows through the trace::loop at <file:line> ..." before it
+// queues anything (unroll the loop with a C++ for loop in the traced function instead).
 //
 // Random ops in the body draw, traced, the eager run's numbers bit for bit (same seed, same
 // calls), and every call draws new ones. With an int count iteration i draws what eager's

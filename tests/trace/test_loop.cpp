@@ -178,6 +178,35 @@ TEST(TraceLoop, BackwardThroughATracedLoopIsRefusedClearly) {
   EXPECT_NE(e.find("[backward] no gradient flows through the trace::loop at"), std::string::npos)
       << e;
   EXPECT_NE(e.find("call backward() inside the loop body"), std::string::npos) << e;
+  // The same through what the body's placeholders cannot show: an initial state that
+  // requires grad, and a state that needs grad only after another state passed it on.
+  auto from_initial = trace::function([&](const Tensor& x) {
+    w.zero_grad();
+    Tensor s = trace::loop(
+        3, [](const Tensor& s) { return s * 2.0; }, x * w);
+    (sum(s) + sum(w)).backward();
+  });
+  EXPECT_NE(error_of([&] { from_initial(x); }).find("no gradient flows"), std::string::npos);
+  auto passed_on = trace::function([&](const Tensor& x) {
+    w.zero_grad();
+    std::vector<Tensor> r = trace::loop(2,
+                                        [&](const std::vector<Tensor>& s) {
+                                          return std::vector<Tensor>{s[0] * w, s[0] * 1.0};
+                                        },
+                                        {x, x});
+    (sum(r[1]) + sum(w)).backward();
+  });
+  EXPECT_NE(error_of([&] { passed_on(x); }).find("whose state 1 depends"), std::string::npos);
+  // An int count of 0 returns copies of the initial state, which need no gradient here:
+  // nothing to refuse, and the gradient equals eager's.
+  auto none = [&](const Tensor& x) {
+    w.zero_grad();
+    Tensor r = trace::loop(
+        0, [&](const Tensor& s) { return s * w; }, x);
+    sum(r * w).backward();
+    return w.grad();
+  };
+  EXPECT_EQ(trace::function(none)(x).to_vector<float>(), none(x).to_vector<float>());
   // A loop whose state needs no gradient, beside the same backward, is fine.
   auto g = trace::function([&](const Tensor& x) {
     w.zero_grad();
