@@ -24,6 +24,7 @@
 #include "trace/device_graph.h"
 #include "trace/device_loop.h"
 #include "trace/trace.h"
+#include "trace_support.h"
 
 namespace tide {
 namespace {
@@ -733,29 +734,11 @@ TEST(DeviceGraphLoop, ABodyWritingItsStateInPlaceLeavesTheCallersTensor) {
 // Training steps inside a WHILE node's body equal the eager loop (parameters, losses,
 // .grad); a backward() through the loop node itself is refused, as on the CPU.
 TEST(DeviceGraphLoop, TrainingStepsInTheBodyEqualEagerAndBackwardThroughIsRefused) {
-  auto make = [](Tensor& w) {
-    return [&w](const Tensor& x) {
-      return trace::loop(
-          3,
-          [&](const Tensor& acc) {
-            w.zero_grad();
-            Tensor d = w * x - 1.0;
-            Tensor loss = sum(d * d);
-            loss.backward();
-            {
-              NoGrad no_grad;
-              w.sub_(w.grad() * 0.1);
-            }
-            return acc + loss;
-          },
-          zeros({}, DType::float32, gpu()));
-    };
-  };
   Tensor we = on_gpu({0.5f, 0.5f, 0.5f}, {3}), wt = on_gpu({0.5f, 0.5f, 0.5f}, {3});
   we.requires_grad_();
   wt.requires_grad_();
-  auto eager = make(we);
-  auto f = trace::function(make(wt));
+  auto eager = testing::sgd_steps_in_a_loop(we);
+  auto f = trace::function(testing::sgd_steps_in_a_loop(wt));
   Tensor x = on_gpu({1, 2, 3}, {3});
   for (int call = 0; call < 3; ++call) {
     EXPECT_EQ(f(x).to_vector<float>(), eager(x).to_vector<float>()) << call;

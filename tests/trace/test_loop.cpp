@@ -222,29 +222,11 @@ TEST(TraceLoop, BackwardThroughATracedLoopIsRefusedClearly) {
 // recorded with the body and replayed per iteration: the same parameters, losses and
 // .grad as the eager loop, call after call.
 TEST(TraceLoop, TrainingStepsInsideALoopBodyEqualEager) {
-  auto make = [](Tensor& w) {
-    return [&w](const Tensor& x) {
-      return trace::loop(
-          3,
-          [&](const Tensor& acc) {
-            w.zero_grad();
-            Tensor d = w * x - 1.0;
-            Tensor loss = sum(d * d);
-            loss.backward();
-            {
-              NoGrad no_grad;
-              w.sub_(w.grad() * 0.1);
-            }
-            return acc + loss;  // requires grad, and nothing back-propagates through it
-          },
-          zeros({}));
-    };
-  };
   Tensor we = full({3}, 0.5), wt = full({3}, 0.5);
   we.requires_grad_();
   wt.requires_grad_();
-  auto eager = make(we);
-  auto f = trace::function(make(wt));
+  auto eager = testing::sgd_steps_in_a_loop(we);
+  auto f = trace::function(testing::sgd_steps_in_a_loop(wt));
   Tensor x = from_vector<float>({1, 2, 3}, Shape{3});
   for (int call = 0; call < 3; ++call) {
     EXPECT_TRUE(bitwise_equal(f(x), eager(x))) << call;

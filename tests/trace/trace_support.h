@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/ops.h"
+#include "trace/loop.h"
 
 namespace tide::testing {
 
@@ -27,6 +30,28 @@ inline ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b
       return ::testing::AssertionFailure()
              << "first difference at byte " << i << " of " << a.nbytes();
   return ::testing::AssertionSuccess();
+}
+
+// Training steps inside a loop body: x -> three SGD steps on w (zero_grad, backward, an
+// update) run by trace::loop, returning the summed losses (which require grad, and which
+// nothing back-propagates through). For the tests of loops that train, on every device.
+inline std::function<Tensor(const Tensor&)> sgd_steps_in_a_loop(Tensor& w) {
+  return [&w](const Tensor& x) {
+    return trace::loop(
+        3,
+        [&](const Tensor& acc) {
+          w.zero_grad();
+          Tensor d = w * x - 1.0;
+          Tensor loss = sum(d * d);
+          loss.backward();
+          {
+            NoGrad no_grad;
+            w.sub_(w.grad() * 0.1);
+          }
+          return acc + loss;
+        },
+        zeros({}, w.dtype(), w.device()));
+  };
 }
 
 }  // namespace tide::testing
