@@ -235,6 +235,14 @@ void traced_case(Case& c) {
     int variant;
     int count = 0;
   };
+  // A call's signature as the cache keys it (an int count is part of it).
+  const auto key_of = [&](const CallArgs& a) {
+    return a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant) +
+           (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a.count) : "");
+  };
+  // Fused kernels apply the same functors, within trace::fusion_tolerance of eager.
+  const bool fused = o.fusion != trace::Fusion::none;
+  const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
   std::vector<CallArgs> calls;
   Val x1 = make_val(c, sx, tx), y1 = make_val(c, sy, ty);
   calls.push_back({x1, y1, 0});
@@ -319,15 +327,10 @@ void traced_case(Case& c) {
       if (!body_failure.empty()) c.fail(body_failure);
       throw;
     }
-    call_keys.push_back(
-        a.x.r.shape.str() + a.y.r.shape.str() + std::to_string(a.variant) +
-        (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a.count) : ""));
+    call_keys.push_back(key_of(a));
     if (got.size() != want.size())
       c.fail(text + " returned " + std::to_string(got.size()) + " tensors, the eager run " +
              std::to_string(want.size()));
-    // Fused kernels apply the same functors, within trace::fusion_tolerance of eager.
-    const bool fused = o.fusion != trace::Fusion::none;
-    const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
     for (size_t j = 0; j < got.size(); ++j) {
       Val v = want[j];
       v.t = got[j];
@@ -363,9 +366,7 @@ void traced_case(Case& c) {
     const CallArgs& a0 = calls[0];
     const int int_count = setup.tensor_count ? 0 : a0.count;
     const Tensor n = from_data({double(a0.count)}, Shape{}, setup.count_dtype, c.device);
-    const std::string key =
-        a0.x.r.shape.str() + a0.y.r.shape.str() + "0" +
-        (setup.in_loop && !setup.tensor_count ? "n" + std::to_string(a0.count) : "");
+    const std::string key = key_of(a0);
     for (int i = 0; i < 2; ++i) {  // on copies, which the case does not check at its end
       cur_x = deep_copy(a0.x);
       cur_y = deep_copy(a0.y);
@@ -426,8 +427,6 @@ void traced_case(Case& c) {
       });
     for (std::thread& t : pool) t.join();
     call_keys.insert(call_keys.end(), size_t(setup.threads * kCalls), key);
-    const bool fused = o.fusion != trace::Fusion::none;
-    const auto tol = [&](DType t) { return fused ? (t == DType::float32 ? 4e-6 : 1e-13) : 0.0; };
     for (size_t t = 0; t < runs.size(); ++t) {
       Run& r = runs[t];
       const std::string who = "thread " + std::to_string(t);

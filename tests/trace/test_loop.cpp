@@ -262,8 +262,6 @@ TEST(TraceLoop, SeveralStateTensorsAndCapturedValues) {
   }
 }
 
-// Random ops in a traced loop body draw, iteration by iteration, what the eager loop draws,
-// and new numbers on every replay.
 // A value of the function that a loop body reads is still the function's own: returned,
 // it is a fresh tensor on every call (the body's graph holding it does not make it state),
 // and read only by the body, it lives in the arena.
@@ -295,6 +293,8 @@ TEST(TraceLoop, AValueTheBodyReadsIsStillFreshPerCall) {
   }
 }
 
+// Random ops in a traced loop body draw, iteration by iteration, what the eager loop draws,
+// and new numbers on every replay.
 TEST(TraceLoop, RandomOpsInTheBodyMatchEagerAndAdvance) {
   auto body = [](const std::vector<Tensor>& s) {
     return std::vector<Tensor>{s[0] * 0.5 + randn({3}), s[1] + rand({2, 2})};
