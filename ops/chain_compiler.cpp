@@ -26,6 +26,8 @@ struct Nvrtc {
   int (*log)(Program, char*) = nullptr;
   int (*cubin_size)(Program, size_t*) = nullptr;
   int (*cubin)(Program, char*) = nullptr;
+  int (*ptx_size)(Program, size_t*) = nullptr;
+  int (*ptx)(Program, char*) = nullptr;
   int (*destroy)(Program*) = nullptr;
   const char* (*error_string)(int) = nullptr;
   std::string missing;  // why it did not load; empty when it did
@@ -59,6 +61,8 @@ Nvrtc load() {
   bind(lib, n.log, "nvrtcGetProgramLog", &n.missing);
   bind(lib, n.cubin_size, "nvrtcGetCUBINSize", &n.missing);
   bind(lib, n.cubin, "nvrtcGetCUBIN", &n.missing);
+  bind(lib, n.ptx_size, "nvrtcGetPTXSize", &n.missing);
+  bind(lib, n.ptx, "nvrtcGetPTX", &n.missing);
   bind(lib, n.destroy, "nvrtcDestroyProgram", &n.missing);
   bind(lib, n.error_string, "nvrtcGetErrorString", &n.missing);
   return n;  // the library stays loaded for the process
@@ -156,10 +160,12 @@ CompiledChain compile_chain(const std::string& source, int sm) {
     out.error = std::string("nvrtcCreateProgram: ") + n.error_string(rc);
     return out;
   }
-  // nvcc's defaults for what decides the bits (no fast math, IEEE division and square
-  // root, FMA contraction within an expression), so the chain rounds as the kernels do.
+  // The flags tide's kernels are built with where they decide the bits (no fast math,
+  // IEEE division and square root, no FMA contraction: CMakeLists.txt), so each step
+  // rounds as its own kernel does. With --fmad=true ptxas contracts one step's multiply
+  // with the next step's add, which separate kernels round apart.
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm);
-  const char* options[] = {arch.c_str(),  "--std=c++20",     "-default-device", "--fmad=true",
+  const char* options[] = {arch.c_str(),  "--std=c++20",     "-default-device", "--fmad=false",
                            "--ftz=false", "--prec-div=true", "--prec-sqrt=true"};
   const int rc = n.compile(p, int(std::size(options)), options);
   if (rc != 0) {
@@ -172,6 +178,11 @@ CompiledChain compile_chain(const std::string& source, int sm) {
       if (n.cubin(p, out.cubin.data()) != 0) out.cubin.clear();
     }
     if (out.cubin.empty()) out.error = "NVRTC compiled the chain but returned no CUBIN";
+    if (n.ptx_size(p, &size) == 0 && size > 0) {
+      out.ptx.resize(size);
+      if (n.ptx(p, out.ptx.data()) != 0) out.ptx.clear();
+      else out.ptx.resize(size - 1);  // NVRTC counts the terminating NUL
+    }
   }
   n.destroy(&p);
   return out;

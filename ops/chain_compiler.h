@@ -16,6 +16,7 @@ namespace tide::kernels {
 struct CompiledChain {
   std::string cubin;  // the CUBIN for the asked architecture; empty on failure
   std::string error;  // why not: NVRTC missing, or its log; empty on success
+  std::string ptx;    // the PTX it was made from, for inspection (tests read its arithmetic)
 };
 
 // Compiles `source` for compute capability `sm` (e.g. 90 for sm_90) into a CUBIN, every

@@ -77,10 +77,10 @@ void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps, const c
       k << "          const T b = " << operand_expr(st.b, s, 1, c ? c->b[s] : -1) << ";\n";
     const std::string call = detail::concat(f, unary ? "(v)" : "(v, b)");
     k << "          T v = " << a << ";\n";
-    k << "          v = tide_stored(T(" << call << "));\n";
+    k << "          v = T(" << call << ");\n";
     if (st.repeat > 1)
-      k << "          for (long long k = 1; k < " << st.repeat << "LL; ++k) v = tide_stored(T("
-        << call << "));\n";
+      k << "          for (long long k = 1; k < " << st.repeat << "LL; ++k) v = T(" << call
+        << ");\n";
     k << "          " << out << " = v;\n";
     k << "        }\n";
   }
@@ -103,7 +103,6 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   chain::Carried plan;
   const bool carried = chain::plan_carried(steps.data(), int(steps.size()), &plan);
   const char* t = c_type(dtype);
-  const bool floating = is_floating(dtype);
 
   std::ostringstream k;
   k << "// tide: a fused chain of " << steps.size() << " steps on " << name(dtype)
@@ -111,12 +110,6 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   k << "#include \"ops/functors.h\"\n";
   k << "#include \"core/cuda/await_grids.h\"\n";
   k << "typedef " << t << " T;\n";
-  // The interpreter's chain::stored: a step's result is opaque to the optimiser, so no FMA
-  // joins two steps that separate kernels would round apart.
-  k << "__device__ __forceinline__ T tide_stored(T v) {";
-  if (floating)
-    k << " asm volatile(\"\" : \"+" << (dtype == DType::float64 ? 'd' : 'f') << "\"(v));";
-  k << " return v; }\n";
   k << "template <class F> __device__ __forceinline__ F tide_functor(const unsigned char* p) {"
        " F f; memcpy(&f, p, sizeof(F)); return f; }\n";
   k << "extern \"C\" __global__ void __launch_bounds__(256) " << kChainKernelName

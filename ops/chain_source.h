@@ -6,9 +6,10 @@
 // and the kernel's arguments). So every chain of one shape shares one compiled kernel.
 //
 // The kernel computes what the interpreter computes, in the same order with the same
-// functors (ops/functors.h, included by the text) and the same barrier after each step, so
-// its results are the same bits. It does not replace the interpreter: a chain the compiler
-// refuses, or a device without NVRTC, still runs interpreted.
+// functors (ops/functors.h, included by the text) and the same flags (no FMA contraction:
+// ops/chain_compiler.cpp), so its results are the same bits. It does not replace the
+// interpreter: a chain the compiler refuses, or a device without NVRTC, still runs
+// interpreted.
 #pragma once
 
 #include <span>

@@ -6,9 +6,9 @@
 // entry (ops/cuda/fused.cu) is one grid-stride kernel over the elements.
 //
 // The same functors in the same type and order as the unfused ops, so the results are
-// the same bits: on the device each step's result passes an optimisation barrier, so nvcc
-// cannot contract one step's multiply with the next step's add into an FMA that the
-// separate kernels would not compute.
+// the same bits: tide's CUDA code is compiled without FMA contraction (--fmad=false,
+// CMakeLists.txt), so no step's multiply is joined to the next step's add into an FMA
+// that the separate kernels would not compute.
 #pragma once
 
 #include <cstdint>
@@ -83,17 +83,6 @@ struct FusedChain {
 
 namespace chain {
 
-// A step's result as the separate kernel stores it: opaque to the optimiser (no FMA across
-// steps).
-template <class T>
-TIDE_HOST_DEVICE T stored(T v) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<T, float>) asm volatile("" : "+f"(v));
-  else if constexpr (std::is_same_v<T, double>) asm volatile("" : "+d"(v));
-#endif
-  return v;
-}
-
 // f(a, b), then `repeat - 1` times r = f(r, b): an in-place register run. The functor is
 // chosen once for the run, not per application (the unrolled, fused loop is one step
 // repeated thousands of times).
@@ -105,8 +94,8 @@ TIDE_HOST_DEVICE T call_repeated(const unsigned char* bytes, T a, T b, int64_t r
     if constexpr (std::is_invocable_v<F, T, T>) return T(f(x, b));
     else return T(f(x));
   };
-  T r = stored(once(a));
-  for (int64_t k = 1; k < repeat; ++k) r = stored(once(r));
+  T r = once(a);
+  for (int64_t k = 1; k < repeat; ++k) r = once(r);
   return r;
 }
 

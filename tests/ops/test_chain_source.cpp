@@ -102,6 +102,26 @@ TEST(ChainSource, AChainItCannotWriteIsRefused) {
   EXPECT_THROW(chain_kernel_source(bad, DType::float32), Error);
 }
 
+// Separate kernels round a step's product before the next step adds to it, so the chain
+// must not contract the two into an FMA. Only multiplies and adds with an explicit rounding
+// mode (.rn) are safe: ptxas contracts plain mul.f32 and add.f32 even across the opaque
+// asm barrier the chains once had (an H200 run gave eager's results +- 1 ulp, 2026-11-27).
+TEST(ChainCompiler, NoStepsMultiplyIsContractedWithTheNextStepsAdd) {
+  if (nvrtc_missing()) GTEST_SKIP() << "NVRTC is not on this machine";
+  float y[4], x[4];
+  for (DType t : {DType::float32, DType::float64}) {
+    const std::string f = t == DType::float32 ? "f32" : "f64";
+    const CompiledChain c = compile_chain(chain_kernel_source(loop_body(y, x), t), kSm);
+    ASSERT_EQ(c.error, "");
+    ASSERT_NE(c.ptx, "") << "NVRTC returns the PTX beside the CUBIN";
+    EXPECT_NE(c.ptx.find("mul.rn." + f), std::string::npos) << c.ptx;
+    EXPECT_NE(c.ptx.find("add.rn." + f), std::string::npos) << c.ptx;
+    for (const std::string& contractible :
+         {"\tmul." + f, "\tadd." + f, "\tsub." + f, "fma.rn." + f})
+      EXPECT_EQ(c.ptx.find(contractible), std::string::npos) << contractible << " in\n" << c.ptx;
+  }
+}
+
 TEST(ChainCompiler, ACompileErrorComesBackWithNvrtcsLog) {
   if (nvrtc_missing()) GTEST_SKIP() << "NVRTC is not on this machine";
   const CompiledChain c = compile_chain("this is not CUDA", kSm);
