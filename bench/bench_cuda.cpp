@@ -11,8 +11,9 @@
 //               copy of 64M floats (8 bytes per element);
 //   MLP step    the textbook MLP (bench_mlp.cpp's sizes) on cuda:0, eager and traced (one
 //               CUDA graph per step), one sync per step;
-//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node, with ordinary
-//               and with programmatic edges between the adds (TIDE_CUDA_PDL);
+//   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node, with
+//               programmatic edges between the adds (the default) and with ordinary ones
+//               (TIDE_CUDA_PDL=0);
 //   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
 //               and the loop's step kernel per iteration, 16 iterations per launch of its
 //               body graph (the default) or one (vs eager async: BM_CudaTinyOpThroughput);
@@ -257,9 +258,22 @@ void replay_tiny_adds(benchmark::State& state, Body body, tide::trace::Options o
   else if (!s.chain_fallback.empty()) state.SetLabel("interpreted: " + s.chain_fallback);
 }
 
+// Runs `bench` with programmatic edges between tide's kernels (the default: each kernel
+// launches while the one before it runs and waits for it on the device) or with ordinary
+// ones (TIDE_CUDA_PDL=0), whatever the process's setting, and counts the programmatic
+// edges its graphs got (0 where CUDA refused them and the graph was built again).
+void with_edges(benchmark::State& state, void (*bench)(benchmark::State&), bool programmatic) {
+  const bool was = tide::cuda::programmatic_edges_enabled();
+  tide::cuda::set_programmatic_edges_enabled(programmatic);  // read when the graph is built
+  const uint64_t edges = tide::cuda::programmatic_edges_added();
+  bench(state);
+  state.counters["programmatic_edges"] = double(tide::cuda::programmatic_edges_added() - edges);
+  tide::cuda::set_programmatic_edges_enabled(was);
+}
+
 // Unrolled: one CUDA graph of 10000 kernel nodes (and two copies) per replay. Time per
 // replay / 10000 = what one graph node costs.
-void BM_CudaGraphTinyAdds(benchmark::State& state) {
+void graph_tiny_adds(benchmark::State& state) {
   auto chain = [](const Tensor& x) {
     Tensor y = x;
     for (int i = 0; i < kTinyAdds; ++i) y = y + 1.0;
@@ -267,21 +281,11 @@ void BM_CudaGraphTinyAdds(benchmark::State& state) {
   };
   replay_tiny_adds(state, chain, {.name = "tiny_adds"});
 }
-BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
-
-// The same with programmatic edges between the adds (TIDE_CUDA_PDL=1's behaviour): each
-// kernel launches while the one before it runs and waits for it on the device.
-void with_programmatic_edges(benchmark::State& state, void (*bench)(benchmark::State&)) {
-  const bool was = tide::cuda::programmatic_edges_enabled();
-  tide::cuda::set_programmatic_edges_enabled(true);  // read when the graph is built
-  const uint64_t edges = tide::cuda::programmatic_edges_added();
-  bench(state);
-  state.counters["programmatic_edges"] = double(tide::cuda::programmatic_edges_added() - edges);
-  tide::cuda::set_programmatic_edges_enabled(was);
-}
+void BM_CudaGraphTinyAdds(benchmark::State& state) { with_edges(state, graph_tiny_adds, false); }
 void BM_CudaGraphTinyAddsProgrammatic(benchmark::State& state) {
-  with_programmatic_edges(state, BM_CudaGraphTinyAdds);
+  with_edges(state, graph_tiny_adds, true);
 }
+BENCHMARK(BM_CudaGraphTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaGraphTinyAddsProgrammatic)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // As a traced loop: a WHILE node (the count kept on the device) running 16 iterations per
@@ -294,20 +298,22 @@ void loop_tiny_adds(benchmark::State& state, tide::trace::Fusion fusion, int unr
   };
   replay_tiny_adds(state, looped, {.name = "loop_adds", .fusion = fusion, .loop_unroll = unroll});
 }
-void BM_CudaWhileTinyAdds(benchmark::State& state) {
-  loop_tiny_adds(state, tide::trace::Fusion::none);
-}
-void BM_CudaWhileTinyAddsOnePerLaunch(benchmark::State& state) {
+// The WHILE node with ordinary edges (16 iterations per launch, or one), and with
+// programmatic ones (the default): in its body, each add and step kernel launches while
+// the one before it runs.
+void while_tiny_adds(benchmark::State& state) { loop_tiny_adds(state, tide::trace::Fusion::none); }
+void while_tiny_adds_one_per_launch(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::none, 1);
+}
+void BM_CudaWhileTinyAdds(benchmark::State& state) { with_edges(state, while_tiny_adds, false); }
+void BM_CudaWhileTinyAddsOnePerLaunch(benchmark::State& state) {
+  with_edges(state, while_tiny_adds_one_per_launch, false);
+}
+void BM_CudaWhileTinyAddsProgrammatic(benchmark::State& state) {
+  with_edges(state, while_tiny_adds, true);
 }
 void BM_CudaFusedLoopTinyAdds(benchmark::State& state) {
   loop_tiny_adds(state, tide::trace::Fusion::elementwise);
-}
-// The default WHILE node with programmatic edges: in its body, each add and step kernel
-// launches while the one before it runs (programmatic_edges = 0 where CUDA refused them
-// in a conditional body and the graph was built with ordinary edges).
-void BM_CudaWhileTinyAddsProgrammatic(benchmark::State& state) {
-  with_programmatic_edges(state, BM_CudaWhileTinyAdds);
 }
 BENCHMARK(BM_CudaWhileTinyAdds)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaWhileTinyAddsOnePerLaunch)->UseRealTime()->Unit(benchmark::kMillisecond);

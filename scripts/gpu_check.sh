@@ -74,9 +74,9 @@ tests() {
   # case of tests/ops on cuda:0.
   run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout "${TIDE_CTEST_TIMEOUT:-900}"
   run cuda_fault build-gpu/tests/tide_cuda_fault_test  # its checks, line by line
-  # The traced mode again with programmatic edges between tide's kernels (TIDE_CUDA_PDL=1,
-  # off by default until these pass and the benchmarks show a gain).
-  run trace_pdl env TIDE_CUDA_PDL=1 build-gpu/tests/tide_cuda_tests --gtest_brief=1 \
+  # The traced mode again with ordinary edges between tide's kernels (TIDE_CUDA_PDL=0; the
+  # default joins them by programmatic edges).
+  run trace_ordinary_edges env TIDE_CUDA_PDL=0 build-gpu/tests/tide_cuda_tests --gtest_brief=1 \
     --gtest_filter='CudaTrace.*'
 }
 

@@ -79,9 +79,10 @@ int device_count();
 bool available(int index);
 
 // Whether CUDA graphs join tide's kernels by programmatic edges, so that a kernel's launch
-// overlaps the kernel before it (core/cuda/dependent_launch.h; Hopper and later). false
-// unless the environment sets TIDE_CUDA_PDL=1 (read once) until measured on a GPU. A graph
-// keeps the edges it was built with. For comparisons and tests.
+// overlaps the kernel before it (core/cuda/dependent_launch.h; Hopper and later). true
+// unless the environment sets TIDE_CUDA_PDL=0 (read once); a device that refuses them gets
+// ordinary edges (the graph is built again). A graph keeps the edges it was built with.
+// The setter is for comparisons and tests.
 bool programmatic_edges_enabled();
 void set_programmatic_edges_enabled(bool on);
 // Whether a graph built on this thread now gets them: enabled, and not held off here by an

@@ -59,8 +59,9 @@ void check_textbook(bool adam) {
 TEST(CudaTrace, TextbookStepWithSgdEqualsEagerBitwise) { check_textbook(false); }
 TEST(CudaTrace, TextbookStepWithAdamEqualsEagerBitwise) { check_textbook(true); }
 
-// Programmatic edges between tide's kernels (TIDE_CUDA_PDL=1; off by default): a kernel
-// starts launching while the one before it runs and waits on the device for its inputs.
+// Programmatic edges between tide's kernels (the default; TIDE_CUDA_PDL=0 turns them off):
+// a kernel starts launching while the one before it runs and waits on the device for its
+// inputs. On for this test whatever the environment.
 // The results must stay eager's bits: the training steps (cuBLASLt nodes among tide's), a
 // chain of tiny adds, a fused chain and a WHILE loop.
 TEST(CudaTrace, ProgrammaticEdgesKeepEagersBits) {
