@@ -107,8 +107,8 @@ bool segments_from_env() {
 }
 
 // TIDE_CUDA_PDL=0: ordinary edges between tide's kernels in CUDA graphs instead of the
-// default programmatic ones (a graph node cost 0.73 instead of 1.17 us on an H200,
-// bench/RESULTS.md). Read on first use.
+// default programmatic ones (a graph node cost 0.74 us with them against 0.98-1.17 us
+// without on H200s, bench/RESULTS.md 2026-11-27). Read on first use.
 bool programmatic_edges_from_env() {
   return env_switch("TIDE_CUDA_PDL", true, "ordinary edges",
                     "programmatic edges between tide's kernels, the default");
