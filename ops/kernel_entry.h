@@ -62,6 +62,20 @@ struct HostKernelIo {
                const char* op, Site site);
   bool inherit_failure() const;  // true (writes poisoned) when a read failed
   void fail(const char* what) const;
+  // A GPU kernel takes its addresses when it is launched, or captured into a CUDA graph:
+  // a slot rebound after that (trace/device_loop.cpp binds a loop body's slots per
+  // captured iteration) does not move it. take_addresses() notes the slots' addresses at
+  // launch; an AtLaunch in the host function puts them back while it runs.
+  void take_addresses();
+  struct AtLaunch {
+    explicit AtLaunch(const HostKernelIo& io);
+    ~AtLaunch();
+    AtLaunch(const AtLaunch&) = delete;
+    AtLaunch& operator=(const AtLaunch&) = delete;
+    const HostKernelIo& io;
+    void* moved[Engine::kMaxStorages] = {};  // the slot's binding now, where it moved
+  };
+  void* at_launch[Engine::kMaxStorages] = {};  // slots only, after take_addresses()
 };
 
 // Runs fn as a host function in ctx's stream order.
@@ -83,8 +97,11 @@ void queue(OpId op, Device device, std::initializer_list<Storage*> reads,
     Engine::get().submit(
         device, name, reads, writes,
         [fn, args, x, io](const KernelContext& ctx) {
-          run_on_host(ctx, [fn, args, x, io] {
+          HostKernelIo launched = io;
+          launched.take_addresses();
+          run_on_host(ctx, [fn, args, x, io = launched] {
             if (io.inherit_failure()) return;
+            HostKernelIo::AtLaunch addresses(io);
             try {
               fn(cpu_kernel_context(), args, x);
             } catch (const std::exception& e) {

@@ -67,6 +67,25 @@ bool HostKernelIo::inherit_failure() const {
   return false;
 }
 
+void HostKernelIo::take_addresses() {
+  for (int i = 0; i < num_reads + num_writes; ++i)
+    if (storages[i]->is_slot()) at_launch[i] = storages[i]->data();
+}
+
+HostKernelIo::AtLaunch::AtLaunch(const HostKernelIo& io) : io(io) {
+  for (int i = 0; i < io.num_reads + io.num_writes; ++i) {
+    Storage* s = io.storages[i];
+    if (!s->is_slot() || !io.at_launch[i] || s->data() == io.at_launch[i]) continue;
+    moved[i] = s->data();
+    s->rebind(io.at_launch[i]);
+  }
+}
+
+HostKernelIo::AtLaunch::~AtLaunch() {
+  for (int i = io.num_reads + io.num_writes - 1; i >= 0; --i)
+    if (moved[i]) io.storages[i]->rebind(moved[i]);
+}
+
 void HostKernelIo::fail(const char* what) const {
   Failure* f = Failure::create(op, strip_op(what, op), site);
   for (int j = 0; j < num_writes; ++j) storages[num_reads + j]->poison(f);

@@ -47,6 +47,25 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
     bool identity = o.value == body_->inputs[j] && o.offset == 0;
     spare_.push_back(from_state && !identity ? al.allocate(state_[j].bytes, "loop") : StorageRef());
   }
+  if (chainable())
+    for (const LoopState& s : state_) pong_.push_back(al.allocate(s.bytes, "loop"));
+}
+
+bool DeviceLoop::chainable() const {
+  if (unroll_ < 2 || random_.num_ops || body_->has_pieces()) return false;
+  for (const Node& n : body_->nodes)
+    if (n.fused) return false;
+  std::vector<int> seen;
+  for (size_t j = 0; j < state_.size(); ++j) {
+    const Graph::Output& o = body_->outputs[j];
+    const Value& v = body_->values[size_t(o.value)];
+    if (spare_[j] || o.offset != 0 || state_[j].bytes == 0 || v.bytes != state_[j].bytes ||
+        (v.kind != ValueKind::intermediate && v.kind != ValueKind::output) ||
+        std::find(seen.begin(), seen.end(), o.value) != seen.end())
+      return false;
+    seen.push_back(o.value);
+  }
+  return true;
 }
 
 int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested) {
@@ -171,7 +190,9 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     GraphNodeHandle loop = api.graph_add_while(h, {&last, 1}, cond, &body, &why);
     if (!loop) return "CUDA refused a WHILE node: " + why;
     const int64_t per_launch = rest ? 1 : unroll_;
-    std::string failed = add_iterations(body, per_launch, cond, per_launch, ctx);
+    std::string failed = !rest && !pong_.empty()
+                             ? add_chained_iterations(body, per_launch, cond, per_launch, ctx)
+                             : add_iterations(body, per_launch, cond, per_launch, ctx);
     if (!failed.empty()) return failed;
     last = loop;
   }
@@ -207,10 +228,56 @@ std::string DeviceLoop::add_iterations(GraphHandle body, int64_t iterations,
       next.push_back({state_buffer(j), src, state_[j].bytes});
     }
     GraphNodeHandle step = api.graph_add_loop_step(body, before_step, cond, threshold,
-                                                   static_cast<int64_t*>(counter_->data()), next,
+                                                   static_cast<int64_t*>(counter_->data()), 1, next,
                                                    random_.num_ops ? &random_ : nullptr);
     after.assign(1, step);
   }
+  return {};
+}
+
+std::string DeviceLoop::add_chained_iterations(GraphHandle body, int64_t iterations,
+                                               cuda::ConditionalHandle cond, int64_t threshold,
+                                               const KernelContext& ctx) {
+  const KernelContext cctx = body_context(ctx);
+  const size_t k = state_.size();
+  // The capture reads the bindings of the body's slots: the state's (its input) and the
+  // next state's (its output) are alternated, and put back whatever happens.
+  std::vector<Storage*> in(k), out(k);
+  std::vector<void*> state_at(k), next_at(k);
+  for (size_t j = 0; j < k; ++j) {
+    in[j] = body_->values[size_t(body_->inputs[j])].storage.get();
+    out[j] = body_->values[size_t(body_->outputs[j].value)].storage.get();
+    state_at[j] = in[j]->data();
+    next_at[j] = out[j]->data();
+  }
+  struct Restore {
+    std::vector<Storage*>&in, &out;
+    std::vector<void*>&state_at, &next_at;
+    ~Restore() {
+      for (size_t j = 0; j < in.size(); ++j) {
+        in[j]->rebind(state_at[j]);
+        out[j]->rebind(next_at[j]);
+      }
+    }
+  } restore{in, out, state_at, next_at};
+  std::vector<GraphNodeHandle> after;
+  for (int64_t it = 0; it < iterations; ++it) {
+    const bool odd = it % 2 == 1;
+    for (size_t j = 0; j < k; ++j) {
+      in[j]->rebind(odd ? pong_[j]->data() : state_at[j]);
+      out[j]->rebind(odd ? state_at[j] : pong_[j]->data());
+    }
+    std::vector<GraphNodeHandle> sinks;
+    std::string failed = add_planned_nodes(*body_, body, after, cctx, &sinks);
+    if (!failed.empty()) return "in its body: " + failed;
+    after = std::move(sinks);
+  }
+  // An odd count of iterations leaves the state in the second buffers.
+  std::vector<LoopCopy> back;
+  if (iterations % 2 == 1)
+    for (size_t j = 0; j < k; ++j) back.push_back({state_at[j], pong_[j]->data(), state_[j].bytes});
+  ctx.api->graph_add_loop_step(body, after, cond, threshold,
+                               static_cast<int64_t*>(counter_->data()), iterations, back, nullptr);
   return {};
 }
 

@@ -9,6 +9,8 @@
 //                  -> copy nodes for states the body returns from another state
 //                  -> step kernel: copies the next state into the state buffers,
 //                     decrements the counter, sets main to counter >= u
+//                  or, when the iterations can be chained (below), u iterations that
+//                  pass the state on directly, then one step kernel for all u
 //   WHILE (rest):  one iteration (the same nodes), its step setting rest to counter > 0
 //                  (only when u > 1)
 //   copy nodes:   the state buffers into the loop node's outputs
@@ -24,6 +26,16 @@
 // device (cuda::LoopRandom). Launched node by node instead (when the enclosing graph fell
 // back), the loop reads a tensor count and the random base on the host (it synchronises
 // the stream once), writes each iteration's counters and launches the body's nodes n times.
+//
+// Chained iterations: an iteration on its own needs the step kernel to copy the next
+// state into the state buffers, which doubles the nodes of a body of one op. Where each
+// state's next value is a fresh value of the body's own of the state's size (not a state,
+// a view or another state's result), no random op, no fused chain (its addresses are
+// uploaded, not captured) and no inner loop is in the body, the unrolled iterations are
+// captured with their bindings alternated instead: even iterations read the state buffers
+// and write the next state into a second buffer per state, odd ones the other way round.
+// The one step kernel after them takes u off the counter and, for an odd u, copies the
+// state back from the second buffers.
 //
 // A body that is one fused chain on its one state (Fusion::elementwise; see
 // LoopProgram::iterated on the CPU) runs instead as one kernel that applies the chain n
@@ -99,6 +111,12 @@ class DeviceLoop final : public GraphPiece {
   std::string add_iterations(cuda::GraphHandle body, int64_t iterations,
                              cuda::ConditionalHandle cond, int64_t threshold,
                              const KernelContext& ctx);
+  // Whether the main WHILE node's iterations can be chained (see above).
+  bool chainable() const;
+  // The same as add_iterations for chained iterations: one step kernel after them all.
+  std::string add_chained_iterations(cuda::GraphHandle body, int64_t iterations,
+                                     cuda::ConditionalHandle cond, int64_t threshold,
+                                     const KernelContext& ctx);
 
   std::shared_ptr<Graph> body_;
   std::vector<LoopState> state_;
@@ -112,6 +130,8 @@ class DeviceLoop final : public GraphPiece {
   StorageRef counter_;             // int64 on the device: iterations left
   std::vector<StorageRef> spare_;  // per state: where a next state read from another
                                    // state's buffer waits (null when not needed)
+  std::vector<StorageRef> pong_;   // per state: the second buffer of chained iterations
+                                   // (empty when the iterations are not chained)
 };
 
 }  // namespace tide::trace

@@ -335,10 +335,11 @@ class CudaApi final : public DeviceApi {
   }
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
                                       ConditionalHandle cond, int64_t threshold, int64_t* counter,
-                                      std::span<const LoopCopy> copies,
+                                      int64_t iterations, std::span<const LoopCopy> copies,
                                       const LoopRandom* random) override {
     make_current();
-    return add_loop_step_node(cudaGraph_t(body), deps, cond, threshold, counter, copies, random);
+    return add_loop_step_node(cudaGraph_t(body), deps, cond, threshold, counter, iterations, copies,
+                              random);
   }
 
   void* create_blas() override {

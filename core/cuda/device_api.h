@@ -224,12 +224,15 @@ class DeviceApi {
                                                std::span<const LoopCopy> copies,
                                                const LoopRandom* random) = 0;
   // Adds a step kernel to a body graph after deps: makes `copies` (the next state into the
-  // state), advances the random ops' counters (when `random` is given), then --*counter and
+  // state), advances the random ops' counters (when `random` is given), then *counter -=
+  // iterations (the iterations it completes: 1, or an unrolled body's count when its
+  // iterations pass the state on without a step each; then `random` must be null) and
   // cond = (*counter >= threshold). At most kMaxLoopCopies copies.
   virtual GraphNodeHandle graph_add_loop_step(GraphHandle body,
                                               std::span<const GraphNodeHandle> deps,
                                               ConditionalHandle cond, int64_t threshold,
-                                              int64_t* counter, std::span<const LoopCopy> copies,
+                                              int64_t* counter, int64_t iterations,
+                                              std::span<const LoopCopy> copies,
                                               const LoopRandom* random) = 0;
 
   // ---- libraries ----

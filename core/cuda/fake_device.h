@@ -146,7 +146,7 @@ class FakeDevice final : public DeviceApi {
                                        const LoopRandom* random) override;
   GraphNodeHandle graph_add_loop_step(GraphHandle body, std::span<const GraphNodeHandle> deps,
                                       ConditionalHandle cond, int64_t threshold, int64_t* counter,
-                                      std::span<const LoopCopy> copies,
+                                      int64_t iterations, std::span<const LoopCopy> copies,
                                       const LoopRandom* random) override;
 
  private:
@@ -167,8 +167,9 @@ class FakeDevice final : public DeviceApi {
     // set; their copies; the count.
     std::shared_ptr<Graph> body;
     ConditionalHandle cond = 0;
-    LoopConditions conds;   // a start kernel's
-    int64_t threshold = 1;  // a step kernel's
+    LoopConditions conds;    // a start kernel's
+    int64_t threshold = 1;   // a step kernel's
+    int64_t iterations = 1;  // a step kernel's: what it takes off the counter
     int64_t* counter = nullptr;
     std::vector<LoopCopy> copies;
     LoopCount count;

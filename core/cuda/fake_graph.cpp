@@ -205,13 +205,18 @@ GraphNodeHandle FakeDevice::graph_add_loop_start(GraphHandle g,
 GraphNodeHandle FakeDevice::graph_add_loop_step(GraphHandle body,
                                                 std::span<const GraphNodeHandle> deps,
                                                 ConditionalHandle cond, int64_t threshold,
-                                                int64_t* counter, std::span<const LoopCopy> copies,
+                                                int64_t* counter, int64_t iterations,
+                                                std::span<const LoopCopy> copies,
                                                 const LoopRandom* random) {
+  TIDE_ASSERT(iterations >= 1 && (iterations == 1 || !random),
+              "fake device: a loop step completes at least one iteration, and one with "
+              "random ops");
   GraphNode node;
   node.kind = 'e';
   node.cond = cond;
   node.threshold = threshold;
   node.counter = counter;
+  node.iterations = iterations;
   return add_loop_kernel(body, deps, std::move(node), copies, random);
 }
 
@@ -297,7 +302,7 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
           if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
         advance_loop_random(n.random, n.kind == 's');
         if (n.kind == 'e') {
-          cond[n.cond] = loop_unrolled_body_runs(--*n.counter, n.threshold);
+          cond[n.cond] = loop_unrolled_body_runs(*n.counter -= n.iterations, n.threshold);
         } else {
           const int64_t count = *n.counter =
               loop_count(n.count.tensor, n.count.dtype, n.count.fixed);

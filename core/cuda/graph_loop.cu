@@ -21,6 +21,7 @@ struct LoopKernelArgs {
   cudaGraphConditionalHandle cond;  // the start kernel's conds.main, or the step's
   cudaGraphConditionalHandle rest;  // the start kernel's conds.rest (threshold > 1)
   long long threshold;              // the start kernel's conds.unroll, or the step's
+  long long iterations;             // a step's: what it takes off the counter
   long long* counter;
   const void* count;  // device memory, or null: `fixed`
   int count_dtype;    // DType
@@ -51,7 +52,7 @@ __global__ void loop_kernel(LoopKernelArgs a) {
   if (tid == 0) {
     advance_loop_random(a.random, a.start);
     const long long n =
-        a.start ? loop_count(a.count, DType(a.count_dtype), a.fixed) : *a.counter - 1;
+        a.start ? loop_count(a.count, DType(a.count_dtype), a.fixed) : *a.counter - a.iterations;
     *a.counter = n;
     cudaGraphSetConditional(a.cond, loop_unrolled_body_runs(n, a.threshold) ? 1u : 0u);
     if (a.start && a.threshold > 1)
@@ -149,10 +150,15 @@ cudaGraphNode_t add_loop_start_node(cudaGraph_t g, std::span<const GraphNodeHand
 
 cudaGraphNode_t add_loop_step_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                    ConditionalHandle cond, int64_t threshold, int64_t* counter,
-                                   std::span<const LoopCopy> copies, const LoopRandom* random) {
+                                   int64_t iterations, std::span<const LoopCopy> copies,
+                                   const LoopRandom* random) {
+  if (iterations < 1 || (iterations > 1 && random))
+    throw_cuda_error("a loop step of fewer than one iteration, or of several with random ops",
+                     cudaErrorInvalidValue);
   LoopKernelArgs a{};
   a.cond = cond;
   a.threshold = threshold;
+  a.iterations = iterations;
   a.counter = reinterpret_cast<long long*>(counter);
   return add_loop_kernel_node(g, deps, a, copies, random);
 }

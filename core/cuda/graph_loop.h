@@ -21,13 +21,15 @@ cudaGraphNode_t add_while_node(cudaGraph_t g, std::span<const GraphNodeHandle> d
 // random ops' counters (when `random` is given), then
 //   start: *counter = the count, conds.main = (count >= conds.unroll) and, when
 //          conds.unroll > 1, conds.rest = (count > 0 and count % conds.unroll != 0);
-//   step:  --*counter, cond = (*counter >= threshold).
+//   step:  *counter -= iterations, cond = (*counter >= threshold); several iterations
+//          only without random ops (device_api.h).
 cudaGraphNode_t add_loop_start_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                     const LoopConditions& conds, int64_t* counter,
                                     const LoopCount& count, std::span<const LoopCopy> copies,
                                     const LoopRandom* random);
 cudaGraphNode_t add_loop_step_node(cudaGraph_t g, std::span<const GraphNodeHandle> deps,
                                    ConditionalHandle cond, int64_t threshold, int64_t* counter,
-                                   std::span<const LoopCopy> copies, const LoopRandom* random);
+                                   int64_t iterations, std::span<const LoopCopy> copies,
+                                   const LoopRandom* random);
 
 }  // namespace tide::cuda

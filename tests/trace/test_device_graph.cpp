@@ -663,21 +663,26 @@ TEST(DeviceGraphLoop, AnUnrolledLoopRunsSeveralIterationsPerLaunchThenTheRest) {
     EXPECT_NE(std::find(shape.edges.begin(), shape.edges.end(), e), shape.edges.end())
         << e.first << " -> " << e.second;
   ASSERT_EQ(shape.bodies.size(), 2u);
-  // Main: three iterations in a row, each the body's two ops and a step kernel.
-  EXPECT_EQ(shape.bodies[0].kinds, times(3, "kke"));
+  // Main: three iterations chained (each the body's two ops, passing the state on through
+  // the state and a second buffer), then one step kernel for the three, which copies the
+  // state back (an odd count of iterations leaves it in the second buffer).
+  EXPECT_EQ(shape.bodies[0].kinds, times(3, "kk") + "e");
   std::vector<std::pair<int, int>> chain;
-  for (int i = 0; i + 1 < 9; ++i) chain.emplace_back(i, i + 1);
+  for (int i = 0; i + 1 < 7; ++i) chain.emplace_back(i, i + 1);
   EXPECT_EQ(shape.bodies[0].edges, chain);
+  EXPECT_EQ(shape.bodies[0].ops.back(), 1u) << "the copy back";
   EXPECT_EQ(shape.bodies[1].kinds, "kke") << "the rest: one iteration per launch";
 
   // Chosen per loop (0): about 32 nodes per launch. The body is 2 nodes and a step: 10
-  // iterations; with an int count below that, the count.
+  // iterations; with an int count below that, the count. An even count ends in the state
+  // buffer: its step copies nothing.
   for (int64_t n : {40, 4}) {
     auto g = trace::function([n](const Tensor& x) { return trace::loop(n, step, x); });
     EXPECT_EQ(g(x).to_vector<float>(), trace::loop(n, step, x).to_vector<float>()) << n;
     FakeDevice::GraphShape s = fake().graph_shape(g.graph(x)->device_graph->exec);
     ASSERT_EQ(s.bodies.size(), 2u) << n;
-    EXPECT_EQ(s.bodies[0].kinds, times(n == 40 ? 10 : 4, "kke")) << n;
+    EXPECT_EQ(s.bodies[0].kinds, times(n == 40 ? 10 : 4, "kk") + "e") << n;
+    EXPECT_EQ(s.bodies[0].ops.back(), 0u) << n;
   }
   EXPECT_EQ(trace::loop_unroll_for(1, false, 0), 16);
   EXPECT_EQ(trace::loop_unroll_for(2, false, 0), 10);
@@ -792,7 +797,7 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   ASSERT_EQ(shape.bodies.size(), 1u);
   EXPECT_EQ(shape.bodies[0].kinds, "swwmke") << "the inner loop inside the outer body";
   ASSERT_EQ(shape.bodies[0].bodies.size(), 2u);
-  EXPECT_EQ(shape.bodies[0].bodies[0].kinds, times(3, "kkke"));
+  EXPECT_EQ(shape.bodies[0].bodies[0].kinds, times(3, "kkk") + "e") << "chained";
   // Unrolled on request, the inner loop is added once per outer iteration.
   auto g = trace::function([&](const Tensor& x) { return trace::loop(4, outer, x); },
                            {.loop_unroll = 2});
@@ -800,6 +805,45 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   shape = fake().graph_shape(g.graph(x)->device_graph->exec);
   ASSERT_EQ(shape.bodies.size(), 2u);
   EXPECT_EQ(shape.bodies[0].kinds, times(2, "swwmke"));
+}
+
+// Chained iterations (trace/device_loop.h): where each next state is a fresh value of the
+// body's, the unrolled iterations pass the states on through the state buffers and a
+// second buffer per state, and one step kernel per launch takes them all off the counter.
+// Two states that read each other and a captured parameter, odd and even unrolls, any
+// count: eager's results.
+TEST(DeviceGraphLoop, ChainedIterationsPassTheStatesOnAndEqualEager) {
+  Tensor w = on_gpu(values(3, 0.25f), {3});
+  auto body = [&](const std::vector<Tensor>& s) {
+    return std::vector<Tensor>{s[0] * 0.5 + s[1], s[1] - s[0] * w};
+  };
+  for (int unroll : {2, 3}) {
+    auto f = trace::function(
+        [&](const Tensor& a, const Tensor& b, const Tensor& n) {
+          std::vector<Tensor> r = trace::loop(n, body, {a, b});
+          return std::vector<Tensor>{r[0], r[1]};
+        },
+        {.loop_unroll = unroll});
+    Tensor a = on_gpu(values(3, 1), {3}), b = on_gpu(values(3, 2), {3});
+    for (int64_t n : {0, 1, 2, 3, 4, 5, 6, 7, 11}) {
+      Tensor count = from_vector(std::vector<int64_t>{n}, Shape({1}), gpu());
+      std::vector<Tensor> traced = f(a, b, count), eager = trace::loop(n, body, {a, b});
+      EXPECT_EQ(traced[0].to_vector<float>(), eager[0].to_vector<float>()) << unroll << ", " << n;
+      EXPECT_EQ(traced[1].to_vector<float>(), eager[1].to_vector<float>()) << unroll << ", " << n;
+    }
+    EXPECT_EQ(f.stats().traces, 1);
+    EXPECT_EQ(f.stats().graph_fallback, "");
+    Tensor count = from_vector(std::vector<int64_t>{1}, Shape({1}), gpu());
+    FakeDevice::GraphShape shape = fake().graph_shape(f.graph(a, b, count)->device_graph->exec);
+    ASSERT_EQ(shape.bodies.size(), 2u);
+    const std::string& main = shape.bodies[0].kinds;
+    EXPECT_EQ(std::count(main.begin(), main.end(), 'e'), 1) << main;
+    EXPECT_EQ(main.back(), 'e') << main;
+    EXPECT_EQ(shape.bodies[0].ops.back(), unroll % 2 ? 2u : 0u)
+        << "after an odd count of iterations the step copies both states back";
+    const std::string& rest = shape.bodies[1].kinds;
+    EXPECT_EQ(std::count(rest.begin(), rest.end(), 'e'), 1) << "the rest: one iteration a launch";
+  }
 }
 
 TEST(DeviceGraphLoop, AFallbackLaunchRunsTheLoopNodeByNode) {
