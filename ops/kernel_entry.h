@@ -65,7 +65,10 @@ struct HostKernelIo {
   // A GPU kernel takes its addresses when it is launched, or captured into a CUDA graph:
   // a slot rebound after that (trace/device_loop.cpp binds a loop body's slots per
   // captured iteration) does not move it. take_addresses() notes the slots' addresses at
-  // launch; an AtLaunch in the host function puts them back while it runs.
+  // launch; an AtLaunch in the host function puts them back while it runs. A fake's
+  // approximation: the rebinding is visible to the host for that time, so host code that
+  // reads those slots meanwhile (a node-by-node launch of the same loop body by another
+  // thread, in verify mode) can see the launch-time binding.
   void take_addresses();
   struct AtLaunch {
     explicit AtLaunch(const HostKernelIo& io);
@@ -74,6 +77,7 @@ struct HostKernelIo {
     AtLaunch& operator=(const AtLaunch&) = delete;
     const HostKernelIo& io;
     void* moved[Engine::kMaxStorages] = {};  // the slot's binding now, where it moved
+    bool was_moved[Engine::kMaxStorages] = {};
   };
   void* at_launch[Engine::kMaxStorages] = {};  // slots only, after take_addresses()
 };

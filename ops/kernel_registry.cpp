@@ -77,13 +77,14 @@ HostKernelIo::AtLaunch::AtLaunch(const HostKernelIo& io) : io(io) {
     Storage* s = io.storages[i];
     if (!s->is_slot() || !io.at_launch[i] || s->data() == io.at_launch[i]) continue;
     moved[i] = s->data();
+    was_moved[i] = true;
     s->rebind(io.at_launch[i]);
   }
 }
 
 HostKernelIo::AtLaunch::~AtLaunch() {
   for (int i = io.num_reads + io.num_writes - 1; i >= 0; --i)
-    if (moved[i]) io.storages[i]->rebind(moved[i]);
+    if (was_moved[i]) io.storages[i]->rebind(moved[i]);
 }
 
 void HostKernelIo::fail(const char* what) const {

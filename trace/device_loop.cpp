@@ -47,8 +47,7 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
     bool identity = o.value == body_->inputs[j] && o.offset == 0;
     spare_.push_back(from_state && !identity ? al.allocate(state_[j].bytes, "loop") : StorageRef());
   }
-  if (chainable())
-    for (const LoopState& s : state_) pong_.push_back(al.allocate(s.bytes, "loop"));
+  chained_ = chainable();
 }
 
 bool DeviceLoop::chainable() const {
@@ -59,9 +58,9 @@ bool DeviceLoop::chainable() const {
   for (size_t j = 0; j < state_.size(); ++j) {
     const Graph::Output& o = body_->outputs[j];
     const Value& v = body_->values[size_t(o.value)];
+    // A returned value has a buffer of its own (prepare_device_graph), never arena bytes.
     if (spare_[j] || o.offset != 0 || state_[j].bytes == 0 || v.bytes != state_[j].bytes ||
-        (v.kind != ValueKind::intermediate && v.kind != ValueKind::output) ||
-        std::find(seen.begin(), seen.end(), o.value) != seen.end())
+        v.kind != ValueKind::output || std::find(seen.begin(), seen.end(), o.value) != seen.end())
       return false;
     seen.push_back(o.value);
   }
@@ -190,7 +189,7 @@ std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> d
     GraphNodeHandle loop = api.graph_add_while(h, {&last, 1}, cond, &body, &why);
     if (!loop) return "CUDA refused a WHILE node: " + why;
     const int64_t per_launch = rest ? 1 : unroll_;
-    std::string failed = !rest && !pong_.empty()
+    std::string failed = !rest && chained_
                              ? add_chained_iterations(body, per_launch, cond, per_launch, ctx)
                              : add_iterations(body, per_launch, cond, per_launch, ctx);
     if (!failed.empty()) return failed;
@@ -240,8 +239,9 @@ std::string DeviceLoop::add_chained_iterations(GraphHandle body, int64_t iterati
                                                const KernelContext& ctx) {
   const KernelContext cctx = body_context(ctx);
   const size_t k = state_.size();
-  // The capture reads the bindings of the body's slots: the state's (its input) and the
-  // next state's (its output) are alternated, and put back whatever happens.
+  // The capture reads the bindings of the body's slots: odd iterations read the next
+  // state's buffer and write the state buffer, and the bindings are put back whatever
+  // happens.
   std::vector<Storage*> in(k), out(k);
   std::vector<void*> state_at(k), next_at(k);
   for (size_t j = 0; j < k; ++j) {
@@ -264,18 +264,18 @@ std::string DeviceLoop::add_chained_iterations(GraphHandle body, int64_t iterati
   for (int64_t it = 0; it < iterations; ++it) {
     const bool odd = it % 2 == 1;
     for (size_t j = 0; j < k; ++j) {
-      in[j]->rebind(odd ? pong_[j]->data() : state_at[j]);
-      out[j]->rebind(odd ? state_at[j] : pong_[j]->data());
+      in[j]->rebind(odd ? next_at[j] : state_at[j]);
+      out[j]->rebind(odd ? state_at[j] : next_at[j]);
     }
     std::vector<GraphNodeHandle> sinks;
     std::string failed = add_planned_nodes(*body_, body, after, cctx, &sinks);
     if (!failed.empty()) return "in its body: " + failed;
     after = std::move(sinks);
   }
-  // An odd count of iterations leaves the state in the second buffers.
+  // An odd count of iterations leaves the state in the next state's buffers.
   std::vector<LoopCopy> back;
   if (iterations % 2 == 1)
-    for (size_t j = 0; j < k; ++j) back.push_back({state_at[j], pong_[j]->data(), state_[j].bytes});
+    for (size_t j = 0; j < k; ++j) back.push_back({state_at[j], next_at[j], state_[j].bytes});
   ctx.api->graph_add_loop_step(body, after, cond, threshold,
                                static_cast<int64_t*>(counter_->data()), iterations, back, nullptr);
   return {};

@@ -29,13 +29,13 @@
 //
 // Chained iterations: an iteration on its own needs the step kernel to copy the next
 // state into the state buffers, which doubles the nodes of a body of one op. Where each
-// state's next value is a fresh value of the body's own of the state's size (not a state,
-// a view or another state's result), no random op, no fused chain (its addresses are
-// uploaded, not captured) and no inner loop is in the body, the unrolled iterations are
-// captured with their bindings alternated instead: even iterations read the state buffers
-// and write the next state into a second buffer per state, odd ones the other way round.
-// The one step kernel after them takes u off the counter and, for an odd u, copies the
-// state back from the second buffers.
+// state's next value is a value the body returns, of the state's size (not a state, a
+// view or another state's result; it has a buffer of its own), and no random op, fused
+// chain (its addresses are uploaded, not captured) or inner loop is in the body, the
+// unrolled iterations are captured with their bindings alternated instead: even
+// iterations read the state buffers and write the next states' buffers, odd ones the
+// other way round. The one step kernel after them takes u off the counter and, for an
+// odd u, copies the states back into the state buffers. No memory is added.
 //
 // A body that is one fused chain on its one state (Fusion::elementwise; see
 // LoopProgram::iterated on the CPU) runs instead as one kernel that applies the chain n
@@ -130,8 +130,7 @@ class DeviceLoop final : public GraphPiece {
   StorageRef counter_;             // int64 on the device: iterations left
   std::vector<StorageRef> spare_;  // per state: where a next state read from another
                                    // state's buffer waits (null when not needed)
-  std::vector<StorageRef> pong_;   // per state: the second buffer of chained iterations
-                                   // (empty when the iterations are not chained)
+  bool chained_ = false;           // the main WHILE node's iterations are chained
 };
 
 }  // namespace tide::trace

@@ -664,8 +664,8 @@ TEST(DeviceGraphLoop, AnUnrolledLoopRunsSeveralIterationsPerLaunchThenTheRest) {
         << e.first << " -> " << e.second;
   ASSERT_EQ(shape.bodies.size(), 2u);
   // Main: three iterations chained (each the body's two ops, passing the state on through
-  // the state and a second buffer), then one step kernel for the three, which copies the
-  // state back (an odd count of iterations leaves it in the second buffer).
+  // the state's and the next state's buffers), then one step kernel for the three, which
+  // copies the state back (an odd count of iterations leaves it in the next state's).
   EXPECT_EQ(shape.bodies[0].kinds, times(3, "kk") + "e");
   std::vector<std::pair<int, int>> chain;
   for (int i = 0; i + 1 < 7; ++i) chain.emplace_back(i, i + 1);
@@ -807,9 +807,9 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   EXPECT_EQ(shape.bodies[0].kinds, times(2, "swwmke"));
 }
 
-// Chained iterations (trace/device_loop.h): where each next state is a fresh value of the
-// body's, the unrolled iterations pass the states on through the state buffers and a
-// second buffer per state, and one step kernel per launch takes them all off the counter.
+// Chained iterations (trace/device_loop.h): where each next state is a value the body
+// returns, the unrolled iterations pass the states on through the state buffers and the
+// next states' buffers, and one step kernel per launch takes them all off the counter.
 // Two states that read each other and a captured parameter, odd and even unrolls, any
 // count: eager's results.
 TEST(DeviceGraphLoop, ChainedIterationsPassTheStatesOnAndEqualEager) {
