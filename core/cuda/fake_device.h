@@ -119,7 +119,8 @@ class FakeDevice final : public DeviceApi {
   Status query(StreamHandle s) override;
   Status last_error() override;
   // Graphs (core/cuda/fake_graph.cpp): a captured node holds the operations its launch
-  // queued; a launch runs the nodes in the order they were added (each after its deps).
+  // queued; a launch runs the nodes one at a time, each after its deps, the latest-added
+  // ready node first (a missing edge then shows as the wrong order).
   GraphHandle graph_create() override;
   void graph_destroy(GraphHandle g) override;
   GraphNodeHandle graph_add_captured(GraphHandle g, std::span<const GraphNodeHandle> deps,

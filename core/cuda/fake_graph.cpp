@@ -2,13 +2,16 @@
 // CUDA's semantics for CPU tests of the graph executor. A captured node keeps the
 // operations its launch queued on the capturing stream; a copy node its pointers; an
 // exec is a copy of the graph's nodes whose copies can be re-pointed; a launch queues one
-// operation that runs the exec's nodes in the order they were added (each node's deps
-// come before it); a WHILE node runs its body while its condition is non-zero, and the
+// operation that runs the exec's nodes one at a time, in the order their edges allow that
+// runs the latest-added ready node first (so a missing edge shows: a node that should wait
+// for an earlier one runs before it); a WHILE node runs its body while its condition is
+// non-zero, and the
 // loop kernels (start, step) set the conditions as CUDA's do (LoopConditions). Not
 // modelled: concurrency between independent nodes, programmatic edges
 // (core/cuda/dependent_launch.h).
 #include <algorithm>
 #include <cstring>
+#include <queue>
 #include <unordered_map>
 
 #include "core/cuda/fake_device.h"
@@ -114,7 +117,8 @@ void FakeDevice::graph_add_dependencies(GraphHandle g, std::span<const GraphNode
   auto& nodes = static_cast<Graph*>(g)->nodes;
   const size_t t = index_of(to);
   TIDE_ASSERT(t < nodes.size(), "fake device: a dependency added to a node of another graph");
-  // Nodes run in the order they were added, so an earlier node is all the fake can wait for.
+  // The fake wants a node's deps added before it (then no edge can close a cycle); tide
+  // adds nodes in dependency order.
   for (int d : dep_indices(from, t)) {
     TIDE_ASSERT(std::find(nodes[t].deps.begin(), nodes[t].deps.end(), d) == nodes[t].deps.end(),
                 "fake device: an edge added twice (CUDA refuses it)");
@@ -288,10 +292,35 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
 
 namespace {
 
-// Runs nodes in the order they were added; conditions start at 0 for each launch.
+// The order the fake runs a graph's nodes in: whenever several are ready (their deps have
+// run), the one added last. Code that relies on insertion order instead of an edge (the
+// order CUDA does not promise) then runs them the other way round.
+template <typename Node>
+std::vector<size_t> run_order(const std::vector<Node>& nodes) {
+  std::vector<std::vector<size_t>> next(nodes.size());
+  std::vector<size_t> waiting(nodes.size());
+  std::priority_queue<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    waiting[i] = nodes[i].deps.size();
+    for (int d : nodes[i].deps) next[size_t(d)].push_back(i);
+    if (!waiting[i]) ready.push(i);
+  }
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (size_t j : next[i])
+      if (!--waiting[j]) ready.push(j);
+  }
+  return order;  // deps always name earlier nodes, so every node is in it
+}
+
+// Runs nodes in run_order; conditions start at 0 for each launch.
 template <typename Node>
 void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond) {
-  for (const Node& n : nodes) {
+  for (size_t i : run_order(nodes)) {
+    const Node& n = nodes[i];
     switch (n.kind) {
       case 'm':
         if (n.bytes) std::memcpy(n.dst, n.src, n.bytes);

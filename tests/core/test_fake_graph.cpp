@@ -43,6 +43,19 @@ void add_on(FakeDevice& dev, StreamHandle s, int* p, int v) {
       args.back().get());
 }
 
+// Queues "order->push_back(id)" on s, as add_on does.
+void push_on(FakeDevice& dev, StreamHandle s, std::vector<int>* order, int id) {
+  struct Arg {
+    std::vector<int>* order;
+    int id;
+  };
+  static std::vector<std::unique_ptr<Arg>> args;
+  args.push_back(std::make_unique<Arg>(Arg{order, id}));
+  dev.launch_host(
+      s, [](void* a) { static_cast<Arg*>(a)->order->push_back(static_cast<Arg*>(a)->id); },
+      args.back().get());
+}
+
 TEST(FakeGraph, CapturedWorkRunsOnlyWhenLaunchedInDependencyOrder) {
   FakeDevice dev;
   StreamHandle s = dev.create_stream();
@@ -77,6 +90,54 @@ TEST(FakeGraph, CapturedWorkRunsOnlyWhenLaunchedInDependencyOrder) {
   EXPECT_EQ(y, 200);
   EXPECT_EQ(dev.count(FakeDevice::CallKind::graph_launch, s), 2u);
   dev.graph_exec_destroy(exec);
+}
+
+// CUDA promises no order between nodes without an edge; the fake runs the latest-added
+// ready node first, so code that leans on insertion order instead of an edge fails its
+// tests here.
+TEST(FakeGraph, NodesWithoutAnEdgeRunLatestAddedFirstAnEdgeOrdersThem) {
+  FakeDevice dev;
+  StreamHandle s = dev.create_stream();
+  std::vector<int> order;
+  // A captured node whose launch queues "order.push_back(id)".
+  auto node = [&](cuda::GraphHandle g, std::span<const GraphNodeHandle> deps, int id) {
+    std::string why;
+    GraphNodeHandle n = dev.graph_add_captured(
+        g, deps, [&](StreamHandle cs) { push_on(dev, cs, &order, id); }, &why);
+    EXPECT_NE(n, nullptr) << why;
+    return n;
+  };
+  auto run = [&](cuda::GraphHandle g) {
+    std::string why;
+    auto exec = dev.graph_instantiate(g, &why);
+    EXPECT_NE(exec, nullptr) << why;
+    order.clear();
+    dev.graph_launch(exec, s);
+    EXPECT_FALSE(dev.synchronize(s).failed());
+    dev.graph_exec_destroy(exec);
+    dev.graph_destroy(g);
+    return order;
+  };
+
+  auto free = dev.graph_create();
+  node(free, {}, 0);
+  node(free, {}, 1);
+  node(free, {}, 2);
+  EXPECT_EQ(run(free), (std::vector<int>{2, 1, 0}));
+
+  // 0 -> 2 and 1 free: 1 and 0 are ready first (1 added later runs first), then 2.
+  auto edged = dev.graph_create();
+  GraphNodeHandle first = node(edged, {}, 0);
+  node(edged, {}, 1);
+  node(edged, {&first, 1}, 2);
+  EXPECT_EQ(run(edged), (std::vector<int>{1, 0, 2}));
+
+  // An edge added later (graph_add_dependencies) orders them as well.
+  auto later = dev.graph_create();
+  GraphNodeHandle a = node(later, {}, 0);
+  GraphNodeHandle b = node(later, {}, 1);
+  dev.graph_add_dependencies(later, {&a, 1}, b);
+  EXPECT_EQ(run(later), (std::vector<int>{0, 1}));
 }
 
 TEST(FakeGraph, CopyNodesArePointedAtNewMemoryPerLaunch) {
