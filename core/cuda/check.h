@@ -1,5 +1,6 @@
 // Checked CUDA calls (STYLE 8): TIDE_CUDA_CHECK(call) throws tide::Error("[cuda] call
-// failed: cudaErrorX: message") naming the call. For nvcc-compiled files only.
+// failed: cudaErrorX: message") naming the call, and clears the thread's last error unless
+// it is sticky (it is reported by the throw). For nvcc-compiled files only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -18,11 +18,6 @@
 
 namespace tide::cuda {
 
-void throw_cuda_error(const char* call, cudaError_t e) {
-  throw Error("cuda",
-              std::string(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-}
-
 namespace {
 
 // Errors after which the context is unusable: every later call returns them again.
@@ -42,6 +37,20 @@ bool is_sticky(cudaError_t e) {
     default: return false;
   }
 }
+
+}  // namespace
+
+void throw_cuda_error(const char* call, cudaError_t e) {
+  // The error is reported here: a call that failed also set the thread's last error,
+  // which the next launch check (CudaStream::run) would otherwise blame on its own op,
+  // failing work that the caller recovered from (a graph build that falls back). A
+  // sticky error stays: every later call returns it anyway.
+  if (!is_sticky(e)) (void)cudaGetLastError();
+  throw Error("cuda",
+              std::string(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+namespace {
 
 Status status_of(cudaError_t e) {
   if (e == cudaSuccess) return {};

@@ -71,9 +71,11 @@ class FakeDevice final : public DeviceApi {
   // it cannot capture; the one after captures again.
   void refuse_next_capture(std::string why);
   // Programmatic edges, as far as the executor sees them: while programmatic_edges_wanted()
-  // (core/cuda/runtime.h), a captured node with deps is joined to them that way (counted in
-  // programmatic_edges_added). While `on`, graph_instantiate refuses a graph holding such
-  // a node, as CUDA may refuse one where they are not allowed (a conditional node's body).
+  // (core/cuda/runtime.h), a kernel node (captured work, a loop's start or step kernel) is
+  // joined that way to the kernel nodes among its deps, as on the device (counted in
+  // programmatic_edges_added); copy and WHILE nodes only ever by ordinary edges. While
+  // `on`, graph_instantiate refuses a graph holding such an edge, as CUDA may refuse one
+  // where they are not allowed (a conditional node's body).
   void refuse_programmatic_graphs(bool on);
   // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy, 's': a
   // loop's start kernel, 'w': a WHILE node, 'e': a loop's step kernel) and the number of
@@ -163,9 +165,8 @@ class FakeDevice final : public DeviceApi {
     void* dst = nullptr;
     const void* src = nullptr;
     size_t bytes = 0;
-    // Loops: the WHILE node's body (shared by the graph's execs, as it never changes once
-    // built); the conditions (a step's: cond, >= threshold) and counter the loop kernels
-    // set; their copies; the count.
+    // Loops: the WHILE node's body (an exec's own copy, own_bodies); the conditions (a step's:
+    // cond, >= threshold) and counter the loop kernels set; their copies; the count.
     std::shared_ptr<Graph> body;
     ConditionalHandle cond = 0;
     LoopConditions conds;    // a start kernel's
@@ -183,6 +184,10 @@ class FakeDevice final : public DeviceApi {
     const Graph* source = nullptr;
   };
   GraphNodeHandle add_node(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode node);
+  static void own_bodies(Graph& exec);  // copies exec's WHILE bodies (deeply) into it
+  // Marks kernel node `node` programmatic when the edges are wanted and kernel nodes are
+  // among deps (of graph g), counting those edges.
+  void join_programmatic(GraphHandle g, std::span<const GraphNodeHandle> deps, GraphNode& node);
   GraphNodeHandle add_loop_kernel(GraphHandle g, std::span<const GraphNodeHandle> deps,
                                   GraphNode node, std::span<const LoopCopy> copies,
                                   const LoopRandom* random);

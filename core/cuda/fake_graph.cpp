@@ -5,10 +5,10 @@
 // operation that runs the exec's nodes one at a time, in the order their edges allow that
 // runs the latest-added ready node first (so a missing edge shows: a node that should wait
 // for an earlier one runs before it); a WHILE node runs its body while its condition is
-// non-zero, and the
-// loop kernels (start, step) set the conditions as CUDA's do (LoopConditions). Not
-// modelled: concurrency between independent nodes, programmatic edges
-// (core/cuda/dependent_launch.h).
+// non-zero, and the loop kernels (start, step) set the conditions as CUDA's do
+// (LoopConditions). Not modelled: concurrency between independent nodes, and what a programmatic
+// edge changes (core/cuda/dependent_launch.h): the fake notes which nodes have them and runs them
+// as ordinary ones.
 #include <algorithm>
 #include <cstring>
 #include <queue>
@@ -96,11 +96,23 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const Gr
     refuse_capture_.clear();
     return nullptr;
   }
-  if (!deps.empty() && programmatic_edges_wanted()) {
-    node.programmatic = true;
-    note_programmatic_edges(deps.size());
-  }
+  join_programmatic(g, deps, node);
   return add_node(g, deps, std::move(node));
+}
+
+void FakeDevice::join_programmatic(GraphHandle g, std::span<const GraphNodeHandle> deps,
+                                   GraphNode& node) {
+  if (!programmatic_edges_wanted()) return;
+  const auto& nodes = static_cast<Graph*>(g)->nodes;
+  size_t kernels = 0;
+  for (GraphNodeHandle d : deps) {
+    const size_t i = index_of(d);
+    if (i < nodes.size() && (nodes[i].kind == 'k' || nodes[i].kind == 's' || nodes[i].kind == 'e'))
+      ++kernels;
+  }
+  if (!kernels) return;
+  node.programmatic = true;
+  note_programmatic_edges(kernels);
 }
 
 GraphNodeHandle FakeDevice::add_node(GraphHandle g, std::span<const GraphNodeHandle> deps,
@@ -188,6 +200,7 @@ GraphNodeHandle FakeDevice::add_loop_kernel(GraphHandle g, std::span<const Graph
   if (random) node.random = *random;
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_node, nullptr, nullptr, 0});
+  join_programmatic(g, deps, node);
   return add_node(g, deps, std::move(node));
 }
 
@@ -233,6 +246,16 @@ bool has_programmatic_edges(const Graph& g) {
 }
 }  // namespace
 
+// An exec is a snapshot, WHILE bodies included: a later change to the graph it came from
+// (or to a body's handle) does not reach it.
+void FakeDevice::own_bodies(Graph& exec) {
+  for (GraphNode& n : exec.nodes)
+    if (n.body) {
+      n.body = std::make_shared<Graph>(*n.body);
+      own_bodies(*n.body);
+    }
+}
+
 GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string* why) {
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_instantiate, nullptr, nullptr, 0});
@@ -241,6 +264,7 @@ GraphExecHandle FakeDevice::graph_instantiate(GraphHandle g, std::string* why) {
     return nullptr;
   }
   graphs_.push_back(std::make_unique<Graph>(*static_cast<Graph*>(g)));
+  own_bodies(*graphs_.back());
   graphs_.back()->source = static_cast<Graph*>(g);
   return graphs_.back().get();
 }
@@ -271,6 +295,7 @@ bool FakeDevice::graph_exec_update(GraphExecHandle exec, GraphHandle g) {
   if (!same_topology(to, from) || (refuse_programmatic_ && has_programmatic_edges(from)))
     return false;
   to.nodes = from.nodes;
+  own_bodies(to);
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/cuda/fake_device.h"
+#include "core/cuda/runtime.h"
 #include "core/loop_count.h"
 #include "tests/error_of.h"
 
@@ -191,6 +192,68 @@ TEST(FakeGraph, UpdateKeepsAnExecOfTheSameTopologyOnly) {
   EXPECT_FALSE(dev.graph_exec_update(exec, g3)) << "another topology: re-instantiate";
   for (auto g : {g1, g2, g3}) dev.graph_destroy(g);
   dev.graph_exec_destroy(exec);
+}
+
+// As on the device (core/cuda/dependent_launch.h): only kernel nodes, captured work and
+// the loop kernels, are joined by programmatic edges, and only to the kernel nodes among
+// their deps; copy and WHILE nodes have ordinary edges both ways.
+TEST(FakeGraph, ProgrammaticEdgesJoinKernelNodesOnly) {
+  const bool was = cuda::programmatic_edges_enabled();
+  cuda::set_programmatic_edges_enabled(true);
+  FakeDevice dev;
+  int x = 0, y = 0;
+  auto kernel = [&](cuda::GraphHandle g, std::span<const GraphNodeHandle> deps) {
+    return dev.graph_add_captured(
+        g, deps, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, nullptr);
+  };
+  auto refused = [&](cuda::GraphHandle g) {
+    dev.refuse_programmatic_graphs(true);
+    auto exec = dev.graph_instantiate(g, nullptr);
+    dev.refuse_programmatic_graphs(false);
+    if (exec) dev.graph_exec_destroy(exec);
+    return exec == nullptr;
+  };
+
+  // kernel -> copy -> kernel: no kernel node is joined to a kernel node.
+  uint64_t before = cuda::programmatic_edges_added();
+  auto plain = dev.graph_create();
+  GraphNodeHandle k0 = kernel(plain, {});
+  GraphNodeHandle m1 =
+      dev.graph_add_memcpy(plain, {&k0, 1}, &y, &x, sizeof(int), CopyKind::device_to_device);
+  GraphNodeHandle k2 = kernel(plain, {&m1, 1});
+  EXPECT_EQ(cuda::programmatic_edges_added(), before);
+  EXPECT_FALSE(refused(plain));
+
+  // Then a kernel after {k0, m1} (one programmatic edge, from k0), a loop's start kernel
+  // after it (one more), a WHILE node after that (none) and a step kernel after a kernel in
+  // its body (one more).
+  GraphNodeHandle deps[] = {k0, m1};
+  GraphNodeHandle k3 = kernel(plain, deps);
+  EXPECT_EQ(cuda::programmatic_edges_added(), before + 1);
+  int64_t counter = 0;
+  cuda::ConditionalHandle cond = 0;
+  ASSERT_TRUE(dev.graph_create_condition(plain, &cond, nullptr));
+  GraphNodeHandle s4 = dev.graph_add_loop_start(plain, {&k3, 1}, {.main = cond, .unroll = 1},
+                                                &counter, {.fixed = 2}, {}, nullptr);
+  EXPECT_EQ(cuda::programmatic_edges_added(), before + 2);
+  cuda::GraphHandle body = nullptr;
+  dev.graph_add_while(plain, {&s4, 1}, cond, &body, nullptr);
+  EXPECT_EQ(cuda::programmatic_edges_added(), before + 2);
+  GraphNodeHandle b0 = kernel(body, {});
+  dev.graph_add_loop_step(body, {&b0, 1}, cond, 1, &counter, 1, {}, nullptr);
+  EXPECT_EQ(cuda::programmatic_edges_added(), before + 3);
+  EXPECT_TRUE(refused(plain));
+  (void)k2;
+
+  cuda::set_programmatic_edges_enabled(false);
+  auto ordinary = dev.graph_create();
+  GraphNodeHandle a = kernel(ordinary, {});
+  kernel(ordinary, {&a, 1});
+  EXPECT_EQ(cuda::programmatic_edges_added(), before + 3) << "not wanted: none";
+  EXPECT_FALSE(refused(ordinary));
+  cuda::set_programmatic_edges_enabled(was);
+  dev.graph_destroy(plain);
+  dev.graph_destroy(ordinary);
 }
 
 TEST(FakeGraph, RefusedCapturesAndAllocationsWhileCapturing) {

@@ -135,6 +135,20 @@ TEST_F(CudaEngine, MemoryStatsAndOutOfMemory) {
   EXPECT_TRUE(contains(e, "bytes free of"));
 }
 
+// A CUDA call that failed and threw (a graph build that then falls back, DESIGN §8) must
+// not leave its error behind for the next op's launch check to blame on that op.
+TEST_F(CudaEngine, ARefusedGraphCallLeavesNoErrorForTheNextOp) {
+  cuda::DeviceApi& api = cuda::DeviceRuntime::get(0).api();
+  std::string e = error_of([&] {
+    (void)api.graph_add_memcpy(nullptr, {}, nullptr, nullptr, 16, cuda::CopyKind::device_to_device);
+  });
+  EXPECT_TRUE(contains(e, "cudaGraphAddMemcpyNode1D failed")) << e;
+  cuda::Status left = api.last_error();
+  EXPECT_FALSE(left.failed()) << left.message;
+  Tensor x = ones({4}, DType::float32, gpu());
+  EXPECT_EQ((x + 1.0).to_vector<float>()[0], 2.0f) << "the next op is not blamed";
+}
+
 TEST_F(CudaEngine, SynchronousModeRunsEachOpToCompletion) {
   Tensor x = ones({4}, DType::float32, gpu());
   x.wait_to_read();

@@ -360,6 +360,41 @@ TEST(CudaTrace, LoopWithATensorCountIncludingZeroEqualsEager) {
   }
 }
 
+// Chained iterations (trace/device_loop.h): each next state is a fresh value, so the
+// unrolled iterations pass the states on through two buffers each, bindings alternated.
+// Large enough that a missing edge between iterations would race on the device; with
+// programmatic edges and with ordinary ones, odd and even unrolls.
+TEST(CudaTrace, ChainedIterationsOfTwoStatesEqualEagerWithEitherEdges) {
+  const bool was = cuda::programmatic_edges_enabled();
+  Tensor w = randn({1 << 18}, DType::float32, default_generator(), gpu());
+  auto body = [&](const std::vector<Tensor>& s) {
+    return std::vector<Tensor>{s[0] * 0.5 + s[1], s[1] - s[0] * w};
+  };
+  Tensor a = randn({1 << 18}, DType::float32, default_generator(), gpu());
+  Tensor b = randn({1 << 18}, DType::float32, default_generator(), gpu());
+  for (bool programmatic : {true, false}) {
+    cuda::set_programmatic_edges_enabled(programmatic);
+    for (int unroll : {0, 2, 3}) {
+      SCOPED_TRACE(testing::Message() << "programmatic " << programmatic << ", unroll " << unroll);
+      auto f = trace::function(
+          [&](const Tensor& x, const Tensor& y, const Tensor& n) {
+            std::vector<Tensor> r = trace::loop(n, body, {x, y});
+            return std::vector<Tensor>{r[0], r[1]};
+          },
+          {.loop_unroll = unroll});
+      for (int64_t n : {0, 1, 2, 3, 4, 5, 11, 40}) {
+        Tensor count = full({1}, double(n), DType::int64, gpu());
+        std::vector<Tensor> traced = f(a, b, count), eager = trace::loop(n, body, {a, b});
+        EXPECT_EQ(traced[0].to_vector<float>(), eager[0].to_vector<float>()) << n;
+        EXPECT_EQ(traced[1].to_vector<float>(), eager[1].to_vector<float>()) << n;
+      }
+      EXPECT_EQ(f.stats().traces, 1);
+      EXPECT_EQ(f.stats().graph_fallback, "");
+    }
+  }
+  cuda::set_programmatic_edges_enabled(was);
+}
+
 TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {
   Tensor w = randn({64, 64}, DType::float32, default_generator(), gpu()) * 0.1;
   auto inner = [&](const std::vector<Tensor>& s) {
