@@ -4,7 +4,28 @@ set(TIDE_WITH_CUDA OFF)
 if(NOT TIDE_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
+  # The CUDA sources use CUDA 13's graph API (cudaGraphAddNode with edge data, whose CUDA 12
+  # form is another function) and the runtime's library loading (cudaLibraryLoadData, which
+  # CUDA 12.4 lacks); an older toolkit would fail deep in the build, so it is refused here.
+  set(TIDE_MIN_CUDA 13.0)
   if(CMAKE_CUDA_COMPILER)
+    execute_process(COMMAND ${CMAKE_CUDA_COMPILER} --version OUTPUT_VARIABLE _tide_nvcc_out
+                    ERROR_QUIET)
+    string(REGEX MATCH "release ([0-9]+\\.[0-9]+)" _tide_nvcc_release "${_tide_nvcc_out}")
+    set(_tide_nvcc_version "${CMAKE_MATCH_1}")
+    if(_tide_nvcc_version AND _tide_nvcc_version VERSION_LESS TIDE_MIN_CUDA)
+      string(CONCAT _tide_old "tide's CUDA backend needs CUDA ${TIDE_MIN_CUDA} or later; "
+                    "${CMAKE_CUDA_COMPILER} is CUDA ${_tide_nvcc_version}")
+      if(TIDE_CUDA STREQUAL "ON")
+        message(FATAL_ERROR "${_tide_old}")
+      endif()
+      message(WARNING "${_tide_old}: building without CUDA (-DTIDE_CUDA=OFF silences this)")
+      set(_tide_cuda_too_old ON)
+    endif()
+  endif()
+  if(_tide_cuda_too_old)
+    # AUTO with an older toolkit: the CPU build only (warned above).
+  elseif(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 75 80 86 90 CACHE STRING "CUDA architectures")
     endif()

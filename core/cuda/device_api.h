@@ -198,7 +198,7 @@ class DeviceApi {
   // The number of nodes in g (cudaGraphGetNodes).
   virtual size_t graph_node_count(GraphHandle g) = 0;
 
-  // A counted loop without the host (CUDA >= 12.4 conditional nodes): a start kernel node
+  // A counted loop without the host (CUDA conditional nodes): a start kernel node
   // sets the loop's counter and conditions (LoopConditions), a WHILE node runs its body
   // graph while its condition is non-zero (checked before every iteration, the first
   // included), and each iteration in a body graph ends with a step kernel. Conditions are 0
