@@ -7,23 +7,52 @@
 #pragma once
 
 #include <cstdint>
+#include <sstream>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/host_device.h"
 
 namespace tide {
 
+// A float count: truncated toward zero. NaN, an infinity and a value outside int64's range
+// read as kInvalidLoopCount, a negative count, on every device alike (a plain conversion
+// is undefined there: x86 gives INT64_MIN, a GPU saturates, and a count of 1e30 would
+// loop for ever on the GPU alone).
+inline constexpr int64_t kInvalidLoopCount = INT64_MIN;
+TIDE_HOST_DEVICE int64_t loop_count_of_real(double v) {
+  // 2^63 exactly; int64's range is [-2^63, 2^63).
+  constexpr double kLimit = 9223372036854775808.0;
+  if (!(v > -kLimit && v < kLimit)) return kInvalidLoopCount;  // NaN too
+  return int64_t(v);
+}
+
 // The count held by a one-element tensor at p (host or device memory, wherever the caller
-// runs): a float count is truncated toward zero. Not checked: a negative count is the
-// caller's to refuse (the CPU loop throws) or to run zero times (a kernel cannot throw).
+// runs): a float count as loop_count_of_real reads it. Not checked: a negative count is
+// the caller's to refuse (the CPU loop throws) or to run zero times (a kernel cannot
+// throw).
 TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
   switch (dtype) {
-    case DType::float32: return int64_t(*static_cast<const float*>(p));
-    case DType::float64: return int64_t(*static_cast<const double*>(p));
+    case DType::float32: return loop_count_of_real(*static_cast<const float*>(p));
+    case DType::float64: return loop_count_of_real(*static_cast<const double*>(p));
     case DType::int32: return *static_cast<const int32_t*>(p);
     case DType::int64: break;
   }
   return *static_cast<const int64_t*>(p);
+}
+
+// What a loop run from the host throws for a count n below zero: "loop count must be >= 0,
+// got -3"; an invalid float count is quoted as stored ("got nan"). `count`: where n was
+// read from (host memory), or null for an int count.
+inline std::string loop_count_error(const void* count, DType dtype, int64_t n) {
+  std::ostringstream m;
+  m << "loop count must be >= 0, got ";
+  if (count && dtype == DType::float32) m << *static_cast<const float*>(count);
+  else if (count && dtype == DType::float64) m << *static_cast<const double*>(count);
+  else m << n;
+  if (count && (dtype == DType::float32 || dtype == DType::float64) && n == kInvalidLoopCount)
+    m << " (a float count must be a number below 2^63)";
+  return m.str();
 }
 
 // A loop's count: the element at `tensor` when there is one, else `fixed`.

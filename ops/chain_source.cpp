@@ -119,11 +119,15 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   // it by a programmatic edge (core/cuda/dependent_launch.h).
   k << "  tide::cuda::await_prerequisite_grids();\n";
   // chain::iterations_of: a count tensor is read where it lives, when the kernel runs.
+  // A float count as loop_count_of_real (core/loop_count.h) reads it.
   k << "  if (count) {\n"
+    << "    double real = 0;\n"
+    << "    if (count_dtype == " << int(DType::float32) << ") real = *(const float*)count;\n"
+    << "    if (count_dtype == " << int(DType::float64) << ") real = *(const double*)count;\n"
     << "    if (count_dtype == " << int(DType::float32)
-    << ") iterations = (long long)*(const float*)count;\n"
-    << "    else if (count_dtype == " << int(DType::float64)
-    << ") iterations = (long long)*(const double*)count;\n"
+    << " || count_dtype == " << int(DType::float64) << ")\n"
+    << "      iterations = real > -9223372036854775808.0 && real < 9223372036854775808.0 ? "
+       "(long long)real : (long long)(-9223372036854775807LL - 1);\n"
     << "    else if (count_dtype == " << int(DType::int32) << ") iterations = *(const int*)count;\n"
     << "    else iterations = *(const long long*)count;\n"
     << "  }\n"

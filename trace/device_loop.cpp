@@ -296,21 +296,22 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
   // stream's were waited for before this task): the count, the random base.
   int64_t n = fixed_;
   uint64_t base[2] = {0, 0};
+  alignas(8) unsigned char count_host[8] = {};
   if (count_ || random_.num_ops) {
     cuda::Status st = api.synchronize(ctx.stream);
     if (st.failed())
       throw std::runtime_error("reading the loop's count and random counters: " + st.message);
     cuda::DeviceRuntime& rt = cuda::DeviceRuntime::get(body_->device.index);
     if (count_) {
-      unsigned char host[8] = {};
-      rt.copy_to_host(host, count_address(), size_of(count_dtype_), "loop");
-      n = read_loop_count(host, count_dtype_);
+      rt.copy_to_host(count_host, count_address(), size_of(count_dtype_), "loop");
+      n = read_loop_count(count_host, count_dtype_);
     }
     if (random_.num_ops) rt.copy_to_host(base, random_.base, sizeof(base), "loop");
   }
   const uint64_t offset0 = random_.substream ? 0 : base[0];
   const uint64_t key = random_.substream ? philox::substream_key(base[1], base[0]) : base[1];
-  if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
+  if (n < 0)
+    throw std::runtime_error(loop_count_error(count_ ? count_host : nullptr, count_dtype_, n));
   const size_t k = state_.size();
   for (size_t j = 0; j < k; ++j) copy(state_buffer(j), initial_source(j), state_[j].bytes);
   for (int64_t it = 0; it < n; ++it) {

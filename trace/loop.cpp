@@ -105,11 +105,11 @@ struct LoopProgram {
   void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
            const std::vector<Storage*>& out) const {
     int64_t n = fixed;
-    if (count)
-      n = read_loop_count(static_cast<const unsigned char*>(count->data()) +
-                              size_t(count_offset) * size_of(count_dtype),
-                          count_dtype);
-    if (n < 0) throw std::runtime_error(tide::detail::concat("loop count must be >= 0, got ", n));
+    const void* at = count ? static_cast<const unsigned char*>(count->data()) +
+                                 size_t(count_offset) * size_of(count_dtype)
+                           : nullptr;
+    if (at) n = read_loop_count(at, count_dtype);
+    if (n < 0) throw std::runtime_error(loop_count_error(at, count_dtype, n));
     size_t k = in.size();
     if (iterated) {
       void* buf = out[0]->data();

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -294,6 +295,13 @@ TEST(LoopRule, ReadsTheCountOfEachDtype) {
   EXPECT_EQ(read_loop_count(&d[1], DType::float64), 0);
   EXPECT_EQ(read_loop_count(&i, DType::int32), -3);
   EXPECT_EQ(read_loop_count(&l, DType::int64), int64_t(1) << 40);
+  // No number, or none int64 holds: invalid (a negative count), wherever it is read.
+  const float invalid_f[] = {NAN, INFINITY, -INFINITY, 1e30f, 9.3e18f};
+  for (float v : invalid_f) EXPECT_EQ(read_loop_count(&v, DType::float32), kInvalidLoopCount) << v;
+  const double invalid_d[] = {NAN, 9223372036854775808.0, -1e300};
+  for (double v : invalid_d) EXPECT_EQ(read_loop_count(&v, DType::float64), kInvalidLoopCount) << v;
+  const double largest = 9223372036854774784.0;  // the largest double below 2^63
+  EXPECT_EQ(read_loop_count(&largest, DType::float64), int64_t(9223372036854774784));
 }
 
 // The control flow of an unrolled loop as the device runs it (core/cuda/graph_loop.cu):

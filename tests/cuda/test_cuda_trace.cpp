@@ -5,6 +5,7 @@
 // bit for bit on the same device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <iostream>
 
@@ -393,6 +394,25 @@ TEST(CudaTrace, ChainedIterationsOfTwoStatesEqualEagerWithEitherEdges) {
     }
   }
   cuda::set_programmatic_edges_enabled(was);
+}
+
+// A float count that is no number or beyond int64 (core/loop_count.h) is invalid, read on
+// the device as a negative count: no iteration, in the WHILE node and in the one-kernel
+// fused loop (a plain conversion saturates there: 1e30 would loop for ever).
+TEST(CudaTrace, AnInvalidFloatCountRunsNoIterationOnTheDevice) {
+  Tensor x = randn({3, 70}, DType::float32, default_generator(), gpu());
+  for (trace::Fusion fusion : {trace::Fusion::none, trace::Fusion::elementwise}) {
+    auto f = trace::function(
+        [](const Tensor& x, const Tensor& n) { return trace::loop(n, body_step, x); },
+        {.fusion = fusion});
+    for (float v : {NAN, INFINITY, 1e30f}) {
+      Tensor count = from_vector<float>({v}, {1}).to(gpu());
+      EXPECT_EQ(f(x, count).to_vector<float>(), x.to_vector<float>()) << v;
+    }
+    Tensor three = from_vector<float>({3.5f}, {1}).to(gpu());
+    EXPECT_EQ(f(x, three).to_vector<float>(), trace::loop(3, body_step, x).to_vector<float>());
+    EXPECT_EQ(f.stats().graph_fallback, "");
+  }
 }
 
 TEST(CudaTrace, NestedLoopsWithAMatmulAndSwappedStatesEqualEager) {

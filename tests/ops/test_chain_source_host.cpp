@@ -246,6 +246,11 @@ std::vector<Case> cases() {
   counted.count = -4;
   counted.count_dtype = DType::int64;
   all.push_back(counted);
+  // Invalid (core/loop_count.h): a plain conversion would loop for ever on a GPU.
+  counted.name = "a float64 count beyond int64 runs none";
+  counted.count = 1e30;
+  counted.count_dtype = DType::float64;
+  all.push_back(counted);
   all.push_back({"two states, one register each", DType::int64, 500, 3,
                  [](std::vector<unsigned char*> b) {
                    return std::vector<ChainStep>{

@@ -1,6 +1,7 @@
 // trace::loop: loop node == unrolled loop == eager loop; n = 0; a runtime count.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -506,11 +507,25 @@ TEST(TraceLoop, ErrorsAreClear) {
   auto g =
       trace::function([](const Tensor& x, const Tensor& n) { return trace::loop(n, step, x); });
   Tensor bad = g(x, from_vector<int64_t>({-3}, {1}));
-  EXPECT_NE(error_of([&] { bad.wait_to_read(); }).find("loop count must be >= 0"),
+  EXPECT_NE(error_of([&] { bad.wait_to_read(); }).find("loop count must be >= 0, got -3"),
             std::string::npos);
   try {
     wait_all();
   } catch (const Error&) {
+  }
+  // A float count that is no number (or beyond int64) is refused, quoted as stored, the
+  // same on every device (core/loop_count.h).
+  for (float v : {NAN, INFINITY, 1e30f}) {
+    Tensor invalid = g(x, from_vector<float>({v}, {1}));
+    std::string e = error_of([&] { invalid.wait_to_read(); });
+    EXPECT_NE(e.find("loop count must be >= 0, got " + detail::concat(v) +
+                     " (a float count must be a number below 2^63)"),
+              std::string::npos)
+        << e;
+    try {
+      wait_all();
+    } catch (const Error&) {
+    }
   }
 }
 
