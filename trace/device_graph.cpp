@@ -22,7 +22,7 @@ using cuda::GraphNodeHandle;
 
 DeviceGraph::~DeviceGraph() {
   SpareExec s{api, exec, graph, std::move(copy_in), std::move(copy_back), std::move(copy_out)};
-  if (recycler && exec) recycler->give(std::move(s));
+  if (recycler && exec && updatable) recycler->give(std::move(s));
   else ExecRecycler::destroy(s);
 }
 
@@ -276,7 +276,8 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   const size_t nodes = api.graph_node_count(h);  // before the exec is ours to release
   // A loop's WHILE nodes cannot be updated: CUDA does not change a conditional node's
   // parameters, and each build creates new condition handles.
-  if (!dg.recycler || g.has_pieces() || !update_spare(dg, h)) {
+  dg.updatable = !g.has_pieces();
+  if (!dg.recycler || !dg.updatable || !update_spare(dg, h)) {
     std::string why;
     dg.exec = api.graph_instantiate(h, &why);
     if (!dg.exec) {

@@ -96,6 +96,9 @@ struct DeviceGraph {
   // Where the exec goes when this graph does (a function's evicted signature), and where
   // the build looks for one to update first; null: instantiated, destroyed with the graph.
   std::shared_ptr<ExecRecycler> recycler;
+  // Whether an update can reuse exec (no WHILE node in it): only then is it given to the
+  // recycler, where a loop's exec would only crowd out a spare an update could take.
+  bool updatable = false;
   mutable std::mutex mu;  // stats_ (read by FunctionCore::stats)
   DeviceGraphStats stats_;
 };

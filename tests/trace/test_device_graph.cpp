@@ -202,6 +202,20 @@ TEST(DeviceGraph, AnEvictedSignaturesGraphIsUpdatedInPlaceForTheNextOne) {
   }
   EXPECT_EQ(h.stats().graph_updates, 0);
   EXPECT_EQ(h.stats().graph_instantiations, 4);
+
+  // So a loop's exec is never kept as a spare: signatures alternating between a loop and
+  // plain ops still update the plain graph's spare, not a loop's that no update can use.
+  auto mixed = [](const Tensor& x) {
+    return x.numel() == 3 ? trace::loop(3, step, x) : x * 3.0 + 1.0;
+  };
+  auto m = trace::function(mixed, {.cache_budget = 1});
+  for (int call = 0; call < 8; ++call) {
+    const int n = call % 2 ? 3 : 2;  // plain, loop, plain, loop, ...
+    Tensor x = on_gpu(values(n, float(call + 1)), {n});
+    EXPECT_EQ(m(x).to_vector<float>(), mixed(x).to_vector<float>()) << call;
+  }
+  EXPECT_EQ(m.stats().graph_updates, 3) << "each plain signature after the first";
+  EXPECT_EQ(m.stats().graph_instantiations, 5);
 }
 
 // CUDA refuses zero-length copy nodes (and so does the fake): an empty input or output
