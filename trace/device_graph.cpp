@@ -68,9 +68,11 @@ struct Copy {
   size_t bytes;
 };
 
+// An argument no node reads or writes gets no copy (bytes 0: no copy node either).
 Copy input_copy(const Graph& g, const CallBindings& c, size_t k) {
   const Value& v = g.values[size_t(g.inputs[k])];
   const CallBindings::InputBind& b = c.inputs[k];
+  if (!b.arg) return {nullptr, nullptr, 0};
   return {v.storage->data(), static_cast<unsigned char*>(b.arg->data()) + b.byte_offset, v.bytes};
 }
 
@@ -257,8 +259,8 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
   dg.host_functions.fns.clear();
   GraphBuild b(api);
   const GraphHandle h = b.handle();
-  // An empty value gets no copy node: nullptr stands in its place, and the replay
-  // re-points only the others.
+  // An empty value, or an argument no node uses, gets no copy node: nullptr stands in its
+  // place, and the replay re-points only the others.
   auto add_copy = [&](std::span<const GraphNodeHandle> deps, const Copy& cp) {
     return add_copy_node(api, h, deps, cp.dst, cp.src, cp.bytes);
   };

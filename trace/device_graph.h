@@ -6,7 +6,8 @@
 //   - Each planned node is captured on a private stream (thread-local capture mode, so
 //     other workers keep launching) and added as a child-graph node; its edges are the
 //     trace's dependency edges. A copy node per input copies the argument into its fixed
-//     buffer before the roots; a copy node per output copies the fixed buffer into a fresh
+//     buffer before the roots (none for an argument no node reads or writes: the replay
+//     does not keep it alive); a copy node per output copies the fixed buffer into a fresh
 //     tensor after the sinks, so an output a user keeps is never overwritten by a later
 //     replay.
 //   - Per call only the copy nodes' pointers change (graph_exec_set_memcpy), never the

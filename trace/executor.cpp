@@ -111,9 +111,15 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
   TIDE_CHECK(args.size() == g.inputs.size(), "trace", "replay needs ", g.inputs.size(),
              " tensor arguments, got ", args.size());
   CallBindings c;
+  auto declared = [&](int id) {
+    for (const std::vector<int>* ids : {&g.external_reads, &g.external_writes})
+      if (std::find(ids->begin(), ids->end(), id) != ids->end()) return true;
+    return false;
+  };
   for (size_t k = 0; k < args.size(); ++k) {
     const Tensor& a = args[k];
-    c.inputs.push_back({g.values[size_t(g.inputs[k])].storage.get(), a.storage(),
+    c.inputs.push_back({g.values[size_t(g.inputs[k])].storage.get(),
+                        declared(g.inputs[k]) ? a.storage() : nullptr,
                         size_t(a.offset()) * size_of(a.dtype())});
   }
   auto arg_of = [&](int id) -> const Tensor* {
@@ -181,7 +187,7 @@ CallBindings prepare_call(Graph& g, std::span<const Tensor> args) {
 
 void CallBindings::bind(Graph& g) const {
   for (const InputBind& b : inputs)
-    b.slot->rebind(static_cast<unsigned char*>(b.arg->data()) + b.byte_offset);
+    if (b.arg) b.slot->rebind(static_cast<unsigned char*>(b.arg->data()) + b.byte_offset);
   for (const OutputBind& b : outputs) b.slot->rebind(b.fresh->data());
   for (size_t i = 0; i < g.random.size(); ++i) {
     g.random[i].slot[0] = counters[2 * i];

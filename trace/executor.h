@@ -25,6 +25,8 @@ void prepare_replay(Graph& g);
 struct CallBindings {
   struct InputBind {
     Storage* slot;
+    // The argument, or null for one no node reads or writes: it is not declared to the
+    // engine (nothing keeps it alive for the replay), so the replay never touches it.
     Storage* arg;
     size_t byte_offset;
   };

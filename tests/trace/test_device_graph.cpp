@@ -236,6 +236,21 @@ TEST(DeviceGraph, EmptyInputsAndOutputsGetNoCopyNodes) {
   EXPECT_GT(f.stats().graph_nodes, 0u);
 }
 
+// An argument no node reads or writes is not declared to the engine, which does not keep
+// it alive for the replay: it gets no copy node, and its replays never touch it.
+TEST(DeviceGraph, AnArgumentNoNodeUsesGetsNoCopyNode) {
+  auto f = trace::function([](const Tensor& x, const Tensor&) { return x * 2.0; });
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = on_gpu({float(call), 1}, {2});
+    EXPECT_EQ(f(x, on_gpu({7, 7, 7}, {3})).to_vector<float>(),
+              (std::vector<float>{2.0f * float(call), 2}));
+  }
+  Tensor x = on_gpu({1, 2}, {2}), unused = on_gpu({7, 7, 7}, {3});
+  EXPECT_EQ(fake().graph_shape(f.graph(x, unused)->device_graph->exec).kinds, "mkm")
+      << "a copy in for x, its kernel, a copy out";
+  EXPECT_EQ(f.stats().graph_fallback, "");
+}
+
 TEST(DeviceGraph, ARefusedCaptureLaunchesTheNodesOneByOneAndSaysWhy) {
   auto body = [](const Tensor& x) { return exp(x * 0.5) - 1.0; };
   auto f = trace::function(body, {.name = "refused"});

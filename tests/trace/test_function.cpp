@@ -5,6 +5,7 @@
 #include "core/allocator.h"
 #include "core/engine.h"
 #include "core/rng.h"
+#include "core/test_support.h"
 #include "ops/ops.h"
 #include "tests/error_of.h"
 #include "trace/trace.h"
@@ -203,6 +204,23 @@ TEST(TraceFunction, MeasuredBytesShowWorkspacesThePlanDidNotForesee) {
     EXPECT_EQ(s.measured_call_bytes, s.last_call_allocated + 2 * Allocator::round_size(4096))
         << "streams " << streams;
   }
+}
+
+// An argument no node reads or writes is not declared to the engine, so nothing keeps it
+// alive for the replay: the replay must not touch it. Dropped while the replay waits
+// (behind a gate on the argument it reads), its Storage is gone when the replay runs;
+// AddressSanitizer (CI) reports a use after free if the replay binds it.
+TEST(TraceFunction, AnArgumentTheFunctionDoesNotUseMayGoBeforeTheReplayRuns) {
+  auto f = trace::function([](const Tensor& x, const Tensor&) { return x * 2.0; });
+  Tensor x = ones({4});
+  EXPECT_EQ(f(x, ones({3})).to_vector<float>(), (std::vector<float>(4, 2.0f)));  // traced
+  testing_support::Gate gate;
+  gate.hold(x);
+  Tensor y = f(x, ones({3}));  // the temporary argument goes when the call returns
+  EXPECT_TRUE(gate.wait_entered());
+  gate.open();
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>(4, 2.0f)));
+  EXPECT_EQ(f.stats().traces, 1);
 }
 
 }  // namespace
