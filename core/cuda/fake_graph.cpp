@@ -6,9 +6,9 @@
 // runs the latest-added ready node first (so a missing edge shows: a node that should wait
 // for an earlier one runs before it); a WHILE node runs its body while its condition is
 // non-zero, and the loop kernels (start, step) set the conditions as CUDA's do
-// (LoopConditions). Not modelled: concurrency between independent nodes, and what a programmatic
-// edge changes (core/cuda/dependent_launch.h): the fake notes which nodes have them and runs them
-// as ordinary ones.
+// (LoopConditions). Not modelled: concurrency between independent nodes, and what a
+// programmatic edge changes (core/cuda/dependent_launch.h): the fake notes which nodes
+// have them and runs them as ordinary ones.
 #include <algorithm>
 #include <cstring>
 #include <queue>
