@@ -28,7 +28,10 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
       count_offset_(count_offset),
       fixed_(fixed),
       iterated_kernel_(std::move(iterated)),
-      random_(random) {
+      random_(random),
+      unroll_(loop_unroll_for(body_->nodes.size(), body_->has_pieces(), unroll)) {
+  // An int count below the unroll: the main WHILE node would never run.
+  if (!count_) unroll_ = int(std::clamp<int64_t>(fixed_, 1, unroll_));
   TIDE_ASSERT(body_->device_graph && body_->inputs.size() == state_.size() &&
                   body_->outputs.size() == state_.size(),
               "trace: a GPU loop's body must be prepared with one input and output per state");
@@ -44,15 +47,11 @@ DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state
     bool identity = o.value == body_->inputs[j] && o.offset == 0;
     spare_.push_back(from_state && !identity ? al.allocate(state_[j].bytes, "loop") : StorageRef());
   }
-  const bool chainable_body = chainable();
-  unroll_ = loop_unroll_for(body_->nodes.size(), body_->has_pieces(), unroll, chainable_body);
-  // An int count below the unroll: the main WHILE node would never run.
-  if (!count_) unroll_ = int(std::clamp<int64_t>(fixed_, 1, unroll_));
-  chained_ = chainable_body && unroll_ >= 2;
+  chained_ = chainable();
 }
 
 bool DeviceLoop::chainable() const {
-  if (random_.num_ops || body_->has_pieces()) return false;
+  if (unroll_ < 2 || random_.num_ops || body_->has_pieces()) return false;
   for (const Node& n : body_->nodes)
     if (n.fused) return false;
   std::vector<int> seen;
@@ -68,15 +67,11 @@ bool DeviceLoop::chainable() const {
   return true;
 }
 
-int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested, bool chained) {
+int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested) {
   if (requested > 0) return requested;
   if (nested_loop) return 1;
-  if (!chained)  // each iteration ends with its step kernel
-    return int(std::clamp<size_t>(size_t(kLoopNodesPerLaunch) / (body_nodes + 1), 1,
-                                  size_t(kMaxLoopUnroll)));
-  const size_t u = std::clamp<size_t>(
-      size_t(kLoopNodesPerLaunch - 1) / std::max<size_t>(body_nodes, 1), 1, size_t(kMaxLoopUnroll));
-  return int(u > 1 ? u & ~size_t(1) : u);
+  return int(std::clamp<size_t>(size_t(kLoopNodesPerLaunch) / (body_nodes + 1), 1,
+                                size_t(kMaxLoopUnroll)));
 }
 
 void* DeviceLoop::state_buffer(size_t j) const {

@@ -18,8 +18,7 @@
 // u, the unroll: the device pays more to launch a body graph than to run a small body's
 // nodes, so a small body runs u iterations per launch (chosen so that a launch runs about
 // kLoopNodesPerLaunch nodes, at most kMaxLoopUnroll iterations, one for a body with a
-// loop inside, an even count where the iterations are chained) and the remaining fewer
-// than u run one per launch.
+// loop inside) and the remaining fewer than u run one per launch.
 // trace::Options::loop_unroll overrides the choice.
 //
 // No iteration and no tensor count costs a host synchronisation. Random ops in the body
@@ -66,10 +65,8 @@ inline constexpr int kMaxLoopUnroll = 16;
 // The iterations per body launch of a body of `body_nodes` planned nodes; `requested` > 0
 // (trace::Options::loop_unroll) is taken as it is. A body holding a loop of its own gets 1:
 // its inner WHILE nodes are work enough per launch, and unrolling both would multiply the
-// graph's size. `chained`: the iterations can be chained (DeviceLoop), so a launch is
-// body_nodes per iteration and one step kernel, and the count is made even where it can be
-// (an even count leaves the states in the state buffers: the step copies nothing).
-int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested, bool chained = false);
+// graph's size.
+int loop_unroll_for(size_t body_nodes, bool nested_loop, int requested);
 
 struct LoopState {
   Storage* in;       // the initial state (a value of the enclosing graph)
@@ -114,7 +111,7 @@ class DeviceLoop final : public GraphPiece {
   std::string add_iterations(cuda::GraphHandle body, int64_t iterations,
                              cuda::ConditionalHandle cond, int64_t threshold,
                              const KernelContext& ctx);
-  // Whether the body's iterations can be chained (see above), given an unroll of 2 or more.
+  // Whether the main WHILE node's iterations can be chained (see above).
   bool chainable() const;
   // The same as add_iterations for chained iterations: one step kernel after them all.
   std::string add_chained_iterations(cuda::GraphHandle body, int64_t iterations,
@@ -129,7 +126,7 @@ class DeviceLoop final : public GraphPiece {
   std::shared_ptr<FusedKernel> iterated_kernel_;  // until prepare_chains uploads it
   std::shared_ptr<DeviceChain> iterated_;
   cuda::LoopRandom random_;
-  int unroll_ = 1;                 // iterations per launch of the main WHILE node's body
+  int unroll_;                     // iterations per launch of the main WHILE node's body
   StorageRef counter_;             // int64 on the device: iterations left
   std::vector<StorageRef> spare_;  // per state: where a next state read from another
                                    // state's buffer waits (null when not needed)
