@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iomanip>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -21,7 +23,7 @@ namespace tide {
 // loop for ever on the GPU alone).
 inline constexpr int64_t kInvalidLoopCount = INT64_MIN;
 TIDE_HOST_DEVICE int64_t loop_count_of_real(double v) {
-  // 2^63 exactly; int64's range is [-2^63, 2^63).
+  // 2^63 exactly. -2^63 itself would fit, but it is INT64_MIN, the invalid count anyway.
   constexpr double kLimit = 9223372036854775808.0;
   if (!(v > -kLimit && v < kLimit)) return kInvalidLoopCount;  // NaN too
   return int64_t(v);
@@ -42,16 +44,21 @@ TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
 }
 
 // What a loop run from the host throws for a count n below zero: "loop count must be >= 0,
-// got -3"; an invalid float count is quoted as stored ("got nan"). `count`: where n was
-// read from (host memory), or null for an int count.
+// got -3"; a float count is quoted as stored, in full ("got nan", "got -2.5"). `count`:
+// the tensor element n was read from (host memory), or null when n is an int count.
 inline std::string loop_count_error(const void* count, DType dtype, int64_t n) {
   std::ostringstream m;
   m << "loop count must be >= 0, got ";
-  if (count && dtype == DType::float32) m << *static_cast<const float*>(count);
-  else if (count && dtype == DType::float64) m << *static_cast<const double*>(count);
-  else m << n;
-  if (count && (dtype == DType::float32 || dtype == DType::float64) && n == kInvalidLoopCount)
-    m << " (a float count must be a number below 2^63)";
+  const bool real = count && (dtype == DType::float32 || dtype == DType::float64);
+  if (real) {
+    const double v = dtype == DType::float32 ? double(*static_cast<const float*>(count))
+                                             : *static_cast<const double*>(count);
+    m << std::setprecision(std::numeric_limits<double>::max_digits10) << v;
+  } else {
+    m << n;
+  }
+  if (real && n == kInvalidLoopCount)
+    m << " (a float count must be a finite number between -2^63 and 2^63)";
   return m.str();
 }
 

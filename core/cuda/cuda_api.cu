@@ -263,12 +263,8 @@ class CudaApi final : public DeviceApi {
     make_current();
     const std::vector<cudaGraphNode_t> tos(from.size(), cudaGraphNode_t(to));
     const auto* froms = reinterpret_cast<const cudaGraphNode_t*>(from.data());
-#if CUDART_VERSION >= 13000
     TIDE_CUDA_CHECK(
         cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), nullptr, from.size()));
-#else
-    TIDE_CUDA_CHECK(cudaGraphAddDependencies(cudaGraph_t(g), froms, tos.data(), from.size()));
-#endif
   }
 
   GraphNodeHandle graph_add_memcpy(GraphHandle g, std::span<const GraphNodeHandle> deps, void* dst,

@@ -515,17 +515,27 @@ TEST(TraceLoop, ErrorsAreClear) {
   }
   // A float count that is no number (or beyond int64) is refused, quoted as stored, the
   // same on every device (core/loop_count.h).
-  for (float v : {NAN, INFINITY, 1e30f}) {
+  for (auto [v, text] : {std::pair{NAN, "nan"}, std::pair{INFINITY, "inf"},
+                         std::pair{1e30f, "1.0000000150474662e+30"}}) {
     Tensor invalid = g(x, from_vector<float>({v}, {1}));
     std::string e = error_of([&] { invalid.wait_to_read(); });
-    EXPECT_NE(e.find("loop count must be >= 0, got " + detail::concat(v) +
-                     " (a float count must be a number below 2^63)"),
+    EXPECT_NE(e.find(std::string("loop count must be >= 0, got ") + text +
+                     " (a float count must be a finite number between -2^63 and 2^63)"),
               std::string::npos)
         << e;
     try {
       wait_all();
     } catch (const Error&) {
     }
+  }
+  // A negative float count in range: quoted in full, no note.
+  Tensor negative = g(x, from_vector<float>({-2.5f}, {1}));
+  std::string e = error_of([&] { negative.wait_to_read(); });
+  EXPECT_NE(e.find("loop count must be >= 0, got -2.5"), std::string::npos) << e;
+  EXPECT_EQ(e.find("finite number"), std::string::npos) << e;
+  try {
+    wait_all();
+  } catch (const Error&) {
   }
 }
 
