@@ -121,14 +121,14 @@ std::string chain_kernel_source(std::span<const ChainStep> steps, DType dtype) {
   // chain::iterations_of: a count tensor is read where it lives, when the kernel runs.
   // A float count as loop_count_of_real (core/loop_count.h) reads it.
   k << "  if (count) {\n"
-    << "    double real = 0;\n"
-    << "    if (count_dtype == " << int(DType::float32) << ") real = *(const float*)count;\n"
-    << "    if (count_dtype == " << int(DType::float64) << ") real = *(const double*)count;\n"
     << "    if (count_dtype == " << int(DType::float32)
-    << " || count_dtype == " << int(DType::float64) << ")\n"
+    << " || count_dtype == " << int(DType::float64) << ") {\n"
+    << "      const double real = count_dtype == " << int(DType::float32)
+    << " ? *(const float*)count : *(const double*)count;\n"
     << "      iterations = real > -9223372036854775808.0 && real < 9223372036854775808.0 ? "
        "(long long)real : (long long)(-9223372036854775807LL - 1);\n"
-    << "    else if (count_dtype == " << int(DType::int32) << ") iterations = *(const int*)count;\n"
+    << "    } else if (count_dtype == " << int(DType::int32)
+    << ") iterations = *(const int*)count;\n"
     << "    else iterations = *(const long long*)count;\n"
     << "  }\n"
     << "  if (iterations <= 0) return;\n";

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,36 +27,24 @@ using cuda::FakeDevice;
 using cuda::GraphNodeHandle;
 using cuda::StreamHandle;
 
-// Queues "*p += v" on s as a host function, as an op's kernel does on the fake. The
-// argument lives as long as the process: a captured host function runs on every launch
-// of its graph (as cudaLaunchHostFunc's does), so it must outlive the graph.
-void add_on(FakeDevice& dev, StreamHandle s, int* p, int v) {
-  struct Arg {
-    int* p;
-    int v;
-  };
-  static std::vector<std::unique_ptr<Arg>> args;
-  args.push_back(std::make_unique<Arg>(Arg{p, v}));
+// Queues `fn` on s as a host function, as an op's kernel does on the fake. It lives as
+// long as the process: a captured host function runs on every launch of its graph (as
+// cudaLaunchHostFunc's does), so it must outlive the graph.
+void host_on(FakeDevice& dev, StreamHandle s, std::function<void()> fn) {
+  static std::vector<std::unique_ptr<std::function<void()>>> kept;
+  kept.push_back(std::make_unique<std::function<void()>>(std::move(fn)));
   dev.launch_host(
-      s,
-      [](void* a) {
-        auto* arg = static_cast<Arg*>(a);
-        *arg->p += arg->v;
-      },
-      args.back().get());
+      s, [](void* f) { (*static_cast<std::function<void()>*>(f))(); }, kept.back().get());
 }
 
-// Queues "order->push_back(id)" on s, as add_on does.
+// Queues "*p += v" on s.
+void add_on(FakeDevice& dev, StreamHandle s, int* p, int v) {
+  host_on(dev, s, [p, v] { *p += v; });
+}
+
+// Queues "order->push_back(id)" on s.
 void push_on(FakeDevice& dev, StreamHandle s, std::vector<int>* order, int id) {
-  struct Arg {
-    std::vector<int>* order;
-    int id;
-  };
-  static std::vector<std::unique_ptr<Arg>> args;
-  args.push_back(std::make_unique<Arg>(Arg{order, id}));
-  dev.launch_host(
-      s, [](void* a) { static_cast<Arg*>(a)->order->push_back(static_cast<Arg*>(a)->id); },
-      args.back().get());
+  host_on(dev, s, [order, id] { order->push_back(id); });
 }
 
 TEST(FakeGraph, CapturedWorkRunsOnlyWhenLaunchedInDependencyOrder) {
