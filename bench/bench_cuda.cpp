@@ -14,9 +14,10 @@
 //   graph nodes 10000 tiny adds traced unrolled: a CUDA graph's cost per node, with
 //               programmatic edges between the adds (the default) and with ordinary ones
 //               (TIDE_CUDA_PDL=0);
-//   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs the add
-//               and the loop's step kernel per iteration, 16 iterations per launch of its
-//               body graph (the default) or one (vs eager async: BM_CudaTinyOpThroughput);
+//   WHILE node  the same 10000 adds as trace::loop: one graph whose WHILE node runs 16
+//               chained adds and one step kernel per launch of its body graph (the
+//               default), or one add and its step kernel per launch (vs eager async:
+//               BM_CudaTinyOpThroughput);
 //               fused, one kernel running the 10000 adds per element;
 //   convolutions and the CNN step: bench_cuda_cnn.cpp (against cuDNN called directly).
 // Every benchmark times wall-clock and syncs inside the timed region.
