@@ -31,10 +31,13 @@ struct KernelContext {
   bool* workspace_used = nullptr;
 };
 
-// The workspace, for a kernel that hands it to a library (cuBLASLt, CUB, cuDNN): every such
-// use goes through here. A CUDA graph runs independent nodes at once and they share one
-// workspace, so while it captures this marks the node (ctx.workspace_used) for ordering.
-inline void* use_workspace(const KernelContext& ctx) {
+// The workspace, for a kernel that hands `bytes` of it to a library (cuBLASLt, CUB, cuDNN):
+// every such use goes through here. A CUDA graph runs independent nodes at once and they
+// share one workspace, so while it captures this marks the node (ctx.workspace_used) for
+// ordering; a call that needs no bytes (the algorithm chosen needs none) gets nullptr and
+// leaves the node free to run beside the others.
+inline void* use_workspace(const KernelContext& ctx, size_t bytes) {
+  if (bytes == 0) return nullptr;
   if (ctx.workspace_used) *ctx.workspace_used = true;
   return ctx.workspace;
 }

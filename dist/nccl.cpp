@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cuda/call_name.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/shared_library.h"
@@ -61,7 +62,7 @@ const Nccl& nccl() {
 void check(ncclResult_t r, ncclComm_t comm, const char* call, const char* op) {
   if (r == ncclSuccess) [[likely]]
     return;
-  std::string msg = std::string(call) + " failed: " + nccl().GetErrorString(r);
+  std::string msg = cuda::library_error(call, {}, nccl().GetErrorString(r));
   const char* last = comm ? nccl().GetLastError(comm) : nullptr;
   if (last && *last) msg += std::string(" (") + last + ")";
   throw Error(op, msg);

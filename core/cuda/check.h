@@ -1,4 +1,4 @@
-// Checked CUDA calls (STYLE 8): TIDE_CUDA_CHECK(call) throws tide::Error("[cuda] call
+// Checked CUDA calls: TIDE_CUDA_CHECK(call) throws tide::Error("[cuda] <function>
 // failed: cudaErrorX: message") naming the call, and clears the thread's last error unless
 // it is sticky (it is reported by the throw). For nvcc-compiled files only.
 #pragma once

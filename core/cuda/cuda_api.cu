@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/call_name.h"
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
 #include "core/cuda/dependent_launch.h"
@@ -46,8 +47,7 @@ void throw_cuda_error(const char* call, cudaError_t e) {
   // failing work that the caller recovered from (a graph build that falls back). A
   // sticky error stays: every later call returns it anyway.
   if (!is_sticky(e)) (void)cudaGetLastError();
-  throw Error("cuda",
-              std::string(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  throw Error("cuda", library_error(call, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
 namespace {

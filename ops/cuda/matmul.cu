@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/cuda/await_grids.h"
+#include "core/cuda/call_name.h"
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
 #include "ops/cuda/launch.h"
@@ -29,8 +30,8 @@ namespace {
 
 // Host-side cuBLASLt failures fail the op: the engine prefixes "[matmul]" and the site.
 [[noreturn]] void throw_cublas(const char* call, cublasStatus_t st) {
-  throw std::runtime_error(std::string(call) + " failed: " + cublasLtGetStatusName(st) + ": " +
-                           cublasLtGetStatusString(st));
+  throw std::runtime_error(
+      tide::cuda::library_error(call, cublasLtGetStatusName(st), cublasLtGetStatusString(st)));
 }
 
 #define TIDE_CUBLAS_CHECK(call)                                           \
@@ -85,6 +86,7 @@ struct PlanKeyHash {
 // the layouts avoids sharing or copying cuBLASLt's semi-opaque structures between threads.
 struct Plan {
   cublasLtMatmulAlgo_t algo;
+  size_t workspace_bytes;  // what the algorithm needs (at most the key's): 0 for many shapes
 };
 
 // The column-major layouts of cuBLASLt's A, B and C (= D) for key; see gemm_with_epilogue.
@@ -166,7 +168,7 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, cublasLtMatmulDescOp
     throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic found no algorithm for (" +
                              std::to_string(key.m) + " x " + std::to_string(key.k) + ") @ (" +
                              std::to_string(key.k) + " x " + std::to_string(key.n) + ")");
-  return Plan{result.algo};
+  return Plan{result.algo, result.workspaceSize};
 }
 
 // The cached plan of key, made on first use. Two threads missing at once both run the
@@ -245,7 +247,8 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
   Plan plan = plan_for(handle, key, &desc, &l);
   const T alpha = 1, beta = 0;  // beta = 0: c (uninitialised) is not read
   TIDE_CUBLAS_CHECK(cublasLtMatmul(handle, &desc, &alpha, b, &l.a, a, &l.b, &beta, c, &l.c, c, &l.c,
-                                   &plan.algo, use_workspace(ctx), ws_bytes, stream_of(ctx)));
+                                   &plan.algo, use_workspace(ctx, plan.workspace_bytes),
+                                   plan.workspace_bytes ? ws_bytes : 0, stream_of(ctx)));
 }
 
 template <class T>

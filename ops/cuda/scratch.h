@@ -21,8 +21,11 @@ inline void check(cudaError_t e, const char* call) {
 // enough, else a workspace block that `keep` holds until the entry returns (the allocator
 // tags it with the running task; it refuses while a CUDA graph captures).
 inline void* scratch(const KernelContext& ctx, size_t bytes, StorageRef& keep, const char* op) {
-  if (bytes == 0) bytes = 1;  // CUB reads a null pointer as "query the size"
-  if (ctx.workspace && bytes <= ctx.workspace_bytes) return use_workspace(ctx);
+  // No bytes: nothing is read or written there, so the node is not marked as a workspace
+  // user; CUB still needs a non-null pointer (null means "query the size").
+  if (bytes == 0 && ctx.workspace) return ctx.workspace;
+  if (bytes == 0) bytes = 1;
+  if (ctx.workspace && bytes <= ctx.workspace_bytes) return use_workspace(ctx, bytes);
   keep = Allocator::get(ctx.device).workspace(bytes, op);
   return keep->data();
 }
