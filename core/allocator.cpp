@@ -171,48 +171,74 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
   size_t cap = class_bytes(c);
   size_t limit = limit_.load(std::memory_order_relaxed);
   const StreamImpl* self = tagged_ && stream_of_ ? stream_of_(device_) : nullptr;
-  std::lock_guard<SpinLock> lock(mu_);
-  size_t active = active_.load(std::memory_order_relaxed);
-  if (limit && active + cap > limit) {
-    *fits = false;
-    return nullptr;
+  std::vector<Storage*> flushed;
+  Storage* s = nullptr;
+  size_t active = 0;
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    active = active_.load(std::memory_order_relaxed);
+    if (limit && active + cap > limit) {
+      *fits = false;
+      return nullptr;
+    }
+    std::vector<Storage*>& list = cache_[c];
+    for (size_t i = list.size(); i-- > 0;) {  // newest first: the warmest block
+      if (tagged_ && !reusable(list[i], self)) continue;
+      s = list[i];
+      list.erase(list.begin() + std::ptrdiff_t(i));
+      bump(cached_, -cap);
+      s->reset_for_reuse();
+      break;
+    }
+    if (!s) {
+      // A new block would take the reservation past the limit: give the cache back first.
+      if (limit && active + cached_.load(std::memory_order_relaxed) + cap > limit &&
+          take_flushable_locked(&flushed))
+        bump(flushes_, 1);
+      bump(active_, cap);  // reserved: concurrent takes count it against the limit
+    } else {
+      account_take_locked(cap, /*system=*/false);
+    }
   }
   *fits = true;
-  Storage* s = nullptr;
-  std::vector<Storage*>& list = cache_[c];
-  for (size_t i = list.size(); i-- > 0;) {  // newest first: the warmest block
-    if (tagged_ && !reusable(list[i], self)) continue;
-    s = list[i];
-    list.erase(list.begin() + std::ptrdiff_t(i));
-    bump(cached_, -cap);
-    s->reset_for_reuse();
-    break;
-  }
   if (!s) {
-    // A new block would take the reservation past the limit: give the cache back first.
-    if (limit && active + cached_.load(std::memory_order_relaxed) + cap > limit &&
-        flush_cache_locked())
-      bump(flushes_, 1);
+    // The source's calls (cudaMalloc, cudaFree: the latter synchronises the device) run
+    // outside the lock, so that takes from the cache and frees do not spin meanwhile.
+    release_blocks(flushed);
     void* p = source_->allocate(cap);
-    if (!p && flush_cache_locked()) {  // the system is out: give the cache back, retry
-      bump(flushes_, 1);
-      p = source_->allocate(cap);
+    if (!p) {  // the system is out: give the cache back, retry
+      {
+        std::lock_guard<SpinLock> lock(mu_);
+        if (take_flushable_locked(&flushed)) bump(flushes_, 1);
+      }
+      if (!flushed.empty()) {
+        release_blocks(flushed);
+        p = source_->allocate(cap);
+      }
     }
-    if (!p) return nullptr;
+    std::lock_guard<SpinLock> lock(mu_);
+    if (!p) {
+      bump(active_, -cap);
+      return nullptr;
+    }
     s = new Storage(p, cap, device_, c, this);
-    bump(num_system_allocs_, 1);
+    account_take_locked(0, /*system=*/true);
   }
-  // The counters change only under mu_: plain load/store pairs, no locked instructions.
-  size_t now = active + cap;
-  active_.store(now, std::memory_order_relaxed);
-  if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
-  bump(num_allocs_, 1);
   detail::tl_allocated_bytes += cap;
   // requested_ shares the line workers read (data_): written only when it changes, so that
   // a block reused for the same size does not pull that line from the worker that last ran
   // on it.
   if (s->requested_ != bytes) s->requested_ = bytes;
   return s;
+}
+
+void Allocator::account_take_locked(size_t cap, bool system) {
+  // The counters change only under mu_: plain load/store pairs, no locked instructions.
+  if (cap) bump(active_, cap);
+  const size_t now = active_.load(std::memory_order_relaxed);
+  if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
+  bump(num_allocs_, 1);
+  if (system) bump(num_system_allocs_, 1);
 }
 
 void Allocator::throw_oom(size_t bytes, const char* op, const char* what) {
@@ -321,7 +347,7 @@ void Allocator::free_block(Storage* s) {
   bump(cached_, cap);
 }
 
-size_t Allocator::flush_cache_locked() {
+size_t Allocator::take_flushable_locked(std::vector<Storage*>* out) {
   size_t freed = 0;
   for (auto& list : cache_) {
     size_t k = 0;
@@ -332,18 +358,29 @@ size_t Allocator::flush_cache_locked() {
       }
       bump(cached_, -s->capacity_);
       freed += s->capacity_;
-      if (Failure* f = s->failure_.exchange(nullptr)) f->release();
-      source_->release(s->data_.load(std::memory_order_relaxed), s->capacity_);
-      delete s;
+      out->push_back(s);
     }
     list.resize(k);
   }
   return freed;
 }
 
+void Allocator::release_blocks(std::vector<Storage*>& blocks) {
+  for (Storage* s : blocks) {
+    if (Failure* f = s->failure_.exchange(nullptr)) f->release();
+    source_->release(s->data_.load(std::memory_order_relaxed), s->capacity_);
+    delete s;
+  }
+  blocks.clear();
+}
+
 void Allocator::empty_cache() {
-  std::lock_guard<SpinLock> lock(mu_);
-  flush_cache_locked();
+  std::vector<Storage*> flushed;
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    take_flushable_locked(&flushed);
+  }
+  release_blocks(flushed);
 }
 
 void Allocator::reset_peak() {

@@ -171,8 +171,12 @@ class Allocator {
   // A block of the class for `bytes`: from the cache, else from the source. *fits is false
   // when the limit refuses; nullptr with *fits true when the source has no memory.
   Storage* try_take(size_t bytes, bool* fits);
-  // Under mu_: releases cached blocks no pending work may use; returns the bytes freed.
-  size_t flush_cache_locked();
+  // Under mu_: takes the cached blocks no pending work may use out of the cache into *out;
+  // returns their bytes. release_blocks gives them to the source, outside mu_.
+  size_t take_flushable_locked(std::vector<Storage*>* out);
+  void release_blocks(std::vector<Storage*>& blocks);
+  // Under mu_: counts a take of `cap` more active bytes (0: already reserved).
+  void account_take_locked(size_t cap, bool system);
   [[noreturn]] void throw_oom(size_t bytes, const char* op, const char* what);
 
   static constexpr int kNumClasses = 4 * 64;

@@ -2,6 +2,8 @@
 // reuse in a steady loop, peak reset, empty_cache, consistent stats, storages held by
 // queued work counted as in flight and released after execution, and the process RSS;
 // the segments small GPU blocks come from (core/segment_source.h).
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <future>
@@ -334,6 +336,47 @@ TEST(SegmentSource, WithNoRoomForASegmentASmallBlockComesOnItsOwn) {
   EXPECT_EQ(inner.releases, 1);
   inner.max_request = 0;
   EXPECT_EQ(src.allocate(1000), nullptr) << "the inner source's refusal is passed on";
+}
+
+// The source's calls run outside the allocator's lock: a cudaFree synchronises the device
+// and a cudaMalloc may take milliseconds, and a take from the cache (or a free) on another
+// thread must not spin behind them. Here the source holds one allocation until released;
+// meanwhile another thread takes a cached block and frees it.
+TEST(AllocatorLock, TheSourceIsCalledOutsideTheLock) {
+  struct GatedSource : BlockSource {
+    std::promise<void> entered, go;
+    std::shared_future<void> opened = go.get_future().share();
+    std::atomic<int> calls{0};
+    void* allocate(size_t bytes) override {
+      if (calls.fetch_add(1) == 1) {  // the second allocation waits for the gate
+        entered.set_value();
+        opened.wait();
+      }
+      return std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    }
+    void release(void* p, size_t) override { std::free(p); }
+  };
+  auto owned = std::make_unique<GatedSource>();
+  GatedSource& src = *owned;
+  Allocator al(Device::cpu(), std::move(owned), "gated");
+  { StorageRef warm = al.allocate(1000, "test"); }  // one cached block of 1000 bytes' class
+  std::future<void> slow = std::async(std::launch::async, [&] {
+    StorageRef big = al.allocate(1 << 20, "test");  // a new class: the source, gated
+    EXPECT_NE(big->data(), nullptr);
+  });
+  src.entered.get_future().wait();
+  std::future<void> cached = std::async(std::launch::async, [&] {
+    StorageRef b = al.allocate(1000, "test");
+    EXPECT_NE(b->data(), nullptr);
+  });
+  const bool took = cached.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  EXPECT_TRUE(took) << "a take from the cache waited for the source's allocation";
+  src.go.set_value();
+  slow.get();
+  cached.get();
+  EXPECT_EQ(src.calls.load(), 2);
+  EXPECT_EQ(al.stats().num_system_allocs, 2u);
+  EXPECT_EQ(al.stats().active_bytes, 0u);
 }
 
 }  // namespace
