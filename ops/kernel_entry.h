@@ -12,6 +12,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <typeinfo>
 
@@ -49,6 +50,18 @@ KernelFn<Args, Extra> select(OpId op, Device d, KernelFn<Args, Extra> cpu, bool*
   if (auto f = CudaKernel<Args, Extra>::fn) return f;
   detail::throw_no_kernel(op, d, typeid(Args).name());
 }
+
+// What a kernel of an op needs done on the launching thread before a CUDA graph captures
+// it: creating this thread's library handle (cuDNN's allocates device memory, which a
+// capture refuses and which would cost the graph its capture). Set by a device's kernel
+// registration; most ops have none.
+using CapturePreparer = void (*)(const KernelContext&);
+// Sets op's preparer (nullptr: none) and returns the one it replaces.
+CapturePreparer set_capture_preparer(OpId op, CapturePreparer fn);
+// Runs the preparer of the op named `op` (a trace node's name), if it has one, with the
+// context its kernel will be captured with. Called by the CUDA graph builder before it
+// captures each node; throws what the preparer throws.
+void prepare_capture(std::string_view op, const KernelContext& ctx);
 
 // The storages of a kernel that runs as a host function on a GPU (a test's fake): when it
 // runs it inherits the failures of its reads, and an exception it throws fails its writes,

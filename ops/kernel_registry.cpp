@@ -2,6 +2,7 @@
 // that are not templates (ops/kernel_entry.h). CUDA kernels register once, on first use of
 // a GPU: ops/cuda/register.cu fills CudaKernel<...>::fn and the CUDA op list.
 #include <array>
+#include <atomic>
 #include <mutex>
 
 #include "core/cuda/runtime.h"
@@ -47,6 +48,23 @@ void throw_no_kernel(OpId op, Device d, const char* what) {
 }  // namespace kernels::detail
 
 namespace kernels {
+
+namespace {
+std::array<std::atomic<CapturePreparer>, size_t(OpId::count_)> g_preparers{};
+}
+
+CapturePreparer set_capture_preparer(OpId op, CapturePreparer fn) {
+  return g_preparers[size_t(op)].exchange(fn);
+}
+
+void prepare_capture(std::string_view op, const KernelContext& ctx) {
+  for (const OpTraits& t : all_ops())
+    if (t.name == op) {
+      if (CapturePreparer fn = g_preparers[size_t(t.id)].load()) fn(ctx);
+      return;
+    }
+}
+
 void run_on_host(const KernelContext& ctx, std::function<void()> fn) {
   cuda::launch_host(ctx, std::move(fn));
 }

@@ -11,6 +11,7 @@
 #include "core/cuda/runtime.h"
 #include "core/engine.h"
 #include "core/error.h"
+#include "ops/kernel_entry.h"
 #include "trace/executor.h"
 
 namespace tide::trace {
@@ -177,6 +178,7 @@ std::string add_planned_nodes(const Graph& g, GraphHandle h,
         why = g.nodes[i].piece->add_to(h, piece_deps, pctx, &exits[i]);
         if (!why.empty()) return node_failure(g, i, why.c_str());
       } else {
+        kernels::prepare_capture(g.nodes[i].op, cctx);  // outside the capture, on this thread
         GraphNodeHandle node = api.graph_add_captured(
             h, deps,
             [&](cuda::StreamHandle s) {

@@ -85,7 +85,10 @@ std::vector<std::function<void()>> FakeDevice::capture(
   Stream capturing;  // no thread: enqueue keeps its operations in `ops`
   capturing.capture = &ops;
   struct Capturing {
-    Capturing() { tl_capturing = true; }
+    Capturing() {
+      tl_capturing = true;
+      tl_invalidated_by = nullptr;
+    }
     ~Capturing() { tl_capturing = false; }
   } on;
   launch(&capturing);
@@ -151,7 +154,7 @@ uint64_t FakeDevice::executed(StreamHandle s) const {
 
 void* FakeDevice::malloc(size_t bytes) {
   log({CallKind::malloc, nullptr, nullptr, bytes});
-  if (tl_capturing)  // cudaMalloc is refused while the thread captures (thread-local mode)
+  if (refused_in_capture("cudaMalloc"))
     throw Error("cuda",
                 "cudaMalloc failed: cudaErrorStreamCaptureUnsupported (fake): an "
                 "allocation while the thread captures a graph");
@@ -188,6 +191,10 @@ void FakeDevice::free(void* p) {
 
 void* FakeDevice::host_alloc(size_t bytes) {
   log({CallKind::host_alloc, nullptr, nullptr, bytes});
+  if (refused_in_capture("cudaHostAlloc"))
+    throw Error("cuda",
+                "cudaHostAlloc failed: cudaErrorStreamCaptureUnsupported (fake): an "
+                "allocation while the thread captures a graph");
   return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
 }
 
@@ -289,11 +296,30 @@ void FakeDevice::launch_host(StreamHandle s, void (*fn)(void*), void* arg) {
 
 Status FakeDevice::synchronize(StreamHandle s) {
   log({CallKind::synchronize, s, nullptr, 0});
+  if (refused_in_capture("cudaStreamSynchronize"))
+    return {Status::error,
+            "cudaErrorStreamCaptureUnsupported (fake): a synchronisation while the thread "
+            "captures a graph"};
   auto* st = static_cast<Stream*>(s);
   std::unique_lock lock(st->mu);
   st->cv.wait(lock, [&] { return st->idle() || dead_.load(); });
   if (dead_.load()) return sticky_status();
   return {};
+}
+
+void* FakeDevice::create_blas() {
+  log({CallKind::create_blas, nullptr, nullptr, 0});
+  if (refused_in_capture("cublasLtCreate"))
+    throw Error("cuda",
+                "cublasLtCreate failed: cudaErrorStreamCaptureUnsupported (fake): a library "
+                "handle created while the thread captures a graph");
+  return nullptr;  // no cuBLASLt: matmuls run the host kernels
+}
+
+bool FakeDevice::refused_in_capture(const char* call) {
+  if (!tl_capturing) return false;
+  if (!tl_invalidated_by) tl_invalidated_by = call;
+  return true;
 }
 
 Status FakeDevice::query(StreamHandle s) {

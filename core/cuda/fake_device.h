@@ -45,7 +45,8 @@ class FakeDevice final : public DeviceApi {
     graph_instantiate,
     graph_update,
     graph_set_memcpy,
-    graph_launch
+    graph_launch,
+    create_blas
   };
   struct Call {
     CallKind kind;
@@ -120,6 +121,9 @@ class FakeDevice final : public DeviceApi {
   Status synchronize(StreamHandle s) override;
   Status query(StreamHandle s) override;
   Status last_error() override;
+  // Handle creation (cublasLtCreate's stand-in): logged, refused while the thread captures
+  // as creating a library handle allocates; nullptr, since the fake has no cuBLASLt.
+  void* create_blas() override;
   // Graphs (core/cuda/fake_graph.cpp): a captured node holds the operations its launch
   // queued; a launch runs the nodes one at a time, each after its deps, the latest-added
   // ready node first (a missing edge then shows as the wrong order).
@@ -212,8 +216,12 @@ class FakeDevice final : public DeviceApi {
   std::string refuse_capture_;
   bool refuse_programmatic_ = false;
   ConditionalHandle next_cond_ = 1;
-  // True while this thread runs a graph_add_captured launch (malloc is then refused).
+  // True while this thread runs a graph_add_captured launch. CUDA refuses calls that may
+  // allocate or synchronise then (thread-local capture mode): the call fails and the
+  // capture is invalidated. refused_in_capture(call) models that for one call.
   static inline thread_local bool tl_capturing = false;
+  static inline thread_local const char* tl_invalidated_by = nullptr;
+  static bool refused_in_capture(const char* call);
 };
 
 }  // namespace tide::cuda

@@ -91,6 +91,13 @@ GraphNodeHandle FakeDevice::graph_add_captured(GraphHandle g, std::span<const Gr
   node.ops = capture(launch);
   std::lock_guard lock(mu_);
   calls_.push_back({CallKind::graph_node, nullptr, nullptr, node.ops.size()});
+  if (tl_invalidated_by) {  // the launch made a call CUDA refuses in a capture, and went on
+    if (why)
+      *why = std::string("cudaErrorStreamCaptureInvalidated (fake): ") + tl_invalidated_by +
+             " while the thread captured";
+    tl_invalidated_by = nullptr;
+    return nullptr;
+  }
   if (!refuse_capture_.empty()) {
     if (why) *why = "cudaErrorStreamCaptureUnsupported (fake): " + refuse_capture_;
     refuse_capture_.clear();

@@ -272,6 +272,45 @@ TEST(FakeGraph, RefusedCapturesAndAllocationsWhileCapturing) {
   dev.graph_destroy(g);
 }
 
+// What CUDA refuses in thread-local capture mode besides an allocation: a synchronisation
+// and a library handle's creation (cublasLtCreate, cudnnCreate allocate). The call fails,
+// and a launch that goes on past the failure still loses its capture (invalidated), as
+// CUDA's capture does; outside a capture both calls work.
+TEST(FakeGraph, SynchronisingOrCreatingAHandleWhileCapturingInvalidatesTheCapture) {
+  FakeDevice dev;
+  StreamHandle s = dev.create_stream();
+  auto g = dev.graph_create();
+  int x = 0;
+  std::string why;
+  cuda::Status inside;
+  EXPECT_EQ(dev.graph_add_captured(
+                g, {},
+                [&](StreamHandle cs) {
+                  add_on(dev, cs, &x, 1);
+                  inside = dev.synchronize(s);
+                },
+                &why),
+            nullptr);
+  EXPECT_TRUE(inside.failed());
+  EXPECT_NE(why.find("cudaErrorStreamCaptureInvalidated"), std::string::npos) << why;
+  EXPECT_NE(why.find("cudaStreamSynchronize"), std::string::npos) << why;
+  std::string e = test_util::error_of([&] {
+    dev.graph_add_captured(
+        g, {}, [&](StreamHandle) { (void)dev.create_blas(); }, nullptr);
+  });
+  EXPECT_NE(e.find("cublasLtCreate failed"), std::string::npos) << e;
+  EXPECT_EQ(dev.graph_node_count(g), 0u);
+  EXPECT_NE(dev.graph_add_captured(
+                g, {}, [&](StreamHandle cs) { add_on(dev, cs, &x, 1); }, &why),
+            nullptr)
+      << "the next capture works again: " << why;
+  (void)dev.create_blas();
+  EXPECT_FALSE(dev.synchronize(s).failed());
+  EXPECT_EQ(dev.count(FakeDevice::CallKind::create_blas), 2u);
+  EXPECT_EQ(x, 0) << "nothing captured ran";
+  dev.graph_destroy(g);
+}
+
 // The count as every loop reads it: each dtype, floats truncated toward zero.
 TEST(LoopRule, ReadsTheCountOfEachDtype) {
   const float f[] = {2.9f, -1.5f};
