@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/allocator.h"
+#include "core/determinism.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"

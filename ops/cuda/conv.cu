@@ -5,12 +5,16 @@
 //     runs without cuDNN until a convolution reaches a GPU.
 //   - One cuDNN handle per launching thread and device (a stream's worker), set to the
 //     task's stream before each call.
-//   - The algorithm is chosen once per (entry, geometry, dtype) from cuDNN's heuristics
-//     (cudnnGet*Algorithm_v7): the first *deterministic* one whose workspace the stream's
-//     workspace holds, else the first deterministic one (its workspace then comes from the
-//     device allocator), and cached. Deterministic, so the same program gives the same bits.
-//   - float32 runs with CUDNN_FMA_MATH (no TF32), so results stay within the CPU's
-//     float32 tolerances.
+//   - The algorithm is chosen once per (entry, geometry, dtype, determinism setting) from
+//     cuDNN's heuristics (cudnnGet*Algorithm_v7, best first): with deterministic_algorithms()
+//     (core/determinism.h, the default) the first *deterministic* one whose workspace the
+//     stream's workspace holds, else the first deterministic one (its workspace then comes
+//     from the device allocator); with it off the first that fits, deterministic or not.
+//     The entry's math type is set on the descriptor and the workspace is cuDNN's size for
+//     that algorithm and math type, both cached with the choice.
+//   - float32 asks for CUDNN_FMA_MATH (no TF32) and takes only entries of that math type
+//     when the heuristics offer one, so results stay within the CPU's float32 tolerances.
+//   - Descriptors are made once per thread and (pass, geometry, dtype), not per call.
 // Built only where the toolkit has cudnn.h (elsewhere register_conv registers nothing).
 // Uses cuDNN's descriptor API, not its graph API: the graph API needs cudnn_frontend, which
 // the toolkit does not ship, and the descriptor calls it would wrap are these. Pooling and
@@ -24,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -31,10 +36,13 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/cuda/call_name.h"
+#include "core/determinism.h"
 #include "core/shared_library.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/scratch.h"
+#include "ops/kernel_entry.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN 9 marks this API so
@@ -116,7 +124,7 @@ const Cudnn& dnn() {
 
 void check(cudnnStatus_t st, const char* call) {
   if (st != CUDNN_STATUS_SUCCESS) [[unlikely]]
-    throw std::runtime_error(std::string(call) + ": " + dnn().GetErrorString(st));
+    throw std::runtime_error(tide::cuda::library_error(call, {}, dnn().GetErrorString(st)));
 }
 
 // This thread's handle for the current device, on `stream`.
@@ -179,26 +187,36 @@ struct ConvDescs {
 enum class Pass : int { forward, data, filter };
 using AlgoKey =
     std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, size_t>;
+               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, size_t, bool>;
 AlgoKey key_of(Pass p, const KernelContext& ctx, bool dbl, const ConvGeom& g) {
-  return {int(p),   ctx.device.index,
-          dbl,      g.n,
-          g.c,      g.h,
-          g.w,      g.o,
-          g.kh,     g.kw,
-          g.sh,     g.sw,
-          g.ph,     g.pw,
-          g.dh,     g.dw,
-          g.groups, ctx.workspace ? ctx.workspace_bytes : 0};
+  return {int(p),
+          ctx.device.index,
+          dbl,
+          g.n,
+          g.c,
+          g.h,
+          g.w,
+          g.o,
+          g.kh,
+          g.kw,
+          g.sh,
+          g.sw,
+          g.ph,
+          g.pw,
+          g.dh,
+          g.dw,
+          g.groups,
+          ctx.workspace ? ctx.workspace_bytes : 0,
+          deterministic_algorithms()};
 }
 
 struct Choice {
   int algo = 0;
-  size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t workspace = 0;  // cuDNN's size for algo under math
 };
 
-// The cached choice for key, or pick(): the first deterministic algorithm of the heuristics'
-// list (best first) whose workspace fits the stream's, else the first deterministic one.
+// The cached choice for key, or pick().
 template <class Pick>
 Choice choose(const AlgoKey& key, Pick pick) {
   static std::mutex mu;
@@ -212,18 +230,30 @@ Choice choose(const AlgoKey& key, Pick pick) {
   return cache.emplace(key, c).first->second;
 }
 
+// The heuristics' entry to run (the list is best first): among the entries that succeeded,
+// are deterministic when `deterministic`, and (float32) are of FMA math when any is, the
+// first whose workspace fits, else the first. Its algorithm and math type; the workspace
+// is asked of cuDNN afterwards.
 template <class Perf>
-Choice first_deterministic(const Perf* perf, int n, size_t fits, const char* what) {
+Choice pick_entry(const Perf* perf, int n, size_t fits, bool deterministic, bool fma_only,
+                  const char* what) {
+  auto usable = [&](const Perf& p, bool need_fma) {
+    return p.status == CUDNN_STATUS_SUCCESS &&
+           (!deterministic || p.determinism == CUDNN_DETERMINISTIC) &&
+           (!need_fma || p.mathType == CUDNN_FMA_MATH);
+  };
+  bool any_fma = false;
+  for (int i = 0; i < n && fma_only; ++i) any_fma = any_fma || usable(perf[i], true);
   const Perf* best = nullptr;
   for (int i = 0; i < n; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC)
-      continue;
-    if (perf[i].memory <= fits) return {int(perf[i].algo), perf[i].memory};
+    if (!usable(perf[i], any_fma)) continue;
+    if (perf[i].memory <= fits) return {int(perf[i].algo), perf[i].mathType, 0};
     if (!best) best = &perf[i];
   }
   if (!best)
-    throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm");
-  return {int(best->algo), best->memory};
+    throw std::runtime_error(std::string(what) + ": cuDNN offers no " +
+                             (deterministic ? "deterministic " : "") + "algorithm");
+  return {int(best->algo), best->mathType, 0};
 }
 
 constexpr int kMaxAlgos = 16;
@@ -232,20 +262,39 @@ size_t stream_workspace(const KernelContext& ctx) {
   return ctx.workspace ? ctx.workspace_bytes : 0;
 }
 
+// This thread's descriptors for key (made on first use; creating and setting five
+// descriptors per call cost more than a small convolution's launch). Per thread, since a
+// pass sets the math type of its choice on the convolution descriptor.
+template <class T>
+ConvDescs<T>& descs_for(const AlgoKey& key, const ConvGeom& g) {
+  thread_local std::map<AlgoKey, std::unique_ptr<ConvDescs<T>>> cache;  // lives with the thread
+  std::unique_ptr<ConvDescs<T>>& d = cache[key];
+  if (!d) d = std::make_unique<ConvDescs<T>>(g);
+  return *d;
+}
+
 // One cuDNN pass: the descriptors, this thread's handle, the cached algorithm choice
-// (find(h, d, perf, n) fills cuDNN's heuristics list), its workspace, then
+// (find(h, d, perf, n) fills cuDNN's heuristics list; size(h, d, algo, bytes) gives the
+// workspace of algo under the descriptor's math type), its workspace, then
 // run(h, d, algo, workspace, bytes).
-template <class T, class Perf, class Find, class Run>
+template <class T, class Perf, class Find, class Size, class Run>
 void run_pass(const KernelContext& ctx, const ConvGeom& g, Pass pass, const char* op, Find find,
-              Run run) {
-  ConvDescs<T> d(g);
+              Size size, Run run) {
+  const AlgoKey key = key_of(pass, ctx, std::is_same_v<T, double>, g);
+  ConvDescs<T>& d = descs_for<T>(key, g);
   cudnnHandle_t h = handle(ctx);
-  const Choice c = choose(key_of(pass, ctx, std::is_same_v<T, double>, g), [&] {
+  const Choice c = choose(key, [&] {
+    check(dnn().SetConvolutionMathType(d.conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
     Perf perf[kMaxAlgos];
     int n = 0;
     find(h, d, perf, n);
-    return first_deterministic(perf, n, stream_workspace(ctx), op);
+    Choice c =
+        pick_entry(perf, n, stream_workspace(ctx), std::get<18>(key), std::is_same_v<T, float>, op);
+    check(dnn().SetConvolutionMathType(d.conv, c.math), "cudnnSetConvolutionMathType");
+    size(h, d, c.algo, &c.workspace);
+    return c;
   });
+  check(dnn().SetConvolutionMathType(d.conv, c.math), "cudnnSetConvolutionMathType");
   StorageRef keep;
   void* ws = scratch(ctx, c.workspace, keep, op);
   run(h, d, c.algo, ws, c.workspace);
@@ -259,6 +308,11 @@ void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&)
         check(
             dnn().GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
             "cudnnGetConvolutionForwardAlgorithm_v7");
+      },
+      [](cudnnHandle_t h, const ConvDescs<T>& d, int algo, size_t* bytes) {
+        check(dnn().GetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y,
+                                                       cudnnConvolutionFwdAlgo_t(algo), bytes),
+              "cudnnGetConvolutionForwardWorkspaceSize");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
         const T one = 1, zero = 0;
@@ -281,6 +335,11 @@ void conv2d_input_grad(const KernelContext& ctx, const Conv2dInputGrad<T>& a, co
                                                            perf),
               "cudnnGetConvolutionBackwardDataAlgorithm_v7");
       },
+      [](cudnnHandle_t h, const ConvDescs<T>& d, int algo, size_t* bytes) {
+        check(dnn().GetConvolutionBackwardDataWorkspaceSize(
+                  h, d.w, d.y, d.conv, d.x, cudnnConvolutionBwdDataAlgo_t(algo), bytes),
+              "cudnnGetConvolutionBackwardDataWorkspaceSize");
+      },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
         const T one = 1, zero = 0;
         check(dnn().ConvolutionBackwardData(h, &one, d.w, a.weight.get(), d.y, a.dy.get(), d.conv,
@@ -298,6 +357,11 @@ void conv2d_weight_grad(const KernelContext& ctx, const Conv2dWeightGrad<T>& a, 
         check(dnn().GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos,
                                                              &n, perf),
               "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      },
+      [](cudnnHandle_t h, const ConvDescs<T>& d, int algo, size_t* bytes) {
+        check(dnn().GetConvolutionBackwardFilterWorkspaceSize(
+                  h, d.x, d.y, d.conv, d.w, cudnnConvolutionBwdFilterAlgo_t(algo), bytes),
+              "cudnnGetConvolutionBackwardFilterWorkspaceSize");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
         const T one = 1, zero = 0;
@@ -320,9 +384,13 @@ void register_for() {
 void register_conv(OpList& ops) {
   register_for<float>();
   register_for<double>();
-  ops[size_t(OpId::conv2d)] = true;
-  ops[size_t(OpId::conv2d_input_grad)] = true;
-  ops[size_t(OpId::conv2d_weight_grad)] = true;
+  // The thread's cuDNN handle exists before a CUDA graph captures a convolution:
+  // cudnnCreate allocates device memory, which the capture would refuse.
+  const CapturePreparer make_handle = [](const KernelContext& ctx) { (void)handle(ctx); };
+  for (OpId op : {OpId::conv2d, OpId::conv2d_input_grad, OpId::conv2d_weight_grad}) {
+    ops[size_t(op)] = true;
+    set_capture_preparer(op, make_handle);
+  }
 }
 
 }  // namespace tide::kernels::cuda

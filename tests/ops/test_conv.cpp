@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/cuda/runtime.h"
+#include "core/determinism.h"
 #include "tests/ops/op_harness.h"
 #include "trace/function.h"
 
@@ -725,6 +726,45 @@ TEST(Conv, TracedBlockMatchesEagerBitwise) {
     EXPECT_EQ(traced.gamma.grad().to_vector<float>(), eager.gamma.grad().to_vector<float>());
     EXPECT_EQ(traced.rm.to_vector<float>(), eager.rm.to_vector<float>());
     EXPECT_EQ(traced.rv.to_vector<float>(), eager.rv.to_vector<float>());
+  }
+}
+
+// deterministic_algorithms(false) (core/determinism.h) lets a GPU convolution take cuDNN's
+// fastest algorithm: the results stay within float32 tolerance of the deterministic
+// choice's on every device (the CPU's kernels are deterministic either way: the same bits),
+// and the guard puts the setting back.
+TEST(Conv, TheFastestAlgorithmsAgreeWithTheDeterministicOnes) {
+  std::vector<Device> devices{Device::cpu()};
+  for (Device d : test::case_devices())
+    if (op_supported(d, OpId::conv2d)) devices.push_back(d);
+  ASSERT_TRUE(deterministic_algorithms()) << "the default";
+  for (Device d : devices) {
+    Generator gen(3);
+    Tensor x = randn({2, 3, 9, 9}, DType::float32, gen).to(d);
+    Tensor w = randn({4, 3, 3, 3}, DType::float32, gen).to(d);
+    auto run = [&] {
+      Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_();
+      Tensor y = conv2d(xg, wg, Tensor(), Conv2dOptions().padding(1).stride(2));
+      sum(y * y).backward();
+      return std::vector<std::vector<float>>{y.to(Device::cpu()).to_vector<float>(),
+                                             xg.grad().to(Device::cpu()).to_vector<float>(),
+                                             wg.grad().to(Device::cpu()).to_vector<float>()};
+    };
+    const auto det = run();
+    std::vector<std::vector<float>> fast;
+    {
+      DeterministicAlgorithmsGuard off(false);
+      EXPECT_FALSE(deterministic_algorithms());
+      fast = run();
+    }
+    EXPECT_TRUE(deterministic_algorithms()) << "the guard restores the setting";
+    for (size_t k = 0; k < det.size(); ++k) {
+      ASSERT_EQ(det[k].size(), fast[k].size());
+      if (d.is_cpu()) EXPECT_EQ(det[k], fast[k]) << "output " << k;
+      for (size_t i = 0; i < det[k].size(); ++i)
+        ASSERT_NEAR(fast[k][i], det[k][i], 1e-4 * (1 + std::abs(det[k][i])))
+            << d.str() << ", output " << k << ", element " << i;
+    }
   }
 }
 
