@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# One command on a GPU machine (DESIGN §8): builds tide with CUDA, runs every test (the CUDA
-# suites run for real there instead of skipping), compute-sanitizer memcheck on the CUDA
-# tests, the experiments with --device cuda, the CUDA benchmarks and the PyTorch anchors,
-# and writes one report.
+# One command on a GPU machine (docs/gpu.md): builds tide with CUDA, runs the GPU tests (the
+# CUDA suites run for real there instead of skipping), compute-sanitizer memcheck, the
+# experiments with --device cuda, the CUDA benchmarks and the PyTorch anchors, and writes
+# one report.
 #   bash scripts/gpu_check.sh [STAGE] [REPORT_DIR]
-# STAGE: all (default), or one of build, test, sanitize, experiments, bench, so that a short
-# lease can run them in separate calls (the build stays in build-gpu/; bench alone builds
-# just tide_bench_cuda when there is no build yet). REPORT_DIR defaults
-# to $OUT (the device tool's output folder) or build-gpu/report; the report is
-# gpu_check.md there, with each stage's log beside it.
+# STAGE: quick, all (default), or one of build, test, sanitize, experiments, bench.
+#   quick: build, every GPU test, memcheck of the tests no GPU has run yet (QUICK_MEMCHECK
+#     below), the benchmarks with 3 repetitions, the PyTorch anchor and the targets'
+#     verdicts, each stage time-boxed (TIDE_QUICK_BOX_* seconds) so that a slow one cannot
+#     eat the others: about 6 minutes on an H200 with 16 cores. Prepare with
+#     `bash scripts/gpu_prepare.sh` here first.
+#   all: every suite, the experiments, the benchmarks, then memcheck on everything
+#     (430-570 s: one device command at best).
+# The build stays in build-gpu/ (bench alone builds just tide_bench_cuda when there is no
+# build yet). REPORT_DIR defaults to $OUT (the device tool's output folder) or
+# build-gpu/report; the report is gpu_check.md there, with each stage's log beside it.
 # Dependencies: a GPU machine may have no package registry. When .deps/tide-gpu-deps.tar.xz
 # is there (bash scripts/gpu_deps.sh pack, on a Debian machine, then carry .deps) and the
-# machine has no cblas.h, the build uses that bundle alone.
+# machine lacks any header the build needs (cblas.h, GoogleTest, Google Benchmark, zlib),
+# the build uses that bundle, after checking that it holds each of them.
 # TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled; TIDE_FASHION_MNIST the
 # data folder for the CNN run (a carried copy, when the machine has none); TIDE_MEMCHECK_TIMEOUT
 # the seconds memcheck may take (560), TIDE_CTEST_TIMEOUT each test (900) and TIDE_BENCH_REPS
@@ -42,17 +49,36 @@ run() {  # run NAME CMD...: logs the command, its exit code and the log's tail
   return $rc
 }
 
+# What configure needs from outside CUDA, as headers: a machine that lacks any of them
+# builds against the carried bundle (an image with cblas.h but no GoogleTest included).
+needed_headers=(cblas.h gtest/gtest.h gmock/gmock.h benchmark/benchmark.h zlib.h)
+has_header() {  # has_header ROOT H: H under ROOT/include or a multiarch/suffix folder there
+  local root=$1 h=$2
+  compgen -G "$root/include/$h" >/dev/null || compgen -G "$root/include/*/$h" >/dev/null ||
+    compgen -G "$root/include/*/*/$h" >/dev/null
+}
 deps() {
-  if [ -f .deps/tide-gpu-deps.tar.xz ] && ! ls /usr/include/cblas.h /usr/include/*/cblas.h \
-      /usr/include/*/*/cblas.h >/dev/null 2>&1; then
-    local prefix
-    prefix=$(bash scripts/gpu_deps.sh unpack /tmp/tide-gpu-deps)
-    export CMAKE_PREFIX_PATH=$prefix
-    export LD_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    log "dependencies: the carried bundle at $prefix"
-  else
+  local sys_root=${TIDE_SYSTEM_ROOT:-/usr} missing=() h
+  for h in "${needed_headers[@]}"; do has_header "$sys_root" "$h" || missing+=("$h"); done
+  if [ ${#missing[@]} -eq 0 ]; then
     log "dependencies: the system's"
+    return 0
   fi
+  if [ ! -f .deps/tide-gpu-deps.tar.xz ]; then
+    log "dependencies: the system lacks ${missing[*]} and no bundle was carried (.deps/): run" \
+      "'bash scripts/gpu_prepare.sh' where the packages are and carry .deps"
+    return 1
+  fi
+  local prefix lacking=()
+  prefix=$(bash scripts/gpu_deps.sh unpack "${TIDE_DEPS_DIR:-/tmp/tide-gpu-deps}") || return 1
+  for h in "${needed_headers[@]}"; do has_header "$prefix" "$h" || lacking+=("$h"); done
+  if [ ${#lacking[@]} -ne 0 ]; then
+    log "dependencies: the carried bundle lacks ${lacking[*]}: pack it again (scripts/gpu_deps.sh pack)"
+    return 1
+  fi
+  export CMAKE_PREFIX_PATH=$prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  log "dependencies: the carried bundle at $prefix (the system lacks ${missing[*]})"
 }
 
 configure() {
@@ -165,20 +191,65 @@ bench() {
   run summary python3 bench/summarize_cuda.py "$report_dir"
 }
 
+# The GPU tests no GPU has run yet: `quick` runs memcheck on these alone. Empty this list
+# (and note the run in bench/RESULTS.md) once a GPU has run them.
+QUICK_MEMCHECK=(
+  'CudaEngine.ARefusedGraphCallLeavesNoErrorForTheNextOp'
+  'CudaTrace.ChainedIterationsOfTwoStatesEqualEagerWithEitherEdges'
+  'CudaTrace.AnInvalidFloatCountRunsNoIterationOnTheDevice'
+  'CudaTraceLibraries.*'
+)
+
+# boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report).
+boxed() {
+  local secs=$1 name=$2
+  shift 2
+  run "$name" timeout --kill-after=10 "$secs" "$@"
+}
+
+quick() {
+  local t0=$SECONDS
+  configure || return
+  boxed "${TIDE_QUICK_BOX_BUILD:-170}" build cmake --build build-gpu -j "$jobs" || return
+  boxed "${TIDE_QUICK_BOX_TEST:-100}" ctest_cuda ctest --test-dir build-gpu --output-on-failure \
+    -L cuda --timeout 90
+  if command -v compute-sanitizer >/dev/null; then
+    local filter
+    filter=$(IFS=:; echo "${QUICK_MEMCHECK[*]}")
+    boxed "${TIDE_QUICK_BOX_MEMCHECK:-60}" memcheck_new env TIDE_CUDA_SEGMENTS=0 \
+      compute-sanitizer --tool memcheck --error-exitcode 3 --report-api-errors no \
+      build-gpu/tests/tide_cuda_tests --gtest_brief=1 --gtest_filter="$filter"
+  else
+    log "compute-sanitizer: not on PATH, memcheck skipped"
+  fi
+  boxed "${TIDE_QUICK_BOX_BENCH:-100}" bench_cuda build-gpu/bench/tide_bench_cuda \
+    --benchmark_repetitions=3 --benchmark_min_time=0.1 --benchmark_report_aggregates_only=true \
+    --benchmark_out_format=json --benchmark_out="$report_dir/tide_bench_cuda.json"
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    timeout 60 python3 bench/torch_cuda_anchor.py --reps 3 >"$report_dir/torch_cuda.json" ||
+      log "torch anchor failed or passed its 60 s"
+  else
+    log "PyTorch with CUDA: not available, no anchor"
+  fi
+  run summary python3 bench/summarize_cuda.py "$report_dir"
+  log "quick: $((SECONDS - t0)) s"
+}
+
 : >"$report"
 log "# tide gpu_check: $stage, $(date -u +'%Y-%m-%d %H:%M UTC')"
 log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi: not available')"
 log "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
-deps
+deps || { log "gpu_check $stage: FAILED (dependencies)"; exit 1; }
 cudnn_path
 case "$stage" in
+  quick) quick ;;
   build) build ;;
   test) tests ;;
   sanitize) sanitize ;;
   experiments) experiments ;;
   bench) bench ;;
   all) build && { tests; experiments; bench; sanitize; } ;;  # the slowest, memcheck, last
-  *) echo "usage: bash scripts/gpu_check.sh [all|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_check.sh [quick|all|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
 esac
 log "gpu_check $stage: $([ $status -eq 0 ] && echo passed || echo FAILED)"
 exit $status
