@@ -178,7 +178,7 @@ struct Engine::State {
   void wait_out_shutdown_locked();
   // Blocks until `bounds` admit a task naming these storages (counted as added_bytes
   // does), running queued work or waiting for it (wait_progress_locked); counts the stall
-  // in bp_stalls and bp_stall_ns. Cold: only with Engine::set_backpressure bounds.
+  // in bp_stalls and bp_stall_ns. Cold: only with set_max_inflight_ops/_bytes bounds set.
   [[gnu::noinline]] void apply_backpressure_locked(BackpressureBounds bounds,
                                                    std::span<Storage* const> reads,
                                                    std::span<Storage* const> writes);

@@ -96,7 +96,7 @@ enum class OpKind : uint8_t {
   linalg,
   view,
   debug,
-  conv,  // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU only so far
+  conv,      // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU and CUDA
   optimizer  // fused in-place updates (ops/optim.h): several outputs, not for a fuser
 };
 
