@@ -1,6 +1,6 @@
-// The op table: one row per op with its traits (STYLE 5). Errors, the profiler and the
-// tests read names and traits from here; a test walks the table to check that every op has
-// a reference test and, when differentiable, a gradient check.
+// The op table: one row per op with its traits (docs/contributing.md, The op table). Errors, the
+// profiler and the tests read names and traits from here; a test walks the table to check that
+// every op has a reference test and, when differentiable, a gradient check.
 #pragma once
 
 #include <cstdint>
