@@ -1,5 +1,5 @@
 // The Fashion-MNIST CNN of `tide train fashion-mnist --model cnn` (examples/cli/fashion_cnn.h)
-// as benchmarks (issue 14): one training step on a fixed minibatch of 128 random 28 x 28
+// as benchmarks: one training step on a fixed minibatch of 128 random 28 x 28
 // images -- zero_grad, forward, cross_entropy, backward, Adam (lr 1e-3), then wait_all and
 // loss.item() -- eager and traced; where its time goes, per op; and each of its two
 // convolutions alone (forward, input gradient, weight gradient) next to the per-sample

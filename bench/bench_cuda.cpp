@@ -1,6 +1,6 @@
-// tide_bench_cuda: the CUDA backend's benchmarks (issue targets in bench/summarize_cuda.py), each
-// next to its anchor measured in the same run (DESIGN §9). Built wherever nvcc is; runs
-// only on a machine with a GPU (it exits with a message otherwise).
+// tide_bench_cuda: the CUDA backend's benchmarks (targets in bench/summarize_cuda.py), each
+// next to its anchor measured in the same run (docs/contributing.md, Benchmarks). Built wherever
+// nvcc is; runs only on a machine with a GPU (it exits with a message otherwise).
 //   enqueue     `y = x + 1` on cuda:0, the frontend's cost alone (the worker launches), next
 //               to the same on the CPU: the frontend never calls the driver;
 //   tiny ops    10000 dependent `y = y + 1` on one element, queued then synced: executed

@@ -1,6 +1,6 @@
-// tide_bench_cuda's convolution benchmarks (issue 14; main() is in bench_cuda.cpp), each
-// next to its anchor in the same run (DESIGN §9). 3x3 convolutions, padding 1, stride 1,
-// float32 NCHW, on random operands made by tide on cuda:0:
+// tide_bench_cuda's convolution benchmarks (main() is in bench_cuda.cpp), each
+// next to its anchor in the same run (docs/contributing.md, Benchmarks). 3x3 convolutions, padding
+// 1, stride 1, float32 NCHW, on random operands made by tide on cuda:0:
 //   BM_CudaConv     tide::conv2d / conv2d_input_grad / conv2d_weight_grad, one wait per call;
 //   BM_CudnnConv    the same pass through cuDNN called directly on a non-blocking stream,
 //                   one cudaStreamSynchronize per call, with the algorithm cuDNN's

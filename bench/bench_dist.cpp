@@ -1,4 +1,4 @@
-// Data-parallel training on one machine (issue 13): the textbook MLP step (512-2048-512-1,
+// Data-parallel training on one machine: the textbook MLP step (512-2048-512-1,
 // L2 loss, SGD lr 0.005, global batch 1024) run by every rank of
 //   mpirun -n 2 --oversubscribe build/bench/tide_bench_dist
 // with dist::DataParallel averaging the gradients, its all-reduces overlapped with backward

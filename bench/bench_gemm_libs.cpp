@@ -1,4 +1,4 @@
-// Which GEMM library decides the textbook MLP step (issue 12): the five large SGEMMs of one
+// Which GEMM library decides the textbook MLP step: the five large SGEMMs of one
 // step (bench_mlp.cpp explains them) in every candidate library this machine has, with all
 // cores and with 1 thread, next to the machine's FMA peak measured by a register-only loop.
 //

@@ -1,4 +1,4 @@
-// The textbook MLP benchmarks (issue 3): one eager training step of
+// The textbook MLP benchmarks: one eager training step of
 //   Linear(512, 2048) + ReLU, Linear(2048, 512) + ReLU, Linear(512, 1), nn::l2_loss, SGD lr
 //   0.005, batch 1024, X ~ N(0, 1) (1024x512), y = 1,
 // next to the limit measured in the same run -- the step's GEMMs alone through cblas_sgemm --

@@ -1,6 +1,6 @@
 // tide_bench: Google Benchmark suites for the engine's per-op costs, matmul and a
 // bandwidth-bound elementwise op, each next to the anchor it is judged against, measured in
-// the same run (DESIGN §9):
+// the same run (docs/contributing.md, Benchmarks):
 //   per-op costs   enqueue alone, throughput (enqueue + execute, one sync per batch), and a
 //                  sync round trip per op -- never the enqueue alone called "the op's cost";
 //   anchors        a thread hand-off (spinning atomics; mutex + condvar) for the round trip,

@@ -1,5 +1,5 @@
-// tide_bench_torch: the libtorch anchors DESIGN §9 names for per-op overhead and MLP
-// training, measured the same way as their tide counterparts in bench_tide.cpp:
+// tide_bench_torch: the libtorch anchors docs/contributing.md (Benchmarks) names for per-op
+// overhead and MLP training, measured the same way as their tide counterparts in bench_tide.cpp:
 //   BM_TorchTinyAdd   y = x + 1 on a 1x2 CPU tensor (libtorch's eager CPU ops run in the
 //                     calling thread: this is dispatch + kernel, complete on return)
 //   BM_TorchMlpStep   the same 2-layer MLP SGD step as BM_MlpStep, reading the loss

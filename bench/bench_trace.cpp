@@ -1,4 +1,4 @@
-// Traced-mode benchmarks (issue 4): the replay's cost per node, the textbook's 10 000 x
+// Traced-mode benchmarks: the replay's cost per node, the textbook's 10 000 x
 // (y = y + 1) eager and traced (unrolled, loop node, fused), and the textbook MLP's training
 // step eager vs traced with the bytes each holds. Part of tide_bench (main is in
 // bench_tide.cpp). Every iteration ends with the result read on the host, so the timed
@@ -7,7 +7,7 @@
 // Also: a replay of four independent towers of small ops with streams = 1 and 2 (the
 // branch-parallel executor, trace/parallel.h).
 //
-// Targets (issue 4): replay <= 30 ns per node (10 000 tiny adds, unfused); traced 10 000 x
+// Targets: replay <= 30 ns per node (10 000 tiny adds, unfused); traced 10 000 x
 // y + 1 (loop node or fused) >= 50x faster than eager with one sync at the end; traced MLP
 // step <= eager step, with a lower peak. Ratios are taken from medians of the same run
 // (bench/summarize.py).

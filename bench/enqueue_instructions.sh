@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per tiny op (issue 12): runs BUILD/bench/tide_enqueue_ir under callgrind with
+# Instructions per tiny op: runs BUILD/bench/tide_enqueue_ir under callgrind with
 # 50 000 and 250 000 ops and prints the difference per op -- enqueue and execution on both
 # threads, start-up cancelled. Deterministic, unlike a timing on a shared VM.
 # usage: bench/enqueue_instructions.sh BUILD_DIR      (needs valgrind)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-op engine costs of two tide_bench binaries, paired round by round (issue 12): on a
+# Per-op engine costs of two tide_bench binaries, paired round by round: on a
 # shared 2-vCPU VM the cost of moving a cache line between the cores changes by 4x from one
 # second to the next (the hypervisor moves the vCPUs), so only runs taken moments apart are
 # compared. Each round runs, for every benchmark, A then B (B then A in odd rounds), each

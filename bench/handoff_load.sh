@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hand-off under background load (issue 12, part 1): `tide loop --n 10000 --runs 5`
+# The hand-off under background load : `tide loop --n 10000 --runs 5`
 # under four conditions the script creates itself, each repeated REPS times, alternating
 # the binaries given (e.g. today's and an older build) within every repetition:
 #   quiet      nothing else started
@@ -8,7 +8,7 @@
 #   compiles   three niced (19) compiles of tide's engine.cpp in a loop (load 3-4)
 # Prints, per condition and binary, the median and worst of the REPS runs for two rows:
 # "eager, sync after each op" (per op) and "traced, loop node + fused" (whole loop), with
-# the issue's targets. The load is worst-case intermittent: judge the worst column.
+# the targets. The load is worst-case intermittent: judge the worst column.
 #
 # usage: bench/handoff_load.sh TIDE [OTHER_TIDE ...]     [REPS=5] [CONDITIONS="quiet busy ..."]
 set -euo pipefail

@@ -11,7 +11,7 @@
 #     load drift on a shared machine hits every configuration alike
 #     -> OUT_DIR/mlp_tide.r<r>.json, OUT_DIR/mlp_torch.<env>_r<r>.json
 #  3. the other libtorch anchors once -> OUT_DIR/tide_bench_torch.json
-#  4. bench/summarize.py OUT_DIR: medians over all repetitions, and the issue-3 ratios (the
+#  4. bench/summarize.py OUT_DIR: medians over all repetitions, and the target ratios (the
 #     MLP ratios from step 2's rounds only, the trainer's from step 1).
 #
 # libtorch environments (settings its OpenMP runtime reads only at startup; the in-process

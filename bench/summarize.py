@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Medians and the issue-3 ratios from the Google Benchmark JSON files bench/run.sh writes.
+"""Medians and the target ratios from the Google Benchmark JSON files bench/run.sh writes.
 
 Usage: bench/summarize.py OUT_DIR
 Reads OUT_DIR/*.json. The MLP comparison's rounds are mlp_<binary>.<env>_r<round>.json
@@ -54,7 +54,7 @@ def main():
     def get(name, tag="default"):
         return med.get((tag, name))
 
-    print("\nissue 3 targets (medians, ratios within this run):")
+    print("\nengine and MLP targets (medians, ratios within this run):")
     tide = get("BM_TextbookMlpStep/pool:0/blas:0/real_time", "mlp:default")
     floor = get("BM_TextbookGemmFloor/with_dX:0/real_time", "mlp:default")
     floor_dx = get("BM_TextbookGemmFloor/with_dX:1/real_time", "mlp:default")
@@ -99,7 +99,7 @@ def main():
                 verdict = f"(target >= 0.97: {'met' if m / n >= 0.97 else 'NOT met'})"
             print(f"  trainer {p:<19} {m:8.2f} minibatches/s = {m / n:.3f} x none {verdict}")
 
-    print("\nissue 4 targets (medians, ratios within this run):")
+    print("\ntraced-mode targets (medians, ratios within this run):")
     eager = get("BM_ChainEagerOneSync/real_time")
     unrolled = get("BM_ChainTracedUnrolled/real_time")
     if unrolled:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the CUDA targets of the backend issue (9), traced mode (10) and the CNN (14) as
+"""Prints the CUDA targets of the backend, the traced mode and the CNN as
 met / NOT met, from one run's files:
   tide_bench_cuda.json  (tide_bench_cuda --benchmark_out=... with repetitions)
   torch_cuda.json       (bench/torch_cuda_anchor.py's output; optional)

@@ -45,7 +45,7 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
 endif()
 message(STATUS "tide: CUDA ${TIDE_WITH_CUDA}")
 
-# NCCL for dist/ (DESIGN §10): its header comes with the CUDA toolkit; the library is
+# NCCL for dist/ (docs/data-parallel.md): its header comes with the CUDA toolkit; the library is
 # loaded at run time (dist/nccl.cpp), so only nccl.h is needed to build. Sets TIDE_WITH_NCCL.
 set(TIDE_WITH_NCCL OFF)
 if(TIDE_WITH_CUDA)

@@ -1,4 +1,4 @@
-# MPI for dist/ (DESIGN §10). Optional: without it tide builds and tests as before, and
+# MPI for dist/ (docs/data-parallel.md). Optional: without it tide builds and tests as before, and
 # dist::init() says at run time that this build has no MPI (dist/mpi_none.cpp).
 # TIDE_MPI: AUTO (use MPI when found), ON (fail without it), OFF. Sets TIDE_WITH_MPI.
 # tide calls MPI's C API from C++ (MPI::MPI_CXX); the C++ bindings, removed in MPI-3, are

@@ -148,7 +148,7 @@ class Allocator {
   // The largest block tide hands out: size classes of larger requests would overflow.
   static constexpr size_t kMaxBlock = size_t(1) << 62;
   // Inline, as the fast path of allocate() is: a tiny op's output costs a few hundred
-  // instructions in all (issue 12).
+  // instructions in all (bench/RESULTS.md, "The enqueue path's stalls").
   void check_size(size_t bytes, const char* op) const {
     if (bytes > kMaxBlock) [[unlikely]]
       too_large(bytes, op);

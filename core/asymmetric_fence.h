@@ -1,5 +1,5 @@
 // An asymmetric fence for a Dekker pair whose one side runs on every op and whose other
-// side runs rarely (issue 12): the frontend publishes a task and then checks whether the
+// side runs rarely: the frontend publishes a task and then checks whether the
 // worker sleeps; the worker announces that it sleeps and then checks for tasks. Each side
 // needs a full fence between its store and its load, or both may miss the other (a lost
 // wake-up). A full fence (a locked instruction) on x86 waits for the store buffer to drain,

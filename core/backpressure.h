@@ -1,6 +1,6 @@
-// Backpressure (DESIGN §3): bounds on the work queued ahead of the workers. A submit that
-// would pass a bound blocks (in Engine::begin_task) until the workers catch up; these are
-// the rules it applies. Callers hold the engine lock; nothing here blocks.
+// Backpressure (docs/architecture.md, Engine): bounds on the work queued ahead of the workers. A
+// submit that would pass a bound blocks (in Engine::begin_task) until the workers catch up; these
+// are the rules it applies. Callers hold the engine lock; nothing here blocks.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
-// The device side of a stream (DESIGN §8): how its worker runs a task, and what *complete*
-// means on that device. The engine's queue, hazard tracking, backpressure and reclaim sit
-// above this and are the same for every device (STYLE 7).
+// The device side of a stream (docs/architecture.md, CUDA): how its worker runs a task, and what
+// *complete* means on that device. The engine's queue, hazard tracking, backpressure and reclaim
+// sit above this and are the same for every device (docs/architecture.md, Engine).
 //   CPU  (CpuStream, core/stream_worker.cpp): the worker runs the payload; a task is
 //        complete when it returned.
 //   CUDA (cuda::CudaStream, core/cuda/cuda_stream.h): the worker launches the payload's

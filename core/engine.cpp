@@ -119,7 +119,7 @@ struct PendingWaits {
 };
 
 // True when the calling thread is the worker of pos's stream running a task at or before
-// pos: waiting for pos would wait for the waiter itself (issue 11, item 11).
+// pos: waiting for pos would wait for the waiter itself.
 bool waits_on_itself(StreamPos pos) {
   const StreamPos running = detail::tl_running_task;
   return running.stream == pos.stream && pos.seq >= running.seq;
@@ -242,7 +242,7 @@ bool Engine::run_synchronously() const {
 }
 
 namespace {
-// Inlined into begin_task: as a call it cost ~30 instructions per op more (issue 12).
+// Inlined into begin_task: as a call it cost ~30 instructions per op more.
 [[gnu::always_inline]] inline void fill_record(Engine::Task& t, const char* op,
                                                std::span<Storage* const> reads,
                                                std::span<Storage* const> writes, Site site) {
@@ -320,7 +320,7 @@ void Engine::State::apply_backpressure_locked(BackpressureBounds bounds,
   }
   bp_stall_ns.fetch_add(uint64_t(detail::steady_ns() - t0), std::memory_order_relaxed);
   // The stall released the lock: a shutdown may have stopped the workers meanwhile.
-  // Publishing on a stream without a worker would lose the task (issue 11, item 9).
+  // Publishing on a stream without a worker would lose the task.
   wait_out_shutdown_locked();
 }
 
@@ -387,7 +387,7 @@ retry:
   t.seq = seq;
   t.stream = self;
   // Waits that do not fit in the task (more than Task::kMaxWaits other streams) are waited
-  // for here, without the lock (issue 11, item 12: sleeping under it stalled every other
+  // for here, without the lock (sleeping under it stalled every other
   // frontend thread); then everything is checked again, since other threads may have
   // queued work meanwhile. Nothing has changed the hazard state or published the slot yet.
   PendingWaits pending;

@@ -1,5 +1,5 @@
 // The engine: streams, events, hazard tracking, backpressure and synchronous mode
-// (DESIGN §3).
+// (docs/architecture.md, Engine).
 //
 // A Stream is an in-order queue served by one worker thread. Ops are *submitted* by the
 // frontend (the calling thread) and return at once; the worker executes them in order (CPU)
@@ -128,7 +128,7 @@ struct EngineStats {
 
 enum class ShutdownMode { drain, cancel };
 
-// When an op's output memory is taken (issue 12, part 3).
+// When an op's output memory is taken (docs/memory.md compares the two).
 //   at_enqueue   (the default) when the op is called: queued work holds its outputs, so
 //                running ahead costs memory (the `none` policy of mlp-memory holds every
 //                queued minibatch's activations), and an allocator limit stalls the caller

@@ -78,7 +78,7 @@ class StreamImpl {
   std::atomic<uint32_t> completed_epoch{0};
   // The run token: whoever holds it runs this stream's next published tasks, in order --
   // the worker, or a thread waiting on the host for one of them while the worker does not
-  // run (issue 12: a hand-off to a descheduled worker cost a time slice under load).
+  // run (a hand-off to a descheduled worker cost a time slice under load).
   // `issued` and `head_seg` belong to the holder.
   alignas(64) std::atomic<bool> running{false};
   // White-box tests: while set, the worker takes no work, as if it could not get a core, so
@@ -126,7 +126,7 @@ class StreamImpl {
 struct Engine::State {
   // Frontend lock: submit, reclaim, hazard state. Workers never wait for it: they only
   // try_lock it to reclaim executed work before an output allocated at execution.
-  // Cache lines by who writes them (issue 12: on a 2-core VM a line that a frontend
+  // Cache lines by who writes them (on a 2-core VM a line that a frontend
   // writes and a worker reads costs a transfer per op). Written by frontends on every
   // submit, under mu:
   SpinLock mu;
@@ -178,7 +178,7 @@ struct Engine::State {
   void wait_out_shutdown_locked();
   // Blocks until `bounds` admit a task naming these storages (counted as added_bytes
   // does), running queued work or waiting for it (wait_progress_locked); counts the stall
-  // in bp_stalls and bp_stall_ns. Cold: only with Engine::set_backpressure bounds.
+  // in bp_stalls and bp_stall_ns. Cold: only with set_max_inflight_ops/_bytes bounds set.
   [[gnu::noinline]] void apply_backpressure_locked(BackpressureBounds bounds,
                                                    std::span<Storage* const> reads,
                                                    std::span<Storage* const> writes);

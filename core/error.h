@@ -1,4 +1,4 @@
-// tide::Error and the two kinds of check (STYLE 8).
+// tide::Error and the two kinds of check (docs/contributing.md, Errors).
 // TIDE_CHECK is for user errors: it throws tide::Error with "[op] message". TIDE_ASSERT is
 // for internal invariants: it also throws (never aborts), with the file and line.
 #pragma once

@@ -1,6 +1,7 @@
 // Failure: what went wrong inside a queued op. It is stored in every storage the op would
 // have written, inherited by ops that read those storages (they are skipped), and
-// rethrown as tide::Error by the first sync point that touches one of them (STYLE 9).
+// rethrown as tide::Error by the first sync point that touches one of them (docs/contributing.md,
+// Errors).
 #pragma once
 
 #include <atomic>

@@ -1,8 +1,8 @@
-// Hazard tracking (DESIGN §3): from the storages a task reads and writes, the positions on
-// other streams it must wait for (read-after-write, write-after-read, write-after-write),
-// and the per-storage bookkeeping once it is queued. Within one stream FIFO order already
-// orders everything, so positions on the task's own stream are never waits. Callers hold
-// the engine's frontend lock; nothing here sleeps but the `overflow` callback (the engine's
+// Hazard tracking (docs/architecture.md, Engine): from the storages a task reads and writes, the
+// positions on other streams it must wait for (read-after-write, write-after-read,
+// write-after-write), and the per-storage bookkeeping once it is queued. Within one stream FIFO
+// order already orders everything, so positions on the task's own stream are never waits. Callers
+// hold the engine's frontend lock; nothing here sleeps but the `overflow` callback (the engine's
 // collects the positions and waits for them after releasing the lock).
 #pragma once
 

@@ -1,7 +1,7 @@
 // Where an eager random op takes its Philox counters: from its generator (reserved at the
 // call), or, inside a RandomScope on the calling thread, from the scope's sub-stream of that
 // generator. trace::loop with a tensor count runs its eager body inside a RandomScope so the
-// body draws what the traced loop node draws (trace/loop.h has the rule). Outside a scope
+// body draws what the traced loop node draws (trace/loop.cpp has the rule). Outside a scope
 // this costs random ops one thread-local load.
 #pragma once
 

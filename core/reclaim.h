@@ -1,9 +1,9 @@
-// Reclaim (DESIGN §3): queued tasks keep every storage they read or write alive until they
-// are complete; frontend threads release those references in batches, under the
-// engine lock (and a worker about to take the block of an output allocated at execution,
-// when the lock is free: Allocator::set_try_reclaim). Also counts the bytes held
-// by queued work (each storage once, however many tasks hold it) and recycles the
-// segments of task slots. Callers hold the engine lock; nothing here blocks.
+// Reclaim (docs/architecture.md, Engine): queued tasks keep every storage they read or write alive
+// until they are complete; frontend threads release those references in batches, under the engine
+// lock (and a worker about to take the block of an output allocated at execution, when the lock is
+// free: Allocator::set_try_reclaim). Also counts the bytes held by queued work (each storage once,
+// however many tasks hold it) and recycles the segments of task slots. Callers hold the engine
+// lock; nothing here blocks.
 #pragma once
 
 #include <atomic>

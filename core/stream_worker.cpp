@@ -188,7 +188,7 @@ void StreamImpl::worker_loop() {
     }
     // A CPU worker looks for work every kPollPauses pauses, not at every one: each look
     // takes the `published` line from the frontend, which then pays a transfer for its next
-    // publish (issue 12). In between, a host that syncs runs the tasks itself (sync_pos:
+    // publish. In between, a host that syncs runs the tasks itself (sync_pos:
     // the worker does not hold the run token while it waits), so a round trip does not
     // wait for the next look. Only while it spins: once spin_until yields (each poll is
     // then a sched_yield, up to ~1 us) it looks every time. A GPU worker looks at every

@@ -1,27 +1,6 @@
 // DataParallel: data-parallel training over a ProcessGroup, after PyTorch's
-// DistributedDataParallel. Every rank holds the whole model, runs forward and backward on
-// its own part of the batch, and averages the gradients before the optimizer step.
-//
-// Gradients travel in buckets laid out in reverse parameter order, where backward finishes
-// them first; a bucket closes once it holds at least its cap (PyTorch's rule): a small cap
-// for the first bucket, a larger one for the later ones. Each bucket's
-// copy-in, all-reduce and copy-out are queued on the group's communication stream, so each
-// waits by hazard tracking only for the writes of its own gradients and runs while the
-// compute stream still works through the rest of the queued backward. No autograd hook is
-// needed for that: backward() only queues, and reduce_gradients() follows at once.
-//
-// In a trace (trace::function over a whole training step) the same calls are recorded: the
-// copies and all-reduces become nodes of the step's graph, and every replay averages that
-// replay's gradients (process_group.h says how traced collectives are ordered).
-//
-// The parameters live on the group's device: the CPU for an MPI group, this rank's GPU for
-// an NCCL group (dist/nccl.h), whose buckets are then reduced by NCCL on a CUDA stream.
-//
-// Buffers (batch norm's running estimates) are rank 0's on every rank after each
-// reduce_gradients(), as PyTorch's broadcast_buffers=True makes them (PyTorch broadcasts
-// at the next forward's start; here right after the step's gradients, so a model saved or
-// evaluated after any step holds the same estimates on every rank).
-//
+// DistributedDataParallel: gradients averaged in buckets queued on the communication stream,
+// overlapping the rest of backward. Design: docs/data-parallel.md.
 // Not done here: parameters that get a gradient on some ranks only (see reduce_gradients).
 #pragma once
 

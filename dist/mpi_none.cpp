@@ -1,5 +1,6 @@
 // The MPI backend of a build without MPI: the same entry points, each saying plainly what
-// is missing (STYLE 6: every configuration links, a missing backend fails at run time).
+// is missing (docs/contributing.md, Backends: every configuration links, a missing backend fails at
+// run time).
 #include <cstdlib>
 #include <string>
 

@@ -1,5 +1,5 @@
 // The NCCL backend's stand-in for builds without CUDA or without nccl.h: says so at run
-// time, so every build configuration links (STYLE 6).
+// time, so every build configuration links (docs/contributing.md, Backends).
 #include "core/error.h"
 #include "dist/nccl.h"
 

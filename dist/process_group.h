@@ -1,34 +1,7 @@
-// ProcessGroup: the ranks of a data-parallel job and the collectives between them
-// (DESIGN §10). Collectives are engine tasks, queued like any op: each runs on the group's
-// communication stream, whose worker makes the blocking backend call (MPI_Allreduce, ...).
-// The tensor is declared written (which the engine orders as it would a read and write, but
-// which lets the task run when the tensor holds an earlier failure, to tell the other ranks),
-// so hazard tracking orders the collective after the ops that write or read it before, and
-// the ops that touch it afterwards after the collective, on any stream, with no user
-// bookkeeping; and it counts in the engine's queued bytes while it waits.
-//
-// Every rank must queue the same collectives in the same order, with the same shapes and
-// dtypes. Before each call the ranks exchange what they are about to do
-// (dist/agreement.h): a rank that disagrees makes the collective fail on every rank with a
-// message naming each side, rather than hang or corrupt memory.
-//
-// Tensors are always contiguous in tide (a view is an offset into a storage), so a
-// collective takes any view as it is and needs no stride check.
-//
-// Inside a trace (trace::function, trace::loop) all_reduce and broadcast are recorded as
-// nodes like any op, and every replay makes the call on the thread that runs the replay.
-// The group's collectives in one trace keep their recorded order, also when the replay runs
-// independent branches at once. In a trace, a replay whose inputs hold a failure is
-// skipped as a whole (as any task reading a failed storage), so that rank does not take
-// part: make sure a traced step's inputs are valid on every rank.
-//
-// A group lives on one device, its communicator's: an MPI group (dist/mpi.h) on the CPU,
-// an NCCL group (dist/nccl.h) on one GPU per rank. Its collectives take tensors on that
-// device only. On a GPU the communication stream is a CUDA stream: its worker makes the
-// agreement exchange on the host and enqueues the NCCL call on that stream, and hazard
-// tracking orders it against the compute stream with CUDA events, as for any GPU op.
-//
-// Not done here: autograd (collectives are not differentiable, like torch.distributed).
+// ProcessGroup: the ranks of a data-parallel job and the collectives between them. Each
+// collective is queued as an engine task on the group's communication stream (no wait for
+// the caller; hazard tracking orders it); ranks that disagree on a collective fail on every
+// rank instead of hanging. Design: docs/data-parallel.md. Not done here: autograd.
 #pragma once
 
 #include <memory>

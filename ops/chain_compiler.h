@@ -1,6 +1,6 @@
-// Compiled fused chains (DESIGN §8): a chain's source (ops/chain_source.h) compiled by NVRTC,
-// loaded on first use with dlopen like cuBLASLt, so every build links and a machine without
-// the CUDA toolkit's NVRTC runs chains interpreted. Compiling needs no GPU: the CPU tests
+// Compiled fused chains (docs/traced.md, On a GPU): a chain's source (ops/chain_source.h) compiled
+// by NVRTC, loaded on first use with dlopen like cuBLASLt, so every build links and a machine
+// without the CUDA toolkit's NVRTC runs chains interpreted. Compiling needs no GPU: the CPU tests
 // compile chains wherever NVRTC loads. Loading and launching the result is CUDA's
 // (ops/cuda/fused.cu, through cuda_chain_kernel below).
 //

@@ -55,7 +55,7 @@ bool is_mask_op(OpId id) { return id == OpId::eq || id == OpId::gt || id == OpId
 // While a trace records (c = capturing()), describes a flat op for the fusion pass
 // (ops/elementwise_desc.h). Callers test capturing() first and build the operands only
 // then: built on every eager op, their stores stalled the loads that passed them on
-// (store forwarding), ~10% of a tiny op's enqueue (issue 12).
+// (store forwarding), ~10% of a tiny op's enqueue.
 template <class O, class T, class F>
 [[gnu::noinline]] void describe_flat(CaptureSink* c, OpId id, F f, EwOperand a, EwOperand b,
                                      DataRef<O> out, int64_t n) {

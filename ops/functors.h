@@ -237,10 +237,11 @@ TIDE_HOST_DEVICE O convert(T a) {
 // ---- fused optimizer updates (ops/optim.h) ------------------------------------------------
 // One element of an in-place update: the state (p, buf / m, v) by reference, the gradient
 // by value. A kernel first calls factors() once with the lr (and step count) it read from
-// their tensors when it runs (STYLE 11), then the element operator with those factors: the
-// per-element code sees only loop-invariant values of type T, so the loops vectorise. The
-// order of operations follows the composed ops these replaced, so float results match
-// them bit for bit, but for Adam's bias corrections (now computed in double from t).
+// their tensors when it runs (docs/contributing.md, Values that change between replays), then the
+// element operator with those factors: the per-element code sees only loop-invariant values of type
+// T, so the loops vectorise. The order of operations follows the composed ops these replaced, so
+// float results match them bit for bit, but for Adam's bias corrections (now computed in double
+// from t).
 
 // SGD with momentum, dampening, Nesterov and weight decay (PyTorch's formulas).
 struct SgdUpdate {

@@ -1,5 +1,5 @@
-// A fused elementwise chain as data (DESIGN §6, §8): the device-neutral form of a trace's
-// fused node. Each step names its functor (FunctorId, from ops/functors.h's lists), its
+// A fused elementwise chain as data (docs/traced.md, On a GPU): the device-neutral form of a
+// trace's fused node. Each step names its functor (FunctorId, from ops/functors.h's lists), its
 // parameters (the functor's bytes) and where its operands are (a register, memory, a
 // scalar); one interpreter, compiled by g++ and by nvcc, evaluates the chain per element.
 // The CPU entry (ops/cpu/fused_chain.cpp) runs it on a host-kernel fake GPU; the CUDA

@@ -1,9 +1,9 @@
-// The backend seam of the ops (DESIGN §8, STYLE 3): a front-end (ops/<family>.cpp) checks
-// its arguments, allocates, records the gradient, then queues one *kernel entry* of its
-// family: a function (const KernelContext&, const Args&, const Extra&) where Args holds the
-// data references and sizes and Extra the functor or options. Each device implements the
-// entries: CPU loops in ops/cpu/ (always linked), CUDA launchers in ops/cuda/*.cu, which
-// register themselves in CudaKernel<...>::fn (ops/cuda/register.cu, CUDA builds only). A
+// The backend seam of the ops (docs/architecture.md, CUDA; docs/contributing.md, Adding an op): a
+// front-end (ops/<family>.cpp) checks its arguments, allocates, records the gradient, then queues
+// one *kernel entry* of its family: a function (const KernelContext&, const Args&, const Extra&)
+// where Args holds the data references and sizes and Extra the functor or options. Each device
+// implements the entries: CPU loops in ops/cpu/ (always linked), CUDA launchers in ops/cuda/*.cu,
+// which register themselves in CudaKernel<...>::fn (ops/cuda/register.cu, CUDA builds only). A
 // device with no implementation fails loudly at the call ("[op] has no CUDA kernel ...");
 // op_supported() answers beforehand. Not a public header.
 #pragma once

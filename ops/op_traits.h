@@ -1,6 +1,6 @@
-// The op table: one row per op with its traits (STYLE 5). Errors, the profiler and the
-// tests read names and traits from here; a test walks the table to check that every op has
-// a reference test and, when differentiable, a gradient check.
+// The op table: one row per op with its traits (docs/contributing.md, The op table). Errors, the
+// profiler and the tests read names and traits from here; a test walks the table to check that
+// every op has a reference test and, when differentiable, a gradient check.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +96,7 @@ enum class OpKind : uint8_t {
   linalg,
   view,
   debug,
-  conv,  // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU only so far
+  conv,      // convolution, pooling and normalisation over (N, C, ...) (ops/conv.h); CPU and CUDA
   optimizer  // fused in-place updates (ops/optim.h): several outputs, not for a fuser
 };
 

@@ -22,7 +22,8 @@ inline std::string describe(const Tensor& t) {
 inline void check_defined(const Tensor& t, const char* op) {
   TIDE_CHECK(t.defined(), op, "got an undefined tensor");
 }
-// Throws "[op] has no CUDA kernel ..." unless op_supported(t.device(), id) (STYLE 6).
+// Throws "[op] has no CUDA kernel ..." unless op_supported(t.device(), id) (docs/contributing.md,
+// Backends).
 void throw_unsupported(const Tensor& t, OpId id);
 inline void check_supported(const Tensor& t, OpId id) {
   if (t.device().is_cpu()) [[likely]]

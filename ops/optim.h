@@ -4,11 +4,11 @@
 // with the CUDA path.
 //
 // Hyper-parameters that change between steps are read from tensors by the kernel when it
-// runs, never at enqueue (STYLE 11): the learning rate (a one-element tensor of the
-// parameter's dtype) and Adam's step count t (a one-element int64 tensor). A traced or
-// replayed step therefore sees the values written by earlier queued ops (set_lr's copy_,
-// increment_). Hyper-parameters fixed for an optimizer's life (momentum, betas, eps, weight
-// decay) are plain values in the options.
+// runs, never at enqueue (docs/contributing.md, Values that change between replays): the learning
+// rate (a one-element tensor of the parameter's dtype) and Adam's step count t (a one-element int64
+// tensor). A traced or replayed step therefore sees the values written by earlier queued ops
+// (set_lr's copy_, increment_). Hyper-parameters fixed for an optimizer's life (momentum, betas,
+// eps, weight decay) are plain values in the options.
 //
 // Not done here: autograd (these ops are refused while recording a tensor that requires
 // grad: run them under NoGrad), broadcasting (every state tensor has the parameter's

@@ -1,7 +1,8 @@
 // The optimizer family's kernel entries (ops/kernel_entry.h): the fused in-place SGD and
 // Adam updates over fn::SgdUpdate / fn::AdamUpdate (ops/functors.h), and the step counter.
-// Each kernel reads lr (and Adam's step count) from memory when it runs (STYLE 11). CPU
-// implementations in ops/cpu/optim.cpp, CUDA's in ops/cuda/optim.cu.
+// Each kernel reads lr (and Adam's step count) from memory when it runs (docs/contributing.md,
+// Values that change between replays). CPU implementations in ops/cpu/optim.cpp, CUDA's in
+// ops/cuda/optim.cu.
 #pragma once
 
 #include <cstdint>

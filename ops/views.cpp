@@ -30,7 +30,7 @@ Tensor Tensor::reshape(std::vector<int64_t> dims) const {
   detail::check_defined(*this, "reshape");
   int infer = -1;
   int64_t known = 1;
-  bool empty = false, over = false;  // a checked product: it must not wrap (issue 11, 4)
+  bool empty = false, over = false;  // a checked product: it must not wrap
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1) {
       TIDE_CHECK(infer < 0, "reshape", "only one extent may be -1");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Formats tide's C++ and CUDA sources with the checked-in .clang-format (STYLE: "a
-# checked-in .clang-format"), or checks that they are formatted.
+# Formats tide's C++ and CUDA sources with the checked-in .clang-format (docs/contributing.md, Comments and
+# documents), or checks that they are formatted.
 #   bash scripts/format.sh           rewrite every tracked *.h, *.cpp, *.cu in place
 #   bash scripts/format.sh --check   list what differs and exit 1 if anything does (CI)
 # The output depends on clang-format's major version: the tree is formatted with 14

@@ -1,4 +1,4 @@
-// Fusion on a GPU (DESIGN §6, §8): a trace's fused node (trace/fusion.h) becomes one
+// Fusion on a GPU (docs/traced.md, On a GPU): a trace's fused node (trace/fusion.h) becomes one
 // step-interpreter kernel (ops/fused_chain.h) whose program, the chain's steps with their
 // memory operands resolved to the trace's fixed addresses, is uploaded to the device once
 // when the trace is prepared. Captured into the CUDA graph like any kernel.

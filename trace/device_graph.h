@@ -1,5 +1,5 @@
-// The GPU executor of a trace (DESIGN §8): a planned graph on a GPU becomes one CUDA graph,
-// built explicitly at its first replay and launched as one engine task per call.
+// The GPU executor of a trace (docs/traced.md, On a GPU): a planned graph on a GPU becomes one CUDA
+// graph, built explicitly at its first replay and launched as one engine task per call.
 //   - Inputs and outputs get fixed buffers of their own (intermediates already have the
 //     planner's arena), so every node's addresses are fixed before anything is captured,
 //     and nothing allocates during capture.

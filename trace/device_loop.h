@@ -1,5 +1,5 @@
-// A traced trace::loop on a GPU (DESIGN §8): the loop node of a trace becomes, in the
-// enclosing CUDA graph, a start kernel, a conditional WHILE node and copy nodes:
+// A traced trace::loop on a GPU (docs/traced.md, On a GPU): the loop node of a trace becomes, in
+// the enclosing CUDA graph, a start kernel, a conditional WHILE node and copy nodes:
 //
 //   start kernel: copies the initial state into the body's state buffers, reads the count
 //                 (an int, or a tensor read on the device) into a counter, sets the

@@ -1,7 +1,7 @@
 // The executable CUDA graphs of a trace::function's evicted signatures, kept for its next
-// trace (DESIGN §8). Instantiating a graph costs host time per node; when a new signature's
-// graph has the same topology as an evicted one (the same kernels and edges, other shapes
-// or addresses: a function cycling through more shapes than its cache_budget), CUDA can
+// trace (docs/traced.md, On a GPU). Instantiating a graph costs host time per node; when a new
+// signature's graph has the same topology as an evicted one (the same kernels and edges, other
+// shapes or addresses: a function cycling through more shapes than its cache_budget), CUDA can
 // instead rewrite the old exec's parameters in place (cudaGraphExecUpdate), and the build
 // falls back to an instantiation when it refuses.
 //

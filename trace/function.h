@@ -1,40 +1,11 @@
-// trace::function: the traced mode of tide (the counterpart of tf.function, hybridize,
-// CUDA graphs and mx.compile).
+// trace::function: captures a function once and replays it as one engine task (the
+// counterpart of tf.function and CUDA graphs). Rules and design: docs/traced.md.
 //
-//   auto step = trace::function([&](const Tensor& x, const Tensor& y) {
-//     model.zero_grad();
-//     Tensor loss = nn::l2_loss(model.forward(x), y);
-//     loss.backward();
-//     opt.step();
-//     return loss;
-//   }, {.name = "step"});
-//   Tensor loss = step(x, y);   // first call: traces, plans, then replays
-//   loss = step(x2, y2);        // same signature: replays the graph (one engine task)
+//   auto step = trace::function([&](const Tensor& x, const Tensor& y) { ... }, {.name = "step"});
+//   Tensor loss = step(x, y);   // first call (per signature) traces and plans; later: replays
 //
-// Signature: the shape, dtype and device of every tensor argument and the value of every
-// other argument (integers, floating point, bool, enums, strings). A call with a new
-// signature traces again; each retrace records why (argument, property, old -> new), and
-// a warning goes to stderr when one function retraced 5 times within its last 10 calls.
-//
-// While tracing, f runs with recording on: ops are recorded, not run; tensors f reads
-// without receiving them (parameters) are used by reference, and in-place updates of them
-// are graph nodes; backward() inside f is traced like other ops; reading a value on the
-// host (item, to_vector, printing, wait_to_read, wait_all) throws. Host code in f runs once
-// per trace, not per call (as in tf.function): state that f creates on its first call
-// (an optimizer's moments) would be re-created by every replay — create it first, or set
-// `warmup_calls` so the first calls of each signature run eagerly.
-//
-// Replays: one engine task; does not wait. Outputs are fresh tensors on every call (an
-// output kept from an earlier call is never overwritten); arguments, parameters and state
-// that f returns as they are come back as the same tensors. Outputs do not carry autograd
-// history: call backward() inside f; a tensor argument that requires grad is refused (it
-// would get no gradient). After each call the gradients f makes are the parameters'
-// .grad, as eagerly; a call where eager would treat a .grad otherwise than the trace did
-// (accumulating over calls without zero_grad in f) is refused before it runs. Errors inside
-// a replay surface at the next sync, like eager errors, named after the failing node. A
-// call made while another trace records (nesting) runs f inline, so the outer trace
-// records its ops. Calls from several threads are serialised per function (each replay
-// is queued on its caller's current stream); f may call itself and read stats().
+// A call does not wait: a replay is queued; its outputs are fresh tensors. A new signature
+// traces again. Host reads inside f throw; errors inside a replay surface at the next sync.
 #pragma once
 
 #include <cstdint>

@@ -224,12 +224,6 @@ class GroupBuilder {
   }
 
  private:
-  bool produced_in(int v, size_t begin, size_t end) const {
-    for (size_t i = begin; i < end; ++i)
-      if (g_.nodes[i].writes[0] == v) return true;
-    return false;
-  }
-
   // Operands that read a value made earlier in the run must read it element for element.
   bool operands_ok(const Node& n, const std::vector<int>& produced) const {
     for (const tide::detail::EwOperand* o : {&n.ew->a, &n.ew->b}) {

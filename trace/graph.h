@@ -1,8 +1,8 @@
 // The traced graph: values (storages an op reads or writes) and nodes (ops in recording
 // order, which is a valid execution order). Backend-neutral: the planner and the fusion
 // pass see only value ids, sizes, lifetimes and op descriptions; each node also carries
-// the CPU kernel recorded from the op's front-end. A CUDA executor would consume the same
-// planned graph and supply its own kernels.
+// the kernel its op's front-end recorded for the trace's device. The CPU executor
+// (trace/executor.h) runs them; on a GPU trace/device_graph.h captures them into a CUDA graph.
 #pragma once
 
 #include <atomic>
@@ -54,7 +54,7 @@ struct Node {
   const char* op = "";
   tide::SourceLocation site;
   std::vector<int> reads, writes;                   // value ids
-  tide::detail::Kernel kernel;                      // plain nodes: the recorded CPU kernel
+  tide::detail::Kernel kernel;                      // plain nodes: the recorded kernel
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
   std::shared_ptr<FusedKernel> fused;               // a fused chain (kernel runs it)
   int fused_ops = 1;                                // recorded ops this node stands for

@@ -235,7 +235,6 @@ class IdxSource : public DataSource {
   // The example order of the current epoch (of this shard's slice, when sharded).
   const std::vector<int64_t>& order() const { return order_; }
   const std::string& images_path() const { return images_path_; }
-  const std::string& labels_path() const { return labels_path_; }
 
  private:
   void check_options() const;

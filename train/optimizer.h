@@ -4,10 +4,11 @@
 // counter; all under NoGrad, and a step never waits.
 //
 // Hyper-parameters that change between steps live in 0-d tensors that the kernels read
-// when they run (STYLE 11): the learning rate (lr_tensor(), written by set_lr with a queued
-// copy) and, for Adam, the step count t (step_tensor(), advanced by a queued increment_),
-// so a traced step replays unchanged. Hyper-parameters fixed for the optimizer's life
-// (momentum, betas, eps, weight decay) are plain scalars.
+// when they run (docs/contributing.md, Values that change between replays): the learning rate
+// (lr_tensor(), written by set_lr with a queued copy) and, for Adam, the step count t
+// (step_tensor(), advanced by a queued increment_), so a traced step replays unchanged.
+// Hyper-parameters fixed for the optimizer's life (momentum, betas, eps, weight decay) are plain
+// scalars.
 //
 // State (momentum buffers, Adam's m and v) is allocated at a parameter's first update
 // without a fill: that update tells the kernel the state is fresh (a non-tensor argument,

@@ -1,4 +1,4 @@
-// The Trainer and its sync policies (see trainer.h).
+// The Trainer and its sync policies (docs/training.md, The Trainer).
 #include "train/trainer.h"
 
 #include <algorithm>

@@ -1,30 +1,6 @@
 // The Trainer: runs model + loss + optimizer over a data source for N minibatches under a
-// sync policy (DESIGN §7), recording per minibatch what the memory experiment watches.
-//
-// Policies:
-//   per_batch  - reads the loss with item() after every minibatch (the textbook's advice);
-//   none       - never syncs until the end (wait_all), so the frontend may queue every
-//                minibatch before the worker has run the first: unbounded queueing;
-//   bounded:K  - engine backpressure: the op bound is set to K x (ops per minibatch,
-//                measured as the EngineStats::queued delta of the first minibatch), so at
-//                most about K minibatches of work are in flight; syncs only at the end.
-//                The previous bound is restored when the run ends (also on error).
-//
-// One minibatch: zero_grad, x/y from the source (the next epoch when it is exhausted),
-// loss = loss_fn(model(x), y), loss.backward(), the after-backward hook (if set: e.g. the
-// data-parallel gradient average), optimizer.step(). Then a memory snapshot
-// is taken (after queueing, before any sync) and stored in a StepRecord.
-//
-// Device: the trainer runs where the model lives. It does not take a device: it reads it
-// from the model's first parameter when run() starts (the CPU for a model without
-// parameters), so move the model with Module::to before building the optimizer and give
-// the data source the same device (SyntheticOptions/IdxOptions::device). The allocator
-// bytes it records (StepRecord::allocator_active, the baseline, the peaks) are that
-// device's allocator's: Allocator::get(device), the GPU's memory on a GPU, the same as
-// memory_snapshot() on the CPU. Queue depth and queued bytes are the engine's (all
-// devices); RSS is the process's. Traced mode on a GPU replays each step as one CUDA
-// graph (trace/device_graph.h).
-//
+// sync policy (per_batch, none, bounded:K), recording per minibatch what the memory
+// experiment watches. Policies, one minibatch and devices: docs/training.md.
 // Not done here: eval passes, learning-rate schedules.
 #pragma once
 

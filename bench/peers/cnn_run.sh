@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Fashion-MNIST CNN's training step (bench/bench_cnn.cpp) in tide and in PyTorch, in
-# alternating rounds, and the ratios (issue 14); then each convolution alone, tide's
+# alternating rounds, and the ratios; then each convolution alone, tide's
 # im2col + GEMM against the oneDNN kernels PyTorch runs.
 #
 # Usage: bench/peers/cnn_run.sh BUILD_DIR [ROUNDS=5]

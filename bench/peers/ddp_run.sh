@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PyTorch DDP (gloo, CPU) on the textbook MLP step: 2 ranks with the gradient all-reduce
 # overlapped with backward (DDP's default) vs after backward, and the 1-process step as the
-# baseline -- issue 13's peer figures. See bench/peers/ddp_step.py for what one run does.
+# baseline -- the peer figures for tide_bench_dist. See bench/peers/ddp_step.py for what one run does.
 #
 # Usage: bench/peers/ddp_run.sh [ROUNDS=5]
 # Environment (all optional):

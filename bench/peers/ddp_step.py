@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The textbook MLP training step of mlp_step.py, data-parallel in PyTorch DDP (gloo, CPU),
-with the gradient all-reduce overlapped with backward or not (issue 13's peer figures).
+with the gradient all-reduce overlapped with backward or not (the peer figures for tide_bench_dist).
 
   Linear(512, 2048) + ReLU, Linear(2048, 512) + ReLU, Linear(512, 1)
   loss = mean(0.5 * (pred - 1)^2) over the rank's rows, plain SGD lr 0.005

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The textbook MLP step's five large GEMMs (bench/bench_gemm_libs.cpp's shapes) in a peer
 framework: the GEMM rate the framework itself gets on this CPU, to set beside
-tide_bench_gemm_libs' libraries. TensorFlow's tf.function step decides issue 12's 0.95
+tide_bench_gemm_libs' libraries. TensorFlow's tf.function step decides the 0.95
 target, and its matmuls run on its own oneDNN build; this shows how much of its step they
 take.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The textbook MLP step (bench/bench_mlp.cpp) in tide and in its peers -- TensorFlow
-# (tf.function), PyTorch (eager), JAX (jax.jit) -- in one run, and the ratios (issue 12).
+# (tf.function), PyTorch (eager), JAX (jax.jit) -- in one run, and the ratios.
 #
 # Usage: bench/peers/run.sh BUILD_DIR [ROUNDS=3]
 #   BUILD_DIR   a tide build with tide_bench (-DTIDE_BUILD_BENCH=ON), e.g. build

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarizes a bench/peers/run.sh output directory: ms/step per configuration (the median
-over rounds of each round's ms/step), tide/peer ratios, the issue-12 targets with met / NOT
+over rounds of each round's ms/step), tide/peer ratios, the targets with met / NOT
 met, what each framework ran with, the loss check, and the load. Prints plain text and
 writes OUT/summary.md (the same as Markdown). Standard library only.
 
@@ -162,7 +162,7 @@ def main():
     if "tide-traced-s2" in med and "tide-eager" in med:
         targets.append(("(info) tide traced streams 2 <= tide eager", "tide-traced-s2",
                         "tide-eager", 1.0))
-    lines += ["", "== targets (issue 12)"]
+    lines += ["", "== targets"]
     md_t = []
     for name, a, b, lim in targets:
         ratio = med[a] / med[b]

@@ -1,6 +1,6 @@
-// The GPU side of a tide stream (DeviceStream, DESIGN §8). Its worker is a launcher: it
-// runs each task's payload, which launches kernels on this stream's cudaStream_t, checks
-// the launch with last_error(), and moves on. A task is complete when the GPU has written
+// The GPU side of a tide stream (DeviceStream, docs/architecture.md, CUDA). Its worker is a
+// launcher: it runs each task's payload, which launches kernels on this stream's cudaStream_t,
+// checks the launch with last_error(), and moves on. A task is complete when the GPU has written
 // its number to the stream's timeline (pinned host memory the host reads without a driver
 // call); the worker writes the timeline after bursts of tasks, every kTimelineEvery tasks,
 // and before it waits or sleeps, so every task is eventually covered.

@@ -1,5 +1,5 @@
-// Programmatic dependent launch (Hopper and later; DESIGN §8), the graph side: a kernel
-// node joined to the kernel before it by a programmatic edge may start while that kernel
+// Programmatic dependent launch (Hopper and later; docs/architecture.md, CUDA), the graph side: a
+// kernel node joined to the kernel before it by a programmatic edge may start while that kernel
 // still runs, so its launch overlaps the other's work instead of following it. Only
 // kernels that begin with await_prerequisite_grids (core/cuda/await_grids.h) may be joined
 // that way: tide's own (tests/core/test_kernel_prologues.cpp checks them). For

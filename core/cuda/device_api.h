@@ -1,5 +1,5 @@
-// The device interface (DESIGN §8): every call tide's engine and allocator make to a GPU
-// goes through it, so the backend's logic (hazard events, block reuse, error windows) is
+// The device interface (docs/architecture.md, CUDA): every call tide's engine and allocator make to
+// a GPU goes through it, so the backend's logic (hazard events, block reuse, error windows) is
 // tested on the CPU against a recording fake (fake_device.h) and runs unchanged on the real
 // CUDA runtime (cuda_api.cu, CUDA builds only). Kernels themselves are launched by the op
 // kernels in ops/cuda/ on KernelContext::stream; this interface covers what surrounds them.

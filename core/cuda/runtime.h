@@ -1,8 +1,8 @@
-// The GPUs a process uses (DESIGN §8): one DeviceRuntime per CUDA device index, created on
-// first use, backed by the real CUDA runtime (CUDA builds with a GPU) or by a DeviceApi a
-// test installed (the recording fake). It owns the device's allocators (device memory and
-// pinned staging), its streams' bookkeeping, the stream used for host reads, and the
-// device's failure state. Everything here compiles without CUDA.
+// The GPUs a process uses (docs/architecture.md, CUDA): one DeviceRuntime per CUDA device index,
+// created on first use, backed by the real CUDA runtime (CUDA builds with a GPU) or by a DeviceApi
+// a test installed (the recording fake). It owns the device's allocators (device memory and pinned
+// staging), its streams' bookkeeping, the stream used for host reads, and the device's failure
+// state. Everything here compiles without CUDA.
 #pragma once
 
 #include <cstdint>

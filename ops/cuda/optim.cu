@@ -1,8 +1,9 @@
 // CUDA launchers of the optimizer entries (ops/optim_kernels.h): the fused in-place SGD and
 // Adam updates over fn::SgdUpdate / fn::AdamUpdate (ops/functors.h, the math the CPU loops
 // run) and the step counter's increment. lr and Adam's step count are read from device
-// memory by the kernel when it runs, never at launch (STYLE 11): a CUDA graph replays the
-// same launch with new values. Nothing here synchronizes.
+// memory by the kernel when it runs, never at launch (docs/contributing.md, Values that change
+// between replays): a CUDA graph replays the same launch with new values. Nothing here
+// synchronizes.
 #include <cstdint>
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-// Random autograd graphs, part of the seeded random API driver (issue 11): 1-3 leaves that
+// Random autograd graphs, part of the seeded random API driver: 1-3 leaves that
 // require grad, 1-7 random differentiable ops over them and constants (broadcasting ops,
 // scalar forms, unary functions, reductions, views, transpose, matmul, linear, softmax,
 // clone, copies between the CPU and the fake GPU), then backward() through a weighted sum,

@@ -1,4 +1,4 @@
-// The seeded random API driver (issue 11): random sequences of public tide calls, each
+// The seeded random API driver: random sequences of public tide calls, each
 // either checked against a double-precision reference or built invalid on purpose and
 // required to throw tide::Error at the call. Run under ASan + UBSan in CI. A failure prints
 // the seed, the case and its calls; TIDE_API_SEED / TIDE_API_CASE replay one case and

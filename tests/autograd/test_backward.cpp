@@ -1,8 +1,8 @@
-// Autograd mechanics (DESIGN §5): accumulation into .grad (a fresh first gradient taken, a
-// shared one copied), zero_grad, NoGrad, the errors of requires_grad_ and backward, freed
-// graphs and retain_graph, diamonds, explicit output gradients, backward that queues
-// without waiting, and two threads differentiating at once.
-// Per-op gradient values are checked by the op harness in tests/ops, not here.
+// Autograd mechanics (docs/architecture.md, Ops and autograd): accumulation into .grad (a fresh
+// first gradient taken, a shared one copied), zero_grad, NoGrad, the errors of requires_grad_ and
+// backward, freed graphs and retain_graph, diamonds, explicit output gradients, backward that
+// queues without waiting, and two threads differentiating at once. Per-op gradient values are
+// checked by the op harness in tests/ops, not here.
 #include <optional>
 #include <thread>
 

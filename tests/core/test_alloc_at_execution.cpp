@@ -1,5 +1,5 @@
-// Outputs allocated at execution (Engine::set_allocation(Allocation::at_execution), issue 12
-// part 3): a tensor made while it is set holds no memory until the first task that uses it
+// Outputs allocated at execution (Engine::set_allocation(Allocation::at_execution)): a
+// tensor made while it is set holds no memory until the first task that uses it
 // runs, and takes its block on that task's worker. What is checked: results are bitwise
 // those of allocation at enqueue; queued work holds no memory while the worker is held;
 // running far ahead stays flat (a worker reclaims executed work before it allocates); an

@@ -1,7 +1,7 @@
-// The caching allocator (DESIGN §4, STYLE 14) and the memory probes: size classes, cache
-// reuse in a steady loop, peak reset, empty_cache, consistent stats, storages held by
-// queued work counted as in flight and released after execution, and the process RSS;
-// the segments small GPU blocks come from (core/segment_source.h).
+// The caching allocator (docs/architecture.md, Tensors and memory) and the memory probes: size
+// classes, cache reuse in a steady loop, peak reset, empty_cache, consistent stats, storages held
+// by queued work counted as in flight and released after execution, and the process RSS; the
+// segments small GPU blocks come from (core/segment_source.h).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -387,8 +387,8 @@ namespace {
 
 using namespace testing_support;
 
-// A kernel's workspace over the limit fails its op with the op named once (issue 11, item
-// 16: "[sum] [sum] out of memory ..."), the request, the limit and what is in use.
+// A kernel's workspace over the limit fails its op with the op named once (not
+// "[sum] [sum] out of memory ...", as it once was), the request, the limit and what is in use.
 TEST_F(AllocatorTest, AWorkspaceOverTheLimitFailsItsOpNamedOnce) {
   Tensor x = ones({int64_t(2) << 20});  // 2M floats: the full sum needs a workspace
   x.wait_to_read();
@@ -403,8 +403,8 @@ TEST_F(AllocatorTest, AWorkspaceOverTheLimitFailsItsOpNamedOnce) {
   clear_pending_failures();
 }
 
-// Over the limit, the cache is returned before the reservation passes it (issue 11, item
-// 18: a 512 MB limit with varying sizes once left 794 MB cached).
+// Over the limit, the cache is returned before the reservation passes it (a 512 MB
+// limit with varying sizes once left 794 MB cached).
 TEST_F(AllocatorTest, TheCacheIsReturnedBeforeTheReservationPassesTheLimit) {
   Allocator& al = Allocator::get();
   Engine::get().synchronize();

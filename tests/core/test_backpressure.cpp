@@ -1,5 +1,5 @@
-// Backpressure (DESIGN §3): with max_inflight_ops / max_inflight_bytes set, a submit that
-// would pass a bound blocks until the workers catch up. A gate holds the stream, so the
+// Backpressure (docs/architecture.md, Engine): with max_inflight_ops / max_inflight_bytes set, a
+// submit that would pass a bound blocks until the workers catch up. A gate holds the stream, so the
 // bound is reached for certain; another thread opens it once the submitter is stalled.
 // The bounds are checked after every submit and by a watcher thread sampling the stats.
 #include <algorithm>

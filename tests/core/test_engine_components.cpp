@@ -233,7 +233,7 @@ TEST(ReclaimRules, BatchesAreDueByCountOrBytes) {
   EXPECT_TRUE(rc.note_submit());
 }
 
-// The cache-line layout the enqueue path depends on (issue 12): on a 2-core VM a line that
+// The cache-line layout the enqueue path depends on: on a 2-core VM a line that
 // the frontend writes on every submit while a worker reads it costs a transfer per op
 // (bench/RESULTS.md, "The enqueue path's cache lines"). Offsets only: a reordering that
 // puts them back on one line fails here, not in a benchmark.

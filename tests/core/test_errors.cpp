@@ -1,4 +1,4 @@
-// Errors (DESIGN §3, STYLE 8-9): argument errors throw at the call and queue nothing; a
+// Errors (docs/contributing.md, Errors): argument errors throw at the call and queue nothing; a
 // failure inside a queued op is stored in its outputs, inherited by the ops that read them
 // (which are skipped), and rethrown with the op and the queue site by the sync that touches
 // it; wait_all() reports the earliest unreported failure once; memory limits wait for

@@ -1,7 +1,7 @@
-// Hazard tracking across streams (DESIGN §3): read-after-write, write-after-read and
-// write-after-write between streams give the sequential result. A gate holds the first
-// stream so that the race window is real: without the tracking, the second stream would
-// run first and the result would differ.
+// Hazard tracking across streams (docs/architecture.md, Engine): read-after-write, write-after-read
+// and write-after-write between streams give the sequential result. A gate holds the first stream
+// so that the race window is real: without the tracking, the second stream would run first and the
+// result would differ.
 #include <thread>
 #include <vector>
 
@@ -178,9 +178,9 @@ TEST_F(Hazards, MoreStreamsThanTrackingSlots) {
 }
 
 TEST_F(Hazards, SubmitDoesNotBlockWithManyReaderStreams) {
-  // DESIGN §3: enqueue returns at once; only the backpressure bounds (off here) and memory
-  // pressure may block it. Five streams read x while held; the fifth read is submitted on a
-  // helper thread so that a blocking submit fails the test instead of hanging it.
+  // docs/architecture.md, Engine: enqueue returns at once; only the backpressure bounds (off here)
+  // and memory pressure may block it. Five streams read x while held; the fifth read is submitted
+  // on a helper thread so that a blocking submit fails the test instead of hanging it.
   Tensor x = from_data({1, 1}, {2});
   std::vector<std::unique_ptr<Gate>> gates;
   std::vector<Tensor> tags, ys(5);

@@ -1,4 +1,4 @@
-// 64-bit boundaries (issue 11, items 1-4): element and byte counts are checked, never
+// 64-bit boundaries: element and byte counts are checked, never
 // wrapped. Shapes hold at most 2^60 elements; the allocator hands out at most 2^62 bytes;
 // requests beyond either give tide::Error at the call, with nothing allocated or queued.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Shutdown (DESIGN §3): drain runs queued work first, cancel skips what has not started
-// (its outputs fail with "cancelled"); both return with 100 000 ops queued, and the engine
+// Shutdown (docs/architecture.md, Engine): drain runs queued work first, cancel skips what has not
+// started (its outputs fail with "cancelled"); both return with 100 000 ops queued, and the engine
 // restarts on the next submit. Tensors dropped while their ops are queued are safe. A
 // submit stalled by backpressure across a shutdown still runs; a static Tensor outlives
 // the thread-local caches at exit safely.

@@ -1,4 +1,4 @@
-// Synchronous mode and determinism (DESIGN §3, §5): SynchronousGuard and
+// Synchronous mode and determinism (docs/architecture.md, Engine): SynchronousGuard and
 // Engine::set_synchronous run ops in the calling thread before returning, after earlier
 // conflicting work; results are bit-identical to async mode; random numbers depend only on
 // the seed and the order of the calls, not on the thread count or the execution order.

@@ -1,5 +1,5 @@
-// The Tensor handle (DESIGN §4, STYLE 1): value semantics over a shared impl, views that
-// share storage, the sole-owner test, conversions at the sync points, printing, and the
+// The Tensor handle (docs/architecture.md, Tensors and memory): value semantics over a shared impl,
+// views that share storage, the sole-owner test, conversions at the sync points, printing, and the
 // rule that assigning to a temporary does not compile.
 #include <sstream>
 #include <thread>

@@ -1,5 +1,5 @@
 // Host syncs run the awaited tasks themselves when the stream's worker does not run
-// (Engine::State::sync_pos, issue 12): the worker is held with the white-box switch
+// (Engine::State::sync_pos): the worker is held with the white-box switch
 // StreamImpl::worker_held, as if it could not get a core. What is checked: the sync returns
 // with the right values, run on the waiting thread; it runs only up to what it waits for;
 // work it leaves behind reaches a sleeping worker; cross-stream waits are run through;

@@ -1,4 +1,4 @@
-// The NCCL process group on a real GPU, as a 1-rank group (issue 13: scripts/gpu_check.sh
+// The NCCL process group on a real GPU, as a 1-rank group (scripts/gpu_check.sh
 // runs it on a GPU machine): the collectives go through NCCL on the group's CUDA stream,
 // hazard-ordered against the compute stream, and DataParallel reduces GPU gradients. With
 // one rank a sum and an average leave the values as they are, so the checks are exact.

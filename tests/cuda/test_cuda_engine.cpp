@@ -135,7 +135,7 @@ TEST_F(CudaEngine, MemoryStatsAndOutOfMemory) {
   EXPECT_TRUE(contains(e, "bytes free of"));
 }
 
-// A CUDA call that failed and threw (a graph build that then falls back, DESIGN §8) must
+// A CUDA call that failed and threw (a graph build that then falls back) must
 // not leave its error behind for the next op's launch check to blame on that op.
 TEST_F(CudaEngine, ARefusedGraphCallLeavesNoErrorForTheNextOp) {
   cuda::DeviceApi& api = cuda::DeviceRuntime::get(0).api();

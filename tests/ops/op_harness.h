@@ -1,5 +1,5 @@
-// The generic op-test harness (STYLE 15). A case is (op, a callable building the op from
-// input tensors, a double-precision reference written with plain loops, input shapes,
+// The generic op-test harness (docs/contributing.md, Tests). A case is (op, a callable building the
+// op from input tensors, a double-precision reference written with plain loops, input shapes,
 // dtypes, tolerances, an input generator kept away from kinks). run_cases() checks the op
 // against the reference on every shape set and dtype of the case, and, for differentiable
 // cases, compares the gradient from backward() with float64 central differences.

@@ -1,5 +1,5 @@
-// Walks the op table (STYLE 5): every op has a value test and, when differentiable, a
-// gradient test registered by the other files of tests/ops; names and traits are
+// Walks the op table (docs/contributing.md, The op table): every op has a value test and, when
+// differentiable, a gradient test registered by the other files of tests/ops; names and traits are
 // consistent. Also tests the two debug ops (fail, gate), which have no other home here.
 // Does not test the ops' math: the per-family files do.
 #include <algorithm>

@@ -8,17 +8,14 @@
 
 #include <vector>
 
-#include "fake_gpu.h"
+#include "device_graph_support.h"
 #include "ops/kernel_entry.h"
 #include "trace/device_graph.h"
 
 namespace tide {
 namespace {
 
-using cuda::FakeDevice;
-
-constexpr int kGpu = 8;
-FakeDevice& fake() { return test_util::fake_gpu(kGpu); }
+using namespace device_graph_test;
 
 // This test's stand-in for a thread's library handle, made on first use as conv.cu does.
 bool g_handle_made = false;

@@ -312,7 +312,7 @@ TEST_F(IdxTest, Errors) {
 }
 
 // A header whose element count wraps in 64 bits (4 x 2^31 x 2^31 = 2^64): once it passed the
-// size check with a small file and crashed in next_batch() (issue 11, item 5).
+// size check with a small file and crashed in next_batch().
 TEST_F(IdxTest, AHeaderWhoseSizeWrapsIsRefused) {
   std::vector<uint8_t> wrap;
   for (uint32_t v : {0x00000803u, 4u, 0x80000000u, 0x80000000u}) put_be32(wrap, v);

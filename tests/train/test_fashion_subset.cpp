@@ -6,7 +6,7 @@
 // AddressSanitizer. Skipped (with a message) when Debian's dataset-fashion-mnist is not
 // installed.
 //
-// The same for a small CNN (issue 14: conv, batch norm, max-pool, flatten), trained eagerly
+// The same for a small CNN (conv, batch norm, max-pool, flatten), trained eagerly
 // and with the step traced: both must learn, and the traced run must give the eager run's
 // bits (loss and parameters).
 //

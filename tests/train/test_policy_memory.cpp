@@ -1,5 +1,5 @@
-// Memory-policy invariants of the Trainer (DESIGN §7), on a small MLP with the worker held
-// back by gates so that what each policy lets pile up is deterministic:
+// Memory-policy invariants of the Trainer (docs/training.md, The Trainer), on a small MLP with the
+// worker held back by gates so that what each policy lets pile up is deterministic:
 //   none       - with the worker held, minibatch i leaves exactly i minibatches queued, and
 //                the allocator holds i x Trainer::measure_step_bytes() (within 10 %);
 //   per_batch  - a minibatch starts only once the previous minibatch's loss was computed, so

@@ -1,4 +1,4 @@
-// The Trainer stops with an error a user sees (issue 11 item 17): on labels outside the
+// The Trainer stops with an error a user sees: on labels outside the
 // classes (the loss fails: cross_entropy's check runs with the kernel) and on a loss that is
 // not finite (what a bad label gives on a real GPU, or a diverging run), under every sync
 // policy, instead of recording NaN or 0 and returning normally.
