@@ -4,7 +4,8 @@
 //   per-op costs   enqueue alone, throughput (enqueue + execute, one sync per batch), and a
 //                  sync round trip per op -- never the enqueue alone called "the op's cost";
 //   anchors        a thread hand-off (spinning atomics; mutex + condvar) for the round trip,
-//                  cblas_sgemm for matmul, plain loops and memcpy for memory bandwidth.
+//                  cblas_sgemm for matmul, plain loops and memcpy for memory bandwidth, a
+//                  plain Philox loop for randn.
 // Every benchmark times wall-clock (UseRealTime): the work runs on tide's worker threads,
 // so the calling thread's CPU time would say nothing. Run with repetitions for medians:
 //   tide_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/blas_threads.h"
+#include "core/philox.h"
 #include "tide.h"
 
 namespace {
@@ -325,6 +327,49 @@ BENCHMARK(BM_MemcpyBandwidth)
     })
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// ---- random numbers vs raw Philox ------------------------------------------------------------
+
+constexpr int64_t kRandn = 1000 * 1000;
+
+// tide::randn of 1000x1000 floats, waited for, on 1 thread and on tide's default count.
+// bench/randn_pairs.sh times PyTorch's torch.randn of the same size in alternating rounds.
+void BM_RandnThroughput(benchmark::State& state) {
+  const int saved = tide::num_threads();
+  tide::set_num_threads(int(state.range(0)));
+  tide::Generator gen(7);
+  Tensor x;
+  tide::wait_all();
+  for (auto _ : state) {
+    x = tide::randn({1000, 1000}, tide::DType::float32, gen);
+    x.wait_to_read();
+  }
+  tide::set_num_threads(saved);
+  state.SetItemsProcessed(state.iterations() * kRandn);
+}
+BENCHMARK(BM_RandnThroughput)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      b->Arg(1);
+      if (anchor_threads() > 1) b->Arg(anchor_threads());
+    })
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The anchor: the Philox blocks of 1M numbers in a plain loop on this thread, no transform.
+void BM_PhiloxPlainLoop(benchmark::State& state) {
+  std::vector<uint32_t> out(static_cast<size_t>(kRandn));
+  uint64_t offset = 0;
+  for (auto _ : state) {
+    for (int64_t b = 0; b < kRandn / 4; ++b) {
+      tide::philox::U32x4 v = tide::philox::block(offset + uint64_t(b), 7);
+      std::memcpy(&out[size_t(4 * b)], v.v, sizeof v.v);
+    }
+    offset += kRandn / 4;
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRandn);
+}
+BENCHMARK(BM_PhiloxPlainLoop)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- a small training step (the libtorch comparison's counterpart) --------------------------
 

@@ -1,4 +1,5 @@
 // CPU implementations of the creation kernel entries (ops/creation_kernels.h).
+#include <algorithm>
 #include <cstring>
 
 #include "core/philox.h"
@@ -24,6 +25,50 @@ void fill(const KernelContext&, const Fill<T>& a, const NoExtra&) {
   });
 }
 
+// Philox blocks [b0, b1) of a random fill: kLanes blocks per step, in lane arrays that the
+// compiler vectorises (philox::blocks, then the transform lane by lane). Each element is
+// computed by the same functions as philox::normal4/uniform4, so the result does not
+// depend on the instruction set chosen below, on the chunking, or on the device.
+constexpr int kLanes = 16;
+
+template <class T>
+[[gnu::always_inline]] inline void random_blocks(T* p, int64_t n, uint64_t offset, uint64_t key,
+                                                 bool normal, int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; b += kLanes) {
+    uint32_t c[4][kLanes];
+    philox::blocks<kLanes>(offset + uint64_t(b), key, c);
+    T z[4 * kLanes];
+    if (normal) {
+      for (int l = 0; l < kLanes; ++l) {
+        philox::box_muller(c[0][l], c[1][l], z[4 * l], z[4 * l + 1]);
+        philox::box_muller(c[2][l], c[3][l], z[4 * l + 2], z[4 * l + 3]);
+      }
+    } else {
+      for (int l = 0; l < kLanes; ++l)
+        for (int j = 0; j < 4; ++j) z[4 * l + j] = philox::uniform_of<T>(c[j][l]);
+    }
+    const int64_t count = std::min({int64_t(4 * kLanes), 4 * (b1 - b), n - 4 * b});
+    std::memcpy(p + 4 * b, z, size_t(count) * sizeof(T));
+  }
+}
+
+// One copy per instruction set, chosen at load time: the library is built for baseline
+// x86-64, whose SSE2 has no 32x32->64-bit multiply on more than two lanes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TIDE_RANDOM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TIDE_RANDOM_CLONES
+#endif
+
+TIDE_RANDOM_CLONES void random_blocks_f32(float* p, int64_t n, uint64_t offset, uint64_t key,
+                                          bool normal, int64_t b0, int64_t b1) {
+  random_blocks(p, n, offset, key, normal, b0, b1);
+}
+TIDE_RANDOM_CLONES void random_blocks_f64(double* p, int64_t n, uint64_t offset, uint64_t key,
+                                          bool normal, int64_t b0, int64_t b1) {
+  random_blocks(p, n, offset, key, normal, b0, b1);
+}
+
 template <class T>
 void random_fill(const KernelContext&, const RandomFill<T>& a, const NoExtra&) {
   T* p = a.out.get();
@@ -33,12 +78,8 @@ void random_fill(const KernelContext&, const RandomFill<T>& a, const NoExtra&) {
   const bool normal = a.normal;
   // One Philox block gives four consecutive elements.
   parallel_for((n + 3) / 4, kParallelGrain / 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      T v[4];
-      if (normal) philox::normal4(offset, key, uint64_t(b), v);
-      else philox::uniform4(offset, key, uint64_t(b), v);
-      for (int64_t l = 0, i = 4 * b; l < 4 && i < n; ++l, ++i) p[i] = v[l];
-    }
+    if constexpr (sizeof(T) == 4) random_blocks_f32(p, n, offset, key, normal, b0, b1);
+    else random_blocks_f64(p, n, offset, key, normal, b0, b1);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/philox.h"
 #include "core/thread_pool.h"
 #include "tests/ops/op_harness.h"
 
@@ -412,6 +413,131 @@ TEST(Random, IndependentOfThreadCount) {
   EXPECT_EQ(num_threads(), saved);
   EXPECT_TRUE(one.first == two.first) << "randn differs between 1 and 2 threads";
   EXPECT_TRUE(one.second == two.second) << "rand differs between 1 and 2 threads";
+}
+
+// Philox 4x32-10 at counter 0, key 0: the known answer of Random123's kat_vectors; the
+// lane form (what the CPU kernel runs) gives the same words as block() at any start.
+TEST(Random, PhiloxKnownAnswerAndLanes) {
+  philox::U32x4 z = philox::block(0, 0);
+  EXPECT_EQ(z.v[0], 0x6627e8d5u);
+  EXPECT_EQ(z.v[1], 0xe169c58du);
+  EXPECT_EQ(z.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(z.v[3], 0x9b00dbd8u);
+  for (uint64_t first : {uint64_t(0), uint64_t(0xFFFFFFF8u), ~uint64_t(0) - 5}) {
+    uint32_t c[4][16];
+    philox::blocks<16>(first, 0x0123456789ABCDEFull, c);
+    for (int l = 0; l < 16; ++l) {
+      philox::U32x4 b = philox::block(first + uint64_t(l), 0x0123456789ABCDEFull);
+      for (int j = 0; j < 4; ++j) ASSERT_EQ(c[j][l], b.v[j]) << first << " lane " << l;
+    }
+  }
+}
+
+// The Box-Muller transform (core/philox.h: polynomial log, sin and cos, no libm) against
+// long double libm on u = (x1 + 1/2) / 2^32 and th = 2 pi x2 / 2^32: the error of each
+// output, in ulps of the radius r = sqrt(-2 log u) (cos or sin may be near 0), is at most
+// 4 in float and in double (measured: 2.8 and 2.1). Random words, then those at the edges
+// of the log's and the angle's reductions.
+TEST(Random, NormalTransformMatchesLibm) {
+  double worst_f = 0, worst_d = 0;
+  auto check = [&](uint32_t x1, uint32_t x2) {
+    const long double u = ((long double)x1 + 0.5L) * 0x1p-32L;
+    const long double r = std::sqrt(-2 * std::log(u));
+    const long double th = 6.283185307179586476925286766559L * (long double)x2 * 0x1p-32L;
+    const long double c = r * std::cos(th), s = r * std::sin(th);
+    float f0, f1;
+    double d0, d1;
+    philox::box_muller(x1, x2, f0, f1);
+    philox::box_muller(x1, x2, d0, d1);
+    const double ulp_f = std::nextafter(float(r), INFINITY) - float(r);
+    const double ulp_d = std::nextafter(double(r), INFINITY) - double(r);
+    const double ef = double(std::max(std::abs(f0 - c), std::abs(f1 - s))) / ulp_f;
+    const double ed = double(std::max(std::abs(d0 - c), std::abs(d1 - s))) / ulp_d;
+    worst_f = std::max(worst_f, ef);
+    worst_d = std::max(worst_d, ed);
+    if (ef > 4 || ed > 4)
+      ADD_FAILURE() << std::hex << "x1 " << x1 << " x2 " << x2 << std::dec << ": float " << ef
+                    << " ulps, double " << ed << " ulps";
+  };
+  std::mt19937 rng(41);
+  for (int i = 0; i < 1000000; ++i) check(rng(), rng());
+  const uint32_t edges1[] = {0u,          1u,          2u,          0x00FFFFFFu, 0x01000000u,
+                             0x3504F333u, 0x7FFFFFFFu, 0x80000000u, 0xB504F333u, 0xB504F334u,
+                             0xFFFFFF00u, 0xFFFFFF7Fu, 0xFFFFFF80u, 0xFFFFFFFEu, 0xFFFFFFFFu};
+  const uint32_t edges2[] = {0u,          1u,          0x1FFFFFFFu, 0x20000000u, 0x3FFFFFFFu,
+                             0x40000000u, 0x7FFFFFFFu, 0x80000000u, 0xBFFFFFFFu, 0xC0000000u,
+                             0xDFFFFFFFu, 0xE0000000u, 0xFFFFFFFFu};
+  for (uint32_t a : edges1)
+    for (uint32_t b : edges2) check(a, b);
+  for (uint32_t k = 0; k < 4096; ++k) check(~k, k * 2654435761u);  // u next to 1: r near 0
+  EXPECT_LE(worst_f, 4.0);
+  EXPECT_LE(worst_d, 4.0);
+}
+
+// 1M samples per dtype: mean, variance, skewness, kurtosis and the 3-sigma tails, each to
+// within about 5 standard errors.
+TEST(Random, RandnMomentsOfAMillion) {
+  for (DType dt : {DType::float32, DType::float64}) {
+    Generator gen(1001);
+    std::vector<double> v = randn({1000, 1000}, dt, gen).to_vector<double>();
+    double s1 = 0, s2 = 0, s3 = 0, s4 = 0, hi = 0;
+    int64_t beyond3 = 0;
+    for (double x : v) {
+      s1 += x, s2 += x * x, s3 += x * x * x, s4 += x * x * x * x;
+      beyond3 += std::abs(x) > 3.0;
+      hi = std::max(hi, std::abs(x));
+    }
+    const double n = double(v.size());
+    EXPECT_NEAR(s1 / n, 0.0, 0.005) << name(dt);                       // sd 1e-3
+    EXPECT_NEAR(s2 / n, 1.0, 0.007) << name(dt);                       // sd 1.4e-3
+    EXPECT_NEAR(s3 / n, 0.0, 0.02) << name(dt);                        // sd 2.4e-3
+    EXPECT_NEAR(s4 / n, 3.0, 0.05) << name(dt);                        // sd 9.8e-3
+    EXPECT_NEAR(double(beyond3) / n, 0.0026998, 0.00026) << name(dt);  // sd 5.2e-5
+    EXPECT_GT(hi, 4.0) << name(dt);
+    EXPECT_LT(hi, 6.8) << name(dt);  // sqrt(-2 log 2^-33): the largest radius there is
+  }
+}
+
+// Every element of randn and rand, on the CPU (the vectorised kernel, 1 and 2 threads) and
+// on each case device (the fake GPU here: the CPU kernel from a stream; tide_cuda_tests:
+// the CUDA kernel), equals the scalar normal_at/uniform_at the header defines: the same
+// bits on every device. Odd sizes and an odd offset exercise partial lane groups.
+TEST(Random, EveryDeviceGivesTheScalarFormulasBits) {
+  const int saved = num_threads();
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(65), int64_t(100003)}) {
+    Generator g(77);
+    g.set_offset(13);
+    const uint64_t key = g.seed();
+    std::vector<float> nf(static_cast<size_t>(n)), uf(static_cast<size_t>(n));
+    std::vector<double> nd(static_cast<size_t>(n)), ud(static_cast<size_t>(n));
+    uint64_t off = 13;
+    for (int64_t i = 0; i < n; ++i) nf[size_t(i)] = philox::normal_at<float>(off, key, uint64_t(i));
+    off += uint64_t(n + 3) / 4;
+    for (int64_t i = 0; i < n; ++i)
+      nd[size_t(i)] = philox::normal_at<double>(off, key, uint64_t(i));
+    off += uint64_t(n + 3) / 4;
+    for (int64_t i = 0; i < n; ++i)
+      uf[size_t(i)] = philox::uniform_at<float>(off, key, uint64_t(i));
+    off += uint64_t(n + 3) / 4;
+    for (int64_t i = 0; i < n; ++i)
+      ud[size_t(i)] = philox::uniform_at<double>(off, key, uint64_t(i));
+    std::vector<Device> devices = test::case_devices();
+    devices.insert(devices.begin(), {Device::cpu(), Device::cpu()});
+    for (size_t k = 0; k < devices.size(); ++k) {
+      const Device d = devices[k];
+      set_num_threads(k == 0 ? 1 : saved);
+      SCOPED_TRACE("n " + std::to_string(n) + " on " + d.str() + (k == 0 ? ", 1 thread" : ""));
+      Generator h(77);
+      h.set_offset(13);
+      Tensor a = randn({n}, DType::float32, h, d), b = randn({n}, DType::float64, h, d);
+      Tensor c = rand({n}, DType::float32, h, d), e = rand({n}, DType::float64, h, d);
+      EXPECT_TRUE(a.to_vector<float>() == nf);
+      EXPECT_TRUE(b.to_vector<double>() == nd);
+      EXPECT_TRUE(c.to_vector<float>() == uf);
+      EXPECT_TRUE(e.to_vector<double>() == ud);
+    }
+  }
+  set_num_threads(saved);
 }
 
 // ---- views ---------------------------------------------------------------------------------
