@@ -25,6 +25,19 @@ namespace detail {
 // A recorded kernel: what a queued task would have run, with the context it would get.
 using Kernel = std::function<void(const KernelContext&)>;
 
+// Work a recorded op needs on the host before every replay of its trace on a GPU, which a
+// CUDA graph cannot hold: a collective's agreement across ranks (dist/process_group.cpp).
+class ReplayHook {
+ public:
+  virtual ~ReplayHook() = default;
+  // Before each launch of the trace's CUDA graph, in recording order, on the replay's
+  // worker. Throws to fail the replay (on every rank alike: the agreement is collective).
+  virtual void before_replay() = 0;
+  // Whether `ok` holds on every rank: a blocking exchange that every rank makes once per
+  // graph build, so that every rank launches the graph or every rank the nodes one by one.
+  virtual bool on_every_rank(bool ok) = 0;
+};
+
 class CaptureSink {
  public:
   virtual ~CaptureSink() = default;
@@ -56,6 +69,8 @@ class CaptureSink {
     (void)s;
     return false;
   }
+  // Host work an op needs before every replay on a GPU (ReplayHook), kept with the trace.
+  virtual void add_replay_hook(std::shared_ptr<ReplayHook> hook) { (void)hook; }
   // Autograd's host-side effects on a leaf's .grad, which a replay does not redo: a reset
   // (zero_grad), and a backward that made `grad` the leaf's first gradient (taken) or
   // added to the gradient it had (`grad` is that one).
@@ -70,6 +85,22 @@ class CaptureSink {
 // addresses a kernel uses are baked into the graph, so no memory may be taken from an
 // allocator then (Allocator::workspace refuses).
 inline thread_local bool tl_graph_capture = false;
+
+// True while a CUDA graph captures the top level of a trace, whose replays run the trace's
+// ReplayHooks before each launch: a kernel with a hook then leaves its host work to it.
+// False in a loop body's capture (its iterations run on the device, with no host step).
+inline thread_local bool tl_replay_hooks_run = false;
+// Sets tl_replay_hooks_run for a scope and puts it back.
+class ReplayHooksRun {
+ public:
+  explicit ReplayHooksRun(bool on) : before_(tl_replay_hooks_run) { tl_replay_hooks_run = on; }
+  ~ReplayHooksRun() { tl_replay_hooks_run = before_; }
+  ReplayHooksRun(const ReplayHooksRun&) = delete;
+  ReplayHooksRun& operator=(const ReplayHooksRun&) = delete;
+
+ private:
+  bool before_;
+};
 
 // The sink of the calling thread, or nullptr when it is not recording.
 inline thread_local CaptureSink* tl_capture = nullptr;

@@ -49,6 +49,7 @@ std::string CollectiveDesc::str() const {
 
 void check_agreement(Communicator& comm, const CollectiveDesc& desc, bool input_failed,
                      const char* op) {
+  comm.check_health(op);
   const auto mine = encode(desc, input_failed);
   std::vector<int64_t> all(size_t(kWords) * size_t(comm.size()));
   comm.all_gather(mine, all, op);

@@ -30,7 +30,8 @@ struct CollectiveDesc {
 // Exchanges `desc` and `input_failed` with every rank of comm (blocking). Throws, on every
 // rank alike, tide::Error("[op] ranks disagree on the collective: rank 0: ...; rank 1: ...")
 // unless all descriptions are equal, "[op] the input of rank 1 holds a failure ..." when a
-// rank's input_failed is set, and what comm throws when the exchange itself fails.
+// rank's input_failed is set, and what comm throws when the exchange itself fails or its
+// backend reported an asynchronous error (Communicator::check_health, first).
 void check_agreement(Communicator& comm, const CollectiveDesc& desc, bool input_failed,
                      const char* op);
 

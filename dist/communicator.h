@@ -43,6 +43,11 @@ class Communicator {
   virtual void barrier(const char* op) = 0;
   // Host memory: out[r * in.size() + i] = rank r's in[i]; out.size() == in.size() * size().
   virtual void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) = 0;
+  // Throws tide::Error("[op] ...") when the backend reported an asynchronous error (a GPU
+  // backend's kernels failed or a peer is gone): the backend then aborts the communicator
+  // instead of leaving the other ranks' kernels waiting, and every later call throws too.
+  // Called before each collective's agreement; does not block. None for a CPU backend.
+  virtual void check_health(const char* op) { (void)op; }
 };
 
 }  // namespace tide::dist

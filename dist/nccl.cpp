@@ -32,6 +32,8 @@ struct Nccl {
                             cudaStream_t);
   const char* (*GetErrorString)(ncclResult_t);
   const char* (*GetLastError)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*);
+  ncclResult_t (*CommAbort)(ncclComm_t);
 };
 
 template <class F>
@@ -51,6 +53,8 @@ Nccl load() {
   bind(lib, n.Broadcast, "ncclBroadcast");
   bind(lib, n.GetErrorString, "ncclGetErrorString");
   bind(lib, n.GetLastError, "ncclGetLastError");
+  bind(lib, n.CommGetAsyncError, "ncclCommGetAsyncError");
+  bind(lib, n.CommAbort, "ncclCommAbort");
   return n;  // the library stays loaded for the process
 }
 
@@ -118,9 +122,25 @@ class NcclCommunicator final : public Communicator {
   void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) override {
     host_.all_gather(in, out, op);
   }
+  // An asynchronous error (a failed kernel, a peer gone) leaves this rank's and the others'
+  // NCCL kernels waiting for ever: the communicator is aborted, which ends them, and this
+  // and every later call say why.
+  void check_health(const char* op) override {
+    if (aborted_.empty()) {
+      ncclResult_t async = ncclSuccess;
+      check(nccl().CommGetAsyncError(comm_, &async), comm_, "ncclCommGetAsyncError", op);
+      if (async == ncclSuccess || async == ncclInProgress) return;
+      aborted_ = std::string("NCCL reported an asynchronous error on rank ") +
+                 std::to_string(rank()) + " (" + nccl().GetErrorString(async) +
+                 "); the communicator was aborted (ncclCommAbort), make a new group to go on";
+      (void)nccl().CommAbort(comm_);
+    }
+    throw Error(op, aborted_);
+  }
 
  private:
-  ncclComm_t comm_;  // never destroyed: the world group lives until exit
+  std::string aborted_;  // why the communicator was aborted ("" while it works)
+  ncclComm_t comm_;      // never destroyed: the world group lives until exit
   Communicator& host_;
   Device device_;
 };

@@ -2,9 +2,12 @@
 // communication stream (agreement first, then the backend call).
 #include "dist/process_group.h"
 
+#include <algorithm>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/capture.h"
 #include "core/error.h"
@@ -69,29 +72,63 @@ std::string message_of(const Error& e, const char* op) {
 // in before it) and the group's `order` token, which chains the group's collectives in the
 // order they were recorded: a replay that runs independent branches at once
 // (trace::Options::streams) must still call them in the same order on every rank.
+std::string where(const Communicator& comm) {
+  return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size());
+}
+
+void agree(Communicator& comm, const CollectiveDesc& desc, const Storage* s, const char* op) {
+  try {
+    check_agreement(comm, desc, s->failure() != nullptr, op);
+  } catch (const Error& e) {
+    throw Error(op, message_of(e, op) + " (" + where(comm) + ")");
+  }
+}
+
+// A traced collective on a GPU: its CUDA graph holds the backend's kernel, and the
+// agreement, a host exchange, runs before every launch of the graph.
+class Agreement final : public tide::detail::ReplayHook {
+ public:
+  Agreement(Communicator* comm, CollectiveDesc desc, const Storage* s, const char* op)
+      : comm_(comm), desc_(std::move(desc)), s_(s), op_(op) {}
+  void before_replay() override { agree(*comm_, desc_, s_, op_); }
+  bool on_every_rank(bool ok) override {
+    const int64_t mine[1] = {ok ? 1 : 0};
+    std::vector<int64_t> all(size_t(comm_->size()));
+    comm_->all_gather(mine, all, op_);
+    return std::all_of(all.begin(), all.end(), [](int64_t v) { return v == 1; });
+  }
+
+ private:
+  Communicator* comm_;
+  CollectiveDesc desc_;
+  const Storage* s_;
+  const char* op_;
+};
+
 template <class Call>
 void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storage* order,
            CollectiveDesc desc, Call call, Site site) {
   StreamGuard guard(stream);
   Storage* touched[2] = {s, order};
   const bool traced = tracing();
+  if (traced) detail::capturing()->add_replay_hook(std::make_shared<Agreement>(comm, desc, s, op));
   Engine::get().submit(
       comm->device(), op,
       traced ? std::span<Storage* const>(touched, 2) : std::span<Storage* const>(),
       std::span<Storage* const>(touched, traced ? 2 : 1),
       [comm, op, s, desc, call = std::move(call)](const KernelContext& ctx) {
-        auto where = [comm] {
-          return "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size());
-        };
-        try {
-          check_agreement(*comm, desc, s->failure() != nullptr, op);
-        } catch (const Error& e) {
-          throw Error(op, message_of(e, op) + " (" + where() + ")");
-        }
+        // Captured into a CUDA graph, the kernel is captured and nothing runs: the replays
+        // agree first (Agreement). A loop body's iterations have no host step to agree in.
+        if (!tide::detail::tl_graph_capture) agree(*comm, desc, s, op);
+        else if (!tide::detail::tl_replay_hooks_run)
+          throw Error(op,
+                      "cannot be captured in a trace::loop body on a GPU: the ranks agree "
+                      "on each collective on the host, which a WHILE node's iterations "
+                      "never reach (the replay launches the nodes one by one instead)");
         try {
           call(ctx.stream);
         } catch (const Error& e) {
-          throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where() + ")");
+          throw Error(op, message_of(e, op) + " (" + desc.str() + ", " + where(*comm) + ")");
         }
       },
       site);

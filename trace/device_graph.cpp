@@ -272,6 +272,7 @@ std::string build_once(Graph& g, DeviceGraph& dg, const KernelContext& ctx, cons
     if (dg.copy_in.back()) roots_after.push_back(dg.copy_in.back());
   }
   std::vector<GraphNodeHandle> sinks;
+  tide::detail::ReplayHooksRun hooks_run(true);  // this graph's replays run g.replay_hooks
   std::string failed = add_planned_nodes(g, h, roots_after, capture_context(ctx, dg), &sinks);
   if (!failed.empty()) return failed;
   for (size_t k = 0; k < g.inputs.size(); ++k)
@@ -339,6 +340,17 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
   bool first = how == Launch::graph && !dg.stats().built;
   if (first) {
     std::string fallback = build(g, dg, ctx, c);
+    // A graph with collectives replays on every rank or on none: a rank launching node by
+    // node runs its agreements in other places than a rank replaying the graph.
+    if (!g.replay_hooks.empty() && !g.replay_hooks.front()->on_every_rank(fallback.empty()) &&
+        fallback.empty()) {
+      SpareExec built{
+          dg.api, std::exchange(dg.exec, nullptr), std::exchange(dg.graph, nullptr), {}, {}, {}};
+      ExecRecycler::destroy(built);
+      fallback =
+          "another rank could not build its graph (a trace with collectives replays "
+          "its CUDA graph on every rank or on none)";
+    }
     std::lock_guard lock(dg.mu);
     dg.stats_.built = true;
     dg.stats_.fallback = std::move(fallback);
@@ -365,6 +377,7 @@ void launch(Graph& g, DeviceGraph& dg, const KernelContext& ctx, const CallBindi
       for (size_t j = 0; j < dg.out_values.size(); ++j)
         repoint(dg.copy_out[j], output_copy(g, c, dg.out_values[j]));
     }
+    for (const auto& hook : g.replay_hooks) hook->before_replay();  // the host steps
     api.graph_launch(dg.exec, ctx.stream);
   }
   // Outputs the graph never writes (constants): copied after it, in stream order.

@@ -134,6 +134,9 @@ kernels::FusedChain DeviceLoop::iterated_args() const {
 
 std::string DeviceLoop::add_to(GraphHandle h, std::span<const GraphNodeHandle> deps,
                                const KernelContext& ctx, std::vector<GraphNodeHandle>* exits) {
+  // The body's iterations run on the device with no host step between them: a kernel that
+  // needs one (a collective's agreement) refuses the capture.
+  tide::detail::ReplayHooksRun no_host_steps(false);
   cuda::DeviceApi& api = *ctx.api;
   const size_t k = state_.size();
   exits->clear();

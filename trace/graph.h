@@ -103,6 +103,9 @@ struct Graph {
     bool reset_first = false;          // the function reset .grad (zero_grad) before
   };
   std::vector<GradBinding> grad_bindings;
+  // Host work before each replay of the CUDA graph (collectives' agreements), in recording
+  // order; the node-by-node launch runs it in the nodes instead.
+  std::vector<std::shared_ptr<tide::detail::ReplayHook>> replay_hooks;
   StorageRef arena;  // intermediates
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;  // sum of the intermediates' sizes (no sharing)

@@ -179,6 +179,10 @@ void Recorder::describe_next(const void* desc, size_t bytes) {
   std::memcpy(&*next_desc_, desc, bytes);
 }
 
+void Recorder::add_replay_hook(std::shared_ptr<tide::detail::ReplayHook> hook) {
+  g_->replay_hooks.push_back(std::move(hook));
+}
+
 std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
   Graph& g = *g_;
   // A trace without ops runs where its inputs are.

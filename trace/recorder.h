@@ -57,6 +57,7 @@ class Recorder final : public tide::detail::CaptureSink {
   [[noreturn]] void host_read(const char* op) override;
   const uint64_t* random_counter(Generator& gen, uint64_t numel, Device device) override;
   void describe_next(const void* desc, size_t bytes) override;
+  void add_replay_hook(std::shared_ptr<tide::detail::ReplayHook> hook) override;
   // One for a storage this recording has a value for (Value::storage), else none.
   int references_held(const Storage* s) const override;
   bool host_data(const Storage* s) const override;

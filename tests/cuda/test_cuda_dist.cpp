@@ -1,6 +1,7 @@
 // The NCCL process group on a real GPU, as a 1-rank group (scripts/gpu_check.sh
 // runs it on a GPU machine): the collectives go through NCCL on the group's CUDA stream,
-// hazard-ordered against the compute stream, and DataParallel reduces GPU gradients. With
+// hazard-ordered against the compute stream, DataParallel reduces GPU gradients, eagerly
+// and in a traced step's CUDA graph. With
 // one rank a sum and an average leave the values as they are, so the checks are exact.
 // Skipped (the suite exits 77) without a GPU; a build without NCCL checks its message.
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "nn/module.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "trace/trace.h"
 
 namespace tide {
 namespace {
@@ -77,6 +79,50 @@ TEST(CudaNccl, DataParallelStepEqualsTheOneProcessStep) {
   auto b = alone->parameters();
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(a[i].second.grad().to_vector<float>(), b[i].grad().to_vector<float>()) << a[i].first;
+}
+
+// A traced data-parallel training step on a 1-rank NCCL group: the step's CUDA graph holds
+// the NCCL kernels, the agreements run on the host before each replay, and the graph is
+// built (every rank agrees). Equal to the eager step bit for bit.
+TEST(CudaNccl, ATracedDataParallelStepIsOneGraphAndEqualsEager) {
+  if (!dist::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
+  dist::ProcessGroup& pg = dist::nccl_world(0);
+  const Device dev = Device::cuda(0);
+  auto make = [&] {
+    Generator gen(6);
+    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(nn::LinearOptions(16, 32), gen), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(nn::LinearOptions(32, 4), gen)});
+    m->to(dev);
+    return m;
+  };
+  auto eager = make(), traced = make();
+  const auto opts = dist::DataParallelOptions().first_bucket_bytes(256).bucket_bytes(1024);
+  dist::DataParallel dp_eager(*eager, pg, opts), dp_traced(*traced, pg, opts);
+  auto step = [](nn::Module& m, dist::DataParallel& dp, const Tensor& x, const Tensor& y) {
+    for (Tensor& p : m.parameters()) p.zero_grad();
+    Tensor diff = m(x) - y;
+    Tensor loss = mean(diff * diff);
+    loss.backward();
+    dp.reduce_gradients();
+    NoGrad no_grad;
+    for (Tensor& p : m.parameters()) p.sub_(p.grad(), 0.05);
+    return loss;
+  };
+  auto f = trace::function(
+      [&](const Tensor& x, const Tensor& y) { return step(*traced, dp_traced, x, y); },
+      {.name = "dp_step_nccl"});
+  Generator data(9);
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = randn({9, 16}, DType::float32, data, dev),
+           y = randn({9, 4}, DType::float32, data, dev);
+    EXPECT_EQ(f(x, y).to_vector<float>(), step(*eager, dp_eager, x, y).to_vector<float>()) << i;
+  }
+  auto e = eager->named_parameters();
+  auto t = traced->parameters();
+  for (size_t i = 0; i < e.size(); ++i)
+    EXPECT_EQ(t[i].to_vector<float>(), e[i].second.to_vector<float>()) << e[i].first;
+  EXPECT_EQ(f.stats().graph_fallback, "") << "NCCL's kernels must be captured";
 }
 
 }  // namespace

@@ -342,18 +342,28 @@ class FakeGpuCommunicator final : public dist::Communicator {
                   const char*) override {
     EXPECT_EQ(dtype, DType::float32);
     streams.push_back(stream);
-    auto* job =
-        new Scale{static_cast<float*>(data), count, red == ReduceOp::sum ? float(ranks_) : 1.0f};
-    gpu_.launch_host(stream, &Scale::run, job);
+    // Kept with the communicator: captured into a CUDA graph, the host function runs on
+    // every launch of the graph.
+    jobs_.push_back(std::make_unique<Scale>(
+        Scale{static_cast<float*>(data), count, red == ReduceOp::sum ? float(ranks_) : 1.0f}));
+    gpu_.launch_host(stream, &Scale::run, jobs_.back().get());
   }
   void broadcast(void*, int64_t, DType, int, void* stream, const char*) override {
     streams.push_back(stream);  // every rank holds the same values already
   }
   void barrier(const char*) override {}
   void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char*) override {
+    ++gathers;
     for (int r = 0; r < ranks_; ++r) std::copy(in.begin(), in.end(), out.begin() + r * in.size());
+    if (in.size() == 1 && other_rank_built_no_graph) out[1] = 0;  // the vote on a graph build
+  }
+  void check_health(const char* op) override {
+    if (!async_error.empty()) throw Error(op, async_error);
   }
   std::vector<void*> streams;  // the stream of each data call, in order
+  int gathers = 0;             // exchanges: agreements and votes
+  bool other_rank_built_no_graph = false;
+  std::string async_error;  // what check_health reports ("": healthy)
 
  private:
   struct Scale {
@@ -363,9 +373,9 @@ class FakeGpuCommunicator final : public dist::Communicator {
     static void run(void* arg) {
       auto* s = static_cast<Scale*>(arg);
       for (int64_t i = 0; i < s->n; ++i) s->p[i] *= s->f;
-      delete s;
     }
   };
+  std::vector<std::unique_ptr<Scale>> jobs_;
   cuda::FakeDevice& gpu_;
   Device device_;
   int ranks_;
@@ -457,6 +467,116 @@ TEST(GpuGroup, DataParallelAveragesGradientsOnTheGpu) {
   pg.stream().synchronize();  // the worker's calls are visible from here
   EXPECT_EQ(comm->streams.size(), dp.buckets().size());
   for (void* s : comm->streams) EXPECT_EQ(s, comm->streams[0]);
+}
+
+// A traced data-parallel step on a GPU: its CUDA graph holds the collectives' kernels, and
+// the ranks agree on each collective on the host before every replay (a graph cannot hold
+// that exchange: before, they agreed once, at the capture). The graph is built on every
+// rank or none: one vote per build. Equal to the eager step bit for bit.
+struct TracedGpuStep {
+  cuda::FakeDevice& gpu = test_util::fake_gpu();
+  const Device dev = Device::cuda(8);
+  FakeGpuGroup fake{gpu, dev};
+  std::shared_ptr<nn::Sequential> make() {
+    Generator gen(9);
+    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(nn::LinearOptions(4, 8), gen), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(nn::LinearOptions(8, 3), gen)});
+    m->to(dev);
+    return m;
+  }
+  std::shared_ptr<nn::Sequential> eager = make(), traced = make();
+  const dist::DataParallelOptions opts =
+      dist::DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128);
+  dist::DataParallel dp_eager{*eager, fake.group, opts}, dp_traced{*traced, fake.group, opts};
+  static void step(nn::Module& m, dist::DataParallel& dp, const Tensor& x, const Tensor& y) {
+    for (Tensor& p : m.parameters()) p.zero_grad();
+    Tensor d = m(x) - y;
+    mean(d * d).backward();
+    dp.reduce_gradients();
+    NoGrad no_grad;
+    for (Tensor& p : m.parameters()) p.sub_(p.grad(), 0.1);
+  }
+  // Runs `calls` steps eagerly and traced on the same data; the traced step's stats.
+  trace::FunctionStats run(int calls) {
+    auto f = trace::function(
+        [&](const Tensor& x, const Tensor& y) {
+          step(*traced, dp_traced, x, y);
+          return traced->parameters()[0] * 1.0;
+        },
+        {.name = "dp_step_gpu"});
+    Generator data(3);
+    for (int i = 0; i < calls; ++i) {
+      Tensor x = randn({5, 4}, DType::float32, data, dev),
+             y = randn({5, 3}, DType::float32, data, dev);
+      step(*eager, dp_eager, x, y);
+      f(x, y).wait_to_read();
+    }
+    fake.group.stream().synchronize();
+    auto e = eager->named_parameters();
+    auto t = traced->parameters();
+    for (size_t i = 0; i < e.size(); ++i)
+      EXPECT_EQ(t[i].to_vector<float>(), e[i].second.to_vector<float>()) << e[i].first;
+    return f.stats();
+  }
+};
+
+TEST(GpuGroup, ATracedDataParallelStepAgreesBeforeEveryReplay) {
+  TracedGpuStep s;
+  const int buckets = int(s.dp_traced.buckets().size());
+  ASSERT_GT(buckets, 1);
+  s.fake.group.stream().synchronize();  // the constructors' broadcasts agreed
+  const int before = s.fake.comm->gathers;
+  trace::FunctionStats st = s.run(4);
+  EXPECT_EQ(st.graph_fallback, "") << "the step's collectives are in its CUDA graph";
+  // The eager steps agree once per bucket per step; each traced call (the first records,
+  // then every call replays) agrees per bucket on the host, and the build votes once.
+  EXPECT_EQ(s.fake.comm->gathers - before, 4 * buckets + 4 * buckets + 1);
+}
+
+TEST(GpuGroup, AnotherRanksFailedGraphBuildMakesEveryRankLaunchNodeByNode) {
+  TracedGpuStep s;
+  s.fake.comm->other_rank_built_no_graph = true;
+  trace::FunctionStats st = s.run(3);
+  EXPECT_TRUE(contains(st.graph_fallback, "another rank could not build its graph"))
+      << st.graph_fallback;
+}
+
+// A collective in a loop body on a GPU: the WHILE node's iterations have no host step for
+// the agreement, so the replay launches the nodes one by one (each agreeing), and says why.
+TEST(GpuGroup, ACollectiveInALoopBodyLaunchesNodeByNode) {
+  cuda::FakeDevice& gpu = test_util::fake_gpu();
+  const Device dev = Device::cuda(8);
+  FakeGpuGroup fake(gpu, dev);
+  auto body = [&](const Tensor& t) {
+    Tensor u = t * 0.5;
+    fake.group.all_reduce(u);  // the fake's 2 equal ranks: doubles it
+    return u + 1.0;
+  };
+  auto f = trace::function([&](const Tensor& x) { return trace::loop(3, body, x); });
+  Tensor x = full({6}, 2.0, DType::float32, dev);
+  EXPECT_EQ(f(x).to_vector<float>(), trace::loop(3, body, x).to_vector<float>());
+  EXPECT_EQ(f(x).to_vector<float>(), std::vector<float>(6, 5.0f));  // 2 -> 3 -> 4 -> 5
+  EXPECT_TRUE(contains(f.stats().graph_fallback, "trace::loop body on a GPU"))
+      << f.stats().graph_fallback;
+}
+
+// A backend's asynchronous error (NCCL: ncclCommGetAsyncError) fails the next collective on
+// every rank with the backend's words, before anything waits on the other ranks.
+TEST(GpuGroup, AnAsynchronousBackendErrorFailsTheNextCollective) {
+  cuda::FakeDevice& gpu = test_util::fake_gpu();
+  const Device dev = Device::cuda(8);
+  FakeGpuGroup fake(gpu, dev);
+  fake.comm->async_error = "NCCL reported an asynchronous error on rank 0; aborted";
+  Tensor t = full({4}, 1.0, DType::float32, dev);
+  fake.group.all_reduce(t);
+  std::string e = error_of([&] { t.wait_to_read(); });
+  EXPECT_TRUE(contains(e, "[all_reduce] NCCL reported an asynchronous error")) << e;
+  EXPECT_TRUE(contains(e, "rank 0 of 2")) << e;
+  fake.comm->async_error.clear();
+  Tensor u = full({4}, 1.0, DType::float32, dev);
+  fake.group.all_reduce(u);
+  EXPECT_EQ(u.to_vector<float>(), std::vector<float>(4, 2.0f)) << "the group works again";
 }
 
 // Ranks that disagree all fail alike, naming each rank's call, instead of hanging; the
