@@ -78,6 +78,13 @@ class FakeDevice final : public DeviceApi {
   // `on`, graph_instantiate refuses a graph holding such an edge, as CUDA may refuse one
   // where they are not allowed (a conditional node's body).
   void refuse_programmatic_graphs(bool on);
+  // The order a graph launch runs independent nodes in (CUDA promises none, and runs them
+  // at once): latest_first (the default: the node added last among the ready ones),
+  // earliest_first, shuffled (a random ready node, from `seed`, new per launch), or
+  // concurrent (every ready node at once, each on a thread of its own, in waves): a
+  // missing edge then fails a value test in one of the orders, and races under TSan.
+  enum class NodeOrder : uint8_t { latest_first, earliest_first, shuffled, concurrent };
+  void set_node_order(NodeOrder order, uint64_t seed = 1);
   // A graph's nodes as built: per node its kind ('k': captured work, 'm': a copy, 's': a
   // loop's start kernel, 'w': a WHILE node, 'e': a loop's step kernel) and the number of
   // operations captured in it (of copies, for 's' and 'e'); edges as (from, to) node
@@ -215,6 +222,8 @@ class FakeDevice final : public DeviceApi {
   std::vector<std::unique_ptr<Graph>> graphs_;  // graphs and execs alike
   std::string refuse_capture_;
   bool refuse_programmatic_ = false;
+  NodeOrder node_order_ = NodeOrder::latest_first;
+  uint64_t order_seed_ = 1;
   ConditionalHandle next_cond_ = 1;
   // True while this thread runs a graph_add_captured launch. CUDA refuses calls that may
   // allocate or synchronise then (thread-local capture mode): the call fails and the

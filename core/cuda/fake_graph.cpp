@@ -2,16 +2,19 @@
 // CUDA's semantics for CPU tests of the graph executor. A captured node keeps the
 // operations its launch queued on the capturing stream; a copy node its pointers; an
 // exec is a copy of the graph's nodes whose copies can be re-pointed; a launch queues one
-// operation that runs the exec's nodes one at a time, in the order their edges allow that
-// runs the latest-added ready node first (so a missing edge shows: a node that should wait
-// for an earlier one runs before it); a WHILE node runs its body while its condition is
-// non-zero, and the loop kernels (start, step) set the conditions as CUDA's do
-// (LoopConditions). Not modelled: concurrency between independent nodes, and what a
-// programmatic edge changes (core/cuda/dependent_launch.h): the fake notes which nodes
-// have them and runs them as ordinary ones.
+// operation that runs the exec's nodes in an order their edges allow, chosen by
+// set_node_order: the latest-added ready node first (the default), the earliest, a random
+// one, or every ready node at once on threads of their own (so a missing edge shows: a
+// node that should wait for an earlier one runs before it, or beside it); a WHILE node
+// runs its body while its condition is non-zero, and the loop kernels (start, step) set
+// the conditions as CUDA's do (LoopConditions). Not modelled: what a programmatic edge
+// changes (core/cuda/dependent_launch.h): the fake notes which nodes have them and runs
+// them as ordinary ones.
 #include <algorithm>
 #include <cstring>
 #include <queue>
+#include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "core/cuda/fake_device.h"
@@ -324,59 +327,100 @@ void FakeDevice::graph_exec_set_memcpy(GraphExecHandle exec, GraphNodeHandle nod
 
 namespace {
 
-// The order the fake runs a graph's nodes in: whenever several are ready (their deps have
-// run), the one added last. Code that relies on insertion order instead of an edge (the
-// order CUDA does not promise) then runs them the other way round.
+// How one launch runs independent nodes (FakeDevice::NodeOrder), with its random state.
+struct Order {
+  FakeDevice::NodeOrder how;
+  std::mt19937_64 rng;
+};
+
+// The waves of a launch: each wave's nodes are ready once the earlier waves ran. One node a
+// wave, in the chosen order, except `concurrent`, which takes every ready node at once.
 template <typename Node>
-std::vector<size_t> run_order(const std::vector<Node>& nodes) {
+std::vector<std::vector<size_t>> run_waves(const std::vector<Node>& nodes, Order& order) {
   std::vector<std::vector<size_t>> next(nodes.size());
-  std::vector<size_t> waiting(nodes.size());
-  std::priority_queue<size_t> ready;
+  std::vector<size_t> waiting(nodes.size()), ready;
   for (size_t i = 0; i < nodes.size(); ++i) {
     waiting[i] = nodes[i].deps.size();
     for (int d : nodes[i].deps) next[size_t(d)].push_back(i);
-    if (!waiting[i]) ready.push(i);
+    if (!waiting[i]) ready.push_back(i);
   }
-  std::vector<size_t> order;
+  std::vector<std::vector<size_t>> waves;
   while (!ready.empty()) {
-    const size_t i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (size_t j : next[i])
-      if (!--waiting[j]) ready.push(j);
+    std::vector<size_t> wave;
+    switch (order.how) {
+      case FakeDevice::NodeOrder::concurrent: wave.swap(ready); break;
+      case FakeDevice::NodeOrder::latest_first:
+      case FakeDevice::NodeOrder::earliest_first:
+      case FakeDevice::NodeOrder::shuffled: {
+        auto pick = std::max_element(ready.begin(), ready.end());
+        if (order.how == FakeDevice::NodeOrder::earliest_first)
+          pick = std::min_element(ready.begin(), ready.end());
+        if (order.how == FakeDevice::NodeOrder::shuffled)
+          pick = ready.begin() + std::ptrdiff_t(order.rng() % ready.size());
+        wave.push_back(*pick);
+        ready.erase(pick);
+      }
+    }
+    for (size_t i : wave)
+      for (size_t j : next[i])
+        if (!--waiting[j]) ready.push_back(j);
+    waves.push_back(std::move(wave));
   }
-  return order;  // deps always name earlier nodes, so every node is in it
+  return waves;  // deps always name earlier nodes, so every node is in one
 }
 
-// Runs nodes in run_order; conditions start at 0 for each launch.
 template <typename Node>
-void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond) {
-  for (size_t i : run_order(nodes)) {
-    const Node& n = nodes[i];
-    switch (n.kind) {
-      case 'm':
-        if (n.bytes) std::memcpy(n.dst, n.src, n.bytes);
-        break;
-      case 's':
-      case 'e':
-        for (const LoopCopy& c : n.copies)
-          if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
-        advance_loop_random(n.random, n.kind == 's');
-        if (n.kind == 'e') {
-          cond[n.cond] = loop_unrolled_body_runs(*n.counter -= n.iterations, n.threshold);
-        } else {
-          const int64_t count = *n.counter =
-              loop_count(n.count.tensor, n.count.dtype, n.count.fixed);
-          cond[n.conds.main] = loop_unrolled_body_runs(count, n.conds.unroll);
-          if (n.conds.unroll > 1) cond[n.conds.rest] = loop_remainder_runs(count, n.conds.unroll);
-        }
-        break;
-      case 'w':
-        while (cond[n.cond]) run_nodes(n.body->nodes, cond);
-        break;
-      default:
-        for (const auto& op : n.ops) op();
+void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond,
+               Order& order);
+
+// Runs one node; a WHILE node runs its body's nodes in the same order policy.
+template <typename Node>
+void run_node(const Node& n, std::unordered_map<ConditionalHandle, int>& cond, Order& order) {
+  switch (n.kind) {
+    case 'm':
+      if (n.bytes) std::memcpy(n.dst, n.src, n.bytes);
+      break;
+    case 's':
+    case 'e':
+      for (const LoopCopy& c : n.copies)
+        if (c.bytes && c.dst != c.src) std::memmove(c.dst, c.src, c.bytes);
+      advance_loop_random(n.random, n.kind == 's');
+      if (n.kind == 'e') {
+        cond[n.cond] = loop_unrolled_body_runs(*n.counter -= n.iterations, n.threshold);
+      } else {
+        const int64_t count = *n.counter = loop_count(n.count.tensor, n.count.dtype, n.count.fixed);
+        cond[n.conds.main] = loop_unrolled_body_runs(count, n.conds.unroll);
+        if (n.conds.unroll > 1) cond[n.conds.rest] = loop_remainder_runs(count, n.conds.unroll);
+      }
+      break;
+    case 'w':
+      while (cond[n.cond]) run_nodes(n.body->nodes, cond, order);
+      break;
+    default:
+      for (const auto& op : n.ops) op();
+  }
+}
+
+// Runs nodes wave by wave; conditions start at 0 for each launch. A concurrent wave runs
+// its nodes on threads of their own; the conditions they set are merged after it (only
+// loop kernels set them, and a loop's kernels are ordered by edges).
+template <typename Node>
+void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHandle, int>& cond,
+               Order& order) {
+  for (const std::vector<size_t>& wave : run_waves(nodes, order)) {
+    if (wave.size() == 1 || order.how != FakeDevice::NodeOrder::concurrent) {
+      for (size_t i : wave) run_node(nodes[i], cond, order);
+      continue;
     }
+    std::vector<std::unordered_map<ConditionalHandle, int>> conds(wave.size(), cond);
+    std::vector<Order> orders(wave.size(), order);
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < wave.size(); ++k)
+      threads.emplace_back([&, k] { run_node(nodes[wave[k]], conds[k], orders[k]); });
+    for (std::thread& t : threads) t.join();
+    for (const auto& c : conds)
+      for (const auto& [handle, v] : c)
+        if (cond[handle] != v) cond[handle] = v;
   }
 }
 
@@ -384,15 +428,24 @@ void run_nodes(const std::vector<Node>& nodes, std::unordered_map<ConditionalHan
 
 void FakeDevice::graph_launch(GraphExecHandle exec, StreamHandle s) {
   std::vector<GraphNode> nodes;
+  Order order{NodeOrder::latest_first, {}};
   {
     std::lock_guard lock(mu_);
     calls_.push_back({CallKind::graph_launch, s, nullptr, 0});
     nodes = static_cast<Graph*>(exec)->nodes;  // later updates apply to later launches
+    order = {node_order_, std::mt19937_64(order_seed_)};
+    if (node_order_ == NodeOrder::shuffled) order_seed_ = order.rng();  // another one next time
   }
-  enqueue(s, [nodes = std::move(nodes)] {
+  enqueue(s, [nodes = std::move(nodes), order]() mutable {
     std::unordered_map<ConditionalHandle, int> cond;
-    run_nodes(nodes, cond);
+    run_nodes(nodes, cond, order);
   });
+}
+
+void FakeDevice::set_node_order(NodeOrder order, uint64_t seed) {
+  std::lock_guard lock(mu_);
+  node_order_ = order;
+  order_seed_ = seed;
 }
 
 size_t FakeDevice::graph_node_count(GraphHandle g) {

@@ -368,6 +368,26 @@ void check_training(bool adam) {
 TEST(DeviceGraph, TrainingStepWithSgdMomentumEqualsEager) { check_training(false); }
 TEST(DeviceGraph, TrainingStepWithAdamEqualsEager) { check_training(true); }
 
+// A CUDA graph runs independent nodes in any order, or at once: the training step's graph
+// holds every edge it needs when its replays equal eager with the fake running ready nodes
+// earliest first, shuffled (three seeds) and all at once on threads of their own.
+TEST(DeviceGraph, TrainingStepEqualsEagerInAnyNodeOrderAndAtOnce) {
+  struct Restore {
+    ~Restore() { fake().set_node_order(FakeDevice::NodeOrder::latest_first); }
+  } restore;
+  const std::pair<FakeDevice::NodeOrder, uint64_t> orders[] = {
+      {FakeDevice::NodeOrder::earliest_first, 1},
+      {FakeDevice::NodeOrder::shuffled, 1},
+      {FakeDevice::NodeOrder::shuffled, 2},
+      {FakeDevice::NodeOrder::shuffled, 3},
+      {FakeDevice::NodeOrder::concurrent, 1}};
+  for (const auto& [order, seed] : orders) {
+    SCOPED_TRACE(::testing::Message() << "order " << int(order) << ", seed " << seed);
+    fake().set_node_order(order, seed);
+    check_training(true);
+  }
+}
+
 TEST(DeviceGraph, MixingDevicesInOneTraceIsRefusedClearly) {
   Tensor x = on_gpu({1, 2}, {2});
   auto mixed = trace::function([](const Tensor& t) { return t.to(Device::cpu()) + ones({2}); });
