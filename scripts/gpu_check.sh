@@ -198,6 +198,11 @@ QUICK_MEMCHECK=(
   'CudaTrace.ChainedIterationsOfTwoStatesEqualEagerWithEitherEdges'
   'CudaTrace.AnInvalidFloatCountRunsNoIterationOnTheDevice'
   'CudaTraceLibraries.*'
+  'CudaNccl.ATracedDataParallelStepIsOneGraphAndEqualsEager'
+  'CudaPhilox.*'
+  '*EveryDeviceGivesTheScalarFormulasBits*'
+  'Conv.TheFastestAlgorithmsAgreeWithTheDeterministicOnes'
+  'Conv.BatchNorm*'
 )
 
 # boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report).

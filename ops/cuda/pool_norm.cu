@@ -6,8 +6,10 @@
 //     columns), so results equal the CPU's bit for bit, with no atomics. cuDNN's pooling
 //     backward needs the forward's output, which tide's gradient op does not keep, and it
 //     may pick another maximum among ties than the CPU.
-//   - Batch norm: one block per channel; the sums are in double, over a fixed tree (the
-//     same bits every run, not the CPU's order, so within rounding of the CPU).
+//   - Batch norm: the per-channel sums in double, split over (channel, chunk) blocks and
+//     finished per channel (ops/channel_parts.h), over a fixed tree (the same bits every
+//     run, not the CPU's order, so within rounding of the CPU); normalisation and dx are
+//     grid-stride passes over every element.
 // Products are rounded before they are added (__dmul_rn, __fmul_rn), as on the CPU, where
 // they are never fused into an FMA. Compiled in CI; written without a GPU to run it on
 // (scripts/gpu_check.sh runs the pooling and batch-norm cases of tests/ops on one).
@@ -15,9 +17,11 @@
 #include <type_traits>
 
 #include "core/cuda/await_grids.h"
+#include "ops/channel_parts.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
+#include "ops/cuda/scratch.h"
 #include "ops/pool_window.h"
 
 namespace tide::kernels::cuda {
@@ -118,7 +122,10 @@ __device__ double block_sum(double v) {
 }
 
 // A batch-norm entry's arguments with their pointers resolved (DataRef::get runs on the
-// host): what the kernels receive.
+// host), and its scratch: what the kernels receive. The sums split each channel into
+// chunks (ops/channel_parts.h): one block per (channel, chunk) writes a partial sum, one
+// block per channel adds them in chunk order, then a grid-stride pass over every element
+// normalises (or forms dx). A fixed tree throughout: the same bits every run.
 template <class T>
 struct BnFwd {
   const T *x, *w, *b;
@@ -126,6 +133,8 @@ struct BnFwd {
   int64_t n, c, s;
   bool training, has_running;
   double momentum, eps;
+  ChannelParts split;
+  double *partial, *mean, *scale, *shift;  // scratch: c * parts, then c each
 };
 template <class T>
 struct BnBwd {
@@ -133,6 +142,8 @@ struct BnBwd {
   T *dx, *dw, *db;
   int64_t n, c, s;
   bool training;
+  ChannelParts split;
+  double *partial, *scale, *mean_dy, *mean_dy_xhat;  // scratch: 2 * c * parts, then c each
 };
 
 // The k-th element of channel ch of x viewed as (n, c, s).
@@ -140,22 +151,48 @@ __device__ __forceinline__ int64_t at(int64_t k, int64_t ch, int64_t c, int64_t 
   return (k / s * c + ch) * s + k % s;
 }
 
-// Block ch normalises channel ch.
+// Block (ch, p): the sum over chunk p of channel ch of x, or of (x - mean[ch])^2 when `sq`.
 template <class T>
-__global__ void batch_norm_fwd(BnFwd<T> a) {
+__global__ void batch_norm_partial(BnFwd<T> a, bool sq) {
   tide::cuda::await_prerequisite_grids();
-  const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x;
+  const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x, p = blockIdx.y;
+  const int64_t lo = p * a.split.chunk, hi = lo + a.split.chunk < m ? lo + a.split.chunk : m;
+  const double mean = sq ? a.mean[ch] : 0.0;
+  double v = 0;
+  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    const double d = double(a.x[at(k, ch, c, s)]) - mean;
+    v += sq ? __dmul_rn(d, d) : d;  // two passes: no cancellation for large means
+  }
+  v = block_sum(v);
+  if (threadIdx.x == 0) a.partial[ch * a.split.parts + p] = v;
+}
+
+// The sum of channel ch's partials in chunk order (a fixed tree over the block).
+__device__ double channel_total(const double* partial, int64_t parts, int64_t ch) {
+  double v = 0;
+  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) v += partial[ch * parts + p];
+  return block_sum(v);
+}
+
+// Block ch: the mean (after the first partial pass).
+template <class T>
+__global__ void batch_norm_mean(BnFwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t ch = blockIdx.x;
+  const double total = channel_total(a.partial, a.split.parts, ch);
+  if (threadIdx.x == 0) a.mean[ch] = total / double(a.n * a.s);
+}
+
+// Block ch: 1/std (training: from the second partial pass; eval: the running estimates),
+// the running estimates' update, the stats the backward reads, and the scale and shift.
+template <class T>
+__global__ void batch_norm_finish(BnFwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t c = a.c, m = a.n * a.s, ch = blockIdx.x;
   double mean, invstd;
   if (a.training) {
-    double sum = 0;
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) sum += double(a.x[at(k, ch, c, s)]);
-    mean = block_sum(sum) / double(m);
-    double sq = 0;  // two passes: no cancellation for large means
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-      const double d = double(a.x[at(k, ch, c, s)]) - mean;
-      sq += __dmul_rn(d, d);
-    }
-    sq = block_sum(sq);
+    const double sq = channel_total(a.partial, a.split.parts, ch);
+    mean = a.mean[ch];
     invstd = 1.0 / sqrt(sq / double(m) + a.eps);
     if (a.has_running && threadIdx.x == 0) {
       const double mo = a.momentum;
@@ -170,40 +207,78 @@ __global__ void batch_norm_fwd(BnFwd<T> a) {
   if (threadIdx.x == 0) {
     a.stats[ch] = T(mean);
     a.stats[c + ch] = T(invstd);
-  }
-  const double scale = __dmul_rn(invstd, double(a.w[ch]));
-  const double shift = double(a.b[ch]) - __dmul_rn(mean, scale);
-  for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-    const int64_t i = at(k, ch, c, s);
-    a.y[i] = T(__dmul_rn(double(a.x[i]), scale) + shift);
+    const double scale = __dmul_rn(invstd, double(a.w[ch]));
+    a.scale[ch] = scale;
+    a.shift[ch] = double(a.b[ch]) - __dmul_rn(mean, scale);
   }
 }
 
+// Every element: y = x * scale[ch] + shift[ch].
 template <class T>
-__global__ void batch_norm_bwd(BnBwd<T> a) {
+__global__ void batch_norm_apply(BnFwd<T> a) {
   tide::cuda::await_prerequisite_grids();
-  const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x;
+  const int64_t total = a.n * a.c * a.s;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = i / a.s % a.c;
+    a.y[i] = T(__dmul_rn(double(a.x[i]), a.scale[ch]) + a.shift[ch]);
+  }
+}
+
+// Block (ch, p): chunk p's sums of dy and of dy * xhat.
+template <class T>
+__global__ void batch_norm_grad_partial(BnBwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t c = a.c, s = a.s, m = a.n * s, ch = blockIdx.x, p = blockIdx.y;
+  const int64_t lo = p * a.split.chunk, hi = lo + a.split.chunk < m ? lo + a.split.chunk : m;
   const double mean = double(a.stats[ch]), invstd = double(a.stats[c + ch]);
   double sdy = 0, sdx = 0;
-  for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
+  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     const int64_t i = at(k, ch, c, s);
     const double g = double(a.dy[i]);
     sdy += g;
     sdx += __dmul_rn(__dmul_rn(g, double(a.x[i]) - mean), invstd);
   }
+  sdy = block_sum(sdy);
+  sdx = block_sum(sdx);
+  if (threadIdx.x == 0) {
+    a.partial[2 * (ch * a.split.parts + p)] = sdy;
+    a.partial[2 * (ch * a.split.parts + p) + 1] = sdx;
+  }
+}
+
+// Block ch: dbias, dweight and what dx needs of them.
+template <class T>
+__global__ void batch_norm_grad_finish(BnBwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t c = a.c, m = a.n * a.s, ch = blockIdx.x, parts = a.split.parts;
+  double sdy = 0, sdx = 0;
+  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) {
+    sdy += a.partial[2 * (ch * parts + p)];
+    sdx += a.partial[2 * (ch * parts + p) + 1];
+  }
   const double sum_dy = block_sum(sdy), sum_dy_xhat = block_sum(sdx);
   if (threadIdx.x == 0) {
     a.db[ch] = T(sum_dy);
     a.dw[ch] = T(sum_dy_xhat);
+    a.scale[ch] = __dmul_rn(double(a.w[ch]), double(a.stats[c + ch]));
+    // Training: the batch's mean and variance depend on x too.
+    a.mean_dy[ch] = a.training && m > 0 ? sum_dy / double(m) : 0.0;
+    a.mean_dy_xhat[ch] = a.training && m > 0 ? sum_dy_xhat / double(m) : 0.0;
   }
-  const double scale = __dmul_rn(double(a.w[ch]), invstd);
-  // Training: the batch's mean and variance depend on x too.
-  const double mean_dy = a.training ? sum_dy / double(m) : 0.0;
-  const double mean_dy_xhat = a.training ? sum_dy_xhat / double(m) : 0.0;
-  for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-    const int64_t i = at(k, ch, c, s);
-    const double xhat = __dmul_rn(double(a.x[i]) - mean, invstd);
-    a.dx[i] = T(__dmul_rn(scale, double(a.dy[i]) - mean_dy - __dmul_rn(xhat, mean_dy_xhat)));
+}
+
+// Every element: dx.
+template <class T>
+__global__ void batch_norm_grad_apply(BnBwd<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t c = a.c, total = a.n * c * a.s;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = i / a.s % c;
+    const double xhat = __dmul_rn(double(a.x[i]) - double(a.stats[ch]), double(a.stats[c + ch]));
+    a.dx[i] = T(__dmul_rn(a.scale[ch],
+                          double(a.dy[i]) - a.mean_dy[ch] - __dmul_rn(xhat, a.mean_dy_xhat[ch])));
   }
 }
 
@@ -238,13 +313,17 @@ void avg_pool2d_grad(const KernelContext& ctx, const AvgPool2dGrad<T>& a, const 
   avg_pool_bwd<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(a.dy.get(), a.dx.get(), a.g);
 }
 
-// An empty batch (eval mode only: training refuses it) still runs one block per channel:
+// An empty batch (eval mode only: training refuses it) still runs the per-channel blocks:
 // the statistics (from the running estimates) and, in the gradient, the zero sums of
 // dweight and dbias are written, as on the CPU.
 template <class T>
 void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&) {
   if (a.c == 0) return;
   const bool running = a.has_running || !a.training;  // eval reads the running estimates
+  const ChannelParts split = channel_parts(a.n * a.s, a.c);
+  StorageRef keep;
+  auto* scratch_d = static_cast<double*>(
+      scratch(ctx, size_t(a.c * (split.parts + 3)) * sizeof(double), keep, "batch_norm"));
   BnFwd<T> k{a.x.get(),
              a.weight.get(),
              a.bias.get(),
@@ -258,18 +337,52 @@ void batch_norm(const KernelContext& ctx, const BatchNorm<T>& a, const NoExtra&)
              a.training,
              a.has_running,
              a.momentum,
-             a.eps};
-  batch_norm_fwd<T><<<unsigned(a.c), kThreads, 0, stream_of(ctx)>>>(k);
+             a.eps,
+             split,
+             scratch_d,
+             scratch_d + a.c * split.parts,
+             scratch_d + a.c * (split.parts + 1),
+             scratch_d + a.c * (split.parts + 2)};
+  cudaStream_t st = stream_of(ctx);
+  const dim3 chunks(unsigned(a.c), unsigned(split.parts));  // parts <= kMaxParts: a y extent
+  if (a.training) {
+    batch_norm_partial<T><<<chunks, kThreads, 0, st>>>(k, false);
+    batch_norm_mean<T><<<unsigned(a.c), kThreads, 0, st>>>(k);
+    batch_norm_partial<T><<<chunks, kThreads, 0, st>>>(k, true);
+  }
+  batch_norm_finish<T><<<unsigned(a.c), kThreads, 0, st>>>(k);
+  const int64_t total = a.n * a.c * a.s;
+  if (total > 0) batch_norm_apply<T><<<blocks_for(total), kThreads, 0, st>>>(k);
 }
 
 template <class T>
 void batch_norm_grad(const KernelContext& ctx, const BatchNormGrad<T>& a, const NoExtra&) {
   if (a.c == 0) return;
-  BnBwd<T> k{a.dy.get(),    a.x.get(),  a.weight.get(),
-             a.stats.get(), a.dx.get(), a.dweight.get(),
-             a.dbias.get(), a.n,        a.c,
-             a.s,           a.training};
-  batch_norm_bwd<T><<<unsigned(a.c), kThreads, 0, stream_of(ctx)>>>(k);
+  const ChannelParts split = channel_parts(a.n * a.s, a.c);
+  StorageRef keep;
+  auto* scratch_d = static_cast<double*>(
+      scratch(ctx, size_t(a.c * (2 * split.parts + 3)) * sizeof(double), keep, "batch_norm_grad"));
+  BnBwd<T> k{a.dy.get(),
+             a.x.get(),
+             a.weight.get(),
+             a.stats.get(),
+             a.dx.get(),
+             a.dweight.get(),
+             a.dbias.get(),
+             a.n,
+             a.c,
+             a.s,
+             a.training,
+             split,
+             scratch_d,
+             scratch_d + 2 * a.c * split.parts,
+             scratch_d + a.c * (2 * split.parts + 1),
+             scratch_d + a.c * (2 * split.parts + 2)};
+  cudaStream_t st = stream_of(ctx);
+  batch_norm_grad_partial<T><<<dim3(unsigned(a.c), unsigned(split.parts)), kThreads, 0, st>>>(k);
+  batch_norm_grad_finish<T><<<unsigned(a.c), kThreads, 0, st>>>(k);
+  const int64_t total = a.n * a.c * a.s;
+  if (total > 0) batch_norm_grad_apply<T><<<blocks_for(total), kThreads, 0, st>>>(k);
 }
 
 template <class T>

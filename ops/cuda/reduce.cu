@@ -2,9 +2,11 @@
 // inner], reduced over n. Contiguous rows of at least kMinCubRow elements (inner == 1) go
 // to CUB: DeviceReduce for a full reduction, DeviceSegmentedReduce (one segment per outer
 // row) otherwise. Everything else (inner > 1, short rows, n == 0) runs one thread per
-// output that loops over k in order, exactly as the CPU does. No atomics anywhere, so the
-// result depends only on the shape and the device. Not here: a split of long strided
-// columns (inner > 1 with few outputs) over several threads.
+// output that loops over k in order, exactly as the CPU does, except long sums below. No atomics
+// anywhere, so the result depends only on the shape and the device. Sums down long strided columns
+// (inner > 1 with few outputs) split each column over several threads (ops/channel_parts.h) and add
+// the parts in order. Not split yet: max/argmax down such columns, and CUB's segmented
+// reduction of a few very long rows (one block per row).
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
@@ -20,6 +22,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/await_grids.h"
+#include "ops/channel_parts.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"
@@ -151,6 +154,41 @@ __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
   }
 }
 
+// A sum down long strided columns (inner > 1, few outputs): thread (p, j) adds chunk p of
+// output j's column in order into partial[p * outputs + j] (adjacent threads read adjacent
+// columns), then one thread per output adds its partials in chunk order. A fixed tree: the
+// same bits every run (not the CPU's single pass: within rounding of it).
+template <class T>
+__global__ void column_partial_sums(const T* x, Acc<T>* partial, ReduceGeometry g,
+                                    ChannelParts split) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t outputs = g.outer * g.inner, total = outputs * split.parts;
+  for (int64_t t = global_index(); t < total; t += grid_stride()) {
+    const int64_t p = t / outputs, j = t - p * outputs;
+    const int64_t o = j / g.inner, i = j - o * g.inner;
+    const int64_t lo = p * split.chunk, hi = lo + split.chunk < g.n ? lo + split.chunk : g.n;
+    const T* col = x + o * g.n * g.inner + i;
+    Acc<T> s = 0;
+    for (int64_t k = lo; k < hi; ++k) s += Acc<T>(col[k * g.inner]);
+    partial[t] = s;
+  }
+}
+
+template <class T, class O>
+__global__ void column_finish(const Acc<T>* partial, O* y, int64_t outputs, int64_t parts,
+                              bool mean, double scale) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
+    Acc<T> s = 0;
+    for (int64_t p = 0; p < parts; ++p) s += partial[p * outputs + j];
+    y[j] = mean ? O(acc_to_double(s) * scale) : O(s);
+  }
+}
+
+// Outputs below which a strided sum splits its columns (with kColumnThreads threads in
+// all, more outputs keep every thread busy one column each).
+constexpr int64_t kFewColumns = 16384;
+
 const char* kind_name(ReduceKind k) {
   switch (k) {
     case ReduceKind::sum: return "sum";
@@ -172,8 +210,22 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
   O* y = a.y.get();
   cudaStream_t s = stream_of(ctx);
   const char* op = kind_name(a.kind);
+  const int64_t outputs = g.outer * g.inner;
+  if (g.inner != 1 && outputs < kFewColumns) {
+    const ChannelParts split = column_parts(g.n, outputs);
+    if (split.parts > 1) {
+      StorageRef keep;
+      auto* partial = static_cast<Acc<T>*>(
+          scratch(ctx, size_t(outputs * split.parts) * sizeof(Acc<T>), keep, op));
+      column_partial_sums<T>
+          <<<blocks_for(outputs * split.parts), kThreads, 0, s>>>(x, partial, g, split);
+      column_finish<T, O>
+          <<<blocks_for(outputs), kThreads, 0, s>>>(partial, y, outputs, split.parts, mean, scale);
+      return;
+    }
+  }
   if (g.inner != 1 || g.n < kMinCubRow) {
-    sum_kernel<T, O><<<blocks_for(g.outer * g.inner), kThreads, 0, s>>>(x, y, g, mean, scale);
+    sum_kernel<T, O><<<blocks_for(outputs), kThreads, 0, s>>>(x, y, g, mean, scale);
     return;
   }
   using A = Acc<T>;

@@ -8,6 +8,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/determinism.h"
+#include "ops/channel_parts.h"
 #include "tests/ops/op_harness.h"
 #include "trace/function.h"
 
@@ -481,7 +482,15 @@ TIDE_OP_CASES(Conv, BatchNorm) {
     return batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, kEps);
   };
   no_running.grad = false;
-  return {train, eval, no_running};
+  // Channels of 9216 elements: a GPU splits each channel's sums over several blocks
+  // (ops/channel_parts.h), which the small shapes never do. Values only (the finite
+  // differences over 18k inputs would take long).
+  OpCase large = train;
+  large.shapes = [](std::mt19937&) {
+    return std::vector<ShapeSet>{{Shape{16, 2, 24, 24}, Shape{2}, Shape{2}}};
+  };
+  large.grad = false;
+  return {train, eval, no_running, large};
 }
 
 // batch_norm_grad's three outputs, each against the closed form from the same statistics.
@@ -537,6 +546,8 @@ TIDE_OP_CASES(Conv, BatchNormGrad) {
                    [](std::mt19937& rng) {
                      std::vector<ShapeSet> sets;
                      for (const ShapeSet& s : bn_shapes(rng)) sets.push_back({s[0], s[0], s[1]});
+                     // Several blocks per channel on a GPU (ops/channel_parts.h).
+                     sets.push_back({Shape{16, 2, 24, 24}, Shape{16, 2, 24, 24}, Shape{2}});
                      return sets;
                    },
                .tol32 = Tol{1e-4, 1e-4}};
@@ -766,6 +777,37 @@ TEST(Conv, TheFastestAlgorithmsAgreeWithTheDeterministicOnes) {
             << d.str() << ", output " << k << ", element " << i;
     }
   }
+}
+
+// The split of batch norm's per-channel sums on a GPU (ops/channel_parts.h): the chunks
+// cover each of a channel's m elements once, none is empty, none is small unless there is
+// one, at most kMaxParts per channel, and they fill about kTargetBlocks blocks in all.
+TEST(Conv, BatchNormChannelPartsCoverEachElementOnce) {
+  using kernels::channel_parts;
+  for (int64_t m : {int64_t(0), int64_t(1), int64_t(5), int64_t(2047), int64_t(2048), int64_t(2049),
+                    int64_t(100000), int64_t(256) * 784, int64_t(1) << 30})
+    for (int64_t c : {1, 3, 32, 64, 1000, 5000}) {
+      SCOPED_TRACE(testing::Message() << "m " << m << ", c " << c);
+      const kernels::ChannelParts p = channel_parts(m, c);
+      ASSERT_GE(p.parts, 1);
+      EXPECT_LE(p.parts, kernels::kMaxParts);
+      if (m == 0) {
+        EXPECT_EQ(p.chunk, 0);
+        continue;
+      }
+      EXPECT_GE(p.parts * p.chunk, m) << "every element in a chunk";
+      EXPECT_LT((p.parts - 1) * p.chunk, m) << "no empty chunk";
+      if (p.parts > 1) EXPECT_GE(p.chunk, kernels::kMinChunk / 2);
+      EXPECT_LE(p.parts * c, std::max(kernels::kTargetBlocks + c, c));
+    }
+  // A CNN's batch-norm layer (256 images of 28 x 28, 32 channels): 1024 blocks, not 32.
+  EXPECT_EQ(channel_parts(256 * 784, 32).parts * 32, 1024);
+  // A sum down three columns of 20000 (ops/cuda/reduce.cu): 79 chunks of 254 elements.
+  const kernels::ChannelParts cols = kernels::column_parts(20000, 3);
+  EXPECT_EQ(cols.parts, 79);
+  EXPECT_GE(cols.parts * cols.chunk, 20000);
+  EXPECT_LT((cols.parts - 1) * cols.chunk, 20000);
+  EXPECT_EQ(kernels::column_parts(100, 3).parts, 1) << "short columns stay whole";
 }
 
 // On a real GPU: pooling and batch norm are tide's own kernels, always there; the three

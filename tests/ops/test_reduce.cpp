@@ -68,7 +68,8 @@ std::vector<ShapeSet> axis_shapes(std::mt19937& rng) {
           {Shape{0, 4}},
           {Shape{1, 5}},
           {Shape{5, 1}},
-          {Shape{7, 6000}}};  // parallel over rows on one axis, over columns on the other
+          {Shape{7, 6000}},    // parallel over rows on one axis, over columns on the other
+          {Shape{20000, 3}}};  // axis 0: three long strided columns, split on a GPU
 }
 
 // Max and argmax throw on an empty reduction: leave those sets out (tested separately).
