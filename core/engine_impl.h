@@ -191,10 +191,6 @@ inline Engine::Task& StreamImpl::slot(uint64_t seq) const {
   return g->slots[seq - 1 - g->base];
 }
 
-// `what` without a leading "[op] " (a tide::Error thrown by op's own kernel), so that the
-// failure's message names the op once.
-std::string strip_op(std::string_view what, const char* op);
-
 // Runs (or skips, or cancels) one task on `dev`; `inline_run`: synchronous mode.
 void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool cancel,
                   bool inline_run);

@@ -38,4 +38,10 @@ void throw_assert(const char* cond, const std::string& msg, tide::SourceLocation
 }
 }  // namespace detail
 
+std::string strip_op(std::string_view what, const char* op) {
+  std::string prefix = std::string("[") + op + "] ";
+  if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+  return std::string(what);
+}
+
 }  // namespace tide

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/source_location.h"
 
@@ -44,5 +45,9 @@ class Failure {
   std::atomic<bool> reported_{false};
   std::atomic<int> refs_{1};
 };
+
+// `what` without a leading "[op] " (a tide::Error thrown by op's own kernel), so that the
+// failure's message names the op once.
+std::string strip_op(std::string_view what, const char* op);
 
 }  // namespace tide

@@ -59,12 +59,6 @@ std::unique_ptr<DeviceStream> make_cpu_stream(StreamImpl& s) {
 // A task on another CPU stream whose worker does not run is run here (sync_pos).
 void DeviceStream::wait_for(StreamPos pos) { owner_.eng->sync_pos(pos); }
 
-std::string strip_op(std::string_view what, const char* op) {
-  std::string prefix = std::string("[") + op + "] ";
-  if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
-  return std::string(what);
-}
-
 void execute_task(Engine::Task& t, Engine::State* eng, DeviceStream& dev, bool cancel,
                   bool inline_run) {
   int stream_id = inline_run ? -1 : dev.context().stream_id;

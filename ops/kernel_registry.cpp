@@ -6,7 +6,6 @@
 #include <mutex>
 
 #include "core/cuda/runtime.h"
-#include "core/engine_impl.h"
 #include "core/error.h"
 #include "core/failure.h"
 #include "core/tensor.h"

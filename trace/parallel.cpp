@@ -12,9 +12,9 @@
 #include <string>
 
 #include "core/allocator.h"
-#include "core/engine_impl.h"
 #include "core/futex.h"
 #include "core/profiler.h"
+#include "core/spin_wait.h"
 #include "core/spinlock.h"
 #include "core/thread_pool.h"
 #include "trace/executor.h"
@@ -84,7 +84,7 @@ class BranchRun {
       // Another thread runs the nodes this one waits for: pause, yield, then sleep until
       // a node becomes ready (epoch_ moves on every push, the last node and a failure).
       if (++idle < 64) {
-        cpu_relax();
+        tide::detail::cpu_relax();
       } else if (idle < 1024) {
         sched_yield();
       } else {
