@@ -70,9 +70,6 @@ template <class O, class T, class F>
   d.b = b;
   d.out_storage = out.s;
   d.out_offset = out.offset;
-  if constexpr (arity == 2) d.block = &ew_binary_block<O, T, F>;
-  else d.block = &ew_unary_block<O, T, F>;
-  if constexpr (std::is_same_v<O, T>) d.iterate = &ew_iterate<T, F, arity>;
   static_assert(kernels::FunctorIdOf<F>::value != kernels::FunctorId::count_,
                 "a flat elementwise functor missing from ops/functors.h's lists");
   d.functor_id = kernels::FunctorIdOf<F>::value;

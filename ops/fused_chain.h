@@ -1,9 +1,10 @@
-// A fused elementwise chain as data (docs/traced.md, On a GPU): the device-neutral form of a
-// trace's fused node. Each step names its functor (FunctorId, from ops/functors.h's lists), its
-// parameters (the functor's bytes) and where its operands are (a register, memory, a
+// A fused elementwise chain as data (docs/traced.md, On a GPU): the one form of a trace's
+// fused node, on every device. Each step names its functor (FunctorId, from ops/functors.h's
+// lists), its parameters (the functor's bytes) and where its operands are (a register, memory, a
 // scalar); one interpreter, compiled by g++ and by nvcc, evaluates the chain per element.
-// The CPU entry (ops/cpu/fused_chain.cpp) runs it on a host-kernel fake GPU; the CUDA
-// entry (ops/cuda/fused.cu) is one grid-stride kernel over the elements.
+// The CPU entry (ops/cpu/fused_chain.cpp) runs the same steps block by block, on the CPU and
+// on a host-kernel fake GPU; the CUDA entry (ops/cuda/fused.cu) is one grid-stride kernel
+// over the elements.
 //
 // The same functors in the same type and order as the unfused ops, so the results are
 // the same bits: tide's CUDA code is compiled without FMA contraction (--fmad=false,
@@ -243,7 +244,8 @@ TIDE_HOST_DEVICE void run_chain_element(const ChainStep* steps, int num_steps, i
 }
 
 namespace cpu {
-// Runs the chain on the host (the CPU, or a host-kernel fake GPU's memory).
+// Runs the chain on the host (the CPU, or a host-kernel fake GPU's memory), `iterations`
+// (or *count) times per element as above.
 void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&);
 }  // namespace cpu
 

@@ -15,31 +15,6 @@ namespace tide::trace {
 
 namespace {
 
-kernels::ChainOperand operand(const FusedKernel::Operand& o, size_t elem_size,
-                              const std::unordered_map<const Storage*, void*>& redirect) {
-  kernels::ChainOperand c;
-  switch (o.kind) {
-    case FusedKernel::Operand::reg:
-      c.kind = kernels::ChainOperand::reg;
-      c.reg_index = uint8_t(o.reg_index);
-      break;
-    case FusedKernel::Operand::mem: {
-      c.kind = kernels::ChainOperand::mem;
-      auto it = redirect.find(o.storage);
-      auto* base =
-          static_cast<unsigned char*>(it != redirect.end() ? it->second : o.storage->data());
-      c.ptr = base + size_t(o.offset) * elem_size;
-      c.stride = uint8_t(o.stride);
-      break;
-    }
-    case FusedKernel::Operand::scalar:
-      c.kind = kernels::ChainOperand::scalar;
-      std::memcpy(&c.scalar_bits, o.value, sizeof(c.scalar_bits));
-      break;
-  }
-  return c;
-}
-
 // The chain's NVRTC-compiled kernel on a CUDA device, or nullptr and why not.
 const void* compiled_kernel(const std::vector<kernels::ChainStep>& steps, DType dtype,
                             Device device, std::string* why) {
@@ -69,23 +44,9 @@ const void* compiled_kernel(const std::vector<kernels::ChainStep>& steps, DType 
 }  // namespace
 
 std::shared_ptr<DeviceChain> upload_chain(
-    const FusedKernel& fk, Device device,
+    const BoundChain& fk, Device device,
     const std::unordered_map<const Storage*, void*>& redirect) {
-  static_assert(FusedKernel::kMaxRegisters <= kernels::kMaxChainRegisters);
-  std::vector<kernels::ChainStep> steps;
-  for (const FusedKernel::Hot& h : fk.hot) {  // re-rolled runs stay one step
-    const FusedKernel::Step& s = fk.steps[h.step];
-    TIDE_ASSERT(s.functor_id != kernels::FunctorId::count_,
-                "trace: a fused step without a functor id");
-    kernels::ChainStep c;
-    c.functor = s.functor_id;
-    c.repeat = h.repeat;
-    c.a = operand(s.a, fk.elem_size, redirect);
-    c.b = operand(s.b, fk.elem_size, redirect);
-    c.out = operand(s.out, fk.elem_size, redirect);
-    std::memcpy(c.functor_bytes, s.functor, sizeof(c.functor_bytes));
-    steps.push_back(c);
-  }
+  const std::vector<kernels::ChainStep> steps = fk.at_addresses(redirect);
   auto chain = std::make_shared<DeviceChain>();
   std::vector<int64_t> words((steps.size() * sizeof(kernels::ChainStep) + 7) / 8);
   std::memcpy(words.data(), steps.data(), steps.size() * sizeof(kernels::ChainStep));

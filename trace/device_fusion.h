@@ -31,7 +31,7 @@ struct DeviceChain {
 // that does not compile runs interpreted, with the same results. Call with the addresses
 // final (after planning and prepare_device_graph).
 std::shared_ptr<DeviceChain> upload_chain(
-    const FusedKernel& fk, Device device,
+    const BoundChain& fk, Device device,
     const std::unordered_map<const Storage*, void*>& redirect = {});
 
 // Launches a chain inside a running task on ctx's device: the CUDA kernel, or the host

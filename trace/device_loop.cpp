@@ -20,7 +20,7 @@ using cuda::LoopCopy;
 
 DeviceLoop::DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
                        DType count_dtype, int64_t count_offset, int64_t fixed,
-                       std::shared_ptr<FusedKernel> iterated, cuda::LoopRandom random, int unroll)
+                       std::shared_ptr<BoundChain> iterated, cuda::LoopRandom random, int unroll)
     : body_(std::move(body)),
       state_(std::move(state)),
       count_(count),

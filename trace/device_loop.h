@@ -87,7 +87,7 @@ class DeviceLoop final : public GraphPiece {
   // loop_unroll_for's choice).
   DeviceLoop(std::shared_ptr<Graph> body, std::vector<LoopState> state, Storage* count,
              DType count_dtype, int64_t count_offset, int64_t fixed,
-             std::shared_ptr<FusedKernel> iterated = nullptr, cuda::LoopRandom random = {},
+             std::shared_ptr<BoundChain> iterated = nullptr, cuda::LoopRandom random = {},
              int unroll = 0);
 
   std::string add_to(cuda::GraphHandle h, std::span<const cuda::GraphNodeHandle> deps,
@@ -123,7 +123,7 @@ class DeviceLoop final : public GraphPiece {
   Storage* count_;
   DType count_dtype_;
   int64_t count_offset_, fixed_;
-  std::shared_ptr<FusedKernel> iterated_kernel_;  // until prepare_chains uploads it
+  std::shared_ptr<BoundChain> iterated_kernel_;  // until prepare_chains uploads it
   std::shared_ptr<DeviceChain> iterated_;
   cuda::LoopRandom random_;
   int unroll_;                     // iterations per launch of the main WHILE node's body

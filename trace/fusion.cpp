@@ -4,7 +4,8 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "core/thread_pool.h"
+#include "core/error.h"
+#include "core/kernel_context.h"
 #include "ops/op_traits.h"
 #include "ops/op_util.h"
 
@@ -14,114 +15,112 @@ double fusion_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 
 
 namespace {
 
-bool same_operand(const FusedKernel::Operand& x, const FusedKernel::Operand& y) {
+// A step's operand while the run is built: memory still named by its storage.
+struct Operand {
+  enum Kind : uint8_t { reg, mem, scalar } kind = mem;
+  int reg_index = -1;
+  Storage* storage = nullptr;
+  int64_t offset = 0;  // mem: elements
+  int64_t stride = 1;  // mem: 1 or 0 (one element repeated)
+  alignas(8) unsigned char value[8] = {};
+};
+struct Step {
+  kernels::FunctorId functor = kernels::FunctorId::count_;
+  alignas(8) unsigned char functor_bytes[16] = {};
+  Operand a, b, out;
+};
+
+bool same_operand(const Operand& x, const Operand& y) {
   if (x.kind != y.kind || x.stride != y.stride) return false;
   switch (x.kind) {
-    case FusedKernel::Operand::reg: return x.reg_index == y.reg_index;
-    case FusedKernel::Operand::mem: return x.storage == y.storage && x.offset == y.offset;
-    case FusedKernel::Operand::scalar: return std::memcmp(x.value, y.value, sizeof(x.value)) == 0;
+    case Operand::reg: return x.reg_index == y.reg_index;
+    case Operand::mem: return x.storage == y.storage && x.offset == y.offset;
+    case Operand::scalar: return std::memcmp(x.value, y.value, sizeof(x.value)) == 0;
   }
   return false;
 }
 
 // A step that updates one register in place from an operand it does not write.
-bool in_place_on_register(const FusedKernel::Step& s) {
-  return s.iterate && s.a.kind == FusedKernel::Operand::reg &&
-         s.out.kind == FusedKernel::Operand::reg && s.a.reg_index == s.out.reg_index &&
-         !(s.b.kind == FusedKernel::Operand::reg && s.b.reg_index == s.out.reg_index);
+bool in_place_on_register(const Step& s) {
+  return s.a.kind == Operand::reg && s.out.kind == Operand::reg &&
+         s.a.reg_index == s.out.reg_index &&
+         !(s.b.kind == Operand::reg && s.b.reg_index == s.out.reg_index);
 }
 
 // Equal functor bytes mean equal functors (stateless ones store no bytes); padding could
 // only make equal functors look different, which leaves a run as separate steps.
-bool same_step(const FusedKernel::Step& x, const FusedKernel::Step& y) {
-  return x.block == y.block && std::memcmp(x.functor, y.functor, sizeof(x.functor)) == 0 &&
+bool same_step(const Step& x, const Step& y) {
+  return x.functor == y.functor &&
+         std::memcmp(x.functor_bytes, y.functor_bytes, sizeof(x.functor_bytes)) == 0 &&
          same_operand(x.a, y.a) && same_operand(x.b, y.b) && same_operand(x.out, y.out);
+}
+
+// Appends s to c; consecutive identical steps that update one register in place (an
+// unrolled `for` of one op: y = y + 1, ...) become one step repeated: the trace re-rolls
+// the loop.
+void append(BoundChain& c, const Step& s, const Step* previous) {
+  if (previous && in_place_on_register(s) && same_step(s, *previous)) {
+    ++c.steps.back().repeat;
+    return;
+  }
+  kernels::ChainStep cs;
+  cs.functor = s.functor;
+  std::memcpy(cs.functor_bytes, s.functor_bytes, sizeof(cs.functor_bytes));
+  const Operand* ops[3] = {&s.a, &s.b, &s.out};
+  kernels::ChainOperand* outs[3] = {&cs.a, &cs.b, &cs.out};
+  for (int k = 0; k < 3; ++k) {
+    const Operand& o = *ops[k];
+    kernels::ChainOperand& r = *outs[k];
+    switch (o.kind) {
+      case Operand::reg:
+        r.kind = kernels::ChainOperand::reg;
+        r.reg_index = uint8_t(o.reg_index);
+        break;
+      case Operand::mem:
+        r.kind = kernels::ChainOperand::mem;
+        r.stride = uint8_t(o.stride);
+        c.mem.push_back({o.storage, o.offset, c.steps.size(), k});
+        break;
+      case Operand::scalar:
+        r.kind = kernels::ChainOperand::scalar;
+        std::memcpy(&r.scalar_bits, o.value, sizeof(r.scalar_bits));
+        break;
+    }
+  }
+  c.steps.push_back(cs);
 }
 
 }  // namespace
 
-void FusedKernel::finalize() {
-  hot.clear();
-  mem.clear();
-  for (size_t j = 0; j < steps.size(); ++j) {
-    const Step& st = steps[j];
-    if (j > 0 && in_place_on_register(st) && same_step(st, steps[j - 1])) {
-      ++hot.back().repeat;  // re-rolled: the run's first step has the operands already
-      continue;
-    }
-    Hot h;
-    h.step = j;
-    h.iterate = in_place_on_register(st) ? st.iterate : nullptr;
-    h.block = st.block;
-    h.functor = st.functor;
-    const Operand* ops[3] = {&st.a, &st.b, &st.out};
-    for (int k = 0; k < 3; ++k) {
-      const Operand& o = *ops[k];
-      h.stride[k] = int8_t(o.stride);
-      h.is_reg[k] = o.kind == Operand::reg;
-      h.advance[k] = o.kind == Operand::mem ? int8_t(o.stride) : 0;
-      if (o.kind == Operand::reg)
-        h.reg_offset[k] = uint32_t(size_t(o.reg_index) * size_t(kBlock) * elem_size);
-      else if (o.kind == Operand::scalar) h.base[k] = const_cast<unsigned char*>(o.value);
-      else mem.push_back({o.storage, size_t(o.offset) * elem_size, hot.size(), k});
-    }
-    hot.push_back(h);
+std::vector<kernels::ChainStep> BoundChain::at_addresses(
+    const std::unordered_map<const Storage*, void*>& redirect) const {
+  std::vector<kernels::ChainStep> out = steps;
+  const size_t esize = size_of(dtype);
+  for (const MemRef& m : mem) {
+    auto it = redirect.find(m.storage);
+    auto* base = static_cast<unsigned char*>(it != redirect.end() ? it->second : m.storage->data());
+    kernels::ChainStep& s = out[m.step];
+    kernels::ChainOperand& o = m.operand == 0 ? s.a : m.operand == 1 ? s.b : s.out;
+    o.ptr = base + size_t(m.offset) * esize;
   }
+  return out;
 }
 
-void FusedKernel::run(int64_t iterations) {
+void BoundChain::run(int64_t iterations) {
   // Memory operands resolve once per run (slots are bound before the program runs).
-  for (const MemRef& m : mem)
-    hot[m.step].base[m.operand] = static_cast<unsigned char*>(m.storage->data()) + m.byte_offset;
-  int64_t blocks = (n + kBlock - 1) / kBlock;
-  int64_t grain = std::max<int64_t>(1, tide::detail::kParallelGrain / kBlock);
-  const size_t esize = elem_size;
-  // A loop body of one op on its state (y = f(y, b), b not the state): its iterate
-  // function runs all iterations of a block in registers.
-  bool one_op_in_place = false;
-  if (hot.size() == 1 && hot[0].repeat == 1 && steps[0].iterate) {
-    const Hot& h = hot[0];
-    const unsigned char *state = h.base[0], *end = state + size_t(n) * esize;
-    bool b_is_state = !h.is_reg[1] && h.base[1] >= state && h.base[1] < end;
-    one_op_in_place = !h.is_reg[0] && !h.is_reg[2] && state == h.base[2] && h.advance[0] == 1 &&
-                      h.advance[2] == 1 && !b_is_state;
+  const size_t esize = size_of(dtype);
+  for (const MemRef& m : mem) {
+    kernels::ChainStep& s = steps[m.step];
+    kernels::ChainOperand& o = m.operand == 0 ? s.a : m.operand == 1 ? s.b : s.out;
+    o.ptr = static_cast<unsigned char*>(m.storage->data()) + size_t(m.offset) * esize;
   }
-  // One Hot over a block: a single step, or a re-rolled run of identical in-place steps.
-  auto apply = [](const Hot& h, unsigned char* const* p, int64_t len) {
-    if (h.repeat > 1) h.iterate(h.functor, p[1], h.stride[1], p[2], len, h.repeat);
-    else h.block(h.functor, p[0], h.stride[0], p[1], h.stride[1], p[2], len);
-  };
-  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-    alignas(64) unsigned char regs[kMaxRegisters * kBlock * 8];
-    for (int64_t b = b0; b < b1; ++b) {
-      int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
-      if (iterations > 1 && one_op_in_place) {
-        const Hot& h = hot[0];
-        steps[0].iterate(h.functor, h.base[1] + size_t(i0 * h.advance[1]) * esize, h.stride[1],
-                         h.base[2] + size_t(i0) * esize, len, iterations);
-        continue;
-      }
-      if (iterations > 1 && hot.size() <= kMaxIteratedSteps) {
-        // A loop body: the operands of a block do not change between iterations.
-        unsigned char* ptr[kMaxIteratedSteps][3];
-        for (size_t j = 0; j < hot.size(); ++j)
-          for (int k = 0; k < 3; ++k)
-            ptr[j][k] = hot[j].is_reg[k] ? regs + hot[j].reg_offset[k]
-                                         : hot[j].base[k] + size_t(i0 * hot[j].advance[k]) * esize;
-        for (int64_t it = 0; it < iterations; ++it)
-          for (size_t j = 0; j < hot.size(); ++j) apply(hot[j], ptr[j], len);
-        continue;
-      }
-      for (int64_t it = 0; it < iterations; ++it)
-        for (const Hot& h : hot) {
-          unsigned char* p[3];
-          for (int k = 0; k < 3; ++k)
-            p[k] = h.is_reg[k] ? regs + h.reg_offset[k]
-                               : h.base[k] + size_t(i0 * h.advance[k]) * esize;
-          apply(h, p, len);
-        }
-    }
-  });
+  kernels::FusedChain c;
+  c.steps = steps.data();
+  c.num_steps = int(steps.size());
+  c.n = n;
+  c.dtype = dtype;
+  c.iterations = iterations;
+  kernels::cpu::fused_chain(cpu_kernel_context(), c, {});
 }
 
 namespace {
@@ -151,16 +150,17 @@ class GroupBuilder {
       ++end;
     }
     // Trim to the register budget.
-    while (end - begin > 1 && registers_needed(begin, end) > FusedKernel::kMaxRegisters) --end;
+    while (end - begin > 1 && registers_needed(begin, end) > kernels::kMaxChainRegisters) --end;
     return end;
   }
 
   Node build(size_t begin, size_t end) {
-    auto fk = std::make_shared<FusedKernel>();
+    auto fc = std::make_shared<BoundChain>();
     const Node& first = g_.nodes[begin];
-    fk->n = first.ew->n;
-    fk->elem_size = size_of(first.ew->in);
-    fk->dtype = first.ew->in;
+    fc->n = first.ew->n;
+    fc->dtype = first.ew->in;
+    int registers = 0;
+    Step previous;
     Node out;
     out.op = "fused";
     out.site = first.site;
@@ -174,15 +174,15 @@ class GroupBuilder {
     for (size_t i = begin; i < end; ++i) {
       Node& n = g_.nodes[i];
       out.fused_ops += n.fused_ops;
-      FusedKernel::Step s;
-      s.block = n.ew->block;
-      s.iterate = n.ew->iterate;
-      s.functor_id = n.ew->functor_id;
-      std::memcpy(s.functor, n.ew->functor, sizeof(s.functor));
+      TIDE_ASSERT(n.ew->functor_id != kernels::FunctorId::count_,
+                  "trace: a fusible op without a functor id");
+      Step s;
+      s.functor = n.ew->functor_id;
+      std::memcpy(s.functor_bytes, n.ew->functor, sizeof(s.functor_bytes));
       s.a = operand(n.ew->a, reg_of, out, add_unique);
       if (n.ew->arity == 2) s.b = operand(n.ew->b, reg_of, out, add_unique);
       else {
-        s.b.kind = FusedKernel::Operand::scalar;
+        s.b.kind = Operand::scalar;
         s.b.stride = 0;
       }
       // Free registers whose value is not read after this step.
@@ -196,7 +196,7 @@ class GroupBuilder {
       }
       int v = n.writes[0];
       if (materialize(v, begin, end)) {
-        s.out.kind = FusedKernel::Operand::mem;
+        s.out.kind = Operand::mem;
         s.out.storage = g_.values[size_t(v)].storage.get();
         s.out.offset = n.ew->out_offset;
         s.out.stride = 1;
@@ -207,19 +207,19 @@ class GroupBuilder {
           r = free_regs.back();
           free_regs.pop_back();
         } else {
-          r = fk->registers++;
+          r = registers++;
         }
-        s.out.kind = FusedKernel::Operand::reg;
+        s.out.kind = Operand::reg;
         s.out.reg_index = r;
         s.out.stride = 1;
         reg_of[v] = r;
         g_.values[size_t(v)].kind = ValueKind::dead;
       }
-      fk->steps.push_back(s);
+      append(*fc, s, i > begin ? &previous : nullptr);
+      previous = s;
     }
-    fk->finalize();
-    out.fused = fk;
-    out.kernel = [fk](const KernelContext&) { fk->run(); };
+    out.fused = fc;
+    out.kernel = [fc](const KernelContext&) { fc->run(); };
     return out;
   }
 
@@ -265,24 +265,23 @@ class GroupBuilder {
   }
 
   template <class AddUnique>
-  FusedKernel::Operand operand(const tide::detail::EwOperand& o,
-                               const std::unordered_map<int, int>& reg_of, Node& out,
-                               AddUnique add_unique) {
-    FusedKernel::Operand r;
+  Operand operand(const tide::detail::EwOperand& o, const std::unordered_map<int, int>& reg_of,
+                  Node& out, AddUnique add_unique) {
+    Operand r;
     if (!o.storage) {
-      r.kind = FusedKernel::Operand::scalar;
+      r.kind = Operand::scalar;
       r.stride = 0;
       std::memcpy(r.value, o.scalar, sizeof(r.value));
       return r;
     }
     int v = ids_.at(o.storage);
     if (auto it = reg_of.find(v); it != reg_of.end()) {
-      r.kind = FusedKernel::Operand::reg;
+      r.kind = Operand::reg;
       r.reg_index = it->second;
       r.stride = 1;
       return r;
     }
-    r.kind = FusedKernel::Operand::mem;
+    r.kind = Operand::mem;
     r.storage = o.storage;
     r.offset = o.offset;
     r.stride = o.stride;

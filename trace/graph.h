@@ -45,7 +45,7 @@ struct Value {
   int num_writers = 0, num_readers = 0;
 };
 
-struct FusedKernel;
+struct BoundChain;
 struct LoopProgram;
 struct DeviceGraph;
 struct GraphPiece;
@@ -56,7 +56,7 @@ struct Node {
   std::vector<int> reads, writes;                   // value ids
   tide::detail::Kernel kernel;                      // plain nodes: the recorded kernel
   std::optional<tide::detail::ElementwiseDesc> ew;  // flat elementwise ops: for fusion
-  std::shared_ptr<FusedKernel> fused;               // a fused chain (kernel runs it)
+  std::shared_ptr<BoundChain> fused;                // a fused chain (kernel runs it)
   int fused_ops = 1;                                // recorded ops this node stands for
   // On a GPU, a node that adds its own nodes to the CUDA graph instead of being captured
   // (a loop: a WHILE node and its body; trace/device_graph.h).

@@ -92,7 +92,7 @@ struct LoopProgram {
   int64_t count_offset = 0;
   // A one-state body that is a single fused elementwise kernel reading the state and
   // writing the next state: run in place, all iterations per block in registers.
-  std::shared_ptr<FusedKernel> iterated;
+  std::shared_ptr<BoundChain> iterated;
   // Random ops in the body: {offset, key} the enclosing replay refreshes, Philox blocks per
   // iteration, and each op's first block in an iteration. An int count: the range of all
   // n iterations, drawn at its offset under its key. A tensor count (`substream`): the one
@@ -158,25 +158,26 @@ struct LoopProgram {
 };
 
 // The kernel a one-state loop may iterate in place (see LoopProgram::iterated), or null.
-std::shared_ptr<FusedKernel> iterable(const Graph& body, const std::vector<Storage*>& inputs,
-                                      const std::vector<Tensor>& state) {
+std::shared_ptr<BoundChain> iterable(const Graph& body, const std::vector<Storage*>& inputs,
+                                     const std::vector<Tensor>& state) {
   if (state.size() != 1 || body.nodes.size() != 1 || !body.nodes[0].fused) return nullptr;
   const Graph::Output& o = body.outputs[0];
   const Value& out = body.values[size_t(o.value)];
   if (out.kind != ValueKind::output || o.offset != 0) return nullptr;
-  const FusedKernel& fk = *body.nodes[0].fused;
-  if (size_t(fk.n) * fk.elem_size != state[0].nbytes()) return nullptr;
+  const BoundChain& fc = *body.nodes[0].fused;
+  if (size_t(fc.n) * size_of(fc.dtype) != state[0].nbytes()) return nullptr;
   Storage *in_slot = inputs[0], *out_slot = out.storage.get();
   bool written = false;
-  for (const FusedKernel::Step& s : fk.steps) {
-    for (const FusedKernel::Operand* a : {&s.a, &s.b})
-      if (a->kind == FusedKernel::Operand::mem && a->storage == in_slot &&
-          (written || a->stride != 1 || a->offset != 0))
+  for (const BoundChain::MemRef& m : fc.mem) {  // in step order: a, b, out
+    const kernels::ChainStep& s = fc.steps[m.step];
+    if (m.operand < 2) {
+      const kernels::ChainOperand& a = m.operand == 0 ? s.a : s.b;
+      if (m.storage == in_slot && (written || a.stride != 1 || m.offset != 0))
         return nullptr;  // would read the state after the step that overwrites it
-    if (s.out.kind == FusedKernel::Operand::mem) {
-      if (s.out.storage != out_slot || s.out.offset != 0 || written) return nullptr;
-      written = true;
+      continue;
     }
+    if (m.storage != out_slot || m.offset != 0 || written) return nullptr;
+    written = true;
   }
   return written ? body.nodes[0].fused : nullptr;
 }
@@ -245,7 +246,7 @@ void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
 std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
                                        std::shared_ptr<Graph> body,
                                        const std::vector<Tensor>& state,
-                                       const std::shared_ptr<FusedKernel>& iterated,
+                                       const std::shared_ptr<BoundChain>& iterated,
                                        tide::SourceLocation site) {
   // The body's counters advance on the device (cuda::LoopRandom): the loop kernels set and
   // move them from the range or block the enclosing replay reserves and writes.

@@ -1,8 +1,8 @@
-// The fused-chain interpreter (ops/fused_chain.h) that the CUDA kernel and the fake GPU's
-// host entry share: an iterated chain (a fused loop body) keeps its state buffers in
-// registers (chain::plan_carried) with the same bits as going through memory, one step on
-// its own state as one register run; a repeated step applies its functor `repeat` times; a
-// broadcast read of a state buffer keeps memory.
+// The fused-chain interpreter (ops/fused_chain.h) that the CUDA kernel runs: an iterated chain (a
+// fused loop body) keeps its state buffers in registers (chain::plan_carried) with the same bits as
+// going through memory, one step on its own state as one register run; a repeated step applies its
+// functor `repeat` times; a broadcast read of a state buffer keeps memory; the CPU entry, block by
+// block, gives the interpreter's bits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -115,6 +115,47 @@ TEST(FusedChain, ARepeatedStepAppliesItsFunctorThatManyTimes) {
   }
   EXPECT_EQ(y[0], a);
   EXPECT_EQ(y[1], b);
+}
+
+// The CPU entry (cpu::fused_chain) runs chains block by block with each functor's loops; it
+// must give the per-element interpreter's bits. 1000 elements: several blocks and a tail;
+// a broadcast input, scalars, a unary step, a repeated register step and a count read
+// from memory.
+TEST(FusedChain, TheCpuEntryGivesTheInterpretersBits) {
+  constexpr int64_t n = 1000;
+  std::vector<float> x(n), w = {0.75f};
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 37) * 0.05f - 0.9f;
+  auto body = [&](std::vector<float>& y) {
+    return std::vector<ChainStep>{
+        step(FunctorId::Add, mem(y.data()), scalar(1), reg(0)),
+        step(FunctorId::Mul, reg(0), mem(w.data(), /*stride=*/0), reg(1)),
+        step(FunctorId::Tanh, reg(1), scalar(0), reg(1)),
+        step(FunctorId::Add, reg(1), scalar(0.25f), reg(1), /*repeat=*/5),
+        step(FunctorId::Sub, reg(1), mem(x.data()), mem(y.data())),
+    };
+  };
+  for (int64_t iterations : {1, 3}) {
+    for (size_t num_steps : {size_t(5), size_t(1)}) {  // one step: y = y + 1 on its state
+      std::vector<float> block(x), element(x);
+      std::vector<ChainStep> b_steps = body(block), e_steps = body(element);
+      if (num_steps == 1) {
+        b_steps = {step(FunctorId::Add, mem(block.data()), mem(x.data()), mem(block.data()))};
+        e_steps = {step(FunctorId::Add, mem(element.data()), mem(x.data()), mem(element.data()))};
+      }
+      const int64_t count = iterations;
+      FusedChain c;
+      c.steps = b_steps.data();
+      c.num_steps = int(num_steps);
+      c.n = n;
+      c.count = &count;
+      cpu::fused_chain(cpu_kernel_context(), c, {});
+      for (int64_t i = 0; i < n; ++i)
+        run_chain_element<float>(e_steps.data(), int(num_steps), i, iterations);
+      EXPECT_EQ(0, std::memcmp(block.data(), element.data(), n * sizeof(float)))
+          << num_steps << " steps, " << iterations << " iterations";
+      EXPECT_NE(block, x) << "the chain ran";
+    }
+  }
 }
 
 }  // namespace
