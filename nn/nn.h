@@ -5,4 +5,5 @@
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/module.h"
+#include "nn/norm.h"
 #include "nn/serialize.h"

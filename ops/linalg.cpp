@@ -2,12 +2,14 @@
 // shapes and gradients over the linear-algebra kernel entries (ops/linalg_kernels.h).
 #include "ops/linalg.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ops/autograd.h"
 #include "ops/elementwise.h"
@@ -39,17 +41,138 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
                " (every dimension and row stride must be at most ", kMax, ")");
 }
 
+// One batch dimension of a batched product: the output's extent and each operand's stride
+// (elements; 0 where it broadcasts).
+struct BatchDim {
+  int64_t size, sa, sb;
+};
+
+// (..., m, k) @ (..., k, n) with NumPy broadcasting of the batch dimensions, on one
+// kernel entry and no copies: b 2-D and a not transposed is one GEMM over a's rows;
+// otherwise the batch dimensions are merged where their strides allow into at most two
+// loops of GEMMs (GemmBatch).
+Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
+  const char* op = op_name(OpId::matmul);
+  auto desc = [&] {
+    return describe(a) + (opt.trans_a ? "^T" : "") + " @ " + describe(b) +
+           (opt.trans_b ? "^T" : "");
+  };
+  TIDE_CHECK(a.ndim() >= 2 && b.ndim() >= 2, op,
+             "needs tensors of rank >= 2 (..., rows, columns), got ", desc());
+  const Shape &as = a.shape(), &bs = b.shape();
+  const int ra = as.ndim(), rb = bs.ndim();
+  const int64_t m = opt.trans_a ? as[ra - 1] : as[ra - 2],
+                k = opt.trans_a ? as[ra - 2] : as[ra - 1];
+  const int64_t kb = opt.trans_b ? bs[rb - 1] : bs[rb - 2],
+                n = opt.trans_b ? bs[rb - 2] : bs[rb - 1];
+  TIDE_CHECK(k == kb, op, "inner dimensions differ: ", desc());
+  // The batch dimensions, right-aligned; strides of the contiguous operands.
+  const int nb = std::max(ra, rb) - 2;
+  std::vector<int64_t> out_dims(size_t(nb + 2));
+  std::vector<BatchDim> dims(static_cast<size_t>(nb));
+  int64_t stride_a = as[ra - 1] * as[ra - 2], stride_b = bs[rb - 1] * bs[rb - 2], batches = 1;
+  for (int i = nb - 1; i >= 0; --i) {
+    const int ia = i - (nb - (ra - 2)), ib = i - (nb - (rb - 2));
+    const int64_t ea = ia >= 0 ? as[ia] : 1, eb = ib >= 0 ? bs[ib] : 1;
+    TIDE_CHECK(ea == eb || ea == 1 || eb == 1, op, "batch dimensions do not broadcast: ", desc());
+    const int64_t e = ea == 1 ? eb : ea;
+    dims[size_t(i)] = {e, ea == 1 ? 0 : stride_a, eb == 1 ? 0 : stride_b};
+    stride_a *= ea;
+    stride_b *= eb;
+    out_dims[size_t(i)] = e;
+    batches *= e;
+  }
+  out_dims[size_t(nb)] = m;
+  out_dims[size_t(nb + 1)] = n;
+  const bool fold = rb == 2 && !opt.trans_a;  // a's batches are rows of one GEMM
+  const int64_t lda = std::max<int64_t>(1, as[ra - 1]), ldb = std::max<int64_t>(1, bs[rb - 1]);
+  const int64_t ldc = std::max<int64_t>(1, n), rows = fold ? batches * m : m;
+  if (rows > 0 && n > 0)
+    check_blas_sizes(op,
+                     {{"m", rows},
+                      {"n", n},
+                      {"k", k},
+                      {"lda", lda},
+                      {"ldb", ldb},
+                      {"ldc", ldc},
+                      {"the batch count", batches}},
+                     desc);
+  // Merge each dimension into the one inside it when both operands step evenly across
+  // them (broadcast ones included); extent-1 dimensions drop out.
+  std::vector<BatchDim> merged;
+  for (const BatchDim& d : dims) {
+    if (d.size == 1) continue;
+    if (!merged.empty()) {
+      BatchDim& o = merged.back();
+      // o is outside d: merge when o's strides are d's times d's extent.
+      if (o.sa == d.sa * d.size && o.sb == d.sb * d.size) {
+        o = {o.size * d.size, d.sa, d.sb};
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  TIDE_CHECK(fold || merged.size() <= 2, op,
+             "batch dimensions that broadcast in more than two separate groups are not "
+             "supported: ",
+             desc(), " (reshape or expand first)");
+  Tensor y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
+  if (y.numel() > 0)
+    dispatch_floating(a.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const kernels::Gemm<T> g{a.ref<T>(), b.ref<T>(), y.ref<T>(), rows,        n,          k,
+                               lda,        ldb,        ldc,        opt.trans_a, opt.trans_b};
+      if (fold || merged.empty()) {
+        kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
+                       &kernels::cpu::gemm<T>, g, kernels::NoExtra{}, site);
+        return;
+      }
+      kernels::GemmBatch bt;
+      const BatchDim& in = merged.back();
+      bt.count = in.size, bt.stride_a = in.sa, bt.stride_b = in.sb;
+      if (merged.size() == 2)
+        bt.outer = merged[0].size, bt.outer_a = merged[0].sa, bt.outer_b = merged[0].sb;
+      kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
+                     &kernels::cpu::gemm_batched<T>, g, bt, site);
+    });
+  // The gradient of a broadcast operand sums over the batches it was broadcast to.
+  const bool need_a = autograd::needs_grad({&a}), need_b = autograd::needs_grad({&b});
+  autograd::record(op, y, {&a, &b},
+                   [a = a.detach(), b = b.detach(), opt, need_a, need_b](const Tensor& g) {
+                     const bool ta = opt.trans_a, tb = opt.trans_b;
+                     Tensor ga, gb;
+                     if (need_a) {
+                       ga = ta ? matmul(b, g, {tb, true}) : matmul(g, b, {false, !tb});
+                       if (ga.shape() != a.shape()) ga = sum_to(ga, a.shape());
+                     }
+                     if (need_b) {
+                       if (b.ndim() == 2 && !ta) {
+                         // One GEMM over all of a's rows instead of a batch then a sum.
+                         const int64_t ka = a.size(a.ndim() - 1), n = g.size(g.ndim() - 1);
+                         const Tensor a2 = a.reshape({-1, ka}), g2 = g.reshape({-1, n});
+                         gb = tb ? matmul(g2, a2, {true, false}) : matmul(a2, g2, {true, false});
+                       } else {
+                         gb = tb ? matmul(g, a, {true, ta}) : matmul(a, g, {!ta, false});
+                         if (gb.shape() != b.shape()) gb = sum_to(gb, b.shape());
+                       }
+                     }
+                     return Grads{ga, gb};
+                   });
+  return y;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   const char* op = op_name(OpId::matmul);
   check_same(a, b, OpId::matmul);
   check_floating(a, op);
+  if (a.ndim() != 2 || b.ndim() != 2) [[unlikely]]
+    return matmul_batched(a, b, opt, site);
   auto desc = [&] {
     return describe(a) + (opt.trans_a ? "^T" : "") + " @ " + describe(b) +
            (opt.trans_b ? "^T" : "");
   };
-  TIDE_CHECK(a.ndim() == 2 && b.ndim() == 2, op, "needs 2-D tensors, got ", desc());
   int64_t m = opt.trans_a ? a.shape()[1] : a.shape()[0];
   int64_t k = opt.trans_a ? a.shape()[0] : a.shape()[1];
   int64_t kb = opt.trans_b ? b.shape()[1] : b.shape()[0];

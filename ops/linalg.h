@@ -14,10 +14,16 @@ struct MatmulOptions {
   bool trans_b = false;
 };
 
-// op(a) @ op(b) for 2-D float32/float64 tensors. Throws "[matmul]" naming both shapes
-// when ranks, dtypes or inner dimensions do not match, and, before anything is allocated,
-// when a product with a nonempty output has a dimension past 2^31 - 1 (BLAS takes int
-// sizes: "... exceeds the 32-bit dimension limit of BLAS"; the same on every device).
+// op(a) @ op(b) for float32/float64 tensors of rank >= 2: (m, k) @ (k, n) -> (m, n), and
+// batched, (..., m, k) @ (..., k, n) -> (..., m, n) with the batch dimensions (all but the
+// last two) broadcast NumPy's way (a 2-D operand is used by every batch); op transposes the
+// last two dimensions (a flag passed to BLAS: no copy). Differentiable in both: a broadcast
+// operand's gradient sums over the batches it served. Throws "[matmul]" naming both shapes
+// for a rank below 2, differing dtypes, inner dimensions that differ, "batch dimensions do
+// not broadcast", batch dimensions that broadcast in more than two separate groups, and,
+// before anything is allocated, when a product with a nonempty output has a dimension or a
+// batch count past 2^31 - 1 (BLAS takes int sizes: "... exceeds the 32-bit dimension limit
+// of BLAS"; the same on every device). Queued; does not wait.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
               Site site = Site::current());
 // x @ w + b (b: one value per column, broadcast over rows), then ReLU when `relu`: the

@@ -20,6 +20,15 @@ struct Gemm {
   int64_t m = 0, n = 0, k = 0, lda = 1, ldb = 1, ldc = 1;
   bool ta = false, tb = false;
 };
+// The batches of a batched GEMM (the Extra of the batched entry, with a Gemm<T> whose a, b
+// and c are batch 0's): `outer` x `count` products; product (o, i) reads a at
+// o * outer_a + i * stride_a and b at o * outer_b + i * stride_b elements past batch 0's (a
+// stride of 0 broadcasts that operand) and writes c's (o * count + i)-th m x n block (c is
+// contiguous, ldc = n). The front-end merges batch dimensions so that two loops suffice.
+struct GemmBatch {
+  int64_t count = 1, stride_a = 0, stride_b = 0;
+  int64_t outer = 1, outer_a = 0, outer_b = 0;
+};
 // c = op(a) @ op(b) + bias (one value per column of c, i.e. per output feature), then
 // ReLU when relu: the Linear layer in one kernel (cuBLASLt's bias epilogues on CUDA).
 template <class T>
@@ -59,6 +68,8 @@ template <class T, class L>
 void one_hot_rows(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&);
 template <class T>
 void gemm(const KernelContext&, const Gemm<T>&, const NoExtra&);
+template <class T>
+void gemm_batched(const KernelContext&, const Gemm<T>&, const GemmBatch&);
 template <class T>
 void gemm_bias(const KernelContext&, const GemmBias<T>&, const NoExtra&);
 template <class T>

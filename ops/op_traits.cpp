@@ -63,6 +63,8 @@ constexpr std::array kTable{
     OpTraits{OpId::avg_pool2d_grad, "avg_pool2d_grad", K::conv, N, N, N},
     OpTraits{OpId::batch_norm, "batch_norm", K::conv, N, N, E},
     OpTraits{OpId::batch_norm_grad, "batch_norm_grad", K::conv, N, N, N},
+    OpTraits{OpId::layer_norm, "layer_norm", K::linalg, N, N, E},
+    OpTraits{OpId::layer_norm_grad, "layer_norm_grad", K::linalg, N, N, N},
     OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
     OpTraits{OpId::slice, "slice", K::view, N, N, E},
     OpTraits{OpId::select, "select", K::view, N, N, E},

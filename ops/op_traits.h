@@ -72,6 +72,9 @@ enum class OpId : uint16_t {
   avg_pool2d_grad,
   batch_norm,
   batch_norm_grad,
+  // normalisation over the last dimension (ops/norm.h)
+  layer_norm,
+  layer_norm_grad,
   // views (no kernel)
   reshape,
   slice,

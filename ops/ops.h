@@ -8,6 +8,7 @@
 #include "ops/elementwise.h"
 #include "ops/gather.h"
 #include "ops/linalg.h"
+#include "ops/norm.h"
 #include "ops/op_traits.h"
 #include "ops/optim.h"
 #include "ops/reduce.h"

@@ -25,6 +25,7 @@ Api load() {
   bind(lib, a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
   bind(lib, a.MatmulDescInit_internal, "cublasLtMatmulDescInit_internal");
   bind(lib, a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+  bind(lib, a.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
   bind(lib, a.MatmulPreferenceInit_internal, "cublasLtMatmulPreferenceInit_internal");
   bind(lib, a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
   bind(lib, a.MatrixLayoutInit_internal, "cublasLtMatrixLayoutInit_internal");

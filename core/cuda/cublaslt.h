@@ -20,6 +20,7 @@ struct Api {
   decltype(&::cublasLtMatmulPreferenceInit_internal) MatmulPreferenceInit_internal;
   decltype(&::cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
   decltype(&::cublasLtMatrixLayoutInit_internal) MatrixLayoutInit_internal;
+  decltype(&::cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute;
 };
 
 // The loaded library's functions. The first call loads it (libcublasLt.so.13, else
@@ -39,6 +40,8 @@ const Api& api();
   ::tide::cuda::lt::api().MatmulDescSetAttribute(__VA_ARGS__)
 #define cublasLtMatmulPreferenceSetAttribute(...) \
   ::tide::cuda::lt::api().MatmulPreferenceSetAttribute(__VA_ARGS__)
+#define cublasLtMatrixLayoutSetAttribute(...) \
+  ::tide::cuda::lt::api().MatrixLayoutSetAttribute(__VA_ARGS__)
 // The header's inline Init helpers call the *_internal symbols directly: replaced too.
 #define cublasLtMatmulDescInit(desc, ...) \
   ::tide::cuda::lt::api().MatmulDescInit_internal(desc, sizeof(*(desc)), __VA_ARGS__)

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "core/blas_threads.h"
 #include "core/thread_pool.h"
 #include "ops/op_util.h"
 
@@ -65,6 +66,43 @@ void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
   else
     cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(), int(g.lda),
                 g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
+}
+
+// Products this small run on the calling thread in OpenBLAS (its multithreading threshold
+// is far above), so a batch of them can be spread over the pool without two thread pools
+// competing for the cores, and each product's bits stay those of a lone call.
+constexpr int64_t kSmallGemm = 65536;
+
+// Whether several threads may call the GEMM of T at once: OpenBLAS's pthread build only.
+// BLIS and oneDNN run OpenMP teams of their own, which nested in the pool would oversubscribe.
+template <class T>
+bool parallel_batches() {
+  static const bool ok = [] {
+    const BlasThreadsInfo info = configure_blas_threads();
+    return info.library == "OpenBLAS" && (std::is_same_v<T, double> || info.configured != "onednn");
+  }();
+  return ok;
+}
+
+template <class T>
+void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
+  const int64_t total = bt.outer * bt.count, block = g.m * g.ldc;
+  auto one = [&](int64_t i) {
+    const int64_t o = i / bt.count, j = i % bt.count;
+    Gemm<T> s = g;
+    s.a.offset += o * bt.outer_a + j * bt.stride_a;
+    s.b.offset += o * bt.outer_b + j * bt.stride_b;
+    s.c.offset += i * block;
+    gemm(ctx, s, NoExtra{});
+  };
+  const int64_t work = std::max<int64_t>(1, g.m * g.n * std::max<int64_t>(1, g.k));
+  if (work <= kSmallGemm && total > 1 && parallel_batches<T>()) {
+    parallel_for(total, std::max<int64_t>(1, kSmallGemm / work), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) one(i);
+    });
+    return;
+  }
+  for (int64_t i = 0; i < total; ++i) one(i);  // each product uses the BLAS's own threads
 }
 
 template <class T>
@@ -138,6 +176,8 @@ TIDE_ONE_HOT(double, int64_t)
 #undef TIDE_ONE_HOT
 template void gemm<float>(const KernelContext&, const Gemm<float>&, const NoExtra&);
 template void gemm<double>(const KernelContext&, const Gemm<double>&, const NoExtra&);
+template void gemm_batched<float>(const KernelContext&, const Gemm<float>&, const GemmBatch&);
+template void gemm_batched<double>(const KernelContext&, const Gemm<double>&, const GemmBatch&);
 template void gemm_bias<float>(const KernelContext&, const GemmBias<float>&, const NoExtra&);
 template void gemm_bias<double>(const KernelContext&, const GemmBias<double>&, const NoExtra&);
 template void transpose<float>(const KernelContext&, const Transpose<float>&, const NoExtra&);

@@ -3,9 +3,12 @@
 // with the CPU's OpenBLAS at tight tolerances). The algorithm is chosen once per shape,
 // strides, pointer alignments and epilogue by cuBLASLt's heuristic and cached for the
 // process. The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the
-// Linear layer is one kernel. Does not batch, does not autotune by timing, does not
-// synchronize. Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the
-// CPU). Also here: the one-hot rows of a classification loss (one small kernel).
+// Linear layer is one kernel. Batched products (GemmBatch) are cuBLASLt's strided
+// batches, one call per outer batch; a broadcast operand has batch stride 0 (the layout
+// attribute's documented default, i.e. every batch reads the same matrix). Does not
+// autotune by timing, does not synchronize. Sizes past 2^31 - 1 never reach it (the front-ends
+// refuse them, as on the CPU). Also here: the one-hot rows of a classification loss (one small
+// kernel).
 #include <math_constants.h>
 
 #include <cstdint>
@@ -53,6 +56,15 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
+// The alignment every batch of a strided batch keeps: the first pointer's and the stride's.
+template <class T>
+uint32_t batch_alignment(const T* p, int64_t stride) {
+  const uint32_t a = alignment_of(p);
+  if (stride == 0) return a;
+  const uint32_t s = alignment_of(reinterpret_cast<const void*>(uintptr_t(stride) * sizeof(T)));
+  return a < s ? a : s;
+}
+
 // Everything the heuristic's choice depends on.
 struct PlanKey {
   cudaDataType_t type;
@@ -62,6 +74,7 @@ struct PlanKey {
   Epilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
   size_t workspace_bytes;
+  int64_t batch = 1, stride_a = 0, stride_b = 0;  // strided batches (c's stride is m * ldc)
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -76,6 +89,7 @@ struct PlanKeyHash {
     mix(uint64_t(k.align_a) | uint64_t(k.align_b) << 16 | uint64_t(k.align_c) << 32 |
         uint64_t(k.align_bias) << 48);
     mix(uint64_t(k.workspace_bytes));
+    for (int64_t v : {k.batch, k.stride_a, k.stride_b}) mix(uint64_t(v));
     return size_t(h);
   }
 };
@@ -141,6 +155,17 @@ void init_layouts(Layouts* l, const PlanKey& key) {
   TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&l->b, key.type, key.ta ? key.m : key.k,
                                              key.ta ? key.k : key.m, key.lda));
   TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&l->c, key.type, key.n, key.m, key.ldc));
+  if (key.batch == 1) return;
+  const int32_t count = int32_t(key.batch);  // the front-ends refuse more than 2^31 - 1
+  // cuBLASLt's A is tide's b, its B tide's a.
+  const std::pair<cublasLtMatrixLayoutOpaque_t*, int64_t> strides[] = {
+      {&l->a, key.stride_b}, {&l->b, key.stride_a}, {&l->c, key.m * key.ldc}};
+  for (const auto& [layout, stride] : strides) {
+    TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof(count)));
+    TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
 }
 
 // Builds the plan of key with cuBLASLt's heuristic (host only; no device work).
@@ -202,10 +227,13 @@ Plan plan_for(cublasLtHandle_t handle, const PlanKey& key, cublasLtMatmulDescOpa
 //   cuBLASLt C = D = c's memory: layout (n, m, ldc).
 // The bias epilogue adds a vector of D's row count (n) to every column of D, i.e. to every
 // row of the row-major c: one value per output feature, as Linear needs.
+// `batch` products at once when batch > 1: a, b step by stride_a, stride_b elements and c by
+// m * ldc (c is contiguous then).
 template <class T>
 void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epilogue,
-                        const T* bias) {
-  if (g.m == 0 || g.n == 0) return;
+                        const T* bias, int64_t batch = 1, int64_t stride_a = 0,
+                        int64_t stride_b = 0) {
+  if (g.m == 0 || g.n == 0 || batch == 0) return;
   T* c = g.c.get();
   if (g.k == 0) {
     // An empty sum: c = 0, written here rather than trusting cuBLASLt with k = 0 (and
@@ -213,7 +241,7 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
     if (epilogue != Epilogue::none)
       throw std::runtime_error("GEMM with k = 0 and a bias epilogue is not implemented");
     if (g.ldc == g.n)
-      TIDE_CUDA_CHECK(cudaMemsetAsync(c, 0, size_t(g.m * g.n) * sizeof(T), stream_of(ctx)));
+      TIDE_CUDA_CHECK(cudaMemsetAsync(c, 0, size_t(batch * g.m * g.n) * sizeof(T), stream_of(ctx)));
     else
       TIDE_CUDA_CHECK(cudaMemset2DAsync(c, size_t(g.ldc) * sizeof(T), 0, size_t(g.n) * sizeof(T),
                                         size_t(g.m), stream_of(ctx)));
@@ -235,11 +263,14 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
               g.ta,
               g.tb,
               epilogue,
-              alignment_of(a),
-              alignment_of(b),
-              alignment_of(c),
+              batch_alignment(a, stride_a),
+              batch_alignment(b, stride_b),
+              batch_alignment(c, batch > 1 ? g.m * g.ldc : 0),
               epilogue == Epilogue::none ? 256u : alignment_of(bias),
-              ws_bytes};
+              ws_bytes,
+              batch,
+              stride_a,
+              stride_b};
   cublasLtMatmulDescOpaque_t desc;
   init_desc(&desc, key, bias);
   Layouts l;
@@ -254,6 +285,19 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
 template <class T>
 void gemm(const KernelContext& ctx, const Gemm<T>& g, const NoExtra&) {
   gemm_with_epilogue<T>(ctx, g, Epilogue::none, nullptr);
+}
+
+// The batches of GemmBatch: one strided-batched call per outer batch.
+template <class T>
+void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
+  const int64_t block = g.m * g.ldc;
+  for (int64_t o = 0; o < bt.outer; ++o) {
+    Gemm<T> s = g;
+    s.a.offset += o * bt.outer_a;
+    s.b.offset += o * bt.outer_b;
+    s.c.offset += o * bt.count * block;
+    gemm_with_epilogue<T>(ctx, s, Epilogue::none, nullptr, bt.count, bt.stride_a, bt.stride_b);
+  }
 }
 
 // c = bias broadcast over the rows (then ReLU): a product with an empty inner dimension.
@@ -308,6 +352,8 @@ void register_matmul(OpList& ops) {
   CudaKernel<OneHotRows<double, int64_t>, NoExtra>::fn = &one_hot_rows<double, int64_t>;
   CudaKernel<Gemm<float>, NoExtra>::fn = &gemm<float>;
   CudaKernel<Gemm<double>, NoExtra>::fn = &gemm<double>;
+  CudaKernel<Gemm<float>, GemmBatch>::fn = &gemm_batched<float>;
+  CudaKernel<Gemm<double>, GemmBatch>::fn = &gemm_batched<double>;
   CudaKernel<GemmBias<float>, NoExtra>::fn = &gemm_bias<float>;
   CudaKernel<GemmBias<double>, NoExtra>::fn = &gemm_bias<double>;
   ops[size_t(OpId::matmul)] = true;

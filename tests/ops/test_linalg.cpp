@@ -149,7 +149,8 @@ TEST(LinalgErrors, Matmul) {
   EXPECT_TIDE_ERROR(matmul(b, a, {false, true}), "[matmul]", "(64, 10)", "(64, 128)");
   EXPECT_TIDE_ERROR(matmul(a, b, {true, true}), "[matmul]", "(64, 128)", "(64, 10)");
   EXPECT_TIDE_ERROR(matmul(ones({3}), ones({3, 2})), "[matmul]", "(3,)", "(3, 2)");
-  EXPECT_TIDE_ERROR(matmul(ones({2, 2, 2}), ones({2, 2})), "[matmul]", "(2, 2, 2)");
+  EXPECT_TIDE_ERROR(matmul(ones({3, 2, 2}), ones({2, 2, 2})), "[matmul]",
+                    "batch dimensions do not broadcast", "(3, 2, 2)", "(2, 2, 2)");
   EXPECT_TIDE_ERROR(matmul(ones({2, 3}), ones({3, 2}, DType::float64)), "[matmul]", "(2, 3)",
                     "float64");
   EXPECT_TIDE_ERROR(matmul(ones({2, 3}, DType::int32), ones({3, 2}, DType::int32)), "[matmul]",
