@@ -5,7 +5,7 @@
 // work has run.
 //
 // Also: a replay of four independent towers of small ops with streams = 1 and 2 (the
-// branch-parallel executor, trace/parallel.h).
+// branch-parallel executor, trace/cpu/parallel.h).
 //
 // Targets: replay <= 30 ns per node (10 000 tiny adds, unfused); traced 10 000 x
 // y + 1 (loop node or fused) >= 50x faster than eager with one sync at the end; traced MLP

@@ -81,7 +81,7 @@ class CaptureSink {
   }
 };
 
-// True while this thread captures kernels into a CUDA graph (trace/device_graph.h): the
+// True while this thread captures kernels into a CUDA graph (trace/cuda/device_graph.h): the
 // addresses a kernel uses are baked into the graph, so no memory may be taken from an
 // allocator then (Allocator::workspace refuses).
 inline thread_local bool tl_graph_capture = false;

@@ -23,7 +23,7 @@ struct KernelContext {
   void* workspace = nullptr;  // scratch for cuBLASLt / CUB, this stream's alone
   size_t workspace_bytes = 0;
   cuda::DeviceApi* api = nullptr;  // the device's interface (real CUDA or the recording fake)
-  // Set while a CUDA graph captures the kernel (trace/device_graph.h): host functions it
+  // Set while a CUDA graph captures the kernel (trace/cuda/device_graph.h): host functions it
   // launches are kept here, since a graph runs them on every launch.
   cuda::HostFunctions* host_functions = nullptr;
   // Set while a CUDA graph captures the kernel: use_workspace marks it, and the graph then

@@ -68,7 +68,7 @@ class Storage {
   // tide::Error("[op] out of memory ...") naming `op` (nullptr: "alloc").
   void* materialize(const char* op, bool may_wait) const;
   // A slot: a storage that owns no memory and whose data pointer the trace executor
-  // rebinds before each replay (trace/executor.cpp). Kernels resolve data() when they run,
+  // rebinds before each replay (trace/replay.cpp). Kernels resolve data() when they run,
   // never at enqueue, so the same recorded kernel works on every binding. Freed with its
   // last reference; never counted by the allocator.
   static Storage* make_slot(size_t bytes, Device d) {

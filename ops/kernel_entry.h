@@ -76,7 +76,7 @@ struct HostKernelIo {
   bool inherit_failure() const;  // true (writes poisoned) when a read failed
   void fail(const char* what) const;
   // A GPU kernel takes its addresses when it is launched, or captured into a CUDA graph:
-  // a slot rebound after that (trace/device_loop.cpp binds a loop body's slots per
+  // a slot rebound after that (trace/cuda/device_loop.cpp binds a loop body's slots per
   // captured iteration) does not move it. take_addresses() notes the slots' addresses at
   // launch; an AtLaunch in the host function puts them back while it runs. A fake's
   // approximation: the rebinding is visible to the host for that time, so host code that

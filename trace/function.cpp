@@ -7,12 +7,10 @@
 
 #include "core/error.h"
 #include "ops/autograd.h"
-#include "trace/device_fusion.h"
-#include "trace/device_graph.h"
-#include "trace/executor.h"
+#include "trace/backend.h"
 #include "trace/planner.h"
 #include "trace/recorder.h"
-#include "trace/verify.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
@@ -127,7 +125,6 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   }
   placeholders.clear();
   std::shared_ptr<Graph> g = rec.finish(std::move(outs));
-  const bool on_gpu = !g->device.is_cpu();
   auto e = std::make_unique<Entry>();
   e->sig = sig;
   if (opt_.verify) g->reference = g->nodes;
@@ -135,12 +132,7 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   g->streams = opt_.streams;
   e->plan = plan(*g);
   prepare_replay(*g);
-  if (on_gpu) {
-    prepare_device_graph(*g);
-    if (!recycler_) recycler_ = std::make_shared<ExecRecycler>();
-    g->device_graph->recycler = recycler_;
-    prepare_device_fusion(*g);  // fused chains as compiled or step-interpreter kernels
-  }
+  backend_for(g->device).prepare(*g, backend_state_);
   e->graph = g;
   cache_.push_front(std::move(e));
   if (cache_.size() > opt_.cache_budget) {
@@ -228,7 +220,8 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   stats_.output_bytes = e.plan.output_bytes;
   stats_.persistent_bytes = e.plan.persistent_bytes;
   stats_.critical_path = g->deps.critical_path;
-  if (!g->device.is_cpu() && aliases_written_memory(*g, args)) {
+  const Backend& backend = backend_for(g->device);
+  if (backend.runs_eagerly(*g, args)) {
     ++stats_.eager_calls;
     ++stats_.aliased_calls;
     return body(args);
@@ -236,12 +229,10 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   ++stats_.replays;
   std::vector<Tensor> out;
   if (opt_.verify) {
-    out = g->device.is_cpu() ? verify_replay(g, args, opt_.fusion, site_)
-                             : verify_on_device(g, args, site_);
+    out = backend.verify(g, args, opt_.fusion, site_);
   } else {
     size_t allocated = 0;
-    out = g->device.is_cpu() ? replay(g, args, site_, &allocated)
-                             : replay_on_device(g, args, site_, &allocated);
+    out = backend.replay(g, args, site_, &allocated);
     stats_.last_call_allocated = allocated;
   }
   bind_grads(*g);
@@ -258,17 +249,17 @@ FunctionStats FunctionCore::stats() const {
     s.measured_call_bytes += g.run_allocated.load(std::memory_order_relaxed);
     s.compiled_chains = g.compiled_chains;
     s.chain_fallback = g.chain_fallback;
-    if (g.device_graph) {
-      DeviceGraphStats d = g.device_graph->stats();
-      s.graph_nodes = d.graph_nodes;
-      s.graph_fallback = d.fallback;
-      s.graph_ordinary_edges_because = d.ordinary_edges_because;
-      s.graph_bytes = g.device_graph->held_bytes();
-    }
+    const BackendStats b = backend_for(g.device).stats(g);
+    s.graph_nodes = b.graph_nodes;
+    s.graph_fallback = b.graph_fallback;
+    s.graph_ordinary_edges_because = b.graph_ordinary_edges_because;
+    s.graph_bytes = b.graph_bytes;
   }
-  if (recycler_) {
-    s.graph_instantiations = recycler_->instantiated.load();
-    s.graph_updates = recycler_->updated.load();
+  if (backend_state_) {
+    BackendStats b;
+    backend_state_->add_stats(b);
+    s.graph_instantiations = b.graph_instantiations;
+    s.graph_updates = b.graph_updates;
   }
   return s;
 }

@@ -34,7 +34,7 @@ struct Options {
   // and the planned program side by side on the same inputs, and throw tide::Error
   // naming the first node whose result differs (bitwise for Fusion::none, else beyond
   // fusion_tolerance). Waits; for debugging. On a GPU: the node-by-node launch against
-  // the CUDA graph, comparing the outputs and persistent values each leaves (trace/verify.h).
+  // the CUDA graph, comparing the outputs and persistent values each leaves (trace/cpu/verify.h).
   bool verify = false;
   size_t cache_budget = 8;  // signatures kept; the least recently used is evicted
   int warmup_calls = 0;     // calls per new signature that run eagerly before tracing
@@ -86,7 +86,7 @@ struct FunctionStats {
   int64_t eager_calls = 0;  // warm-up calls, nested calls and aliased_calls
   // On a GPU: calls run eagerly because an argument shares memory with another argument
   // or a captured tensor where the function writes one of them in place (the graph's
-  // fixed input buffers would split what eager shares; trace/device_graph.h).
+  // fixed input buffers would split what eager shares; trace/cuda/device_graph.h).
   int64_t aliased_calls = 0;
   int64_t evictions = 0;
   size_t cached = 0;                    // signatures in the cache now
@@ -132,7 +132,7 @@ struct FunctionStats {
 };
 
 struct Graph;
-class ExecRecycler;
+struct BackendState;
 
 namespace detail {
 
@@ -166,7 +166,8 @@ class FunctionCore {
   std::vector<int64_t> trace_calls_;  // call numbers that traced
   Signature last_sig_;
   std::unordered_map<std::string, int> warmups_;  // eager calls made per signature
-  std::shared_ptr<ExecRecycler> recycler_;        // evicted signatures' CUDA graph execs
+  // The backend's state across signatures (a GPU's evicted signatures' graph execs).
+  std::shared_ptr<BackendState> backend_state_;
   // Recursive: f may call itself eagerly (a warm-up or aliased call runs f under the lock)
   // or read stats() while it is traced.
   mutable std::recursive_mutex mu_;

@@ -2,7 +2,7 @@
 // order, which is a valid execution order). Backend-neutral: the planner and the fusion
 // pass see only value ids, sizes, lifetimes and op descriptions; each node also carries
 // the kernel its op's front-end recorded for the trace's device. The CPU executor
-// (trace/executor.h) runs them; on a GPU trace/device_graph.h captures them into a CUDA graph.
+// (trace/replay.h) runs them; on a GPU trace/cuda/device_graph.h captures them into a CUDA graph.
 #pragma once
 
 #include <atomic>
@@ -46,7 +46,6 @@ struct Value {
 };
 
 struct BoundChain;
-struct LoopProgram;
 struct DeviceGraph;
 struct GraphPiece;
 
@@ -59,7 +58,7 @@ struct Node {
   std::shared_ptr<BoundChain> fused;                // a fused chain (kernel runs it)
   int fused_ops = 1;                                // recorded ops this node stands for
   // On a GPU, a node that adds its own nodes to the CUDA graph instead of being captured
-  // (a loop: a WHILE node and its body; trace/device_graph.h).
+  // (a loop: a WHILE node and its body; trace/cuda/device_graph.h).
   std::shared_ptr<GraphPiece> piece;
 };
 
@@ -129,7 +128,7 @@ struct Graph {
       if (n.piece) return true;
     return false;
   }
-  // On a GPU: the CUDA graph built for this plan at its first replay (trace/device_graph.h).
+  // On a GPU: the CUDA graph built for this plan at its first replay (trace/cuda/device_graph.h).
   std::shared_ptr<DeviceGraph> device_graph;
   // Values outside the arena that some node reads / writes (inputs, captures, state):
   // what a replay declares to the engine. Filled by prepare_replay().

@@ -39,28 +39,16 @@
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/op_util.h"
-#include "trace/device_fusion.h"
-#include "trace/device_graph.h"
-#include "trace/device_loop.h"
-#include "trace/executor.h"
+#include "trace/backend.h"
 #include "trace/fusion.h"
+#include "trace/loop_node.h"
 #include "trace/planner.h"
 #include "trace/recorder.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
 namespace {
-
-// memmove that takes empty buffers: an empty state has no memory (a null pointer, which
-// memcpy and memmove must not get even for zero bytes).
-void move_bytes(void* dst, const void* src, size_t n) {
-  if (n) std::memmove(dst, src, n);
-}
-
-struct Count {
-  int64_t fixed = 0;
-  Tensor tensor;  // defined: read when the loop runs
-};
 
 void check_state(const std::vector<Tensor>& state, const char* op) {
   TIDE_CHECK(!state.empty(), op, "needs at least one state tensor");
@@ -78,225 +66,6 @@ void check_step(const std::vector<Tensor>& state, const std::vector<Tensor>& nex
   }
 }
 
-// The loop node's kernel: runs the body graph n times, ping-ponging the state between the
-// node's output buffers and buffers of its own.
-struct LoopProgram {
-  std::shared_ptr<Graph> body;
-  std::vector<Storage*> body_inputs;  // slots of the body's state placeholders
-  std::vector<Graph::Output> body_outputs;
-  std::vector<size_t> bytes;      // per state
-  std::vector<StorageRef> spare;  // per state: the other half of the ping-pong
-  int64_t fixed = 0;
-  Storage* count = nullptr;  // when the count is a tensor
-  DType count_dtype = DType::int64;
-  int64_t count_offset = 0;
-  // A one-state body that is a single fused elementwise kernel reading the state and
-  // writing the next state: run in place, all iterations per block in registers.
-  std::shared_ptr<BoundChain> iterated;
-  // Random ops in the body: {offset, key} the enclosing replay refreshes, Philox blocks per
-  // iteration, and each op's first block in an iteration. An int count: the range of all
-  // n iterations, drawn at its offset under its key. A tensor count (`substream`): the one
-  // block the loop reserved; the body draws from offset 0 under substream_key(key, offset).
-  const uint64_t* random_base = nullptr;
-  uint64_t random_blocks = 0;
-  std::vector<uint64_t> random_prefix;
-  bool substream = false;
-
-  void run(const std::vector<Storage*>& in, const std::vector<size_t>& in_offsets,
-           const std::vector<Storage*>& out) const {
-    int64_t n = fixed;
-    const void* at = count ? static_cast<const unsigned char*>(count->data()) +
-                                 size_t(count_offset) * size_of(count_dtype)
-                           : nullptr;
-    if (at) n = read_loop_count(at, count_dtype);
-    if (n < 0) throw std::runtime_error(loop_count_error(at, count_dtype, n));
-    size_t k = in.size();
-    if (iterated) {
-      void* buf = out[0]->data();
-      move_bytes(buf, static_cast<unsigned char*>(in[0]->data()) + in_offsets[0], bytes[0]);
-      std::lock_guard<std::mutex> lock(body->run_mu);
-      body_inputs[0]->rebind(buf);
-      body->values[size_t(body_outputs[0].value)].storage->rebind(buf);
-      iterated->run(n);
-      return;
-    }
-    std::vector<unsigned char*> cur(k), alt(k);
-    for (size_t j = 0; j < k; ++j) {
-      cur[j] = static_cast<unsigned char*>(out[j]->data());
-      alt[j] = static_cast<unsigned char*>(spare[j]->data());
-      move_bytes(cur[j], static_cast<unsigned char*>(in[j]->data()) + in_offsets[j], bytes[j]);
-    }
-    uint64_t random_offset = 0, random_key = 0;
-    if (random_base) {
-      random_offset = substream ? 0 : random_base[0];
-      random_key = substream ? substream_key(random_base[1], random_base[0]) : random_base[1];
-    }
-    std::lock_guard<std::mutex> lock(body->run_mu);
-    for (int64_t it = 0; it < n; ++it) {
-      for (size_t j = 0; j < k; ++j) body_inputs[j]->rebind(cur[j]);
-      // Computed outputs write straight into the other buffer.
-      for (size_t j = 0; j < k; ++j) {
-        const Value& v = body->values[size_t(body_outputs[j].value)];
-        if (v.kind == ValueKind::output && body_outputs[j].offset == 0) v.storage->rebind(alt[j]);
-      }
-      for (size_t r = 0; r < random_prefix.size(); ++r) {
-        body->random[r].slot[0] = random_offset + uint64_t(it) * random_blocks + random_prefix[r];
-        body->random[r].slot[1] = random_key;
-      }
-      run_program(*body);
-      for (size_t j = 0; j < k; ++j) {  // identities, duplicates, views, constants
-        const Value& v = body->values[size_t(body_outputs[j].value)];
-        auto* src = static_cast<unsigned char*>(v.storage->data()) +
-                    size_t(body_outputs[j].offset) * size_of(body_outputs[j].dtype);
-        if (src != alt[j]) move_bytes(alt[j], src, bytes[j]);
-      }
-      std::swap(cur, alt);
-    }
-    for (size_t j = 0; j < k; ++j)
-      if (cur[j] != out[j]->data()) move_bytes(out[j]->data(), cur[j], bytes[j]);
-  }
-};
-
-// The kernel a one-state loop may iterate in place (see LoopProgram::iterated), or null.
-std::shared_ptr<BoundChain> iterable(const Graph& body, const std::vector<Storage*>& inputs,
-                                     const std::vector<Tensor>& state) {
-  if (state.size() != 1 || body.nodes.size() != 1 || !body.nodes[0].fused) return nullptr;
-  const Graph::Output& o = body.outputs[0];
-  const Value& out = body.values[size_t(o.value)];
-  if (out.kind != ValueKind::output || o.offset != 0) return nullptr;
-  const BoundChain& fc = *body.nodes[0].fused;
-  if (size_t(fc.n) * size_of(fc.dtype) != state[0].nbytes()) return nullptr;
-  Storage *in_slot = inputs[0], *out_slot = out.storage.get();
-  bool written = false;
-  for (const BoundChain::MemRef& m : fc.mem) {  // in step order: a, b, out
-    const kernels::ChainStep& s = fc.steps[m.step];
-    if (m.operand < 2) {
-      const kernels::ChainOperand& a = m.operand == 0 ? s.a : s.b;
-      if (m.storage == in_slot && (written || a.stride != 1 || m.offset != 0))
-        return nullptr;  // would read the state after the step that overwrites it
-      continue;
-    }
-    if (m.storage != out_slot || m.offset != 0 || written) return nullptr;
-    written = true;
-  }
-  return written ? body.nodes[0].fused : nullptr;
-}
-
-// The generator a tensor-count loop body's sub-stream comes from: that of its random ops of
-// more than zero elements (nullptr: none). Throws "[loop]" for two.
-Generator* substream_generator(const Graph& body) {
-  Generator* gen = nullptr;
-  for (const RandomCounter& c : body.random) {
-    if (c.numel == 0) continue;
-    if (!gen) gen = c.gen;
-    TIDE_CHECK(c.gen == gen, "loop", tide::detail::kSubstreamTwoGenerators,
-               " (this body draws from two)");
-  }
-  return gen;
-}
-
-// Random ops in the body, iteration i, op j drawing at base + i * S + prefix_j. A tensor
-// count: one block reserved by the enclosing replay in eager order, the base 0 of the
-// sub-stream it keys. An int count: one range of counters for all n iterations, reserved
-// by the enclosing replay in eager order. No generator: nothing to reserve.
-struct BodyRandom {
-  Generator* gen = nullptr;
-  std::vector<uint64_t> prefix;  // per random op of the body
-  uint64_t blocks = 0;           // S
-  bool substream = false;
-  // Elements' worth of counters the enclosing replay reserves for the loop.
-  uint64_t reserved_numel(const Count& count) const {
-    return substream ? 4 : uint64_t(count.fixed) * blocks * 4;
-  }
-};
-
-BodyRandom plan_body_random(const Graph& body, const Count& count) {
-  BodyRandom r;
-  const std::vector<RandomCounter>& rnd = body.random;
-  if (count.tensor.defined()) {
-    r.gen = substream_generator(body);
-  } else if (!rnd.empty()) {
-    for (const RandomCounter& c : rnd)
-      TIDE_CHECK(c.gen == rnd[0].gen, "loop",
-                 "random ops inside one traced loop body must share a generator");
-    r.gen = rnd[0].gen;
-  }
-  if (!r.gen) return r;
-  for (const RandomCounter& c : rnd) {
-    r.prefix.push_back(r.blocks);
-    r.blocks += (c.numel + 3) / 4;
-  }
-  r.substream = count.tensor.defined();
-  return r;
-}
-
-// What the body reads and writes outside itself (captures, state), for the loop node.
-void add_body_externals(const Graph& b, std::vector<Storage*>& reads,
-                        std::vector<Storage*>& writes) {
-  for (int id : b.external_reads)
-    if (b.values[size_t(id)].kind != ValueKind::input)
-      reads.push_back(b.values[size_t(id)].storage.get());
-  for (int id : b.external_writes)
-    if (b.values[size_t(id)].kind != ValueKind::input)
-      writes.push_back(b.values[size_t(id)].storage.get());
-}
-
-// On a GPU: the loop node becomes a WHILE node of the enclosing CUDA graph
-// (trace/device_loop.h); launched node by node, it runs the body's kernels n times.
-std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
-                                       std::shared_ptr<Graph> body,
-                                       const std::vector<Tensor>& state,
-                                       const std::shared_ptr<BoundChain>& iterated,
-                                       tide::SourceLocation site) {
-  // The body's counters advance on the device (cuda::LoopRandom): the loop kernels set and
-  // move them from the range or block the enclosing replay reserves and writes.
-  const BodyRandom br = plan_body_random(*body, count);
-  cuda::LoopRandom random;
-  if (br.gen) {
-    TIDE_CHECK(body->random.size() <= cuda::kMaxLoopRandom, "loop", "the body has ",
-               body->random.size(), " random ops; a traced loop on a GPU takes at most ",
-               cuda::kMaxLoopRandom, " (run the loop eagerly, or draw some outside it)");
-    random.base = outer.random_counter(*br.gen, br.reserved_numel(count), body->device);
-    random.substream = br.substream;
-    random.blocks = br.blocks;
-    random.num_ops = body->random.size();
-    for (size_t r = 0; r < random.num_ops; ++r) {
-      random.slots[r] = static_cast<uint64_t*>(body->random[r].device_slot->data());
-      random.prefix[r] = br.prefix[r];
-    }
-  }
-  // Its chains are uploaded once the enclosing graph is prepared (prepare_chains): they may
-  // read its values, which have no memory yet. A body that is one fused chain on its one
-  // state runs all iterations in one kernel, the state updated in place in the body's
-  // state buffer (see LoopProgram::iterated).
-  prepare_device_graph(*body);
-  std::vector<Tensor> result;
-  std::vector<LoopState> ls;
-  std::vector<Storage*> reads, writes;
-  for (const Tensor& t : state) {
-    Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device(), "loop");
-    ls.push_back({t.storage(), size_t(t.offset()) * size_of(t.dtype()), r.storage(), t.nbytes()});
-    reads.push_back(t.storage());
-    writes.push_back(r.storage());
-    result.push_back(r);
-  }
-  Storage* count_storage = nullptr;
-  if (count.tensor.defined()) {
-    count_storage = count.tensor.storage();
-    reads.push_back(count_storage);
-  }
-  add_body_externals(*body, reads, writes);
-  auto loop =
-      std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
-                                   count.tensor.defined() ? count.tensor.dtype() : DType::int64,
-                                   count.tensor.defined() ? count.tensor.offset() : 0, count.fixed,
-                                   iterated, random, outer.loop_unroll());
-  outer.record(
-      "loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); }, site);
-  outer.set_last_piece(std::move(loop));
-  return result;
-}
-
 // Which of a traced loop's results the eager loop would return requiring grad: a state
 // the body computes from a tensor it captures that requires grad (next[k] requires grad
 // after recording), or from a state that requires grad, initially or after an earlier
@@ -307,7 +76,7 @@ std::vector<Tensor> traced_device_loop(Recorder& outer, const Count& count,
 // count as well. Conservative: a state that needs grad after some iteration counts for all.
 std::vector<bool> results_needing_grad(const std::vector<Tensor>& state,
                                        const std::vector<bool>& next_requires_grad,
-                                       const Count& count, const Graph& body) {
+                                       const LoopCount& count, const Graph& body) {
   const size_t k = state.size();
   std::vector<bool> initial(k), result(k);
   for (size_t j = 0; j < k; ++j) initial[j] = state[j].requires_grad();
@@ -338,7 +107,7 @@ std::vector<bool> results_needing_grad(const std::vector<Tensor>& state,
   return result;
 }
 
-std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopBody& body,
+std::vector<Tensor> traced_loop(Recorder& outer, const LoopCount& count, const LoopBody& body,
                                 const std::vector<Tensor>& state, tide::SourceLocation site) {
   Recorder rec("trace::loop body");
   rec.set_fusion(outer.fusion());
@@ -352,12 +121,12 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
   check_step(state, next);
   std::vector<bool> next_requires_grad;
   for (const Tensor& t : next) next_requires_grad.push_back(t.requires_grad());
-  auto prog = std::make_shared<LoopProgram>();
-  for (const Tensor& p : ph) prog->body_inputs.push_back(p.storage());
+  std::vector<Storage*> body_inputs;
+  for (const Tensor& p : ph) body_inputs.push_back(p.storage());
   ph.clear();
-  prog->body = rec.finish(std::move(next));
+  std::shared_ptr<Graph> body_graph = rec.finish(std::move(next));
   const std::vector<bool> would_need_grad =
-      results_needing_grad(state, next_requires_grad, count, *prog->body);
+      results_needing_grad(state, next_requires_grad, count, *body_graph);
   // Eagerly, these results carry the gradient of every iteration; the loop node carries
   // none (its body ran once, here). They say so when a backward() reaches them.
   const auto refuse_gradients = [&](std::vector<Tensor> result) {
@@ -373,54 +142,14 @@ std::vector<Tensor> traced_loop(Recorder& outer, const Count& count, const LoopB
                 "the loop with a C++ for loop in the traced function, or run the loop outside it"));
     return result;
   };
-  outer.note_nested_references(*prog->body, rec);
-  fuse(*prog->body, outer.fusion(), /*single_nodes=*/true);
-  plan(*prog->body);
-  prepare_replay(*prog->body);
-  if (!prog->body->device.is_cpu())
-    return refuse_gradients(traced_device_loop(
-        outer, count, prog->body, state, iterable(*prog->body, prog->body_inputs, state), site));
-  prog->body_outputs = prog->body->outputs;
-  prog->fixed = count.fixed;
-  prog->iterated = iterable(*prog->body, prog->body_inputs, state);
-  const BodyRandom br = plan_body_random(*prog->body, count);
-  if (br.gen) {
-    prog->random_prefix = br.prefix;
-    prog->random_blocks = br.blocks;
-    prog->substream = br.substream;
-    prog->random_base = outer.random_counter(*br.gen, br.reserved_numel(count), Device::cpu());
-  }
-
-  // The node: reads the initial state, the count and what the body reads from outside;
-  // writes fresh state tensors (values of the enclosing graph) and what the body writes.
-  std::vector<Tensor> result;
-  std::vector<Storage*> in, out, reads, writes;
-  std::vector<size_t> in_offsets;
-  for (const Tensor& t : state) {
-    Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device(), "loop");
-    {
-      tide::detail::CapturePause pause;
-      prog->spare.push_back(Allocator::get(t.device()).allocate(t.nbytes(), "loop"));
-    }
-    prog->bytes.push_back(t.nbytes());
-    in.push_back(t.storage());
-    in_offsets.push_back(size_t(t.offset()) * size_of(t.dtype()));
-    out.push_back(r.storage());
-    result.push_back(r);
-  }
-  reads = in;
-  if (count.tensor.defined()) {
-    prog->count = count.tensor.storage();
-    prog->count_dtype = count.tensor.dtype();
-    prog->count_offset = count.tensor.offset();
-    reads.push_back(prog->count);
-  }
-  add_body_externals(*prog->body, reads, writes);
-  writes.insert(writes.end(), out.begin(), out.end());
-  outer.record(
-      "loop", reads, writes,
-      [prog, in, in_offsets, out](const KernelContext&) { prog->run(in, in_offsets, out); }, site);
-  return refuse_gradients(std::move(result));
+  outer.note_nested_references(*body_graph, rec);
+  fuse(*body_graph, outer.fusion(), /*single_nodes=*/true);
+  plan(*body_graph);
+  prepare_replay(*body_graph);
+  // The node itself is the backend's: the CPU's loop program or a GPU's WHILE node.
+  LoopNode node{count, std::move(body_graph), std::move(body_inputs), state, nullptr, site};
+  node.iterated = iterable(*node.body, node.body_inputs, state);
+  return refuse_gradients(backend_for(node.body->device).add_loop(outer, std::move(node)));
 }
 
 // The body gets the state by value, as the traced loop node gives it (a copy in the loop's
@@ -466,8 +195,8 @@ std::vector<Tensor> eager_substream_loop(int64_t n, const LoopBody& body,
   return eager_loop(0, body, std::move(state));
 }
 
-std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vector<Tensor> state,
-                             tide::SourceLocation site) {
+std::vector<Tensor> run_loop(const LoopCount& count, const LoopBody& body,
+                             std::vector<Tensor> state, tide::SourceLocation site) {
   check_state(state, "loop");
   if (tide::detail::CaptureSink* c = tide::detail::capturing()) {
     auto* outer = dynamic_cast<Recorder*>(c);
@@ -480,16 +209,16 @@ std::vector<Tensor> run_loop(const Count& count, const LoopBody& body, std::vect
   return eager_loop(n, body, std::move(state));
 }
 
-Count count_of(const Tensor& n) {
+LoopCount count_of(const Tensor& n) {
   tide::detail::check_defined(n, "loop");
   TIDE_CHECK(n.numel() == 1, "loop", "the count must be a one-element tensor, got ",
              tide::detail::describe(n));
-  return Count{0, n};
+  return LoopCount{0, n};
 }
 
-Count count_of(int64_t n) {
+LoopCount count_of(int64_t n) {
   TIDE_CHECK(n >= 0, "loop", "count must be >= 0, got ", n);
-  return Count{n, Tensor()};
+  return LoopCount{n, Tensor()};
 }
 
 LoopBody single(const std::function<Tensor(const Tensor&)>& f) {

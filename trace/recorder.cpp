@@ -164,7 +164,7 @@ const uint64_t* Recorder::random_counter(Generator& gen, uint64_t numel, Device 
   const uint64_t* p = c.slot.get();
   if (!device.is_cpu()) {
     // A CUDA graph bakes its kernels' arguments in: the kernel reads the pair from device
-    // memory, which each replay writes before the graph runs (trace/device_graph.cpp).
+    // memory, which each replay writes before the graph runs (trace/cuda/device_graph.cpp).
     tide::detail::CapturePause pause;
     c.device_slot = Allocator::get(device).allocate(2 * sizeof(uint64_t), "trace");
     p = static_cast<const uint64_t*>(c.device_slot->data());

@@ -2,8 +2,8 @@
 // at the same time (trace::Options::streams). Two nodes depend on each other when they
 // touch the same value and at least one of them writes it (read after write, write after
 // read, write after write); every edge goes forward in program order. Backend-neutral:
-// the CPU executor runs ready nodes on several threads (trace/parallel.h); the CUDA executor
-// makes them the edges of its graph's nodes (trace/device_graph.h).
+// the CPU executor runs ready nodes on several threads (trace/cpu/parallel.h); the CUDA executor
+// makes them the edges of its graph's nodes (trace/cuda/device_graph.h).
 //
 // Values are storages, so two values never share memory, with two exceptions the users of
 // these edges handle: intermediates the planner places on the same arena bytes (the

@@ -31,7 +31,7 @@ class CudaStream final : public DeviceStream {
  public:
   static constexpr uint64_t kTimelineEvery = 16;
   // Each stream's scratch for cuBLASLt and CUB (cuBLASLt's advice for Hopper); a CUDA
-  // graph gets one of its own (trace/device_graph.h).
+  // graph gets one of its own (trace/cuda/device_graph.h).
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
   CudaStream(StreamImpl& owner, DeviceRuntime& rt);

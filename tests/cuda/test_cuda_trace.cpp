@@ -1,5 +1,5 @@
 // Traced mode on a real GPU (cuda:0; the binary exits 77 without one): trace::function's
-// CUDA graph (trace/device_graph.h) with cuBLASLt, CUB and elementwise kernels captured.
+// CUDA graph (trace/cuda/device_graph.h) with cuBLASLt, CUB and elementwise kernels captured.
 // The fake-GPU versions (tests/trace/test_device_graph.cpp) check the graph's shape on
 // every machine; these check that CUDA accepts the capture and that replays equal eager
 // bit for bit on the same device.
@@ -361,7 +361,7 @@ TEST(CudaTrace, LoopWithATensorCountIncludingZeroEqualsEager) {
   }
 }
 
-// Chained iterations (trace/device_loop.h): each next state is a fresh value, so the
+// Chained iterations (trace/cuda/device_loop.h): each next state is a fresh value, so the
 // unrolled iterations pass the states on through two buffers each, bindings alternated.
 // Large enough that a missing edge between iterations would race on the device; with
 // programmatic edges and with ordinary ones, odd and even unrolls.

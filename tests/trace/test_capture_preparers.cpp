@@ -10,7 +10,7 @@
 
 #include "device_graph_support.h"
 #include "ops/kernel_entry.h"
-#include "trace/device_graph.h"
+#include "trace/cuda/device_graph.h"
 
 namespace tide {
 namespace {

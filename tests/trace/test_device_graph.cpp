@@ -1,4 +1,4 @@
-// The GPU trace executor (trace/device_graph.h) on a recording fake of a GPU: the CUDA
+// The GPU trace executor (trace/cuda/device_graph.h) on a recording fake of a GPU: the CUDA
 // graph built for a trace has one captured node per planned node, the trace's dependency
 // edges, a copy node per input before the roots and per output after the sinks; replays
 // equal eager; outputs stay fresh over many replays; nothing allocates during capture (the
@@ -23,8 +23,8 @@
 #include "ops/ops.h"
 #include "tests/error_of.h"
 #include "tests/train_rig.h"
-#include "trace/device_graph.h"
-#include "trace/device_loop.h"
+#include "trace/cuda/device_graph.h"
+#include "trace/cuda/device_loop.h"
 #include "trace/trace.h"
 #include "trace_support.h"
 

@@ -1,4 +1,4 @@
-// The GPU trace executor (trace/device_graph.h) on a recording fake of a GPU: verify = true
+// The GPU trace executor (trace/cuda/device_graph.h) on a recording fake of a GPU: verify = true
 // (node by node against the graph) and fused elementwise chains.
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include "ops/ops.h"
 #include "tests/error_of.h"
 #include "tests/train_rig.h"
-#include "trace/device_graph.h"
-#include "trace/device_loop.h"
+#include "trace/cuda/device_graph.h"
+#include "trace/cuda/device_loop.h"
 #include "trace/trace.h"
 #include "trace_support.h"
 

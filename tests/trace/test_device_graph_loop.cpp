@@ -1,4 +1,4 @@
-// The GPU trace executor (trace/device_graph.h) on a recording fake of a GPU: trace::loop as
+// The GPU trace executor (trace/cuda/device_graph.h) on a recording fake of a GPU: trace::loop as
 // a WHILE node of the CUDA graph (int and tensor counts, unrolled launches, chained
 // iterations, nested loops, training and random ops in the body) equals the eager loop.
 #include <gtest/gtest.h>
@@ -17,8 +17,8 @@
 #include "ops/ops.h"
 #include "tests/error_of.h"
 #include "tests/train_rig.h"
-#include "trace/device_graph.h"
-#include "trace/device_loop.h"
+#include "trace/cuda/device_graph.h"
+#include "trace/cuda/device_loop.h"
 #include "trace/trace.h"
 #include "trace_support.h"
 
@@ -232,7 +232,7 @@ TEST(DeviceGraphLoop, NestedLoopsAndCapturedParametersEqualEager) {
   EXPECT_EQ(shape.bodies[0].kinds, times(2, "swwmke"));
 }
 
-// Chained iterations (trace/device_loop.h): where each next state is a value the body
+// Chained iterations (trace/cuda/device_loop.h): where each next state is a value the body
 // returns, the unrolled iterations pass the states on through the state buffers and the
 // next states' buffers, and one step kernel per launch takes them all off the counter.
 // Two states that read each other and a captured parameter, odd and even unrolls, any

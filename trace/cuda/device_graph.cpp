@@ -1,4 +1,4 @@
-#include "trace/device_graph.h"
+#include "trace/cuda/device_graph.h"
 
 #include <algorithm>
 #include <optional>
@@ -12,7 +12,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "ops/kernel_entry.h"
-#include "trace/executor.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
@@ -430,8 +430,8 @@ void submit_replay(const std::shared_ptr<Graph>& gp, CallBindings c, Launch how,
       site);
 }
 
-std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                                     tide::SourceLocation site, size_t* allocated) {
+std::vector<Tensor> replay_graph(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                                 tide::SourceLocation site, size_t* allocated) {
   CallBindings c = prepare_call(*gp, args);
   if (allocated) *allocated += c.allocated;
   std::vector<Tensor> result = std::move(c.result);

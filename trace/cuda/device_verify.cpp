@@ -1,6 +1,6 @@
-// trace::function's verify mode on a GPU (trace/verify.h): the node-by-node launch of one
-// call's bindings is the reference; the CUDA graph run of the same bindings must leave the
-// same bytes in every output and persistent value.
+// trace::function's verify mode on a GPU (verify_graph, trace/cuda/device_graph.h): the
+// node-by-node launch of one call's bindings is the reference; the CUDA graph run of the same
+// bindings must leave the same bytes in every output and persistent value.
 #include <algorithm>
 #include <cstring>
 
@@ -8,8 +8,7 @@
 #include "core/cuda/runtime.h"
 #include "core/engine.h"
 #include "core/error.h"
-#include "trace/device_graph.h"
-#include "trace/verify.h"
+#include "trace/cuda/device_graph.h"
 
 namespace tide::trace {
 
@@ -49,8 +48,8 @@ std::vector<Bytes> read_back(Device device, const std::vector<Kept>& kept) {
 
 }  // namespace
 
-std::vector<Tensor> verify_on_device(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                                     tide::SourceLocation site) {
+std::vector<Tensor> verify_graph(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                                 tide::SourceLocation site) {
   Graph& g = *gp;
   CallBindings c = prepare_call(g, args);
   wait_all();  // inputs and parameters are final; rethrows earlier failures

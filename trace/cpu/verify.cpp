@@ -1,10 +1,11 @@
-#include "trace/verify.h"
+#include "trace/cpu/verify.h"
 
 #include <cstring>
 
 #include "core/engine.h"
 #include "core/error.h"
-#include "trace/executor.h"
+#include "trace/cpu/executor.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
@@ -22,8 +23,8 @@ bool planned_elsewhere(ValueKind k) {
 }
 }  // namespace
 
-std::vector<Tensor> verify_replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                                  Fusion fusion, tide::SourceLocation site) {
+std::vector<Tensor> verify_program(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
+                                   Fusion fusion, tide::SourceLocation site) {
   Graph& g = *gp;
   TIDE_CHECK(!g.reference.empty() || g.nodes.empty(), "trace",
              "verify needs the recorded nodes (trace with Options::verify)");

@@ -12,7 +12,7 @@
 //     replay.
 //   - Per call only the copy nodes' pointers change (graph_exec_set_memcpy), never the
 //     instantiation. A new signature's graph reuses an evicted signature's exec when CUDA
-//     can update it in place (trace/exec_recycler.h), else it is instantiated.
+//     can update it in place (trace/cuda/exec_recycler.h), else it is instantiated.
 //   - The captured kernels get a workspace of the graph's own (cuBLASLt, CUB): a stream's
 //     would be shared with eager work on that stream while the graph runs on another.
 //     Nodes that used it (use_workspace, core/kernel_context.h) get one more edge each,
@@ -21,13 +21,13 @@
 //   - When CUDA refuses a capture or an instantiation, or a kernel cannot be captured (it
 //     needs more workspace than the graph's), the replay launches the nodes one by one on
 //     the stream instead, and stats() says why.
-//   - A node with a piece (a trace::loop: trace/device_loop.h) adds its own nodes instead
+//   - A node with a piece (a trace::loop: trace/cuda/device_loop.h) adds its own nodes instead
 //     of being captured: a WHILE node with the loop's body graph inside.
 //   - Random ops read their Philox counters from device memory, which each replay writes
 //     (in eager order, as on the CPU) before its graph runs: a replay draws what eager
 //     would, and every replay draws new numbers.
-//   - verify (trace/verify.h): the same bindings launched node by node, then as the graph.
-//   - Fused nodes launch their chain's step-interpreter kernel (trace/device_fusion.h).
+//   - verify (trace/cpu/verify.h): the same bindings launched node by node, then as the graph.
+//   - Fused nodes launch their chain's step-interpreter kernel (trace/cuda/device_fusion.h).
 #pragma once
 
 #include <cstdint>
@@ -40,9 +40,9 @@
 #include "core/cuda/device_api.h"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
-#include "trace/exec_recycler.h"
-#include "trace/executor.h"
+#include "trace/cuda/exec_recycler.h"
 #include "trace/graph.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
@@ -56,7 +56,7 @@ struct GraphPiece {
                              const KernelContext& ctx,
                              std::vector<cuda::GraphNodeHandle>* exits) = 0;
   // Uploads the fused chains inside the piece (a loop's body), adds them to *compiled and
-  // sets *fallback to why one runs interpreted (trace/device_fusion.h). Called once the
+  // sets *fallback to why one runs interpreted (trace/cuda/device_fusion.h). Called once the
   // enclosing graph is planned and prepared: a chain fixes the addresses of the values it
   // reads there (an argument's fixed buffer, an intermediate's place in the arena).
   virtual void prepare_chains(int* compiled, std::string* fallback) {}
@@ -141,13 +141,25 @@ void submit_replay(const std::shared_ptr<Graph>& g, CallBindings c, Launch how,
 // which builds the CUDA graph on first use and launches it. Returns fresh output tensors.
 // Adds the bytes of the fresh outputs to *allocated. Does not wait; a failure of the
 // build or of a node surfaces at the next sync on the outputs.
-std::vector<Tensor> replay_on_device(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
-                                     tide::SourceLocation site, size_t* allocated = nullptr);
+std::vector<Tensor> replay_graph(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                                 tide::SourceLocation site, size_t* allocated = nullptr);
 
 // Whether args share memory with each other or with a value g captured, where g writes
 // one of them in place. A GPU graph copies each argument into a fixed buffer of its own
 // (and back when written), so it would split what eager shares: such a call is run
 // eagerly instead (trace::function), to give eager's results.
 bool aliases_written_memory(const Graph& g, std::span<const Tensor> args);
+
+// trace::function's verify mode on a GPU (trace/cuda/device_verify.cpp), as the CPU's
+// (trace/cpu/verify.h): one call's bindings (the same inputs and
+// random counters) launched node by node on the stream, then, with the persistent values
+// it wrote restored, as the CUDA graph. Compares what each run leaves: the outputs and
+// the persistent values written (intermediates share the arena and are overwritten inside
+// the graph, so they cannot be compared). Waits for all queued work before and after.
+// Returns the graph run's outputs; its effects count once. Throws tide::Error("[trace]
+// verify: ...") naming the node that last wrote the first differing value (the earliest
+// such node in program order).
+std::vector<Tensor> verify_graph(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                                 tide::SourceLocation site);
 
 }  // namespace tide::trace

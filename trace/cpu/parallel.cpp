@@ -1,4 +1,4 @@
-#include "trace/parallel.h"
+#include "trace/cpu/parallel.h"
 
 #include <sched.h>
 
@@ -17,7 +17,7 @@
 #include "core/spin_wait.h"
 #include "core/spinlock.h"
 #include "core/thread_pool.h"
-#include "trace/executor.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 

@@ -1,8 +1,7 @@
-// The CPU executor: a replay is queued as one engine task that binds the call's inputs and
-// fresh outputs to the graph's slots, refreshes the random counters and runs the planned
-// program (in order, or with independent branches at once: trace/parallel.h). Errors
-// inside it surface at the next sync on its outputs (or on what it wrote), named after
-// the failing node, like eager errors.
+// The device-neutral pieces of a replay, which every backend (trace/backend.h) builds on:
+// what a graph reads and writes outside itself, one call's bindings (inputs and fresh
+// outputs bound to the graph's slots, random counters reserved in eager order), a failing
+// node's words, and the engine submit of a replay that touches many storages.
 #pragma once
 
 #include <cstdint>
@@ -49,26 +48,6 @@ struct CallBindings {
 
 // Allocates the call's outputs and reserves its random counters (in eager order).
 CallBindings prepare_call(Graph& g, std::span<const Tensor> args);
-
-// Queues one replay of g with `args` bound to g.inputs (same shapes and dtypes as traced;
-// contiguous). Returns the outputs: fresh tensors for values the graph computes, the same
-// tensors for arguments, captures or state returned as they are. Adds the bytes it
-// allocated (outputs only) to *allocated. Does not wait.
-std::vector<Tensor> replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
-                           tide::SourceLocation site, size_t* allocated = nullptr);
-
-enum class Order {
-  planned,  // g.streams > 1: independent branches at once (trace/parallel.h)
-  program,  // one node after the other, in recording order
-};
-
-// Runs g's program here, now (a worker, or a caller that waited). Returns the bytes its
-// kernels allocated while they ran (workspaces: what the plan did not foresee), on every
-// thread that ran nodes. Rethrows a node's error as node_failure() words it. `after_node`,
-// when set, is called with each node's index once it ran (verify); it implies
-// Order::program.
-uint64_t run_program(const Graph& g, Order order = Order::planned,
-                     const std::function<void(size_t)>& after_node = {});
 
 // "node i of n (op, traced at file:line): what".
 std::string node_failure(const Graph& g, size_t i, const char* what);

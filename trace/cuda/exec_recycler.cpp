@@ -1,4 +1,4 @@
-#include "trace/exec_recycler.h"
+#include "trace/cuda/exec_recycler.h"
 
 #include <utility>
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/cuda/device_api.h"
+#include "trace/backend.h"
 
 namespace tide::trace {
 
@@ -29,7 +30,7 @@ struct SpareExec {
   std::vector<cuda::GraphNodeHandle> copy_in, copy_back, copy_out;
 };
 
-class ExecRecycler {
+class ExecRecycler final : public BackendState {
  public:
   static constexpr size_t kMaxSpares = 2;
 
@@ -48,6 +49,10 @@ class ExecRecycler {
 
   // Builds of this function's graphs: instantiated, or updated from a spare.
   std::atomic<int64_t> instantiated{0}, updated{0};
+  void add_stats(BackendStats& s) const override {
+    s.graph_instantiations = instantiated.load();
+    s.graph_updates = updated.load();
+  }
 
   // Why CUDA refused one of this function's graphs with programmatic edges (core/cuda/
   // dependent_launch.h), so that its later graphs are built with ordinary ones from the

@@ -38,7 +38,7 @@
 // odd u, copies the states back into the state buffers. No memory is added.
 //
 // A body that is one fused chain on its one state (Fusion::elementwise; see
-// LoopProgram::iterated on the CPU) runs instead as one kernel that applies the chain n
+// LoopNode::iterated, trace/loop_node.h) runs instead as one kernel that applies the chain n
 // times per element, the state in place, the count read on the device:
 //   copy node (initial state) -> chain kernel (n iterations) -> copy node (the output)
 //
@@ -53,11 +53,14 @@
 #include <vector>
 
 #include "core/storage.h"
-#include "trace/device_fusion.h"
-#include "trace/device_graph.h"
+#include "trace/cuda/device_fusion.h"
+#include "trace/cuda/device_graph.h"
 #include "trace/graph.h"
+#include "trace/loop_node.h"
 
 namespace tide::trace {
+
+class Recorder;
 
 // The automatic unroll: iterations per body launch until it runs about this many nodes.
 inline constexpr int kLoopNodesPerLaunch = 32;
@@ -132,5 +135,10 @@ class DeviceLoop final : public GraphPiece {
                                    // state's buffer waits (null when not needed)
   bool chained_ = false;           // the main WHILE node's iterations are chained
 };
+
+// On a GPU: records n's loop node into `outer` as a WHILE node of the enclosing CUDA graph
+// (launched node by node, it runs the body's kernels n times) and returns the loop's
+// results. Throws "[loop]" for a body with more than kMaxLoopRandom random ops.
+std::vector<Tensor> add_device_loop(Recorder& outer, LoopNode n);
 
 }  // namespace tide::trace

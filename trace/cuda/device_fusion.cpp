@@ -1,4 +1,4 @@
-#include "trace/device_fusion.h"
+#include "trace/cuda/device_fusion.h"
 
 #include <cstring>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "ops/chain_source.h"
 #include "ops/creation.h"
 #include "ops/kernel_entry.h"
-#include "trace/device_graph.h"
+#include "trace/cuda/device_graph.h"
 
 namespace tide::trace {
 

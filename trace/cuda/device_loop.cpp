@@ -1,4 +1,4 @@
-#include "trace/device_loop.h"
+#include "trace/cuda/device_loop.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -9,7 +9,8 @@
 #include "core/error.h"
 #include "core/loop_count.h"
 #include "core/philox.h"
-#include "trace/executor.h"
+#include "trace/recorder.h"
+#include "trace/replay.h"
 
 namespace tide::trace {
 
@@ -330,6 +331,58 @@ void DeviceLoop::launch(const KernelContext& ctx) const {
       copy(state_buffer(j), spare_[j] ? spare_[j]->data() : next_source(j), state_[j].bytes);
   }
   for (size_t j = 0; j < k; ++j) copy(state_[j].out->data(), state_buffer(j), state_[j].bytes);
+}
+
+std::vector<Tensor> add_device_loop(Recorder& outer, LoopNode n) {
+  const LoopCount& count = n.count;
+  std::shared_ptr<Graph> body = std::move(n.body);
+  // The body's counters advance on the device (cuda::LoopRandom): the loop kernels set and
+  // move them from the range or block the enclosing replay reserves and writes.
+  const BodyRandom br = plan_body_random(*body, count);
+  cuda::LoopRandom random;
+  if (br.gen) {
+    TIDE_CHECK(body->random.size() <= cuda::kMaxLoopRandom, "loop", "the body has ",
+               body->random.size(), " random ops; a traced loop on a GPU takes at most ",
+               cuda::kMaxLoopRandom, " (run the loop eagerly, or draw some outside it)");
+    random.base = outer.random_counter(*br.gen, br.reserved_numel(count), body->device);
+    random.substream = br.substream;
+    random.blocks = br.blocks;
+    random.num_ops = body->random.size();
+    for (size_t r = 0; r < random.num_ops; ++r) {
+      random.slots[r] = static_cast<uint64_t*>(body->random[r].device_slot->data());
+      random.prefix[r] = br.prefix[r];
+    }
+  }
+  // Its chains are uploaded once the enclosing graph is prepared (prepare_chains): they may
+  // read its values, which have no memory yet. A body that is one fused chain on its one
+  // state runs all iterations in one kernel, the state updated in place in the body's
+  // state buffer (see LoopNode::iterated, trace/loop_node.h).
+  prepare_device_graph(*body);
+  std::vector<Tensor> result;
+  std::vector<LoopState> ls;
+  std::vector<Storage*> reads, writes;
+  for (const Tensor& t : n.state) {
+    Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device(), "loop");
+    ls.push_back({t.storage(), size_t(t.offset()) * size_of(t.dtype()), r.storage(), t.nbytes()});
+    reads.push_back(t.storage());
+    writes.push_back(r.storage());
+    result.push_back(r);
+  }
+  Storage* count_storage = nullptr;
+  if (count.tensor.defined()) {
+    count_storage = count.tensor.storage();
+    reads.push_back(count_storage);
+  }
+  add_body_externals(*body, reads, writes);
+  auto loop =
+      std::make_shared<DeviceLoop>(std::move(body), std::move(ls), count_storage,
+                                   count.tensor.defined() ? count.tensor.dtype() : DType::int64,
+                                   count.tensor.defined() ? count.tensor.offset() : 0, count.fixed,
+                                   n.iterated, random, outer.loop_unroll());
+  outer.record(
+      "loop", reads, writes, [loop](const KernelContext& ctx) { loop->launch(ctx); }, n.site);
+  outer.set_last_piece(std::move(loop));
+  return result;
 }
 
 }  // namespace tide::trace

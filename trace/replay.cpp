@@ -1,4 +1,4 @@
-#include "trace/executor.h"
+#include "trace/replay.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "core/random_scope.h"
-#include "trace/parallel.h"
 
 namespace tide::trace {
 
@@ -43,26 +42,6 @@ std::string node_failure(const Graph& g, size_t i, const char* what) {
   const Node& n = g.nodes[i];
   return tide::detail::concat("node ", i, " of ", g.nodes.size(), " (", n.op, ", traced at ",
                               n.site.file_name(), ":", n.site.line(), "): ", what);
-}
-
-uint64_t run_program(const Graph& g, Order order, const std::function<void(size_t)>& after_node) {
-  if (order == Order::planned && g.streams > 1 && !after_node && g.nodes.size() > 1)
-    return run_parallel(g);
-  const uint64_t allocated_before = tide::detail::tl_allocated_bytes;
-  bool profiling = profiler::enabled();
-  int stream = profiler::detail::tl_running_stream;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    int64_t t0 = profiling ? profiler::detail::now_ns() : 0;
-    try {
-      n.kernel(cpu_kernel_context());
-    } catch (const std::exception& e) {
-      throw std::runtime_error(node_failure(g, i, e.what()));
-    }
-    if (profiling) profiler::detail::record_op({n.op, stream, t0, t0, profiler::detail::now_ns()});
-    if (after_node) after_node(i);
-  }
-  return tide::detail::tl_allocated_bytes - allocated_before;
 }
 
 void submit_wide(Device device, const char* op, const std::vector<Storage*>& reads,
@@ -198,26 +177,6 @@ void CallBindings::bind(Graph& g) const {
 void CallBindings::finish() const {
   for (const OutputBind& b : copies)
     if (b.slot->bytes()) std::memcpy(b.fresh->data(), b.slot->data(), b.slot->bytes());
-}
-
-std::vector<Tensor> replay(const std::shared_ptr<Graph>& gp, std::span<const Tensor> args,
-                           tide::SourceLocation site, size_t* allocated) {
-  CallBindings c = prepare_call(*gp, args);
-  if (allocated) *allocated += c.allocated;
-  std::vector<Tensor> result = std::move(c.result);
-  std::vector<Storage*> reads = std::move(c.reads), writes = std::move(c.writes);
-  // The task keeps the graph (and so every slot and kernel) alive until it ran.
-  submit_wide(
-      Device::cpu(), "trace_replay", reads, writes,
-      [gp, c = std::move(c)](const KernelContext&) {
-        std::lock_guard<std::mutex> lock(gp->run_mu);
-        c.bind(*gp);
-        gp->run_allocated.store(run_program(*gp, c.in_order ? Order::program : Order::planned),
-                                std::memory_order_relaxed);
-        c.finish();
-      },
-      site);
-  return result;
 }
 
 }  // namespace tide::trace
