@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/options.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
 #include "nn/module.h"
@@ -18,41 +19,21 @@ namespace tide::dist {
 struct DataParallelOptions {
   // Cap of the first bucket (PyTorch: 1 MiB): small, so its all-reduce starts early. The
   // bucket closes with the gradient that reaches the cap (it may hold more than the cap).
-  DataParallelOptions& first_bucket_bytes(size_t b) {
-    first_bucket_bytes_ = b;
-    return *this;
-  }
+  TIDE_ARG(size_t, first_bucket_bytes) = size_t(1) << 20;
   // Cap of every later bucket (PyTorch: 25 MiB), with the same rule.
-  DataParallelOptions& bucket_bytes(size_t b) {
-    bucket_bytes_ = b;
-    return *this;
-  }
+  TIDE_ARG(size_t, bucket_bytes) = size_t(25) << 20;
   // Broadcast the parameters (and buffers) from rank 0 at construction, so every rank
   // starts equal.
-  DataParallelOptions& broadcast_parameters(bool on) {
-    broadcast_parameters_ = on;
-    return *this;
-  }
+  TIDE_ARG(bool, broadcast_parameters) = true;
   // Broadcast the module's buffers from rank 0 in every reduce_gradients() (PyTorch's
   // broadcast_buffers, on by default there too). Off: each rank keeps the running
   // estimates of its own shard of the data.
-  DataParallelOptions& broadcast_buffers(bool on) {
-    broadcast_buffers_ = on;
-    return *this;
-  }
+  TIDE_ARG(bool, broadcast_buffers) = true;
   // Overlap (the default): each bucket's all-reduce starts once its own gradients are
   // final, while backward still computes the others. Off: no bucket starts before every
   // gradient is final (one wait on the communication stream for all of backward), the
   // baseline that shows what overlapping saves. Results are the same either way.
-  DataParallelOptions& overlap(bool on) {
-    overlap_ = on;
-    return *this;
-  }
-  size_t first_bucket_bytes_ = size_t(1) << 20;
-  size_t bucket_bytes_ = size_t(25) << 20;
-  bool broadcast_parameters_ = true;
-  bool broadcast_buffers_ = true;
-  bool overlap_ = true;
+  TIDE_ARG(bool, overlap) = true;
 };
 
 // One bucket: parameters of one dtype, in reverse parameter order, whose gradients

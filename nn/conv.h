@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/options.h"
 #include "nn/module.h"
 #include "ops/conv.h"
 
@@ -48,19 +49,11 @@ struct Conv2dOptions {
     conv.groups(g);
     return *this;
   }
-  Conv2dOptions& bias(bool on) {
-    with_bias = on;
-    return *this;
-  }
-  Conv2dOptions& dtype(DType t) {
-    param_dtype = t;
-    return *this;
-  }
   int64_t in_channels, out_channels;
   std::array<int64_t, 2> kernel;
   tide::Conv2dOptions conv;  // stride, padding, dilation, groups
-  bool with_bias = true;
-  DType param_dtype = DType::float32;
+  TIDE_ARG_AS(bool, bias, with_bias) = true;
+  TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;
 };
 
 // y = conv2d(x, weight, bias). The weight (and the bias) start as PyTorch's defaults:
@@ -108,22 +101,10 @@ class AvgPool2d : public Module {
 
 struct BatchNorm2dOptions {
   explicit BatchNorm2dOptions(int64_t features) : num_features(features) {}
-  BatchNorm2dOptions& eps(double e) {
-    epsilon = e;
-    return *this;
-  }
-  BatchNorm2dOptions& momentum(double m) {
-    momentum_ = m;
-    return *this;
-  }
-  BatchNorm2dOptions& dtype(DType t) {
-    param_dtype = t;
-    return *this;
-  }
   int64_t num_features;
-  double epsilon = 1e-5;
-  double momentum_ = 0.1;
-  DType param_dtype = DType::float32;
+  TIDE_ARG_AS(double, eps, epsilon) = 1e-5;
+  TIDE_ARG(double, momentum) = 0.1;
+  TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;
 };
 
 // batch_norm per channel of (N, C, H, W) inputs. Parameters weight (ones) and bias

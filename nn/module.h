@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/options.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/init.h"
@@ -112,23 +113,11 @@ class Sequential : public Module {
 // Options for Linear with chainable setters: LinearOptions(784, 256).bias(false).
 struct LinearOptions {
   LinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
-  LinearOptions& bias(bool on) {
-    with_bias = on;
-    return *this;
-  }
-  LinearOptions& init(Init kind) {
-    weight_init = kind;
-    return *this;
-  }
-  LinearOptions& dtype(DType t) {
-    param_dtype = t;
-    return *this;
-  }
   int64_t in_features;
   int64_t out_features;
-  bool with_bias = true;
-  Init weight_init = Init::xavier_uniform;
-  DType param_dtype = DType::float32;
+  TIDE_ARG_AS(bool, bias, with_bias) = true;
+  TIDE_ARG_AS(Init, init, weight_init) = Init::xavier_uniform;
+  TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;
 };
 
 // y = x @ W + b. The weight is stored as (in, out), not PyTorch's (out, in), so forward is

@@ -50,8 +50,6 @@ namespace {
 
 DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
 
-bool is_mask_op(OpId id) { return id == OpId::eq || id == OpId::gt || id == OpId::lt; }
-
 // While a trace records (c = capturing()), describes a flat op for the fusion pass
 // (ops/elementwise_desc.h). Callers test capturing() first and build the operands only
 // then: built on every eager op, their stores stalled the loads that passed them on
@@ -143,9 +141,10 @@ template <class F>
 Tensor binary_op(OpId id, F f, const Tensor& a, const Tensor& b, Site site) {
   const char* op = op_name(id);
   check_same(a, b, id);
-  if (id == OpId::div) check_floating(a, op);
+  const OpTraits& t = op_traits(id);
+  if (t.floating_only) check_floating(a, op);
   Shape s = broadcast_shapes(a.shape(), b.shape(), op);
-  Tensor y = Tensor::empty(s, is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
+  Tensor y = Tensor::empty(s, t.mask ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
   queue_binary(id, f, a, b, y, site);
   return y;
 }
@@ -160,13 +159,13 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
   const char* op = op_name(id);
   check_defined(a, op);
   check_supported(a, id);
-  if (id == OpId::div) check_floating(a, op);
+  const OpTraits& t = op_traits(id);
+  if (t.floating_only) check_floating(a, op);
   // The kernel computes in a's dtype: an integer tensor needs a scalar it holds (its
   // conversion is undefined otherwise). In range, ceil / floor below stay in range.
   if (!is_floating(a.dtype()))
-    check_scalar_fits(s, a.dtype(), op, "scalar", !is_mask_op(id), for_tensor(a));
-  Tensor y =
-      Tensor::empty(a.shape(), is_mask_op(id) ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
+    check_scalar_fits(s, a.dtype(), op, "scalar", !t.mask, for_tensor(a));
+  Tensor y = Tensor::empty(a.shape(), t.mask ? mask_dtype(a.dtype()) : a.dtype(), a.device(), op);
   if (!is_floating(a.dtype()) && s != std::floor(s)) {
     // An integer tensor against a fractional scalar (arithmetic refused it above):
     // comparisons keep their meaning (x < 0.5 is x < 1; x > -0.5 is x > -1; x == 0.5
@@ -181,11 +180,11 @@ Tensor scalar_op(OpId id, F f, const Tensor& a, double s, bool scalar_first, Sit
 }
 
 template <class F>
-Tensor unary_op(OpId id, F f, const Tensor& a, Site site, bool floating_only) {
+Tensor unary_op(OpId id, F f, const Tensor& a, Site site) {
   const char* op = op_name(id);
   check_defined(a, op);
   check_supported(a, id);
-  if (floating_only) check_floating(a, op);
+  if (op_traits(id).floating_only) check_floating(a, op);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), op);
   queue_unary(id, f, a, y, site);
   return y;
@@ -304,35 +303,35 @@ Tensor lt(const Tensor& a, double s, Site site) {
 // ---- unary -----------------------------------------------------------------------------
 
 Tensor neg(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site, false);
+  Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site);
   autograd::record(OpId::neg, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor exp(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site, true);
+  Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site);
   autograd::record(OpId::exp, y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
   return y;
 }
 Tensor log(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::log, fn::Log{}, a, site, true);
+  Tensor y = unary_op(OpId::log, fn::Log{}, a, site);
   autograd::record(OpId::log, y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
   return y;
 }
 Tensor sqrt(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site, true);
+  Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site);
   autograd::record(OpId::sqrt, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * 0.5 / y}; });
   return y;
 }
 Tensor abs(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site, false);
+  Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site);
   autograd::record(OpId::abs, y, {&a}, [a = a.detach()](const Tensor& g) {
     return Grads{g * (gt(a, 0.0) - lt(a, 0.0))};
   });
   return y;
 }
 Tensor relu(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site, false);
+  Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site);
   autograd::record(OpId::relu, y, {&a},
                    [a = a.detach()](const Tensor& g) { return Grads{relu_grad(g, a)}; });
   return y;
@@ -341,19 +340,19 @@ Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
   return binary_op(OpId::relu_grad, fn::ReluGrad{}, g, a, site);
 }
 Tensor sigmoid(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site, true);
+  Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site);
   autograd::record(OpId::sigmoid, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * y * rsub(1.0, y)}; });
   return y;
 }
 Tensor tanh(const Tensor& a, Site site) {
-  Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site, true);
+  Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site);
   autograd::record(OpId::tanh, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * rsub(1.0, y * y)}; });
   return y;
 }
 Tensor pow(const Tensor& a, double p, Site site) {
-  Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site, true);
+  Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site);
   autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};
   });

@@ -20,33 +20,11 @@
 #include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/loop_count.h"
+#include "ops/functor_id.h"
 #include "ops/functors.h"
 #include "ops/kernel_types.h"
 
 namespace tide::kernels {
-
-// Every elementwise functor, numbered in the order of the lists.
-enum class FunctorId : uint8_t {
-#define TIDE_FUNCTOR_ID(F) F,
-  TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID) TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID)
-      TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID)
-#undef TIDE_FUNCTOR_ID
-          count_  // not a listed functor: a chain with it cannot be fused for a GPU
-};
-
-template <class F>
-struct FunctorIdOf {
-  static constexpr FunctorId value = FunctorId::count_;
-};
-#define TIDE_FUNCTOR_ID_OF(F)                        \
-  template <>                                        \
-  struct FunctorIdOf<fn::F> {                        \
-    static constexpr FunctorId value = FunctorId::F; \
-  };
-TIDE_BINARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
-TIDE_MASK_FUNCTORS(TIDE_FUNCTOR_ID_OF)
-TIDE_UNARY_FUNCTORS(TIDE_FUNCTOR_ID_OF)
-#undef TIDE_FUNCTOR_ID_OF
 
 struct ChainOperand {
   enum Kind : uint8_t { reg, mem, scalar };

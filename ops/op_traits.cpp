@@ -6,8 +6,9 @@ namespace tide {
 
 namespace {
 using K = OpKind;
+using F = kernels::FunctorId;
 constexpr bool E = true, N = false;
-// id, name, kind, elementwise, in_place, differentiable
+// id, name, kind, elementwise, in_place, differentiable[, functor, mask, floating_only]
 constexpr std::array kTable{
     OpTraits{OpId::zeros, "zeros", K::creation, N, N, N},
     OpTraits{OpId::ones, "ones", K::creation, N, N, N},
@@ -17,29 +18,29 @@ constexpr std::array kTable{
     OpTraits{OpId::rand, "rand", K::creation, N, N, N},
     OpTraits{OpId::from_data, "from_data", K::creation, N, N, N},
     OpTraits{OpId::clone, "clone", K::creation, E, N, E},
-    OpTraits{OpId::add, "add", K::elementwise, E, N, E},
-    OpTraits{OpId::sub, "sub", K::elementwise, E, N, E},
-    OpTraits{OpId::mul, "mul", K::elementwise, E, N, E},
-    OpTraits{OpId::div, "div", K::elementwise, E, N, E},
-    OpTraits{OpId::maximum, "maximum", K::elementwise, E, N, E},
-    OpTraits{OpId::eq, "eq", K::elementwise, E, N, N},
-    OpTraits{OpId::gt, "gt", K::elementwise, E, N, N},
-    OpTraits{OpId::lt, "lt", K::elementwise, E, N, N},
-    OpTraits{OpId::relu_grad, "relu_grad", K::elementwise, E, N, N},
-    OpTraits{OpId::neg, "neg", K::elementwise, E, N, E},
-    OpTraits{OpId::exp, "exp", K::elementwise, E, N, E},
-    OpTraits{OpId::log, "log", K::elementwise, E, N, E},
-    OpTraits{OpId::sqrt, "sqrt", K::elementwise, E, N, E},
-    OpTraits{OpId::abs, "abs", K::elementwise, E, N, E},
-    OpTraits{OpId::pow, "pow", K::elementwise, E, N, E},
-    OpTraits{OpId::relu, "relu", K::elementwise, E, N, E},
-    OpTraits{OpId::sigmoid, "sigmoid", K::elementwise, E, N, E},
-    OpTraits{OpId::tanh, "tanh", K::elementwise, E, N, E},
+    OpTraits{OpId::add, "add", K::elementwise, E, N, E, F::Add, N, N},
+    OpTraits{OpId::sub, "sub", K::elementwise, E, N, E, F::Sub, N, N},
+    OpTraits{OpId::mul, "mul", K::elementwise, E, N, E, F::Mul, N, N},
+    OpTraits{OpId::div, "div", K::elementwise, E, N, E, F::Div, N, E},
+    OpTraits{OpId::maximum, "maximum", K::elementwise, E, N, E, F::Maximum, N, N},
+    OpTraits{OpId::eq, "eq", K::elementwise, E, N, N, F::Eq, E, N},
+    OpTraits{OpId::gt, "gt", K::elementwise, E, N, N, F::Gt, E, N},
+    OpTraits{OpId::lt, "lt", K::elementwise, E, N, N, F::Lt, E, N},
+    OpTraits{OpId::relu_grad, "relu_grad", K::elementwise, E, N, N, F::ReluGrad, N, N},
+    OpTraits{OpId::neg, "neg", K::elementwise, E, N, E, F::Neg, N, N},
+    OpTraits{OpId::exp, "exp", K::elementwise, E, N, E, F::Exp, N, E},
+    OpTraits{OpId::log, "log", K::elementwise, E, N, E, F::Log, N, E},
+    OpTraits{OpId::sqrt, "sqrt", K::elementwise, E, N, E, F::Sqrt, N, E},
+    OpTraits{OpId::abs, "abs", K::elementwise, E, N, E, F::Abs, N, N},
+    OpTraits{OpId::pow, "pow", K::elementwise, E, N, E, F::Pow, N, E},
+    OpTraits{OpId::relu, "relu", K::elementwise, E, N, E, F::Relu, N, N},
+    OpTraits{OpId::sigmoid, "sigmoid", K::elementwise, E, N, E, F::Sigmoid, N, E},
+    OpTraits{OpId::tanh, "tanh", K::elementwise, E, N, E, F::Tanh, N, E},
     OpTraits{OpId::cast, "cast", K::elementwise, E, N, E},
-    OpTraits{OpId::add_, "add_", K::elementwise, E, E, N},
-    OpTraits{OpId::sub_, "sub_", K::elementwise, E, E, N},
-    OpTraits{OpId::mul_, "mul_", K::elementwise, E, E, N},
-    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N},
+    OpTraits{OpId::add_, "add_", K::elementwise, E, E, N, F::Add, N, N},
+    OpTraits{OpId::sub_, "sub_", K::elementwise, E, E, N, F::Sub, N, N},
+    OpTraits{OpId::mul_, "mul_", K::elementwise, E, E, N, F::Mul, N, N},
+    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N, F::Second, N, N},
     OpTraits{OpId::sum, "sum", K::reduction, N, N, E},
     OpTraits{OpId::mean, "mean", K::reduction, N, N, E},
     OpTraits{OpId::max, "max", K::reduction, N, N, E},
@@ -83,10 +84,19 @@ constexpr bool ordered() {
   return true;
 }
 static_assert(ordered(), "rows in OpId order");
+constexpr bool masks_follow_functors() {
+  for (const OpTraits& t : kTable)
+    if (t.mask != kernels::is_mask_functor(t.functor)) return false;
+  return true;
+}
+static_assert(masks_follow_functors(), "an op is a mask exactly when its functor is one");
 }  // namespace
 
 const OpTraits& op_traits(OpId op) { return kTable[size_t(op)]; }
 const char* op_name(OpId op) { return kTable[size_t(op)].name.data(); }
 std::span<const OpTraits> all_ops() { return kTable; }
+bool has_elementwise_kernels(OpId op) {
+  return kTable[size_t(op)].functor != kernels::FunctorId::count_ || op == OpId::cast;
+}
 
 }  // namespace tide

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/device.h"
+#include "ops/functor_id.h"
 
 namespace tide {
 
@@ -110,6 +111,12 @@ struct OpTraits {
   bool elementwise;     // one output element from the same-index input elements (fusable)
   bool in_place;        // writes one of its inputs
   bool differentiable;  // has a gradient (needs a finite-difference test)
+  // Elementwise ops: the functor of ops/functors.h their kernels apply (add_ and sub_ with
+  // an alpha other than 1 apply AddScaled); count_ for none (cast converts). Every listed
+  // functor has CPU and CUDA kernels, so naming one is what gives an op its CUDA kernels.
+  kernels::FunctorId functor = kernels::FunctorId::count_;
+  bool mask = false;           // 0/1 in the input's dtype, float32 for integer inputs
+  bool floating_only = false;  // refuses integer tensors ("[op] needs a floating tensor")
 };
 
 // Traits of op; the table is checked against the enum at compile time.
@@ -117,6 +124,10 @@ const OpTraits& op_traits(OpId op);
 // The name of op, for errors and the profiler ("add", "matmul", ...). A C string literal.
 const char* op_name(OpId op);
 std::span<const OpTraits> all_ops();
+// Whether the elementwise kernel files (ops/cpu/elementwise.cpp, ops/cuda/elementwise.cu)
+// hold op's kernels: an op whose row names a functor, or cast (the conversions). CUDA
+// registers exactly these; a CPU test checks that every elementwise row is one of them.
+bool has_elementwise_kernels(OpId op);
 // Whether `op` has a kernel for `device` in this process: every op on the CPU; on a GPU
 // this process can use, the ops whose CUDA kernels are registered (ops/kernel_registry.cpp);
 // false on a device the process does not have. Calling an op on

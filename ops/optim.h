@@ -17,6 +17,7 @@
 #pragma once
 
 #include "core/engine.h"
+#include "core/options.h"
 #include "core/tensor.h"
 
 namespace tide {
@@ -25,33 +26,13 @@ namespace tide {
 // buf = m * buf + (1 - dampening) * g (buf = g on the first update), g = nesterov ?
 // g + m * buf : buf; then p -= lr * g.
 struct SgdUpdateOptions {
-  SgdUpdateOptions& momentum(double m) {
-    momentum_ = m;
-    return *this;
-  }
-  SgdUpdateOptions& dampening(double d) {
-    dampening_ = d;
-    return *this;
-  }
-  SgdUpdateOptions& nesterov(bool on) {
-    nesterov_ = on;
-    return *this;
-  }
-  SgdUpdateOptions& weight_decay(double wd) {
-    weight_decay_ = wd;
-    return *this;
-  }
+  TIDE_ARG(double, momentum) = 0;
+  TIDE_ARG(double, dampening) = 0;
+  TIDE_ARG(bool, nesterov) = false;
+  TIDE_ARG(double, weight_decay) = 0;
   // The momentum buffer is fresh (e.g. Tensor::empty): the kernel sets it to g without
   // reading it. A non-tensor argument: a trace sees it change once, after the first step.
-  SgdUpdateOptions& fresh_state(bool on) {
-    fresh_state_ = on;
-    return *this;
-  }
-  double momentum_ = 0;
-  double dampening_ = 0;
-  bool nesterov_ = false;
-  double weight_decay_ = 0;
-  bool fresh_state_ = false;
+  TIDE_ARG(bool, fresh_state) = false;
 };
 
 // Adam (decoupled = false: g = grad + weight_decay * p) and AdamW (decoupled = true:
@@ -63,29 +44,13 @@ struct AdamUpdateOptions {
     beta2_ = b2;
     return *this;
   }
-  AdamUpdateOptions& eps(double e) {
-    eps_ = e;
-    return *this;
-  }
-  AdamUpdateOptions& weight_decay(double wd) {
-    weight_decay_ = wd;
-    return *this;
-  }
-  AdamUpdateOptions& decoupled(bool on) {
-    decoupled_ = on;
-    return *this;
-  }
-  // m and v are fresh (e.g. Tensor::empty): the kernel takes them as zero without reading.
-  AdamUpdateOptions& fresh_state(bool on) {
-    fresh_state_ = on;
-    return *this;
-  }
   double beta1_ = 0.9;
   double beta2_ = 0.999;
-  double eps_ = 1e-8;
-  double weight_decay_ = 0;
-  bool decoupled_ = false;
-  bool fresh_state_ = false;
+  TIDE_ARG(double, eps) = 1e-8;
+  TIDE_ARG(double, weight_decay) = 0;
+  TIDE_ARG(bool, decoupled) = false;
+  // m and v are fresh (e.g. Tensor::empty): the kernel takes them as zero without reading.
+  TIDE_ARG(bool, fresh_state) = false;
 };
 
 // Queues one fused SGD update of `param` from `grad`, writing param and (with momentum)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/options.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -43,37 +44,13 @@ class DataSource {
 };
 
 struct SyntheticOptions {
-  SyntheticOptions& examples(int64_t n) {
-    examples_ = n;
-    return *this;
-  }
-  SyntheticOptions& features(int64_t f) {
-    features_ = f;
-    return *this;
-  }
-  SyntheticOptions& batch_size(int64_t b) {
-    batch_size_ = b;
-    return *this;
-  }
-  SyntheticOptions& seed(uint64_t s) {
-    seed_ = s;
-    return *this;
-  }
-  SyntheticOptions& dtype(DType t) {
-    dtype_ = t;
-    return *this;
-  }
+  TIDE_ARG(int64_t, examples) = 1024;
+  TIDE_ARG(int64_t, features) = 512;
+  TIDE_ARG(int64_t, batch_size) = 1024;
+  TIDE_ARG(uint64_t, seed) = 0;
+  TIDE_ARG(DType, dtype) = DType::float32;
   // Where the batches are created (randn and ones on that device; default: the CPU).
-  SyntheticOptions& device(Device d) {
-    device_ = d;
-    return *this;
-  }
-  int64_t examples_ = 1024;
-  int64_t features_ = 512;
-  int64_t batch_size_ = 1024;
-  uint64_t seed_ = 0;
-  DType dtype_ = DType::float32;
-  Device device_ = Device::cpu();
+  TIDE_ARG(Device, device) = Device::cpu();
 };
 
 // The textbook's data: x ~ N(0, 1) of shape (batch, features), y = 1 of shape (batch, 1).
@@ -101,64 +78,16 @@ class SyntheticSource : public DataSource {
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 struct IdxOptions {
-  // Reads <dir>/<split>-images-idx3-ubyte[.gz] and <dir>/<split>-labels-idx1-ubyte[.gz]
-  // (split "train" or "t10k"), preferring the .gz file when both exist.
-  IdxOptions& dir(std::string d) {
-    dir_ = std::move(d);
-    return *this;
-  }
-  IdxOptions& split(std::string s) {
-    split_ = std::move(s);
-    return *this;
-  }
   // Explicit file paths instead of dir/split.
   IdxOptions& files(std::string images, std::string labels) {
     images_ = std::move(images);
     labels_ = std::move(labels);
     return *this;
   }
-  IdxOptions& batch_size(int64_t b) {
-    batch_size_ = b;
-    return *this;
-  }
-  IdxOptions& shuffle(bool on) {
-    shuffle_ = on;
-    return *this;
-  }
-  IdxOptions& seed(uint64_t s) {
-    seed_ = s;
-    return *this;
-  }
   // x = (pixel/255 - mean) / std; the default (0, 1) keeps x in [0, 1].
   IdxOptions& normalize(double mean, double std) {
     mean_ = mean;
     std_ = std;
-    return *this;
-  }
-  // Keeps only the first n examples (0: all).
-  IdxOptions& limit(int64_t n) {
-    limit_ = n;
-    return *this;
-  }
-  // x of shape (batch, rows*cols) when true, (batch, rows, cols) when false.
-  IdxOptions& flatten(bool on) {
-    flatten_ = on;
-    return *this;
-  }
-  // Where the batches go. On the CPU the data set stays in host memory and each batch is
-  // built there.
-  IdxOptions& device(Device d) {
-    device_ = d;
-    return *this;
-  }
-  // On a GPU (the default there): the whole data set is normalised once and kept on the
-  // device (x float32 (n, rows*cols), y int64 (n): 4 bytes per pixel, 188 MB for
-  // Fashion-MNIST's training set), and each batch is gathered on the device with take_rows
-  // (Thrust) from the epoch order's indices, the only per-batch upload (8 bytes per
-  // example). false: each batch is built on the host and copied with Tensor::to (queued,
-  // through the GPU's pinned staging). The batches are the same either way.
-  IdxOptions& resident(bool on) {
-    resident_ = on;
     return *this;
   }
   // Data-parallel training: this source yields shard `index` of `count` (a rank of a
@@ -171,17 +100,29 @@ struct IdxOptions {
     shard_count_ = count;
     return *this;
   }
-  std::string dir_ = kFashionMnistDir;
-  std::string split_ = "train";
+  // Reads <dir>/<split>-images-idx3-ubyte[.gz] and <dir>/<split>-labels-idx1-ubyte[.gz]
+  // (split "train" or "t10k"), preferring the .gz file when both exist.
+  TIDE_ARG(std::string, dir) = kFashionMnistDir;
+  TIDE_ARG(std::string, split) = "train";
   std::string images_, labels_;
-  int64_t batch_size_ = 64;
-  bool shuffle_ = true;
-  uint64_t seed_ = 0;
+  TIDE_ARG(int64_t, batch_size) = 64;
+  TIDE_ARG(bool, shuffle) = true;
+  TIDE_ARG(uint64_t, seed) = 0;
   double mean_ = 0.0, std_ = 1.0;
-  int64_t limit_ = 0;
-  bool flatten_ = true;
-  Device device_ = Device::cpu();
-  bool resident_ = true;
+  // Keeps only the first n examples (0: all).
+  TIDE_ARG(int64_t, limit) = 0;
+  // x of shape (batch, rows*cols) when true, (batch, rows, cols) when false.
+  TIDE_ARG(bool, flatten) = true;
+  // Where the batches go. On the CPU the data set stays in host memory and each batch is
+  // built there.
+  TIDE_ARG(Device, device) = Device::cpu();
+  // On a GPU (the default there): the whole data set is normalised once and kept on the
+  // device (x float32 (n, rows*cols), y int64 (n): 4 bytes per pixel, 188 MB for
+  // Fashion-MNIST's training set), and each batch is gathered on the device with take_rows
+  // (Thrust) from the epoch order's indices, the only per-batch upload (8 bytes per
+  // example). false: each batch is built on the host and copied with Tensor::to (queued,
+  // through the GPU's pinned staging). The batches are the same either way.
+  TIDE_ARG(bool, resident) = true;
   int shard_index_ = 0, shard_count_ = 1;
 };
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "core/tensor.h"
 
 namespace tide::train {
@@ -62,27 +63,11 @@ class Optimizer {
 
 struct SGDOptions {
   explicit SGDOptions(double lr) : lr_(lr) {}
-  SGDOptions& momentum(double m) {
-    momentum_ = m;
-    return *this;
-  }
-  SGDOptions& dampening(double d) {
-    dampening_ = d;
-    return *this;
-  }
-  SGDOptions& nesterov(bool on) {
-    nesterov_ = on;
-    return *this;
-  }
-  SGDOptions& weight_decay(double wd) {
-    weight_decay_ = wd;
-    return *this;
-  }
   double lr_;
-  double momentum_ = 0;
-  double dampening_ = 0;
-  bool nesterov_ = false;
-  double weight_decay_ = 0;
+  TIDE_ARG(double, momentum) = 0;
+  TIDE_ARG(double, dampening) = 0;
+  TIDE_ARG(bool, nesterov) = false;
+  TIDE_ARG(double, weight_decay) = 0;
 };
 
 // PyTorch's SGD: g += wd*p; buf = g on the first step, then buf = m*buf + (1-dampening)*g;
@@ -108,19 +93,11 @@ struct AdamOptions {
     beta2_ = b2;
     return *this;
   }
-  AdamOptions& eps(double e) {
-    eps_ = e;
-    return *this;
-  }
-  AdamOptions& weight_decay(double wd) {
-    weight_decay_ = wd;
-    return *this;
-  }
   double lr_;
   double beta1_ = 0.9;
   double beta2_ = 0.999;
-  double eps_ = 1e-8;
-  double weight_decay_ = 0;
+  TIDE_ARG(double, eps) = 1e-8;
+  TIDE_ARG(double, weight_decay) = 0;
 };
 
 // PyTorch's Adam (decoupled = false: g += wd*p) and AdamW (decoupled = true: p *= 1 - lr*wd

@@ -212,11 +212,10 @@ void register_elementwise(OpList& ops) {
   register_convert_from<double>();
   register_convert_from<int32_t>();
   register_convert_from<int64_t>();
-  for (OpId id : {OpId::add,  OpId::sub,  OpId::mul,       OpId::div,  OpId::maximum, OpId::eq,
-                  OpId::gt,   OpId::lt,   OpId::relu_grad, OpId::neg,  OpId::exp,     OpId::log,
-                  OpId::sqrt, OpId::abs,  OpId::pow,       OpId::relu, OpId::sigmoid, OpId::tanh,
-                  OpId::cast, OpId::add_, OpId::sub_,      OpId::mul_, OpId::copy_})
-    ops[size_t(id)] = true;
+  // Every listed functor and every conversion is registered above: the ops whose rows name
+  // one have their kernels (the op table's functor column).
+  for (const OpTraits& t : all_ops())
+    if (has_elementwise_kernels(t.id)) ops[size_t(t.id)] = true;
 }
 
 }  // namespace tide::kernels::cuda

@@ -1,9 +1,12 @@
 // Walks the op table (docs/contributing.md, The op table): every op has a value test and, when
 // differentiable, a gradient test registered by the other files of tests/ops; names and traits are
-// consistent. Also tests the two debug ops (fail, gate), which have no other home here.
-// Does not test the ops' math: the per-family files do.
+// consistent; every elementwise op names its functor, and the mask and floating_only columns
+// are what the front-ends do. Also tests the two debug ops (fail, gate), which have no other home
+// here. Does not test the ops' math: the per-family files do.
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -29,6 +32,73 @@ TEST(OpTraits, EveryOpHasValueAndGradientTests) {
   EXPECT_TRUE(gaps.empty()) << "ops without tests in tests/ops (add a TIDE_OP_CASES or "
                                "TIDE_OP_TEST covering them):"
                             << join(gaps);
+}
+
+// ops/cuda/elementwise.cu registers every listed functor and marks supported the ops
+// has_elementwise_kernels() names: an elementwise row that named no functor would have no
+// CUDA kernel, which only a GPU would notice.
+TEST(OpTraits, EveryElementwiseOpNamesTheFunctorItsKernelsApply) {
+  for (const OpTraits& t : all_ops()) {
+    if (t.kind == OpKind::elementwise)
+      EXPECT_TRUE(has_elementwise_kernels(t.id))
+          << "'" << t.name << "' names no functor (ops/op_traits.cpp): it has no CUDA kernel";
+    else EXPECT_EQ(t.functor, kernels::FunctorId::count_) << t.name << " is not elementwise";
+    if (t.mask || t.floating_only)
+      EXPECT_EQ(t.kind, OpKind::elementwise) << t.name << ": a trait of elementwise ops";
+  }
+}
+
+// The front-ends read the mask and floating_only columns: on an integer tensor, exactly the
+// floating_only ops throw and exactly the masks give float32.
+TEST(OpTraits, MaskAndFloatingOnlyAreWhatTheOpsDo) {
+  using Call = std::function<Tensor(const Tensor&)>;
+  // A copy of a, then `op` on it in place with a.
+  auto in_place = [](void (*op)(Tensor&, const Tensor&)) -> Call {
+    return [op](const Tensor& a) {
+      Tensor y = clone(a);
+      op(y, a);
+      return y;
+    };
+  };
+  const std::map<OpId, Call> calls = {
+      {OpId::add, [](const Tensor& a) { return add(a, a); }},
+      {OpId::sub, [](const Tensor& a) { return sub(a, a); }},
+      {OpId::mul, [](const Tensor& a) { return mul(a, a); }},
+      {OpId::div, [](const Tensor& a) { return div(a, a); }},
+      {OpId::maximum, [](const Tensor& a) { return maximum(a, a); }},
+      {OpId::eq, [](const Tensor& a) { return eq(a, a); }},
+      {OpId::gt, [](const Tensor& a) { return gt(a, a); }},
+      {OpId::lt, [](const Tensor& a) { return lt(a, a); }},
+      {OpId::relu_grad, [](const Tensor& a) { return relu_grad(a, a); }},
+      {OpId::neg, [](const Tensor& a) { return neg(a); }},
+      {OpId::exp, [](const Tensor& a) { return exp(a); }},
+      {OpId::log, [](const Tensor& a) { return log(a); }},
+      {OpId::sqrt, [](const Tensor& a) { return sqrt(a); }},
+      {OpId::abs, [](const Tensor& a) { return abs(a); }},
+      {OpId::pow, [](const Tensor& a) { return pow(a, 2.0); }},
+      {OpId::relu, [](const Tensor& a) { return relu(a); }},
+      {OpId::sigmoid, [](const Tensor& a) { return sigmoid(a); }},
+      {OpId::tanh, [](const Tensor& a) { return tanh(a); }},
+      {OpId::cast, [](const Tensor& a) { return cast(a, DType::int64); }},
+      {OpId::add_, in_place([](Tensor& y, const Tensor& a) { y.add_(a); })},
+      {OpId::sub_, in_place([](Tensor& y, const Tensor& a) { y.sub_(a); })},
+      {OpId::mul_, in_place([](Tensor& y, const Tensor& a) { y.mul_(a); })},
+      {OpId::copy_, in_place([](Tensor& y, const Tensor& a) { y.copy_(a); })},
+  };
+  for (const OpTraits& t : all_ops()) {
+    if (t.kind != OpKind::elementwise) continue;
+    auto call = calls.find(t.id);
+    ASSERT_NE(call, calls.end()) << "add a call of '" << t.name << "' to this test";
+    const Tensor a = full({3}, 2.0, DType::int32);
+    if (t.floating_only) {
+      EXPECT_THROW(call->second(a), Error) << t.name;
+      continue;
+    }
+    Tensor y;
+    EXPECT_NO_THROW(y = call->second(a)) << t.name;
+    const DType want = t.mask ? DType::float32 : t.id == OpId::cast ? DType::int64 : DType::int32;
+    EXPECT_EQ(y.dtype(), want) << t.name;
+  }
 }
 
 TEST(OpTraits, GradientTestsOnlyForDifferentiableOps) {
