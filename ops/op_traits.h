@@ -76,6 +76,9 @@ enum class OpId : uint16_t {
   // normalisation over the last dimension (ops/norm.h)
   layer_norm,
   layer_norm_grad,
+  // attention (ops/attention.h)
+  scaled_dot_product_attention,
+  scaled_dot_product_attention_grad,
   // views (no kernel)
   reshape,
   slice,

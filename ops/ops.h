@@ -1,6 +1,7 @@
 // Everything in ops/: include this to use tide's operators.
 #pragma once
 
+#include "ops/attention.h"
 #include "ops/autograd.h"
 #include "ops/conv.h"
 #include "ops/creation.h"

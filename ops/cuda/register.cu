@@ -17,6 +17,7 @@ void register_cuda_kernels(std::array<bool, size_t(OpId::count_)>& ops) {
   cuda::register_conv(ops);
   cuda::register_pool_norm(ops);
   cuda::register_norm(ops);
+  cuda::register_attention(ops);
   cuda::register_fused(ops);
   // Ops that need no kernel of their own: views share storage, from_data fills the host
   // then copies (to), and the debug ops run host code on the worker.

@@ -22,6 +22,7 @@ void register_gather(OpList& ops);       // gather.cu
 void register_conv(OpList& ops);         // conv.cu: convolutions through cuDNN
 void register_pool_norm(OpList& ops);    // pool_norm.cu: pooling and batch norm
 void register_norm(OpList& ops);         // norm.cu: layer norm
+void register_attention(OpList& ops);    // attention.cu: fused scaled dot-product attention
 void register_fused(OpList& ops);        // fused.cu: a trace's fused chains (no op of its own)
 
 }  // namespace tide::kernels::cuda

@@ -1,0 +1,68 @@
+// tide_bench, attention: scaled_dot_product_attention (the fused op) against its anchor,
+// the matmul-softmax-matmul composition with an additive causal mask, measured in the same
+// run on the same inputs. The char GPT preset (B = 12, H = 4, D = 32, T = 64) and T = 256,
+// float32, causal; forward alone and forward + backward (a sum of out * w as the loss),
+// each waited for (enqueue, execute, sync). GFLOP/s counts the four products of the
+// unmasked T x T forward (4 B H T^2 D) and, with the backward, the four more it recomputes
+// or takes (counting 2.5x the forward), the same napkin for both, so the rates compare.
+// Not here: the CUDA kernels (tide_bench_cuda), other head widths.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tide.h"
+
+namespace {
+
+using tide::Tensor;
+
+constexpr int64_t kB = 12, kH = 4, kD = 32;
+
+Tensor causal_mask(int64_t t) {
+  std::vector<double> m(size_t(t * t), 0.0);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = i + 1; j < t; ++j) m[size_t(i * t + j)] = -1e30;
+  return tide::from_data(m, tide::Shape{t, t});
+}
+
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  Tensor sc = tide::mul(tide::matmul(q, k, {.trans_b = true}), 1.0 / std::sqrt(double(kD)));
+  return tide::matmul(tide::softmax(tide::add(sc, mask)), v);
+}
+
+// Args: T, fused (1) or composed (0), backward (1) or not (0).
+void BM_Attention(benchmark::State& state) {
+  const int64_t t = state.range(0);
+  const bool fused = state.range(1) != 0, backward = state.range(2) != 0;
+  tide::Generator gen(1);
+  const tide::Shape shape{kB, kH, t, kD};
+  Tensor q = tide::randn(shape, tide::DType::float32, gen).requires_grad_(backward);
+  Tensor k = tide::randn(shape, tide::DType::float32, gen).requires_grad_(backward);
+  Tensor v = tide::randn(shape, tide::DType::float32, gen).requires_grad_(backward);
+  const Tensor w = tide::randn(shape, tide::DType::float32, gen);
+  const Tensor mask = causal_mask(t);
+  tide::wait_all();
+  for (auto _ : state) {
+    Tensor out =
+        fused ? tide::scaled_dot_product_attention(q, k, v, true) : composed(q, k, v, mask);
+    if (backward) {
+      for (Tensor* x : {&q, &k, &v}) x->zero_grad();
+      tide::sum(tide::mul(out, w)).backward();
+      tide::wait_all();
+    } else {
+      out.wait_to_read();
+    }
+  }
+  const double flops = 4.0 * kB * kH * double(t) * double(t) * kD * (backward ? 2.5 : 1.0);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(fused ? "fused" : "composed") + (backward ? " fwd+bwd" : " fwd"));
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"T", "fused", "bwd"})
+    ->ArgsProduct({{64, 256}, {1, 0}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,153 @@
+// The attention family's front-end (ops/attention.h): argument checks, the shape rule and
+// the gradient over the kernel entries of ops/attention_kernels.h (CPU:
+// ops/cpu/attention.cpp). Not here: the kernels, or any composition of matmul and softmax
+// (tests/ops/test_attention.cpp keeps that as the reference).
+#include "ops/attention.h"
+
+#include <cmath>
+
+#include "ops/attention_kernels.h"
+#include "ops/autograd.h"
+#include "ops/creation.h"
+#include "ops/kernel_entry.h"
+#include "ops/op_util.h"
+
+namespace tide {
+
+using namespace detail;
+
+namespace {
+
+// The checked sizes of one call: q (bh, t, d), k and v (bh, s, d).
+struct Dims {
+  int64_t bh = 0, t = 0, s = 0, d = 0;
+  double scale = 1.0;
+};
+
+Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                std::optional<double> scale) {
+  const char* op = op_name(id);
+  check_same(q, k, id);
+  check_same(q, v, id);
+  check_floating(q, op);
+  const auto shapes = [&] { return describe(q) + ", " + describe(k) + ", " + describe(v); };
+  const int r = q.ndim();
+  TIDE_CHECK((r == 3 || r == 4) && k.ndim() == r && v.ndim() == r, op,
+             "expected q, k, v all (B, H, T, D) or all (B*H, T, D), got ", shapes());
+  for (int i = 0; i < r - 2; ++i)
+    TIDE_CHECK(k.size(i) == q.size(i) && v.size(i) == q.size(i), op,
+               "batch and head dimensions differ: ", shapes());
+  TIDE_CHECK(k.shape() == v.shape(), op, "k and v must have one shape (S keys of width D), got ",
+             shapes());
+  Dims dm;
+  dm.t = q.size(r - 2);
+  dm.s = k.size(r - 2);
+  dm.d = q.size(r - 1);
+  dm.bh = r == 4 ? q.size(0) * q.size(1) : q.size(0);
+  TIDE_CHECK(k.size(r - 1) == dm.d, op, "q and k differ in D: ", shapes());
+  TIDE_CHECK(dm.d > 0 && dm.s > 0, op, "needs D >= 1 and S >= 1, got ", shapes());
+  TIDE_CHECK(!causal || dm.t == dm.s, op, "causal needs as many queries as keys (T == S), got ",
+             shapes());
+  if (scale) {
+    TIDE_CHECK(std::isfinite(*scale), op, "scale must be finite, got ", *scale);
+    dm.scale = *scale;
+  } else {
+    dm.scale = 1.0 / std::sqrt(double(dm.d));
+  }
+  if (!q.device().is_cpu()) {
+    const int64_t max_d =
+        q.dtype() == DType::float32 ? kernels::kAttentionCudaMaxD4 : kernels::kAttentionCudaMaxD8;
+    TIDE_CHECK(dm.d <= max_d, op, "on ", q.device().str(), " D is at most ", max_d, " for ",
+               name(q.dtype()), ", got ", shapes());
+  }
+  return dm;
+}
+
+Shape lse_shape(const Tensor& q) {
+  const int r = q.ndim();
+  return r == 4 ? Shape{q.size(0), q.size(1), q.size(2)} : Shape{q.size(0), q.size(1)};
+}
+
+}  // namespace
+
+AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, bool causal,
+                                                      std::optional<double> scale, Site site) {
+  const OpId id = OpId::scaled_dot_product_attention;
+  const char* op = op_name(id);
+  const Dims dm = check_args(id, q, k, v, causal, scale);
+  AttentionForward f{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
+                     Tensor::empty(lse_shape(q), q.dtype(), q.device(), op)};
+  if (f.out.numel() == 0) return f;
+  dispatch_floating(q.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::Attention<T> a{q.ref<T>(),     k.ref<T>(), v.ref<T>(), f.out.ref<T>(),
+                            f.lse.ref<T>(), dm.bh,      dm.t,       dm.s,
+                            dm.d,           causal,     dm.scale};
+    kernels::queue(id, q.device(), {q.storage(), k.storage(), v.storage()},
+                   {f.out.storage(), f.lse.storage()}, &kernels::cpu::attention<T>, a,
+                   kernels::NoExtra{}, site);
+  });
+  return f;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    std::optional<double> scale, Site site) {
+  AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
+  autograd::record(OpId::scaled_dot_product_attention, f.out, {&q, &k, &v},
+                   [q = q.detach(), k = k.detach(), v = v.detach(), out = f.out.detach(),
+                    lse = f.lse, causal, scale](const Tensor& g) {
+                     AttentionGrads d =
+                         scaled_dot_product_attention_grad(g, q, k, v, out, lse, causal, scale);
+                     return std::vector<Tensor>{d.q, d.k, d.v};
+                   });
+  return f.out;
+}
+
+AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
+                                                 const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse, bool causal,
+                                                 std::optional<double> scale, Site site) {
+  const OpId id = OpId::scaled_dot_product_attention_grad;
+  const char* op = op_name(id);
+  const Dims dm = check_args(id, q, k, v, causal, scale);
+  check_same(q, dout, id);
+  check_same(q, out, id);
+  check_same(q, lse, id);
+  TIDE_CHECK(dout.shape() == q.shape() && out.shape() == q.shape(), op, "dout ", describe(dout),
+             " and out ", describe(out), " must have q's shape ", describe(q));
+  TIDE_CHECK(lse.shape() == lse_shape(q), op, "lse ", describe(lse), " must be ",
+             lse_shape(q).str(), " for q ", describe(q));
+  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
+                   Tensor::empty(k.shape(), k.dtype(), k.device(), op),
+                   Tensor::empty(v.shape(), v.dtype(), v.device(), op)};
+  const int64_t rows = dm.bh * dm.t;
+  if (rows == 0) {
+    // No query attends: dk and dv are zeros.
+    g.k = zeros(k.shape(), k.dtype(), k.device());
+    g.v = zeros(v.shape(), v.dtype(), v.device());
+    return g;
+  }
+  // Row 0 lse, row 1 delta: one storage, so the gradient entry reads five and writes three
+  // (an engine task touches at most eight).
+  Tensor stats = Tensor::empty(Shape{2, rows}, q.dtype(), q.device(), op);
+  dispatch_floating(q.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::AttentionGradPrep<T> p{dout.ref<T>(),  out.ref<T>(), lse.ref<T>(),
+                                    stats.ref<T>(), rows,         dm.d};
+    kernels::queue(id, q.device(), {dout.storage(), out.storage(), lse.storage()},
+                   {stats.storage()}, &kernels::cpu::attention_grad_prep<T>, p, kernels::NoExtra{},
+                   site);
+    kernels::AttentionGrad<T> a{dout.ref<T>(),  q.ref<T>(),   k.ref<T>(),   v.ref<T>(),
+                                stats.ref<T>(), g.q.ref<T>(), g.k.ref<T>(), g.v.ref<T>(),
+                                dm.bh,          dm.t,         dm.s,         dm.d,
+                                causal,         dm.scale};
+    kernels::queue(id, q.device(),
+                   {dout.storage(), q.storage(), k.storage(), v.storage(), stats.storage()},
+                   {g.q.storage(), g.k.storage(), g.v.storage()}, &kernels::cpu::attention_grad<T>,
+                   a, kernels::NoExtra{}, site);
+  });
+  return g;
+}
+
+}  // namespace tide

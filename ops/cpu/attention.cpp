@@ -1,0 +1,237 @@
+// CPU entries of the attention family (ops/attention_kernels.h). The forward is tiled over
+// (batch*head, block of kRows queries), parallel over those items, and walks the keys in
+// blocks of kCols with an online softmax (running max and denominator per query row, the
+// output accumulator rescaled when the max grows): memory beyond the inputs and outputs is
+// a few tiles per task, never T x S. The gradient recomputes the probabilities from q, k
+// and lse in two passes, each parallel over independent items so that no two tasks add
+// into one element: dk and dv per (batch*head, key block), summing over the queries in
+// order; dq per (batch*head, query block), summing over the keys in order. So the bits do
+// not depend on the thread count. Sums are in T (float for float32), in a fixed order.
+// Not here: BLAS per tile, SIMD intrinsics (the inner loops run over a contiguous
+// dimension, which the compiler vectorises).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/attention_kernels.h"
+#include "ops/op_util.h"
+
+namespace tide::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kRows = 32, kCols = 64;
+
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, tide::detail::kParallelGrain / std::max<int64_t>(1, work_per_item));
+}
+
+int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
+
+// x (n, d) rows j0 .. j0 + nc transposed into xt (d, nc), so that the products with one
+// query row run along the keys.
+template <class T>
+void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d, T* xt) {
+  for (int64_t j = 0; j < nc; ++j) {
+    const T* r = x + (j0 + j) * d;
+    for (int64_t c = 0; c < d; ++c) xt[c * nc + j] = r[c];
+  }
+}
+
+// out[j] = a . xt[:, j] for the nc columns of a transposed tile.
+template <class T>
+void row_times_tile(const T* a, const T* xt, int64_t nc, int64_t d, T* out) {
+  std::fill(out, out + nc, T(0));
+  for (int64_t c = 0; c < d; ++c) {
+    const T ac = a[c];
+    const T* x = xt + c * nc;
+    for (int64_t j = 0; j < nc; ++j) out[j] += ac * x[j];
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
+  const int64_t t = a.t, s = a.s, d = a.d, qblocks = blocks(t, kRows);
+  const T scale = T(a.scale);
+  const T* q = a.q.get();
+  const T* k = a.k.get();
+  const T* v = a.v.get();
+  T* out = a.out.get();
+  T* lse = a.lse.get();
+  parallel_for(a.bh * qblocks, grain_for(4 * kRows * s * d), [&](int64_t w0, int64_t w1) {
+    std::vector<T> kt(size_t(d * kCols)), sc(static_cast<size_t>(kCols)), acc(size_t(kRows * d));
+    T m[kRows], l[kRows];
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
+      const T* Q = q + (b * t + i0) * d;
+      const T* K = k + b * s * d;
+      const T* V = v + b * s * d;
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(m, m + kRows, -std::numeric_limits<T>::infinity());
+      std::fill(l, l + kRows, T(0));
+      // Under the causal mask no query of this block sees a key past its last row.
+      const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
+      for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+        const int64_t nc = std::min(kCols, j_end - j0);
+        transpose_tile(K, j0, nc, d, kt.data());
+        for (int64_t r = 0; r < nr; ++r) {
+          T* p = sc.data();
+          row_times_tile(Q + r * d, kt.data(), nc, d, p);
+          const int64_t last = a.causal ? i0 + r - j0 : nc - 1;  // last key seen, tile-relative
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < nc; ++j) {
+            p[j] = j <= last ? p[j] * scale : -std::numeric_limits<T>::infinity();
+            mx = std::max(mx, p[j]);
+          }
+          // The first block holds key 0, which every query sees: m is finite from then on.
+          const T m_new = std::max(m[r], mx), corr = std::exp(m[r] - m_new);
+          T sum = 0;
+          for (int64_t j = 0; j < nc; ++j) {
+            p[j] = std::exp(p[j] - m_new);
+            sum += p[j];
+          }
+          l[r] = l[r] * corr + sum;
+          m[r] = m_new;
+          T* o = acc.data() + r * d;
+          for (int64_t c = 0; c < d; ++c) o[c] *= corr;
+          for (int64_t j = 0; j < nc; ++j) {
+            const T pj = p[j];
+            const T* vr = V + (j0 + j) * d;
+            for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
+          }
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        const T inv = T(1) / l[r];
+        const T* o = acc.data() + r * d;
+        T* y = out + (b * t + i0 + r) * d;
+        for (int64_t c = 0; c < d; ++c) y[c] = o[c] * inv;
+        lse[b * t + i0 + r] = m[r] + std::log(l[r]);
+      }
+    }
+  });
+}
+
+template <class T>
+void attention_grad_prep(const KernelContext&, const AttentionGradPrep<T>& a, const NoExtra&) {
+  const int64_t rows = a.rows, d = a.d;
+  const T* dout = a.dout.get();
+  const T* out = a.out.get();
+  const T* lse = a.lse.get();
+  T* stats = a.stats.get();
+  parallel_for(rows, grain_for(2 * d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < d; ++c) sum += double(dout[r * d + c]) * double(out[r * d + c]);
+      stats[r] = lse[r];
+      stats[rows + r] = T(sum);
+    }
+  });
+}
+
+namespace {
+
+// For query row i against the nc keys of a tile starting at j0 (kt and vt the transposed
+// k and v tiles): p[j] = the probability, ds[j] = scale * p * (dout_i . v_j - delta_i),
+// zero where the causal mask hides key j.
+template <class T>
+void probs_and_dscores(const T* qi, const T* doi, const T* kt, const T* vt, int64_t i, int64_t j0,
+                       int64_t nc, int64_t d, bool causal, T scale, T lse_i, T delta_i, T* p,
+                       T* ds) {
+  row_times_tile(qi, kt, nc, d, p);
+  row_times_tile(doi, vt, nc, d, ds);
+  for (int64_t j = 0; j < nc; ++j) {
+    const T pj = causal && j0 + j > i ? T(0) : std::exp(p[j] * scale - lse_i);
+    p[j] = pj;
+    ds[j] = scale * pj * (ds[j] - delta_i);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExtra&) {
+  const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
+  const T scale = T(a.scale);
+  const T* dout = a.dout.get();
+  const T* q = a.q.get();
+  const T* k = a.k.get();
+  const T* v = a.v.get();
+  const T* lse = a.stats.get();
+  const T* delta = lse + rows;
+  // dk and dv: one item per (batch*head, key block), the queries added in order.
+  const int64_t kblocks = blocks(s, kCols);
+  parallel_for(a.bh * kblocks, grain_for(8 * kCols * t * d), [&](int64_t w0, int64_t w1) {
+    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+        ds(static_cast<size_t>(kCols));
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / kblocks, j0 = (w % kblocks) * kCols, nc = std::min(kCols, s - j0);
+      transpose_tile(k + b * s * d, j0, nc, d, kt.data());
+      transpose_tile(v + b * s * d, j0, nc, d, vt.data());
+      T* dk = a.dk.get() + (b * s + j0) * d;
+      T* dv = a.dv.get() + (b * s + j0) * d;
+      std::fill(dk, dk + nc * d, T(0));
+      std::fill(dv, dv + nc * d, T(0));
+      // Under the causal mask queries before j0 see none of these keys.
+      for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
+        const int64_t r = b * t + i;
+        const T* qi = q + r * d;
+        const T* doi = dout + r * d;
+        probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
+                          delta[r], p.data(), ds.data());
+        for (int64_t j = 0; j < nc; ++j) {
+          const T pj = p[j], dsj = ds[j];
+          T* dkj = dk + j * d;
+          T* dvj = dv + j * d;
+          for (int64_t c = 0; c < d; ++c) {
+            dvj[c] += pj * doi[c];
+            dkj[c] += dsj * qi[c];
+          }
+        }
+      }
+    }
+  });
+  // dq: one item per (batch*head, query block), the keys added in order.
+  const int64_t qblocks = blocks(t, kRows);
+  parallel_for(a.bh * qblocks, grain_for(8 * kRows * s * d), [&](int64_t w0, int64_t w1) {
+    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+        ds(static_cast<size_t>(kCols));
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
+      T* dq = a.dq.get() + (b * t + i0) * d;
+      std::fill(dq, dq + nr * d, T(0));
+      const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
+      for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+        const int64_t nc = std::min(kCols, j_end - j0);
+        transpose_tile(k + b * s * d, j0, nc, d, kt.data());
+        transpose_tile(v + b * s * d, j0, nc, d, vt.data());
+        for (int64_t ii = 0; ii < nr; ++ii) {
+          const int64_t i = i0 + ii, r = b * t + i;
+          probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), i, j0, nc, d, a.causal,
+                            scale, lse[r], delta[r], p.data(), ds.data());
+          T* dqi = dq + ii * d;
+          for (int64_t j = 0; j < nc; ++j) {
+            const T dsj = ds[j];
+            const T* kj = k + (b * s + j0 + j) * d;
+            for (int64_t c = 0; c < d; ++c) dqi[c] += dsj * kj[c];
+          }
+        }
+      }
+    }
+  });
+}
+
+#define TIDE_ATTENTION(T)                                                                 \
+  template void attention<T>(const KernelContext&, const Attention<T>&, const NoExtra&);  \
+  template void attention_grad_prep<T>(const KernelContext&, const AttentionGradPrep<T>&, \
+                                       const NoExtra&);                                   \
+  template void attention_grad<T>(const KernelContext&, const AttentionGrad<T>&, const NoExtra&);
+TIDE_ATTENTION(float)
+TIDE_ATTENTION(double)
+#undef TIDE_ATTENTION
+
+}  // namespace tide::kernels::cpu

@@ -1,0 +1,330 @@
+// CUDA launchers of the attention entries (ops/attention_kernels.h). Forward: one block per
+// (batch*head, tile of b queries), one thread per query row; the block stages each tile of
+// b keys and values in shared memory and every thread runs the online softmax of its row
+// (running max and denominator, its accumulator rescaled when the max grows), so no T x S
+// scores exist anywhere. Gradient: one thread per row for delta = rowsum(dout * out); dk
+// and dv with one block per (batch*head, key tile) that walks every query tile in order;
+// dq with one block per (batch*head, query tile) that walks the key tiles in order. Each
+// output element is summed by one thread in a fixed order: no atomics, the same bits on
+// every run. Per-thread rows live in shared memory transposed ([column][thread]), so a
+// warp's accesses fall in different banks; a staged tile is read by all threads at one
+// address (a broadcast). The tile edge b is the largest power of two up to 64 whose
+// buffers fit 48 KiB, so D is bounded (kAttentionCudaMaxD4/8, checked by the front-end).
+// A straightforward kernel, not a tuned one: no tensor cores, no warp-level matrix
+// products. Compiled in CI; written without a GPU to run it on (tide_cuda_tests runs the
+// attention cases of tests/ops on one).
+#include <cstdint>
+
+#include "core/cuda/await_grids.h"
+#include "ops/attention_kernels.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/registry.h"
+
+namespace tide::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxTile = 64;
+constexpr int64_t kSharedBytes = 48 * 1024;
+
+__device__ __forceinline__ float dexp(float x) { return expf(x); }
+__device__ __forceinline__ double dexp(double x) { return exp(x); }
+__device__ __forceinline__ float dlog(float x) { return logf(x); }
+__device__ __forceinline__ double dlog(double x) { return log(x); }
+
+// The tile edge for buffers of `per_b(b)` elements of `elem` bytes.
+template <class F>
+int tile_for(int64_t elem, F per_b) {
+  int b = kMaxTile;
+  while (b > 1 && per_b(int64_t(b)) * elem > kSharedBytes) b /= 2;
+  return b;
+}
+
+int64_t tiles(int64_t n, int b) { return (n + b - 1) / b; }
+
+template <class T>
+struct Fwd {
+  const T *q, *k, *v;
+  T *out, *lse;
+  int64_t t, s, d, tiles;
+  bool causal;
+  T scale;
+};
+
+// Shared: k and v tiles [b][d], q and acc per thread [d][b], scores per thread [b][b].
+template <class T>
+__global__ void attention_fwd(Fwd<T> a, int b) {
+  tide::cuda::await_prerequisite_grids();
+  extern __shared__ double smem[];
+  const int64_t d = a.d;
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + b * d;
+  T* qs = vs + b * d;
+  T* acc = qs + b * d;
+  T* sc = acc + b * d;
+  const int tid = int(threadIdx.x);
+  const int64_t bh = int64_t(blockIdx.x) / a.tiles, i0 = (int64_t(blockIdx.x) % a.tiles) * b;
+  const int64_t i = i0 + tid;
+  const bool live = i < a.t;
+  const T* Q = a.q + bh * a.t * d;
+  const T* K = a.k + bh * a.s * d;
+  const T* V = a.v + bh * a.s * d;
+  for (int64_t c = 0; c < d; ++c) {
+    qs[c * b + tid] = live ? Q[i * d + c] : T(0);
+    acc[c * b + tid] = T(0);
+  }
+  T m = T(-INFINITY), l = T(0);
+  // Under the causal mask no query of this tile sees a key past its last row (T == S).
+  const int64_t j_end = a.causal ? (a.s < i0 + b ? a.s : i0 + b) : a.s;
+  for (int64_t j0 = 0; j0 < j_end; j0 += b) {
+    const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
+    __syncthreads();  // every thread is done with the previous tile
+    for (int64_t x = tid; x < nc * d; x += b) {
+      ks[x] = K[j0 * d + x];
+      vs[x] = V[j0 * d + x];
+    }
+    __syncthreads();
+    if (!live) continue;
+    T mx = T(-INFINITY);
+    for (int64_t j = 0; j < nc; ++j) {
+      T dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += qs[c * b + tid] * ks[j * d + c];
+      const T sj = a.causal && j0 + j > i ? T(-INFINITY) : dot * a.scale;
+      sc[j * b + tid] = sj;
+      mx = sj > mx ? sj : mx;
+    }
+    // The first tile holds key 0, which every query sees: m is finite from then on.
+    const T m_new = mx > m ? mx : m, corr = dexp(m - m_new);
+    T sum = 0;
+    for (int64_t j = 0; j < nc; ++j) {
+      const T p = dexp(sc[j * b + tid] - m_new);
+      sc[j * b + tid] = p;
+      sum += p;
+    }
+    l = l * corr + sum;
+    m = m_new;
+    for (int64_t c = 0; c < d; ++c) {
+      T o = acc[c * b + tid] * corr;
+      for (int64_t j = 0; j < nc; ++j) o += sc[j * b + tid] * vs[j * d + c];
+      acc[c * b + tid] = o;
+    }
+  }
+  if (!live) return;
+  const T inv = T(1) / l;
+  T* y = a.out + (bh * a.t + i) * d;
+  for (int64_t c = 0; c < d; ++c) y[c] = acc[c * b + tid] * inv;
+  a.lse[bh * a.t + i] = m + dlog(l);
+}
+
+template <class T>
+struct Prep {
+  const T *dout, *out, *lse;
+  T* stats;
+  int64_t rows, d;
+};
+
+// stats[r] = lse[r], stats[rows + r] = dout[r] . out[r] (in double).
+template <class T>
+__global__ void attention_grad_prep_rows(Prep<T> a) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t r = global_index(); r < a.rows; r += grid_stride()) {
+    const T* g = a.dout + r * a.d;
+    const T* o = a.out + r * a.d;
+    double sum = 0;
+    for (int64_t c = 0; c < a.d; ++c) sum += double(g[c]) * double(o[c]);
+    a.stats[r] = a.lse[r];
+    a.stats[a.rows + r] = T(sum);
+  }
+}
+
+template <class T>
+struct Bwd {
+  const T *dout, *q, *k, *v, *lse, *delta;
+  T *dq, *dk, *dv;
+  int64_t t, s, d, tiles;
+  bool causal;
+  T scale;
+};
+
+// dk and dv of key row j = j0 + thread. Shared: k, v, dk, dv per thread [d][b]; q and
+// dout tiles [b][d]; the tile's lse and delta [b] each.
+template <class T>
+__global__ void attention_bwd_kv(Bwd<T> a, int b) {
+  tide::cuda::await_prerequisite_grids();
+  extern __shared__ double smem[];
+  const int64_t d = a.d;
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + b * d;
+  T* dks = vs + b * d;
+  T* dvs = dks + b * d;
+  T* qs = dvs + b * d;
+  T* gs = qs + b * d;
+  T* ls = gs + b * d;
+  T* ds = ls + b;
+  const int tid = int(threadIdx.x);
+  const int64_t bh = int64_t(blockIdx.x) / a.tiles, j0 = (int64_t(blockIdx.x) % a.tiles) * b;
+  const int64_t j = j0 + tid;
+  const bool live = j < a.s;
+  const T* K = a.k + bh * a.s * d;
+  const T* V = a.v + bh * a.s * d;
+  const T* Q = a.q + bh * a.t * d;
+  const T* G = a.dout + bh * a.t * d;
+  for (int64_t c = 0; c < d; ++c) {
+    ks[c * b + tid] = live ? K[j * d + c] : T(0);
+    vs[c * b + tid] = live ? V[j * d + c] : T(0);
+    dks[c * b + tid] = T(0);
+    dvs[c * b + tid] = T(0);
+  }
+  // Under the causal mask queries before j0 see none of these keys.
+  for (int64_t i0 = a.causal ? j0 : 0; i0 < a.t; i0 += b) {
+    const int64_t nr = a.t - i0 < b ? a.t - i0 : b;
+    __syncthreads();
+    for (int64_t x = tid; x < nr * d; x += b) {
+      qs[x] = Q[i0 * d + x];
+      gs[x] = G[i0 * d + x];
+    }
+    for (int64_t x = tid; x < nr; x += b) {
+      ls[x] = a.lse[bh * a.t + i0 + x];
+      ds[x] = a.delta[bh * a.t + i0 + x];
+    }
+    __syncthreads();
+    if (!live) continue;
+    for (int64_t r = 0; r < nr; ++r) {
+      if (a.causal && j > i0 + r) continue;
+      T qk = 0, gv = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        qk += qs[r * d + c] * ks[c * b + tid];
+        gv += gs[r * d + c] * vs[c * b + tid];
+      }
+      const T p = dexp(qk * a.scale - ls[r]), dsc = a.scale * p * (gv - ds[r]);
+      for (int64_t c = 0; c < d; ++c) {
+        dvs[c * b + tid] += p * gs[r * d + c];
+        dks[c * b + tid] += dsc * qs[r * d + c];
+      }
+    }
+  }
+  if (!live) return;
+  for (int64_t c = 0; c < d; ++c) {
+    a.dk[(bh * a.s + j) * d + c] = dks[c * b + tid];
+    a.dv[(bh * a.s + j) * d + c] = dvs[c * b + tid];
+  }
+}
+
+// dq of query row i = i0 + thread. Shared: q, dout, dq per thread [d][b]; k and v tiles
+// [b][d].
+template <class T>
+__global__ void attention_bwd_q(Bwd<T> a, int b) {
+  tide::cuda::await_prerequisite_grids();
+  extern __shared__ double smem[];
+  const int64_t d = a.d;
+  T* qs = reinterpret_cast<T*>(smem);
+  T* gs = qs + b * d;
+  T* dqs = gs + b * d;
+  T* ks = dqs + b * d;
+  T* vs = ks + b * d;
+  const int tid = int(threadIdx.x);
+  const int64_t bh = int64_t(blockIdx.x) / a.tiles, i0 = (int64_t(blockIdx.x) % a.tiles) * b;
+  const int64_t i = i0 + tid;
+  const bool live = i < a.t;
+  const T* Q = a.q + bh * a.t * d;
+  const T* G = a.dout + bh * a.t * d;
+  const T* K = a.k + bh * a.s * d;
+  const T* V = a.v + bh * a.s * d;
+  for (int64_t c = 0; c < d; ++c) {
+    qs[c * b + tid] = live ? Q[i * d + c] : T(0);
+    gs[c * b + tid] = live ? G[i * d + c] : T(0);
+    dqs[c * b + tid] = T(0);
+  }
+  const T lse_i = live ? a.lse[bh * a.t + i] : T(0), delta_i = live ? a.delta[bh * a.t + i] : T(0);
+  const int64_t j_end = a.causal ? (a.s < i0 + b ? a.s : i0 + b) : a.s;
+  for (int64_t j0 = 0; j0 < j_end; j0 += b) {
+    const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
+    __syncthreads();
+    for (int64_t x = tid; x < nc * d; x += b) {
+      ks[x] = K[j0 * d + x];
+      vs[x] = V[j0 * d + x];
+    }
+    __syncthreads();
+    if (!live) continue;
+    for (int64_t j = 0; j < nc; ++j) {
+      if (a.causal && j0 + j > i) continue;
+      T qk = 0, gv = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        qk += qs[c * b + tid] * ks[j * d + c];
+        gv += gs[c * b + tid] * vs[j * d + c];
+      }
+      const T p = dexp(qk * a.scale - lse_i), dsc = a.scale * p * (gv - delta_i);
+      for (int64_t c = 0; c < d; ++c) dqs[c * b + tid] += dsc * ks[j * d + c];
+    }
+  }
+  if (!live) return;
+  for (int64_t c = 0; c < d; ++c) a.dq[(bh * a.t + i) * d + c] = dqs[c * b + tid];
+}
+
+template <class T>
+void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra&) {
+  if (a.bh == 0 || a.t == 0) return;
+  const int64_t d = a.d;
+  const int b = tile_for(sizeof(T), [d](int64_t b) { return 4 * b * d + b * b; });
+  const int64_t n = tiles(a.t, b);
+  Fwd<T> k{a.q.get(), a.k.get(), a.v.get(), a.out.get(), a.lse.get(), a.t,
+           a.s,       d,         n,         a.causal,    T(a.scale)};
+  const size_t bytes = size_t(4 * b * d + b * b) * sizeof(T);
+  attention_fwd<T><<<unsigned(a.bh * n), unsigned(b), bytes, stream_of(ctx)>>>(k, b);
+}
+
+template <class T>
+void attention_grad_prep(const KernelContext& ctx, const AttentionGradPrep<T>& a, const NoExtra&) {
+  if (a.rows == 0) return;
+  Prep<T> k{a.dout.get(), a.out.get(), a.lse.get(), a.stats.get(), a.rows, a.d};
+  attention_grad_prep_rows<T><<<blocks_for(a.rows), kThreads, 0, stream_of(ctx)>>>(k);
+}
+
+template <class T>
+void attention_grad(const KernelContext& ctx, const AttentionGrad<T>& a, const NoExtra&) {
+  if (a.bh == 0 || a.t == 0) return;  // the front-end writes zeros itself then
+  const int64_t d = a.d, rows = a.bh * a.t;
+  Bwd<T> k{a.dout.get(),
+           a.q.get(),
+           a.k.get(),
+           a.v.get(),
+           a.stats.get(),
+           a.stats.get() + rows,
+           a.dq.get(),
+           a.dk.get(),
+           a.dv.get(),
+           a.t,
+           a.s,
+           d,
+           0,
+           a.causal,
+           T(a.scale)};
+  cudaStream_t st = stream_of(ctx);
+  const int bkv = tile_for(sizeof(T), [d](int64_t b) { return 6 * b * d + 2 * b; });
+  k.tiles = tiles(a.s, bkv);
+  attention_bwd_kv<T>
+      <<<unsigned(a.bh * k.tiles), unsigned(bkv), size_t(6 * bkv * d + 2 * bkv) * sizeof(T), st>>>(
+          k, bkv);
+  const int bq = tile_for(sizeof(T), [d](int64_t b) { return 5 * b * d; });
+  k.tiles = tiles(a.t, bq);
+  attention_bwd_q<T>
+      <<<unsigned(a.bh * k.tiles), unsigned(bq), size_t(5 * bq * d) * sizeof(T), st>>>(k, bq);
+}
+
+template <class T>
+void register_for() {
+  CudaKernel<Attention<T>, NoExtra>::fn = &attention<T>;
+  CudaKernel<AttentionGradPrep<T>, NoExtra>::fn = &attention_grad_prep<T>;
+  CudaKernel<AttentionGrad<T>, NoExtra>::fn = &attention_grad<T>;
+}
+
+}  // namespace
+
+void register_attention(OpList& ops) {
+  register_for<float>();
+  register_for<double>();
+  for (OpId id : {OpId::scaled_dot_product_attention, OpId::scaled_dot_product_attention_grad})
+    ops[size_t(id)] = true;
+}
+
+}  // namespace tide::kernels::cuda
