@@ -3,7 +3,7 @@
 
 #include "core/allocator.h"
 #include "core/determinism.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
 #include "core/profiler.h"

@@ -26,7 +26,7 @@ start_load() {
     busy-n19) nice -n 19 bash -c 'while :; do :; done' & ;;
     compiles)
       for _ in 1 2 3; do
-        nice -n 19 bash -c "while :; do g++ -std=c++20 -O2 -I'$root' -c '$root/core/engine.cpp' \
+        nice -n 19 bash -c "while :; do g++ -std=c++20 -O2 -I'$root' -c '$root/core/engine/engine.cpp' \
           -o /dev/null; done" &
       done ;;
     *) echo "unknown condition $1" >&2; exit 2 ;;

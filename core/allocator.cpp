@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <new>
 
-#include "core/capture.h"
 #include "core/cuda/runtime.h"
-#include "core/engine_impl.h"
+#include "core/engine/capture.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/failure.h"
+#include "core/engine/object_pool.h"
 #include "core/error.h"
-#include "core/failure.h"
-#include "core/object_pool.h"
 
 namespace tide {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "core/spinlock.h"
+#include "core/engine/spinlock.h"
 #include "core/storage.h"
 
 namespace tide {

@@ -1,7 +1,7 @@
 // KernelContext: what a kernel receives when the engine runs its task (docs/architecture.md,
 // Engine). The device, the tide stream, and on CUDA the handles of the worker that launches it: one
 // set per tide stream, so kernels on different streams never share a workspace. CPU
-// kernels need only `device`. Filled by the stream's DeviceStream (core/device_stream.h).
+// kernels need only `device`. Filled by the stream's DeviceStream (core/engine/device_stream.h).
 #pragma once
 
 #include <cstddef>

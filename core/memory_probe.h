@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/allocator.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 
 namespace tide {
 

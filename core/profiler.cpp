@@ -7,7 +7,7 @@
 #include <fstream>
 #include <mutex>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 
 namespace tide::profiler {

@@ -38,7 +38,7 @@ struct HazardState {
   StreamPos readers[kInlineReaders];  // reads since last_write, one entry per stream
   int num_readers = 0;
   uint32_t queued_refs = 0;  // queued tasks referring to this storage
-  size_t queued_bytes = 0;   // what the reclaimer counted for it (core/reclaim.h)
+  size_t queued_bytes = 0;   // what the reclaimer counted for it (core/engine/reclaim.h)
 };
 
 class Storage {

@@ -5,10 +5,10 @@
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
+#include "core/engine/failure.h"
+#include "core/engine/object_pool.h"
 #include "core/error.h"
-#include "core/failure.h"
-#include "core/object_pool.h"
 
 namespace tide {
 

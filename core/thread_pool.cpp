@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/blas_threads.h"
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/futex.h"
 #include "core/error.h"
-#include "core/futex.h"
 
 namespace tide {
 

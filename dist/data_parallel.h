@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/options.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"

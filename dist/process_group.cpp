@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/error.h"
 #include "dist/agreement.h"
 #include "ops/autograd.h"

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
 

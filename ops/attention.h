@@ -8,7 +8,7 @@
 
 #include <optional>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 
 namespace tide {

@@ -3,8 +3,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/capture.h"
-#include "core/engine.h"
+#include "core/engine/capture.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"

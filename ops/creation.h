@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 

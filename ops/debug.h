@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 
 namespace tide::debug {

@@ -429,7 +429,7 @@ Tensor& Tensor::mul_(double s, Site site) {
 Tensor& Tensor::copy_(const Tensor& src, Site site) {
   check_in_place(*this, &src, OpId::copy_);
   // Onto every byte its storage was made for, from another storage: the old values do not
-  // matter, so the copy replaces a failure of this tensor (core/engine.h, ReplacingWrite).
+  // matter, so the copy replaces a failure of this tensor (core/engine/engine.h, ReplacingWrite).
   const bool whole =
       offset() == 0 && nbytes() == storage()->requested_bytes() && src.storage() != storage();
   ReplacingWrite replacing(whole);

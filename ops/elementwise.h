@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 
 namespace tide {

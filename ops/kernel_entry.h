@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <typeinfo>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/kernel_context.h"
 #include "ops/kernel_types.h"

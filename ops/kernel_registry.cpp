@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "core/cuda/runtime.h"
+#include "core/engine/failure.h"
 #include "core/error.h"
-#include "core/failure.h"
 #include "core/tensor.h"
 #include "ops/kernel_entry.h"
 #include "ops/op_util.h"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 
 namespace tide {

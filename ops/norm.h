@@ -4,7 +4,7 @@
 // which normalises over every dimension but the channels, is in ops/conv.h.
 #pragma once
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 
 namespace tide {

@@ -9,7 +9,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/failure.h"
+#include "core/engine/failure.h"
 #include "ops/autograd.h"
 #include "ops/functors.h"
 #include "ops/kernel_entry.h"

@@ -16,7 +16,7 @@
 // Tensors are always contiguous in tide, so there is no stride check.
 #pragma once
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/options.h"
 #include "core/tensor.h"
 

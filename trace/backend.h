@@ -24,10 +24,10 @@ class Recorder;
 
 // The device's side of FunctionStats: of the last call's plan, and of the function.
 struct BackendStats {
-  size_t graph_nodes = 0;                   // nodes of its CUDA graph (0 on the CPU)
-  size_t graph_bytes = 0;                   // the graph's fixed buffers and workspace
-  std::string graph_fallback;               // why its replays launch node by node ("": none)
-  std::string graph_ordinary_edges_because; // why its graph has no programmatic edges
+  size_t graph_nodes = 0;                    // nodes of its CUDA graph (0 on the CPU)
+  size_t graph_bytes = 0;                    // the graph's fixed buffers and workspace
+  std::string graph_fallback;                // why its replays launch node by node ("": none)
+  std::string graph_ordinary_edges_because;  // why its graph has no programmatic edges
   int64_t graph_instantiations = 0, graph_updates = 0;  // over the function's signatures
 };
 
@@ -55,9 +55,8 @@ class Backend {
   // Returns the outputs: fresh tensors for values the graph computes, the same tensors for
   // arguments, captures or state returned as they are. Adds the bytes it allocated
   // (outputs only) to *allocated. Does not wait.
-  virtual std::vector<Tensor> replay(const std::shared_ptr<Graph>& g,
-                                     std::span<const Tensor> args, tide::SourceLocation site,
-                                     size_t* allocated) const = 0;
+  virtual std::vector<Tensor> replay(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,
+                                     tide::SourceLocation site, size_t* allocated) const = 0;
   // The replay in verify mode (trace::Options::verify): checks the plan against a plain run
   // and throws "[trace] ..." naming the first node that differs. Waits.
   virtual std::vector<Tensor> verify(const std::shared_ptr<Graph>& g, std::span<const Tensor> args,

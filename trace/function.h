@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/source_location.h"
 #include "core/tensor.h"
 #include "trace/fusion.h"

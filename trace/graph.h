@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/capture.h"
 #include "core/dtype.h"
+#include "core/engine/capture.h"
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/source_location.h"

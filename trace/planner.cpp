@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/allocator.h"
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/error.h"
 #include "trace/schedule.h"
 

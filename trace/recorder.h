@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/tensor.h"
 #include "trace/fusion.h"
 #include "trace/graph.h"

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/allocator.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
 

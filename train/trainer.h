@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "trace/function.h"

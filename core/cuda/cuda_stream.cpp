@@ -10,9 +10,9 @@
 #endif
 
 #include "core/cuda/runtime.h"
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/failure.h"
 #include "core/error.h"
-#include "core/failure.h"
 
 namespace tide::cuda {
 

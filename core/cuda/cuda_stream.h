@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/cuda/device_api.h"
-#include "core/device_stream.h"
+#include "core/engine/device_stream.h"
 #include "core/profiler.h"
 #include "core/source_location.h"
 

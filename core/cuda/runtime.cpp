@@ -7,9 +7,9 @@
 
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/fake_device.h"
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/failure.h"
 #include "core/error.h"
-#include "core/failure.h"
 #include "core/segment_source.h"
 
 namespace tide::cuda {

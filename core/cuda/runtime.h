@@ -13,7 +13,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/device_api.h"
-#include "core/device_stream.h"
+#include "core/engine/device_stream.h"
 #include "core/profiler.h"
 
 namespace tide {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/failure.h"
+#include "core/engine/failure.h"
 #include "core/thread_pool.h"
 #include "ops/op_util.h"
 #include "ops/optim_kernels.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/cuda/await_grids.h"
-#include "core/failure.h"
+#include "core/engine/failure.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/optim_kernels.h"

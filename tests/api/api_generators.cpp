@@ -12,7 +12,7 @@
 #include <optional>
 #include <sstream>
 
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "tests/api/api_gen_util.h"
 #include "tests/api/api_ops.h"
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "test_support.h"
 
 namespace tide {

@@ -1,4 +1,4 @@
-// core/asymmetric_fence.h: the store-buffering litmus test. Thread A stores x then loads y
+// core/engine/asymmetric_fence.h: the store-buffering litmus test. Thread A stores x then loads y
 // behind light_fence(); thread B stores y then loads x behind heavy_fence(). If both loads
 // read 0, a store sat in a store buffer past the other thread's load: the lost wake-up the
 // engine's publish / sleep pair must never have.
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/asymmetric_fence.h"
+#include "core/engine/asymmetric_fence.h"
 
 namespace tide {
 namespace {

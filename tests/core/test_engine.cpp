@@ -5,8 +5,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/engine_impl.h"
-#include "core/spin_wait.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/spin_wait.h"
 #include "test_support.h"
 
 namespace tide {
@@ -260,7 +260,7 @@ TEST_F(EngineBasics, LongChainsSpanManyTaskSegments) {
 // A stress test, disabled by default (slow, and a broken protocol shows up only sometimes):
 // a frontend that only polls is_ready() must see every op run. end_task publishes with a
 // release store and reads `sleeping` behind only a light fence; the worker that goes to
-// sleep pairs it with a heavy one (core/asymmetric_fence.h). Without that pairing a worker
+// sleep pairs it with a heavy one (core/engine/asymmetric_fence.h). Without that pairing a worker
 // going to sleep at that moment can miss the wake-up; wait_pos would repair it, but
 // is_ready, Event::query and Engine::stats do not, and the op would never run. The delay
 // sweeps the moment the idle worker gives up (spin kSpinNs, yield kYieldNs, then sleep).

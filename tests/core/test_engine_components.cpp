@@ -1,5 +1,5 @@
-// The engine's components in isolation (core/hazards.h, core/backpressure.h,
-// core/reclaim.h), on streams and storages made by hand: which waits a task gets, how the
+// The engine's components in isolation (core/engine/hazards.h, core/engine/backpressure.h,
+// core/engine/reclaim.h), on streams and storages made by hand: which waits a task gets, how the
 // per-storage state moves, when a bound refuses, what reclaim releases. The engine tests
 // (test_hazards.cpp, test_backpressure.cpp) check the same rules end to end.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <deque>
 #include <vector>
 
-#include "core/backpressure.h"
-#include "core/engine_impl.h"
-#include "core/hazards.h"
-#include "core/reclaim.h"
+#include "core/engine/backpressure.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/hazards.h"
+#include "core/engine/reclaim.h"
 
 namespace tide {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/cuda/cuda_stream.h"
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "fake_gpu.h"
 #include "tests/core/test_support.h"
 

@@ -10,7 +10,7 @@
 #include <future>
 #include <thread>
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "test_support.h"
 
 namespace tide {

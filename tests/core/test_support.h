@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "error_of.h"
 #include "tide.h"
 

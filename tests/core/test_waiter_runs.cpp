@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "test_support.h"
 
 namespace tide {

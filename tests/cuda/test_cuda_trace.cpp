@@ -11,7 +11,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "ops/chain_compiler.h"
 #include "ops/ops.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/determinism.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 #include "trace/trace.h"

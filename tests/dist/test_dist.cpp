@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/thread_pool.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/cuda/runtime.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "device_graph_support.h"
 #include "fake_gpu.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 #include "tests/error_of.h"

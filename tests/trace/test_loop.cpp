@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/rng.h"
 #include "error_of.h"
 #include "ops/ops.h"

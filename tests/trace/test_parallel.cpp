@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../error_of.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/allocator.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/profiler.h"
 #include "ops/ops.h"

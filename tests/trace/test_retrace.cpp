@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "error_of.h"
 #include "ops/ops.h"

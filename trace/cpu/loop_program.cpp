@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "core/allocator.h"
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/loop_count.h"
 #include "core/rng.h"
 #include "trace/cpu/executor.h"

@@ -12,10 +12,10 @@
 #include <string>
 
 #include "core/allocator.h"
-#include "core/futex.h"
+#include "core/engine/futex.h"
+#include "core/engine/spin_wait.h"
+#include "core/engine/spinlock.h"
 #include "core/profiler.h"
-#include "core/spin_wait.h"
-#include "core/spinlock.h"
 #include "core/thread_pool.h"
 #include "trace/replay.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "trace/cpu/executor.h"
 #include "trace/replay.h"

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/capture.h"
+#include "core/engine/capture.h"
 #include "core/error.h"
 #include "ops/chain_compiler.h"
 #include "ops/chain_source.h"

@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "core/allocator.h"
-#include "core/capture.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/runtime.h"
-#include "core/engine.h"
+#include "core/engine/capture.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "ops/kernel_entry.h"
 #include "trace/replay.h"

@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "core/allocator.h"
-#include "core/capture.h"
 #include "core/cuda/runtime.h"
+#include "core/engine/capture.h"
 #include "core/error.h"
 #include "core/loop_count.h"
 #include "core/philox.h"

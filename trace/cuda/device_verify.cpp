@@ -6,7 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "trace/cuda/device_graph.h"
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <span>
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 #include "core/storage.h"
 
 namespace tide {

@@ -2,7 +2,7 @@
 // publish), syncs, shutdown and stats. The pieces it orchestrates live beside it: hazard
 // tracking (hazards.h), backpressure rules (backpressure.h), reclaim (reclaim.h), the
 // worker and the CPU device (stream_worker.cpp), other devices (device_stream.h).
-#include "core/engine.h"
+#include "core/engine/engine.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,13 +12,13 @@
 #include <thread>
 
 #include "core/allocator.h"
-#include "core/asymmetric_fence.h"
-#include "core/backpressure.h"
-#include "core/engine_impl.h"
+#include "core/engine/asymmetric_fence.h"
+#include "core/engine/backpressure.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/failure.h"
+#include "core/engine/futex.h"
+#include "core/engine/hazards.h"
 #include "core/error.h"
-#include "core/failure.h"
-#include "core/futex.h"
-#include "core/hazards.h"
 #include "core/profiler.h"
 
 namespace tide {
@@ -427,7 +427,7 @@ void Engine::end_task(Task& t) {
   // With the worker's `sleeping` store, heavy fence and `published` load, either it sees
   // this task or we see it asleep (no lost wake-up). The light fence is only a compiler
   // barrier where membarrier works: a full fence here would wait for this task's lines to
-  // reach the worker's core (core/asymmetric_fence.h).
+  // reach the worker's core (core/engine/asymmetric_fence.h).
   self->published.store(t.seq, std::memory_order_release);
   detail::light_fence();
   if (self->sleeping.load(std::memory_order_relaxed)) self->wake();

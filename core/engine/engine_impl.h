@@ -13,12 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/backpressure.h"
-#include "core/device_stream.h"
-#include "core/engine.h"
-#include "core/reclaim.h"
-#include "core/spin_wait.h"
-#include "core/spinlock.h"
+#include "core/engine/backpressure.h"
+#include "core/engine/device_stream.h"
+#include "core/engine/engine.h"
+#include "core/engine/reclaim.h"
+#include "core/engine/spin_wait.h"
+#include "core/engine/spinlock.h"
 
 namespace tide {
 

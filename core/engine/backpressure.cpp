@@ -1,4 +1,4 @@
-#include "core/backpressure.h"
+#include "core/engine/backpressure.h"
 
 #include <algorithm>
 

@@ -8,11 +8,11 @@
 #include <string_view>
 #include <thread>
 
-#include "core/asymmetric_fence.h"
-#include "core/engine_impl.h"
+#include "core/engine/asymmetric_fence.h"
+#include "core/engine/engine_impl.h"
+#include "core/engine/failure.h"
+#include "core/engine/futex.h"
 #include "core/error.h"
-#include "core/failure.h"
-#include "core/futex.h"
 #include "core/profiler.h"
 
 namespace tide {
@@ -197,7 +197,7 @@ void StreamImpl::worker_loop() {
     if (!got) {
       uint32_t e = wake_epoch.load(std::memory_order_seq_cst);
       sleeping.store(true, std::memory_order_seq_cst);
-      detail::heavy_fence();  // pairs with end_task's light fence (core/asymmetric_fence.h)
+      detail::heavy_fence();  // pairs with end_task's light fence (core/engine/asymmetric_fence.h)
       if (!has_work(std::memory_order_seq_cst) && stop.load() == 0 &&
           !nudged.load(std::memory_order_seq_cst))
         detail::futex_wait(&wake_epoch, e);

@@ -1,7 +1,7 @@
-#include "core/device_stream.h"
+#include "core/engine/device_stream.h"
 
 #include "core/cuda/runtime.h"
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 
 namespace tide {
 

@@ -1,6 +1,6 @@
-#include "core/reclaim.h"
+#include "core/engine/reclaim.h"
 
-#include "core/engine_impl.h"
+#include "core/engine/engine_impl.h"
 
 namespace tide {
 

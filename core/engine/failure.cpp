@@ -1,4 +1,4 @@
-#include "core/failure.h"
+#include "core/engine/failure.h"
 
 #include <cstring>
 

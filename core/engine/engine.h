@@ -4,7 +4,7 @@
 // A Stream is an in-order queue served by one worker thread. Ops are *submitted* by the
 // frontend (the calling thread) and return at once; the worker executes them in order (CPU)
 // or launches them in order onto its device queue (CUDA: a cudaStream_t). A task is
-// *complete* when its device says so (core/device_stream.h): on the CPU when the worker
+// *complete* when its device says so (core/engine/device_stream.h): on the CPU when the worker
 // ran it, on CUDA when the GPU wrote its number to the stream's timeline.
 // Every submitted task names the storages it reads and writes: the engine makes it wait
 // for conflicting work on other streams (read-after-write, write-after-read,
@@ -29,8 +29,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/capture.h"
 #include "core/device.h"
+#include "core/engine/capture.h"
 #include "core/kernel_context.h"
 #include "core/source_location.h"
 #include "core/storage.h"

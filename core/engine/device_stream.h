@@ -1,7 +1,7 @@
 // The device side of a stream (docs/architecture.md, CUDA): how its worker runs a task, and what
 // *complete* means on that device. The engine's queue, hazard tracking, backpressure and reclaim
 // sit above this and are the same for every device (docs/architecture.md, Engine).
-//   CPU  (CpuStream, core/stream_worker.cpp): the worker runs the payload; a task is
+//   CPU  (CpuStream, core/engine/stream_worker.cpp): the worker runs the payload; a task is
 //        complete when it returned.
 //   CUDA (cuda::CudaStream, core/cuda/cuda_stream.h): the worker launches the payload's
 //        kernels on a cudaStream_t; a task is complete when the GPU wrote its number to the
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
 

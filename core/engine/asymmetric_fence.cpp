@@ -1,4 +1,4 @@
-#include "core/asymmetric_fence.h"
+#include "core/engine/asymmetric_fence.h"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
