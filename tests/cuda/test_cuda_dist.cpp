@@ -23,6 +23,16 @@ namespace {
 
 using test_util::error_of;
 
+// A 16-32-4 MLP on cuda:0 from `seed`.
+std::shared_ptr<nn::Sequential> gpu_mlp(uint64_t seed) {
+  Generator gen(seed);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(nn::LinearOptions(16, 32), gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(32, 4), gen)});
+  m->to(Device::cuda(0));
+  return m;
+}
+
 TEST(CudaNccl, OneRankGroupAllReducesAndBroadcastsOnTheGpu) {
   if (!dist::nccl_available()) {
     EXPECT_NE(error_of([] { dist::nccl_world(0); }).find("built without NCCL"), std::string::npos);
@@ -55,15 +65,7 @@ TEST(CudaNccl, DataParallelStepEqualsTheOneProcessStep) {
   if (!dist::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
   dist::ProcessGroup& pg = dist::nccl_world(0);
   const Device dev = Device::cuda(0);
-  auto make = [&] {
-    Generator gen(5);
-    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(nn::LinearOptions(16, 32), gen), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(32, 4), gen)});
-    m->to(dev);
-    return m;
-  };
-  auto with_dp = make(), alone = make();
+  auto with_dp = gpu_mlp(5), alone = gpu_mlp(5);
   dist::DataParallel dp(*with_dp, pg,
                         dist::DataParallelOptions().first_bucket_bytes(256).bucket_bytes(1024));
   Generator data(8);
@@ -88,15 +90,7 @@ TEST(CudaNccl, ATracedDataParallelStepIsOneGraphAndEqualsEager) {
   if (!dist::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
   dist::ProcessGroup& pg = dist::nccl_world(0);
   const Device dev = Device::cuda(0);
-  auto make = [&] {
-    Generator gen(6);
-    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(nn::LinearOptions(16, 32), gen), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(32, 4), gen)});
-    m->to(dev);
-    return m;
-  };
-  auto eager = make(), traced = make();
+  auto eager = gpu_mlp(6), traced = gpu_mlp(6);
   const auto opts = dist::DataParallelOptions().first_bucket_bytes(256).bucket_bytes(1024);
   dist::DataParallel dp_eager(*eager, pg, opts), dp_traced(*traced, pg, opts);
   auto step = [](nn::Module& m, dist::DataParallel& dp, const Tensor& x, const Tensor& y) {

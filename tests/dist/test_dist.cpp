@@ -381,6 +381,16 @@ class FakeGpuCommunicator final : public dist::Communicator {
   int ranks_;
 };
 
+// The small MLP (4-8-3, seed 9) the GPU group's data-parallel tests train, on `device`.
+std::shared_ptr<nn::Sequential> small_mlp(Device device) {
+  Generator gen(9);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(nn::LinearOptions(4, 8), gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(nn::LinearOptions(8, 3), gen)});
+  m->to(device);
+  return m;
+}
+
 // A process group over a FakeGpuCommunicator of 2 pretended ranks on `device`.
 struct FakeGpuGroup {
   FakeGpuGroup(cuda::FakeDevice& gpu, Device device)
@@ -432,14 +442,7 @@ TEST(GpuGroup, DataParallelAveragesGradientsOnTheGpu) {
   FakeGpuGroup fake(gpu, dev);
   FakeGpuCommunicator* comm = fake.comm;
   dist::ProcessGroup& pg = fake.group;
-  auto make = [&] {
-    Generator gen(9);
-    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(nn::LinearOptions(4, 8), gen), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(8, 3), gen)});
-    m->to(dev);
-    return m;
-  };
+  auto make = [&] { return small_mlp(dev); };
   auto with_dp = make(), alone = make();
   EXPECT_TRUE(contains(error_of([&] {
                          auto cpu_model = make();
@@ -477,15 +480,7 @@ struct TracedGpuStep {
   cuda::FakeDevice& gpu = test_util::fake_gpu();
   const Device dev = Device::cuda(8);
   FakeGpuGroup fake{gpu, dev};
-  std::shared_ptr<nn::Sequential> make() {
-    Generator gen(9);
-    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(nn::LinearOptions(4, 8), gen), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(8, 3), gen)});
-    m->to(dev);
-    return m;
-  }
-  std::shared_ptr<nn::Sequential> eager = make(), traced = make();
+  std::shared_ptr<nn::Sequential> eager = small_mlp(dev), traced = small_mlp(dev);
   const dist::DataParallelOptions opts =
       dist::DataParallelOptions().first_bucket_bytes(64).bucket_bytes(128);
   dist::DataParallel dp_eager{*eager, fake.group, opts}, dp_traced{*traced, fake.group, opts};

@@ -30,9 +30,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/ops.h"
 
 namespace tide::test {
@@ -144,6 +146,21 @@ bool register_cases(const char* test, const std::vector<OpCase>& cases);
 // "name: no value test" / "name: no gradient test". Empty when fully covered.
 std::vector<std::string> coverage_gaps(std::span<const OpTraits> table,
                                        const std::vector<CoverageEntry>& entries);
+
+// ---- thread counts ----------------------------------------------------------------------------
+
+// f() run with `a` and then `b` intra-op threads (the count before is put back): a kernel
+// whose results must not depend on the thread count compares the two.
+template <class F>
+auto at_thread_counts(int a, int b, F f) {
+  const int saved = num_threads();
+  set_num_threads(a);
+  auto first = f();
+  set_num_threads(b);
+  auto second = f();
+  set_num_threads(saved);
+  return std::make_pair(std::move(first), std::move(second));
+}
 
 // ---- errors ---------------------------------------------------------------------------------
 

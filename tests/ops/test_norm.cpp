@@ -200,12 +200,7 @@ TEST(Norm, LayerNormGradientsDoNotDependOnTheThreadCount) {
                                            w.grad().to_vector<float>(),
                                            b.grad().to_vector<float>()};
   };
-  const int threads = num_threads();
-  set_num_threads(1);
-  const auto one = run();
-  set_num_threads(4);
-  const auto four = run();
-  set_num_threads(threads);
+  const auto [one, four] = test::at_thread_counts(1, 4, run);
   EXPECT_EQ(one, four);
 }
 

@@ -178,7 +178,6 @@ TEST(Reduce, ArgmaxFirstOnTies) {
 }
 
 TEST(Reduce, ResultsDoNotDependOnThreadCount) {
-  int saved = num_threads();
   Generator gen(42);
   Tensor x = randn({300000}, DType::float32, gen);
   Tensor m = randn({600, 500}, DType::float32, gen);
@@ -187,11 +186,7 @@ TEST(Reduce, ResultsDoNotDependOnThreadCount) {
         sum(x).to_vector<float>(), mean(x).to_vector<float>(), sum(m, 0).to_vector<float>(),
         sum(m, 1).to_vector<float>(), max(m, 0).to_vector<float>()};
   };
-  set_num_threads(1);
-  auto one = run();
-  set_num_threads(2);
-  auto two = run();
-  set_num_threads(saved);
+  const auto [one, two] = test::at_thread_counts(1, 2, run);
   EXPECT_EQ(one, two);  // bit-identical
   double ref = 0;
   for (float v : x.to_vector<float>()) ref += v;
