@@ -52,21 +52,46 @@ template <class T>
   }
 }
 
-// One copy per instruction set, chosen at load time: the library is built for baseline
-// x86-64, whose SSE2 has no 32x32->64-bit multiply on more than two lanes.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TIDE_RANDOM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TIDE_RANDOM_CLONES
-#endif
+// One copy per instruction set (the library is built for baseline x86-64, whose SSE2 has
+// no 32x32->64-bit multiply on more than two lanes), chosen on first use by asking the CPU.
+// Not GCC's target_clones: its ifunc resolver runs while the library is relocated, before
+// ThreadSanitizer's runtime is up, and an instrumented build then crashes at load.
+template <class T>
+using RandomBlocksFn = void (*)(T*, int64_t, uint64_t, uint64_t, bool, int64_t, int64_t);
 
-TIDE_RANDOM_CLONES void random_blocks_f32(float* p, int64_t n, uint64_t offset, uint64_t key,
-                                          bool normal, int64_t b0, int64_t b1) {
+template <class T>
+void random_blocks_default(T* p, int64_t n, uint64_t offset, uint64_t key, bool normal, int64_t b0,
+                           int64_t b1) {
   random_blocks(p, n, offset, key, normal, b0, b1);
 }
-TIDE_RANDOM_CLONES void random_blocks_f64(double* p, int64_t n, uint64_t offset, uint64_t key,
-                                          bool normal, int64_t b0, int64_t b1) {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TIDE_RANDOM_ISA_COPIES 1
+template <class T>
+__attribute__((target("avx2"))) void random_blocks_avx2(T* p, int64_t n, uint64_t offset,
+                                                        uint64_t key, bool normal, int64_t b0,
+                                                        int64_t b1) {
   random_blocks(p, n, offset, key, normal, b0, b1);
+}
+template <class T>
+__attribute__((target("avx512f"))) void random_blocks_avx512(T* p, int64_t n, uint64_t offset,
+                                                             uint64_t key, bool normal, int64_t b0,
+                                                             int64_t b1) {
+  random_blocks(p, n, offset, key, normal, b0, b1);
+}
+#endif
+
+template <class T>
+RandomBlocksFn<T> random_blocks_for_this_cpu() {
+  static const RandomBlocksFn<T> fn = []() -> RandomBlocksFn<T> {
+#ifdef TIDE_RANDOM_ISA_COPIES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &random_blocks_avx512<T>;
+    if (__builtin_cpu_supports("avx2")) return &random_blocks_avx2<T>;
+#endif
+    return &random_blocks_default<T>;
+  }();
+  return fn;
 }
 
 template <class T>
@@ -77,10 +102,9 @@ void random_fill(const KernelContext&, const RandomFill<T>& a, const NoExtra&) {
   const uint64_t key = a.counter ? a.counter[1] : a.key;
   const bool normal = a.normal;
   // One Philox block gives four consecutive elements.
-  parallel_for((n + 3) / 4, kParallelGrain / 16, [&](int64_t b0, int64_t b1) {
-    if constexpr (sizeof(T) == 4) random_blocks_f32(p, n, offset, key, normal, b0, b1);
-    else random_blocks_f64(p, n, offset, key, normal, b0, b1);
-  });
+  const RandomBlocksFn<T> blocks = random_blocks_for_this_cpu<T>();
+  parallel_for((n + 3) / 4, kParallelGrain / 16,
+               [&](int64_t b0, int64_t b1) { blocks(p, n, offset, key, normal, b0, b1); });
 }
 
 void copy_bytes(const KernelContext&, const CopyBytes& a, const NoExtra&) {
