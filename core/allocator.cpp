@@ -216,12 +216,13 @@ Storage* Allocator::try_take(size_t bytes, bool* fits) {
         p = source_->allocate(cap);
       }
     }
-    std::lock_guard<SpinLock> lock(mu_);
     if (!p) {
-      bump(active_, -cap);
+      std::lock_guard<SpinLock> lock(mu_);
+      bump(active_, -cap);  // the reservation goes back
       return nullptr;
     }
     s = new Storage(p, cap, device_, c, this);
+    std::lock_guard<SpinLock> lock(mu_);
     account_take_locked(0, /*system=*/true);
   }
   detail::tl_allocated_bytes += cap;
