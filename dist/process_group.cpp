@@ -64,18 +64,12 @@ std::string message_of(const Error& e, const char* op) {
   return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
 }
 
-// Queues call() on the group's stream, writing `s`. Eagerly, `s` is declared written only,
-// which orders the task as read+write would (after the writes and reads queued before it,
-// before everything queued after it) but lets it run when `s` holds a failure: it must
-// still take part in the agreement, or the other ranks would wait for it for ever.
-// Recorded in a trace, the node reads and writes `s` (so the planner keeps what was copied
-// in before it) and the group's `order` token, which chains the group's collectives in the
-// order they were recorded: a replay that runs independent branches at once
-// (trace::Options::streams) must still call them in the same order on every rank.
+// "rank 1 of 2", for messages.
 std::string where(const Communicator& comm) {
   return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size());
 }
 
+// The ranks' agreement on one collective (dist/agreement.h), its error naming this rank.
 void agree(Communicator& comm, const CollectiveDesc& desc, const Storage* s, const char* op) {
   try {
     check_agreement(comm, desc, s->failure() != nullptr, op);
@@ -105,6 +99,14 @@ class Agreement final : public tide::detail::ReplayHook {
   const char* op_;
 };
 
+// Queues call() on the group's stream, writing `s`. Eagerly, `s` is declared written only,
+// which orders the task as read+write would (after the writes and reads queued before it,
+// before everything queued after it) but lets it run when `s` holds a failure: it must
+// still take part in the agreement, or the other ranks would wait for it for ever.
+// Recorded in a trace, the node reads and writes `s` (so the planner keeps what was copied
+// in before it) and the group's `order` token, which chains the group's collectives in the
+// order they were recorded: a replay that runs independent branches at once
+// (trace::Options::streams) must still call them in the same order on every rank.
 template <class Call>
 void queue(Stream stream, Communicator* comm, const char* op, Storage* s, Storage* order,
            CollectiveDesc desc, Call call, Site site) {
