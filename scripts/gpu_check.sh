@@ -203,6 +203,9 @@ QUICK_MEMCHECK=(
   '*EveryDeviceGivesTheScalarFormulasBits*'
   'Conv.TheFastestAlgorithmsAgreeWithTheDeterministicOnes'
   'Conv.BatchNorm*'
+  'Norm.*'
+  'Attention.*'
+  'Linalg.*Batched*'
 )
 
 # boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report).
