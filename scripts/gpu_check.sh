@@ -208,7 +208,8 @@ QUICK_MEMCHECK=(
   'Linalg.*Batched*'
 )
 
-# boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report).
+# boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report). quick's
+# boxes (170 + 70 + 45 + 45 + 30 s) add up to 6 minutes, the budget of one device call.
 boxed() {
   local secs=$1 name=$2
   shift 2
@@ -219,23 +220,23 @@ quick() {
   local t0=$SECONDS
   configure || return
   boxed "${TIDE_QUICK_BOX_BUILD:-170}" build cmake --build build-gpu -j "$jobs" || return
-  boxed "${TIDE_QUICK_BOX_TEST:-100}" ctest_cuda ctest --test-dir build-gpu --output-on-failure \
+  boxed "${TIDE_QUICK_BOX_TEST:-70}" ctest_cuda ctest --test-dir build-gpu --output-on-failure \
     -L cuda --timeout 90
   if command -v compute-sanitizer >/dev/null; then
     local filter
     filter=$(IFS=:; echo "${QUICK_MEMCHECK[*]}")
-    boxed "${TIDE_QUICK_BOX_MEMCHECK:-60}" memcheck_new env TIDE_CUDA_SEGMENTS=0 \
+    boxed "${TIDE_QUICK_BOX_MEMCHECK:-45}" memcheck_new env TIDE_CUDA_SEGMENTS=0 \
       compute-sanitizer --tool memcheck --error-exitcode 3 --report-api-errors no \
       build-gpu/tests/tide_cuda_tests --gtest_brief=1 --gtest_filter="$filter"
   else
     log "compute-sanitizer: not on PATH, memcheck skipped"
   fi
-  boxed "${TIDE_QUICK_BOX_BENCH:-100}" bench_cuda build-gpu/bench/tide_bench_cuda \
+  boxed "${TIDE_QUICK_BOX_BENCH:-45}" bench_cuda build-gpu/bench/tide_bench_cuda \
     --benchmark_repetitions=3 --benchmark_min_time=0.1 --benchmark_report_aggregates_only=true \
     --benchmark_out_format=json --benchmark_out="$report_dir/tide_bench_cuda.json"
   if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    timeout 60 python3 bench/torch_cuda_anchor.py --reps 3 >"$report_dir/torch_cuda.json" ||
-      log "torch anchor failed or passed its 60 s"
+    timeout 30 python3 bench/torch_cuda_anchor.py --reps 3 >"$report_dir/torch_cuda.json" ||
+      log "torch anchor failed or passed its 30 s"
   else
     log "PyTorch with CUDA: not available, no anchor"
   fi
