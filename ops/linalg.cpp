@@ -281,6 +281,39 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* o
   return y;
 }
 
+Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
+  const char* op = op_name(OpId::swap_axes);
+  check_defined(a, op);
+  check_supported(a, OpId::swap_axes);
+  const int64_t nd = a.ndim();
+  TIDE_CHECK(dim0 >= -nd && dim0 < nd && dim1 >= -nd && dim1 < nd, op, "dims (", dim0, ", ", dim1,
+             ") are outside [", -nd, ", ", nd, ") for ", describe(a));
+  int64_t d0 = dim0 < 0 ? dim0 + nd : dim0, d1 = dim1 < 0 ? dim1 + nd : dim1;
+  if (d0 > d1) std::swap(d0, d1);
+  const Shape& s = a.shape();
+  Shape out = s;
+  std::swap(out[int(d0)], out[int(d1)]);
+  Tensor y = Tensor::empty(out, a.dtype(), a.device(), op);
+  auto prod = [&](int64_t from, int64_t to) {
+    int64_t p = 1;
+    for (int64_t i = from; i < to; ++i) p *= s[int(i)];
+    return p;
+  };
+  if (a.numel() > 0)
+    dispatch_dtype(a.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::queue(OpId::swap_axes, a.device(), {a.storage()}, {y.storage()},
+                     &kernels::cpu::swap_axes<T>,
+                     d0 == d1  // a plain copy: one run of every element
+                         ? kernels::SwapAxes<T>{a.ref<T>(), y.ref<T>(), 1, 1, 1, 1, a.numel()}
+                         : kernels::SwapAxes<T>{a.ref<T>(), y.ref<T>(), prod(0, d0), s[int(d0)],
+                                                prod(d0 + 1, d1), s[int(d1)], prod(d1 + 1, nd)},
+                     kernels::NoExtra{}, site);
+    });
+  autograd::record(op, y, {&a}, [d0, d1](const Tensor& g) { return Grads{swap_axes(g, d0, d1)}; });
+  return y;
+}
+
 Tensor transpose(const Tensor& a, Site site) {
   const char* op = op_name(OpId::transpose);
   check_defined(a, op);

@@ -46,6 +46,12 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype = DType::float
                const char* op = "one_hot", Site site = Site::current());
 // The transpose of a 2-D tensor, materialised (queued copy).
 Tensor transpose(const Tensor& a, Site site = Site::current());
+// a with axes dim0 and dim1 exchanged (PyTorch's transpose(dim0, dim1)), materialised as a
+// contiguous copy (tide's tensors are contiguous): (B, T, H, D) -> (B, H, T, D) with 1, 2.
+// Negative dims count from the end; equal dims give a copy. Any dtype; differentiable (the
+// gradient swaps back). Throws "[swap_axes]" naming the shape for a dim outside [-ndim,
+// ndim). Queued; does not wait.
+Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site = Site::current());
 // exp(x - max) / sum(exp(x - max)) over the last axis (floating, rank >= 1).
 Tensor softmax(const Tensor& a, Site site = Site::current());
 // x - max - log(sum(exp(x - max))) over the last axis.

@@ -43,6 +43,13 @@ struct Transpose {
   DataRef<T> a, y;
   int64_t rows = 0, cols = 0;
 };
+// y = a with two axes exchanged: a viewed as (outer, n1, mid, n2, inner) is written as
+// (outer, n2, mid, n1, inner). Both contiguous; inner runs are copied whole.
+template <class T>
+struct SwapAxes {
+  DataRef<T> a, y;
+  int64_t outer = 1, n1 = 1, mid = 1, n2 = 1, inner = 1;
+};
 // Each of `rows` rows of n elements: y = softmax(x) (log_softmax when log), computed as
 // x - max then exp / sum with the sum in double.
 template <class T>
@@ -74,6 +81,8 @@ template <class T>
 void gemm_bias(const KernelContext&, const GemmBias<T>&, const NoExtra&);
 template <class T>
 void transpose(const KernelContext&, const Transpose<T>&, const NoExtra&);
+template <class T>
+void swap_axes(const KernelContext&, const SwapAxes<T>&, const NoExtra&);
 template <class T>
 void softmax_rows(const KernelContext&, const SoftmaxRows<T>&, const NoExtra&);
 }  // namespace cpu

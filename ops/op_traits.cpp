@@ -47,6 +47,7 @@ constexpr std::array kTable{
     OpTraits{OpId::argmax, "argmax", K::reduction, N, N, N},
     OpTraits{OpId::matmul, "matmul", K::linalg, N, N, E},
     OpTraits{OpId::transpose, "transpose", K::linalg, N, N, E},
+    OpTraits{OpId::swap_axes, "swap_axes", K::linalg, N, N, E},
     OpTraits{OpId::softmax, "softmax", K::linalg, N, N, E},
     OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
     OpTraits{OpId::linear, "linear", K::linalg, N, N, E},

@@ -56,6 +56,7 @@ enum class OpId : uint16_t {
   // linear algebra and rows
   matmul,
   transpose,
+  swap_axes,
   softmax,
   log_softmax,
   linear,

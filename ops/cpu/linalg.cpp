@@ -142,6 +142,29 @@ void transpose(const KernelContext&, const Transpose<T>& t, const NoExtra&) {
 }
 
 template <class T>
+void swap_axes(const KernelContext&, const SwapAxes<T>& t, const NoExtra&) {
+  const T* pa = t.a.get();
+  T* py = t.y.get();
+  const int64_t n1 = t.n1, mid = t.mid, n2 = t.n2, inner = t.inner;
+  // One task per output run of `inner` elements: y[o, j, m, i, :] = a[o, i, m, j, :].
+  const int64_t runs = t.outer * n2 * mid * n1;
+  parallel_for(runs, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   int64_t q = r;
+                   const int64_t i = q % n1;
+                   q /= n1;
+                   const int64_t m = q % mid;
+                   q /= mid;
+                   const int64_t j = q % n2;
+                   const int64_t o = q / n2;
+                   const T* src = pa + (((o * n1 + i) * mid + m) * n2 + j) * inner;
+                   std::copy(src, src + inner, py + r * inner);
+                 }
+               });
+}
+
+template <class T>
 void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&) {
   const T* x = s.x.get();
   T* y = s.y.get();
@@ -184,6 +207,10 @@ template void transpose<float>(const KernelContext&, const Transpose<float>&, co
 template void transpose<double>(const KernelContext&, const Transpose<double>&, const NoExtra&);
 template void transpose<int32_t>(const KernelContext&, const Transpose<int32_t>&, const NoExtra&);
 template void transpose<int64_t>(const KernelContext&, const Transpose<int64_t>&, const NoExtra&);
+template void swap_axes<float>(const KernelContext&, const SwapAxes<float>&, const NoExtra&);
+template void swap_axes<double>(const KernelContext&, const SwapAxes<double>&, const NoExtra&);
+template void swap_axes<int32_t>(const KernelContext&, const SwapAxes<int32_t>&, const NoExtra&);
+template void swap_axes<int64_t>(const KernelContext&, const SwapAxes<int64_t>&, const NoExtra&);
 template void softmax_rows<float>(const KernelContext&, const SoftmaxRows<float>&, const NoExtra&);
 template void softmax_rows<double>(const KernelContext&, const SoftmaxRows<double>&,
                                    const NoExtra&);

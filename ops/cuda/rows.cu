@@ -1,5 +1,6 @@
 // CUDA launchers of the row entries of the linear-algebra family (ops/linalg_kernels.h):
-// the 2-D transpose (32 x 32 shared-memory tiles) and the row-wise softmax / log_softmax
+// the 2-D transpose (32 x 32 shared-memory tiles), the axis swap (one thread per output
+// element) and the row-wise softmax / log_softmax
 // (a warp per row up to kWarpRowMax elements, a block per row above). The softmax follows
 // ops/cpu/linalg.cpp's formulas: the max in T, then exp(double(x - max)) summed in double.
 // Every reduction has a fixed order (sequential per thread, then a fixed shuffle tree), so
@@ -47,6 +48,27 @@ __global__ void transpose_tiles(const T* a, T* y, int64_t rows, int64_t cols) {
       }
       __syncthreads();  // the tile is reloaded by the next iteration
     }
+  }
+}
+
+// y[o, j, m, i, e] = a[o, i, m, j, e] (SwapAxes): one thread per output element,
+// grid-stride; writes are coalesced, reads are coalesced along the inner run.
+template <class T>
+__global__ void swap_axes_elements(const T* a, T* y, int64_t n, int64_t n1, int64_t mid, int64_t n2,
+                                   int64_t inner) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t q = idx;
+    const int64_t e = q % inner;
+    q /= inner;
+    const int64_t i = q % n1;
+    q /= n1;
+    const int64_t m = q % mid;
+    q /= mid;
+    const int64_t j = q % n2;
+    const int64_t o = q / n2;
+    y[idx] = a[(((o * n1 + i) * mid + m) * n2 + j) * inner + e];
   }
 }
 
@@ -171,6 +193,14 @@ void transpose(const KernelContext& ctx, const Transpose<T>& t, const NoExtra&) 
 }
 
 template <class T>
+void swap_axes(const KernelContext& ctx, const SwapAxes<T>& t, const NoExtra&) {
+  const int64_t n = t.outer * t.n1 * t.mid * t.n2 * t.inner;
+  if (n == 0) return;
+  swap_axes_elements<T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(t.a.get(), t.y.get(), n,
+                                                                        t.n1, t.mid, t.n2, t.inner);
+}
+
+template <class T>
 void softmax_rows(const KernelContext& ctx, const SoftmaxRows<T>& s, const NoExtra&) {
   if (s.rows == 0 || s.n == 0) return;
   const T* x = s.x.get();
@@ -194,9 +224,14 @@ void register_rows(OpList& ops) {
   CudaKernel<Transpose<double>, NoExtra>::fn = &transpose<double>;
   CudaKernel<Transpose<int32_t>, NoExtra>::fn = &transpose<int32_t>;
   CudaKernel<Transpose<int64_t>, NoExtra>::fn = &transpose<int64_t>;
+  CudaKernel<SwapAxes<float>, NoExtra>::fn = &swap_axes<float>;
+  CudaKernel<SwapAxes<double>, NoExtra>::fn = &swap_axes<double>;
+  CudaKernel<SwapAxes<int32_t>, NoExtra>::fn = &swap_axes<int32_t>;
+  CudaKernel<SwapAxes<int64_t>, NoExtra>::fn = &swap_axes<int64_t>;
   CudaKernel<SoftmaxRows<float>, NoExtra>::fn = &softmax_rows<float>;
   CudaKernel<SoftmaxRows<double>, NoExtra>::fn = &softmax_rows<double>;
-  for (OpId id : {OpId::transpose, OpId::softmax, OpId::log_softmax}) ops[size_t(id)] = true;
+  for (OpId id : {OpId::transpose, OpId::swap_axes, OpId::softmax, OpId::log_softmax})
+    ops[size_t(id)] = true;
 }
 
 }  // namespace tide::kernels::cuda

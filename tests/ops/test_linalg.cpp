@@ -305,6 +305,76 @@ TEST(LinalgErrors, Transpose) {
   EXPECT_TIDE_ERROR(transpose(ones({5})), "[transpose]", "(5,)");
 }
 
+// ---- swap_axes -----------------------------------------------------------------------------
+
+// y = a with dims d0 and d1 exchanged, by walking a's elements with their indices.
+Array swap_axes_ref(const Array& a, int d0, int d1) {
+  const int nd = a.shape.ndim();
+  Shape out = a.shape;
+  std::swap(out[d0], out[d1]);
+  Array y{out, std::vector<double>(a.v.size())};
+  std::vector<int64_t> idx(size_t(nd), 0);
+  for (size_t flat = 0; flat < a.v.size(); ++flat) {
+    std::vector<int64_t> o = idx;
+    std::swap(o[size_t(d0)], o[size_t(d1)]);
+    int64_t pos = 0;
+    for (int i = 0; i < nd; ++i) pos = pos * out[i] + o[size_t(i)];
+    y.v[size_t(pos)] = a.v[flat];
+    for (int i = nd - 1; i >= 0; --i) {
+      if (++idx[size_t(i)] < a.shape[i]) break;
+      idx[size_t(i)] = 0;
+    }
+  }
+  return y;
+}
+
+TIDE_OP_CASES(Linalg, SwapAxes) {
+  std::vector<OpCase> cases;
+  // (rank, d0, d1, shapes): the attention head split (B, T, H, D) -> (B, H, T, D), the 2-D
+  // transpose, non-adjacent dims, a negative dim and equal dims (a copy).
+  struct Form {
+    int d0, d1;
+    std::vector<Shape> shapes;
+  };
+  for (const Form& f : std::vector<Form>{{1, 2, {Shape{2, 5, 3, 4}, Shape{1, 7, 2, 1}}},
+                                         {0, 1, {Shape{4, 6}, Shape{33, 65}, Shape{0, 3}}},
+                                         {0, 2, {Shape{3, 2, 5}, Shape{2, 3, 4, 2}}},
+                                         {-1, -3, {Shape{2, 3, 4}}},
+                                         {1, 1, {Shape{2, 3}}}}) {
+    const int d0 = f.d0, d1 = f.d1;
+    OpCase c{.op = OpId::swap_axes,
+             .build = [d0, d1](const V& x) { return swap_axes(x[0], d0, d1); },
+             .ref =
+                 [d0, d1](const std::vector<Array>& in) {
+                   const int nd = in[0].shape.ndim();
+                   return swap_axes_ref(in[0], d0 < 0 ? d0 + nd : d0, d1 < 0 ? d1 + nd : d1);
+                 },
+             .shapes =
+                 [f](std::mt19937&) {
+                   std::vector<ShapeSet> sets;
+                   for (const Shape& s : f.shapes) sets.push_back({s});
+                   return sets;
+                 },
+             .grad = true};
+    OpCase ints = c;
+    ints.dtypes = {DType::int32, DType::int64};
+    ints.gen = test::gen_ints(-100, 100);
+    ints.grad = false;
+    cases.push_back(c);
+    cases.push_back(ints);
+  }
+  return cases;
+}
+
+TEST(LinalgErrors, SwapAxes) {
+  Tensor a = ones({2, 3});
+  const uint64_t queued = Engine::get().stats().queued;
+  EXPECT_TIDE_ERROR(swap_axes(a, 0, 2), "[swap_axes]", "(0, 2)", "(2, 3)");
+  EXPECT_TIDE_ERROR(swap_axes(a, -3, 0), "[swap_axes]", "[-2, 2)");
+  EXPECT_TIDE_ERROR(swap_axes(Tensor(), 0, 1), "[swap_axes]");
+  EXPECT_EQ(Engine::get().stats().queued, queued) << "nothing was queued";
+}
+
 // ---- softmax / log_softmax -------------------------------------------------------------------
 
 Array softmax_ref(const Array& a, bool log_out) {
