@@ -63,6 +63,12 @@ Tensor zeros_init(const Shape& shape, DType dtype) {
   return zeros(shape, dtype);
 }
 
+Tensor normal_init(const Shape& shape, double std, DType dtype, Generator& gen) {
+  TIDE_CHECK(std >= 0 && std::isfinite(std), "init", "normal std must be finite and >= 0, got ",
+             std);
+  return normal(shape, dtype, std, gen);
+}
+
 Tensor initialize(Init kind, const Shape& shape, DType dtype, Generator& gen) {
   switch (kind) {
     case Init::xavier_uniform: return xavier_uniform(shape, dtype, 1.0, gen);
@@ -70,6 +76,7 @@ Tensor initialize(Init kind, const Shape& shape, DType dtype, Generator& gen) {
     case Init::kaiming_uniform: return kaiming_uniform(shape, dtype, std::sqrt(2.0), gen);
     case Init::kaiming_normal: return kaiming_normal(shape, dtype, std::sqrt(2.0), gen);
     case Init::zeros: return zeros_init(shape, dtype);
+    case Init::normal: return normal_init(shape, 1.0, dtype, gen);
   }
   TIDE_ASSERT(false, "unknown Init");
   return {};

@@ -14,7 +14,8 @@
 
 namespace tide::nn {
 
-enum class Init { xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, zeros };
+// normal: N(0, std^2) with a std the caller gives (LinearOptions::init_std; 1 in initialize).
+enum class Init { xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, zeros, normal };
 
 struct Fans {
   int64_t in = 0, out = 0;
@@ -34,10 +35,13 @@ Tensor kaiming_uniform(const Shape& shape, DType dtype = DType::float32,
 // N(0, s^2) with s = gain / sqrt(fan_in); the default gain sqrt(2) suits ReLU.
 Tensor kaiming_normal(const Shape& shape, DType dtype = DType::float32,
                       double gain = 1.4142135623730951, Generator& gen = default_generator());
+// N(0, std^2) (GPT-2 initialises its weights with std 0.02). Throws "[init]" for std < 0.
+Tensor normal_init(const Shape& shape, double std, DType dtype = DType::float32,
+                   Generator& gen = default_generator());
 // All zeros (any shape, including rank 0).
 Tensor zeros_init(const Shape& shape, DType dtype = DType::float32);
 
-// Dispatches on `kind` with the default gains. Throws "[init]" for non-floating dtypes.
+// Dispatches on `kind` with the default gains (std 1 for normal). Throws "[init]" for non-floating dtypes.
 Tensor initialize(Init kind, const Shape& shape, DType dtype = DType::float32,
                   Generator& gen = default_generator());
 

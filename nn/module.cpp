@@ -141,7 +141,10 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
              "sizes must be positive, got in=", opt.in_features, " out=", opt.out_features);
   weight_ = register_parameter(
       "weight",
-      initialize(opt.weight_init, {opt.in_features, opt.out_features}, opt.param_dtype, gen));
+      opt.weight_init == Init::normal
+          ? normal_init({opt.in_features, opt.out_features}, opt.init_std_, opt.param_dtype, gen)
+          : initialize(opt.weight_init, {opt.in_features, opt.out_features}, opt.param_dtype,
+                       gen));
   if (opt.with_bias)
     bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
 }

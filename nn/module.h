@@ -117,6 +117,7 @@ struct LinearOptions {
   int64_t out_features;
   TIDE_ARG_AS(bool, bias, with_bias) = true;
   TIDE_ARG_AS(Init, init, weight_init) = Init::xavier_uniform;
+  TIDE_ARG(double, init_std) = 0.02;  // the std of Init::normal
   TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;
 };
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include "nn/conv.h"
+#include "nn/embedding.h"
+#include "nn/gpt.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/norm.h"
 #include "nn/serialize.h"
+#include "nn/transformer.h"

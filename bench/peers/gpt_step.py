@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The character GPT of `tide gpt train --preset char` in PyTorch, on the CPU, as a new user
+writes it (nanoGPT's model: pre-norm blocks, GELU tanh, causal attention through
+F.scaled_dot_product_attention, the head tied to the token embedding; 4 layers, 4 heads,
+width 128, context 64, batch 12; AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the
+2-D weights only, gradients clipped to norm 1.0; warmup + cosine schedule as tide's).
+
+  --mode eager     plain PyTorch, torch.set_num_threads(os.cpu_count()) (its default)
+  --mode compile   the model's forward through torch.compile (default backend)
+
+Data: --data FILE (UTF-8 text; a character vocabulary, a 90/10 train/validation split, random
+windows from a seeded generator), as tide does; the numbers differ (different generators).
+One step = forward, loss, backward, clip, AdamW step, then float(loss) (the sync).
+--eval-every N: the validation loss over --eval-batches batches every N steps and at the end.
+
+Prints one JSON line: framework, version, mode, steps, ms_per_step (median over the second
+half of the steps), tokens_per_s, train_loss (mean of the last 50 steps), val_loss,
+train_seconds (steps only, evaluations excluded), threads.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, h):
+        super().__init__()
+        self.h = h
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.c_attn, self.attn_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, layers, heads, c):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(block, c)
+        self.h = nn.ModuleList([Block(c, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, ids, targets):
+        x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def lr_at(it, lr, min_lr, warmup, decay):
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it > decay:
+        return min_lr
+    ratio = (it - warmup) / (decay - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--ctx", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(os.cpu_count())
+    raw = open(a.data, "rb").read()
+    vocab = sorted(set(raw))
+    table = np.zeros(256, dtype=np.int64)
+    table[vocab] = np.arange(len(vocab))
+    tokens = torch.from_numpy(table[np.frombuffer(raw, dtype=np.uint8)])
+    split = int(len(tokens) * 0.9)
+    train, val = tokens[:split], tokens[split:]
+    gen = torch.Generator().manual_seed(a.seed)
+
+    def batch(src):
+        ix = torch.randint(len(src) - a.ctx - 1, (a.batch,), generator=gen)
+        x = torch.stack([src[i : i + a.ctx] for i in ix])
+        y = torch.stack([src[i + 1 : i + 1 + a.ctx] for i in ix])
+        return x, y
+
+    model = GPT(len(vocab), a.ctx, 4, 4, 128)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.99))
+    fwd = torch.compile(model) if a.mode == "compile" else model
+
+    def val_loss():
+        model.eval()
+        with torch.no_grad():
+            v = statistics.fmean(float(fwd(*batch(val))) for _ in range(a.eval_batches))
+        model.train()
+        return v
+
+    times, losses, vl, train_s = [], [], None, 0.0
+    for it in range(a.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(it, a.lr, a.lr / 10, a.warmup, a.steps)
+        x, y = batch(train)
+        t0 = time.perf_counter()
+        loss = fwd(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        train_s += dt
+        if a.eval_every and (it + 1) % a.eval_every == 0 and it + 1 < a.steps:
+            print(json.dumps({"step": it + 1, "val_loss": val_loss()}), flush=True)
+    vl = val_loss()
+    ms = statistics.median(times[len(times) // 2 :]) * 1e3
+    print(json.dumps({"framework": "torch", "version": torch.__version__, "mode": a.mode,
+                      "steps": a.steps, "ms_per_step": ms,
+                      "tokens_per_s": a.batch * a.ctx / (ms / 1e3),
+                      "train_loss": statistics.fmean(losses[-50:]), "val_loss": vl,
+                      "train_seconds": train_s, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+// CausalSelfAttention, MLP and Block (nn/transformer.h). The head split and merge are
+// swap_axes copies (tide's tensors are contiguous); the attention itself is one fused op.
+#include "nn/transformer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace tide::nn {
+
+namespace {
+
+std::shared_ptr<Linear> make_linear(int64_t in, int64_t out, double std, const BlockOptions& o,
+                                    Generator& gen) {
+  return std::make_shared<Linear>(
+      LinearOptions(in, out).bias(o.bias_).init(Init::normal).init_std(std).dtype(o.param_dtype),
+      gen);
+}
+
+double residual_std(const BlockOptions& o) { return 0.02 / std::sqrt(2.0 * double(o.n_layer_)); }
+
+Tensor linear_rows(Module& m, const Tensor& x) {
+  // Linear takes (N, in): fold the leading dims and restore them.
+  const int64_t in = x.size(x.ndim() - 1);
+  Tensor y = m.forward(x.reshape({-1, in}));
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
+  shape.back() = y.size(1);
+  return y.reshape(shape);
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const BlockOptions& opt, Generator& gen) : opt_(opt) {
+  TIDE_CHECK(opt.n_embd >= 1 && opt.n_head >= 1 && opt.n_embd % opt.n_head == 0,
+             "CausalSelfAttention", "n_head must divide n_embd (both >= 1), got n_embd ",
+             opt.n_embd, " and n_head ", opt.n_head);
+  TIDE_CHECK(opt.n_layer_ >= 1, "CausalSelfAttention", "n_layer must be >= 1, got ", opt.n_layer_);
+  c_attn_ = register_module("c_attn", make_linear(opt.n_embd, 3 * opt.n_embd, 0.02, opt, gen));
+  c_proj_ =
+      register_module("c_proj", make_linear(opt.n_embd, opt.n_embd, residual_std(opt), opt, gen));
+  drop_ = register_module("resid_dropout", std::make_shared<Dropout>(opt.dropout_, gen));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  TIDE_CHECK(x.ndim() == 3 && x.size(2) == opt_.n_embd, "CausalSelfAttention",
+             "expected input (B, T, ", opt_.n_embd, "), got ", x.shape());
+  const int64_t b = x.size(0), t = x.size(1), c = opt_.n_embd, h = opt_.n_head, d = c / h;
+  // (B*T, 3C) viewed as (B, T, 3, H, D) -> (3, T, B, H, D) -> (3, H, B, T, D): q, k and v
+  // are then contiguous slices of H*B heads each (the heads' order does not matter to
+  // attention, as long as the merge below undoes it).
+  Tensor qkv = c_attn_->forward(x.reshape({b * t, c})).reshape({b, t, 3, h, d});
+  qkv = swap_axes(swap_axes(qkv, 0, 2), 1, 3);
+  auto part = [&](int64_t i) { return qkv.slice(i, i + 1).reshape({h * b, t, d}); };
+  Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), /*causal=*/true);
+  // (H, B, T, D) -> (B, H, T, D) -> (B, T, H, D) = (B*T, C).
+  y = swap_axes(swap_axes(y.reshape({h, b, t, d}), 0, 1), 1, 2).reshape({b * t, c});
+  y = drop_->forward(c_proj_->forward(y));
+  return y.reshape({b, t, c});
+}
+
+MLP::MLP(const BlockOptions& opt, Generator& gen) : opt_(opt) {
+  TIDE_CHECK(opt.n_embd >= 1 && opt.n_layer_ >= 1, "MLP", "needs n_embd and n_layer >= 1, got ",
+             opt.n_embd, " and ", opt.n_layer_);
+  c_fc_ = register_module("c_fc", make_linear(opt.n_embd, 4 * opt.n_embd, 0.02, opt, gen));
+  c_proj_ = register_module("c_proj",
+                            make_linear(4 * opt.n_embd, opt.n_embd, residual_std(opt), opt, gen));
+  drop_ = register_module("dropout", std::make_shared<Dropout>(opt.dropout_, gen));
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  TIDE_CHECK(x.ndim() >= 2 && x.size(x.ndim() - 1) == opt_.n_embd, "MLP", "expected input (..., ",
+             opt_.n_embd, "), got ", x.shape());
+  Tensor hidden = gelu(linear_rows(*c_fc_, x), GeluApprox::tanh);
+  return drop_->forward(linear_rows(*c_proj_, hidden));
+}
+
+Block::Block(const BlockOptions& opt, Generator& gen) {
+  auto norm = [&] {
+    return std::make_shared<LayerNorm>(
+        LayerNormOptions(opt.n_embd).bias(opt.bias_).dtype(opt.param_dtype));
+  };
+  ln_1_ = register_module("ln_1", norm());
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(opt, gen));
+  ln_2_ = register_module("ln_2", norm());
+  mlp_ = register_module("mlp", std::make_shared<MLP>(opt, gen));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  Tensor r = add(x, attn_->forward(ln_1_->forward(x)));
+  return add(r, mlp_->forward(ln_2_->forward(r)));
+}
+
+}  // namespace tide::nn
