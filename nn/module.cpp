@@ -177,11 +177,6 @@ Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {
   TIDE_CHECK(p >= 0.0 && p < 1.0, "Dropout", "p must be in [0, 1), got ", p);
 }
 
-Tensor Dropout::forward(const Tensor& x) {
-  if (!is_training() || p_ == 0.0) return x;
-  TIDE_CHECK(is_floating(x.dtype()), "Dropout", "needs a floating input, got ", x.dtype());
-  Tensor keep = gt(rand(x.shape(), x.dtype(), *gen_, x.device()), p_);  // 0/1 in x's dtype
-  return mul(x, mul(keep, 1.0 / (1.0 - p_)));
-}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), *gen_); }
 
 }  // namespace tide::nn

@@ -162,9 +162,10 @@ class Tanh : public Module {
   std::string name() const override { return "Tanh"; }
 };
 
-// Inverted dropout: in training, each element is kept with probability 1 - p (a Philox
-// draw u ~ U[0,1) keeps it when u > p) and kept values are scaled by 1 / (1 - p); in eval
-// mode, and for p == 0, forward returns its input unchanged.
+// Inverted dropout through tide::dropout (ops/elementwise.h): in training, each element is
+// kept with probability 1 - p (a Philox draw u ~ U[0,1) keeps it when u >= p) and kept values
+// are scaled by 1 / (1 - p); in eval mode, and for p == 0, forward returns its input
+// unchanged. forward throws "[dropout]" for a non-floating input.
 class Dropout : public Module {
  public:
   // Throws "[Dropout]" unless 0 <= p < 1.

@@ -78,7 +78,7 @@ const Nvrtc& nvrtc() {
 // written out.
 constexpr const char* kCmath = R"(#pragma once
 namespace std {
-using ::exp; using ::log; using ::sqrt; using ::pow; using ::tanh; using ::fabs;
+using ::exp; using ::log; using ::sqrt; using ::pow; using ::tanh; using ::erfc; using ::fabs;
 using ::floor; using ::ceil; using ::sin; using ::cos; using ::fmin; using ::fmax;
 }
 )";

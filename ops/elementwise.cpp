@@ -351,10 +351,44 @@ Tensor tanh(const Tensor& a, Site site) {
                    [y = y.detach()](const Tensor& g) { return Grads{g * rsub(1.0, y * y)}; });
   return y;
 }
+Tensor gelu(const Tensor& a, GeluApprox approx, Site site) {
+  const bool exact = approx == GeluApprox::none;
+  const OpId id = exact ? OpId::gelu : OpId::gelu_tanh;
+  Tensor y = exact ? unary_op(id, fn::GeluErf{}, a, site) : unary_op(id, fn::GeluTanh{}, a, site);
+  autograd::record(id, y, {&a}, [a = a.detach(), approx](const Tensor& g) {
+    return Grads{gelu_grad(g, a, approx)};
+  });
+  return y;
+}
+Tensor gelu_grad(const Tensor& g, const Tensor& a, GeluApprox approx, Site site) {
+  if (approx == GeluApprox::none) return binary_op(OpId::gelu_grad, fn::GeluErfGrad{}, g, a, site);
+  return binary_op(OpId::gelu_tanh_grad, fn::GeluTanhGrad{}, g, a, site);
+}
 Tensor pow(const Tensor& a, double p, Site site) {
   Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site);
   autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};
+  });
+  return y;
+}
+
+// ---- dropout -----------------------------------------------------------------------------
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen, Site site) {
+  const char* op = op_name(OpId::dropout);
+  check_defined(x, op);
+  TIDE_CHECK(p >= 0.0 && p < 1.0, op, "p must be in [0, 1), got ", format_scalar(p), " for ",
+             describe(x));
+  check_floating(x, op);
+  if (!training || p == 0.0) return x;
+  // Both kernels' support first: nothing is queued when either is missing.
+  check_supported(x, OpId::rand);
+  check_supported(x, OpId::dropout);
+  Tensor u = rand(x.shape(), x.dtype(), gen, x.device(), site);
+  const fn::DropoutKeep keep{p, 1.0 / (1.0 - p)};
+  Tensor y = binary_op(OpId::dropout, keep, x, u, site);
+  autograd::record(OpId::dropout, y, {&x}, [u, keep](const Tensor& g) {
+    return Grads{binary_op(OpId::dropout, keep, g, u, Site::current())};
   });
   return y;
 }

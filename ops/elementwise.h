@@ -1,7 +1,7 @@
 // Elementwise ops with NumPy broadcasting, tensor-scalar forms and operators. Operands
 // must share dtype and device ("[op] dtypes differ" otherwise). Arithmetic, maximum, abs,
-// neg and comparisons accept every dtype; exp, log, sqrt, pow, sigmoid, tanh, div need a
-// floating dtype. Comparisons give masks of 0/1 in the input's dtype (float32 for
+// neg and comparisons accept every dtype; exp, log, sqrt, pow, sigmoid, tanh, gelu, dropout,
+// div need a floating dtype. Comparisons give masks of 0/1 in the input's dtype (float32 for
 // integer inputs). All queued; none waits.
 //
 // Scalars with integer tensors: the scalar is computed in the tensor's dtype, so it must be
@@ -13,9 +13,11 @@
 // take any double. Float-to-integer conversion of tensors: see cast (ops/creation.h).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/engine/engine.h"
+#include "core/rng.h"
 #include "core/tensor.h"
 
 namespace tide {
@@ -60,6 +62,27 @@ Tensor relu(const Tensor& a, Site site = Site::current());
 Tensor relu_grad(const Tensor& g, const Tensor& a, Site site = Site::current());
 Tensor sigmoid(const Tensor& a, Site site = Site::current());
 Tensor tanh(const Tensor& a, Site site = Site::current());
+
+// GELU's two forms, as PyTorch's approximate='none' | 'tanh'.
+enum class GeluApprox : uint8_t {
+  none,  // x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+  tanh   // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+};
+// GELU (op gelu, or gelu_tanh for the approximation). Differentiable: the gradient keeps a.
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::none, Site site = Site::current());
+// gelu's backward in one kernel: g * gelu'(a) for the form `approx` (g and a broadcast like
+// add). Not differentiable itself.
+Tensor gelu_grad(const Tensor& g, const Tensor& a, GeluApprox approx = GeluApprox::none,
+                 Site site = Site::current());
+
+// Dropout: x itself when !training or p == 0; otherwise x * keep / (1 - p), keep = (u >= p)
+// with u = rand(x.shape(), x.dtype(), gen, x.device()), one draw whose counters are reserved
+// at the call, so a seed gives the same mask on every device and in traced replays. One
+// kernel besides the draw. Differentiable in x: the gradient applies the same mask and scale
+// (no second draw). Throws "[dropout]" before anything is queued for p outside [0, 1) and for
+// an undefined or non-floating x, whether training or not.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator(),
+               Site site = Site::current());
 
 inline Tensor operator+(At a, const Tensor& b) { return add(a.t, b, a.site); }
 inline Tensor operator-(At a, const Tensor& b) { return sub(a.t, b, a.site); }

@@ -177,6 +177,16 @@ struct ReluGrad {
     return a > T(0) ? g : T(0);
   }
 };
+// Dropout applied to x with its uniform draw u: x * scale where u >= p, else 0, scale being
+// 1 / (1 - p), computed once by the front-end (ops/elementwise.h, dropout). The gradient
+// applies the same functor to (g, u): the same mask, no second draw.
+struct DropoutKeep {
+  double p, scale;
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T x, T u) const {
+    return u >= T(p) ? wrap_mul(x, T(scale)) : T(0);
+  }
+};
 struct Sigmoid {
   // Stable on both sides: never exp of a large positive number.
   template <class T>
@@ -192,6 +202,60 @@ struct Tanh {
   template <class T>
   TIDE_HOST_DEVICE T operator()(T a) const {
     return T(std::tanh(Real<T>(a)));
+  }
+};
+// GELU, x * Phi(x) (PyTorch's approximate='none'), written 0.5 x erfc(-x / sqrt 2): the same
+// function as 0.5 x (1 + erf(x / sqrt 2)) without the cancellation of 1 + erf for negative x,
+// where float would keep few correct digits of the small result.
+struct GeluErf {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    using R = Real<T>;
+    const R x = R(a);
+    return T(R(0.5) * x * std::erfc(x * R(-0.70710678118654752440)));
+  }
+};
+// GELU's tanh approximation (approximate='tanh'): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x +
+// 0.044715 x^3), written x * sigmoid(2u), the same function without the cancellation of
+// 1 + tanh(u) for negative x; sigmoid stable on both sides (Sigmoid).
+struct GeluTanh {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T a) const {
+    using R = Real<T>;
+    const R x = R(a);
+    const R u2 = R(2 * 0.79788456080286535588) * (x + R(0.044715) * x * x * x);
+    if (u2 >= R(0)) return T(x / (R(1) + std::exp(-u2)));
+    const R e = std::exp(u2);
+    return T(x * e / (R(1) + e));
+  }
+};
+// GELU's gradient (approximate='none') in one pass: g * (Phi(x) + x * phi(x)).
+struct GeluErfGrad {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T g, T a) const {
+    using R = Real<T>;
+    const R x = R(a);
+    const R cdf = R(0.5) * std::erfc(x * R(-0.70710678118654752440));
+    const R pdf = R(0.39894228040143267794) * std::exp(R(-0.5) * x * x);  // 1 / sqrt(2 pi)
+    return T(R(g) * (cdf + x * pdf));
+  }
+};
+// The tanh approximation's gradient in one pass, with s = sigmoid(2u) = (1 + tanh u) / 2:
+// g * (s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2)). Where s (1 - s) is 0 (|x| past
+// about 11 in float) the second term is 0, not 0 * inf from a huge x^2.
+struct GeluTanhGrad {
+  template <class T>
+  TIDE_HOST_DEVICE T operator()(T g, T a) const {
+    using R = Real<T>;
+    const R x = R(a);
+    const R beta = R(0.79788456080286535588);  // sqrt(2 / pi)
+    const R u2 = R(2) * beta * (x + R(0.044715) * x * x * x);
+    const R e = std::exp(u2 >= R(0) ? -u2 : u2);  // in (0, 1]: no overflow
+    const R s = u2 >= R(0) ? R(1) / (R(1) + e) : e / (R(1) + e);
+    const R c = u2 >= R(0) ? e / (R(1) + e) : R(1) / (R(1) + e);  // 1 - s
+    const R sc = s * c;
+    const R right = sc == R(0) ? R(0) : R(2) * x * sc * beta * (R(1) + R(3 * 0.044715) * x * x);
+    return T(R(g) * (s + right));
   }
 };
 struct Pow {
@@ -333,10 +397,14 @@ using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
 }  // namespace tide::fn
 
 // Every elementwise functor, by kind: X(Name) per functor (tide::fn::Name).
+// clang-format off
 #define TIDE_BINARY_FUNCTORS(X) \
-  X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(AddScaled) X(Second) X(ReluGrad)
+  X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(AddScaled) X(Second) X(ReluGrad) X(GeluErfGrad) \
+  X(GeluTanhGrad) X(DropoutKeep)
 #define TIDE_MASK_FUNCTORS(X) X(Eq) X(Gt) X(Lt) X(Never)
 #define TIDE_UNARY_FUNCTORS(X) \
-  X(Neg) X(Exp) X(Log) X(Sqrt) X(Abs) X(Relu) X(Sigmoid) X(Tanh) X(Pow) X(Identity)
+  X(Neg) X(Exp) X(Log) X(Sqrt) X(Abs) X(Relu) X(Sigmoid) X(Tanh) X(GeluErf) X(GeluTanh) X(Pow) \
+  X(Identity)
+// clang-format on
 // Every element type: X(T) per C++ type of tide's dtypes.
 #define TIDE_DTYPES(X) X(float) X(double) X(int32_t) X(int64_t)

@@ -32,6 +32,9 @@ enum class OpId : uint16_t {
   gt,
   lt,
   relu_grad,
+  gelu_grad,
+  gelu_tanh_grad,
+  dropout,
   // elementwise, unary
   neg,
   exp,
@@ -42,6 +45,8 @@ enum class OpId : uint16_t {
   relu,
   sigmoid,
   tanh,
+  gelu,
+  gelu_tanh,
   cast,
   // in place (optimizers)
   add_,

@@ -206,6 +206,9 @@ QUICK_MEMCHECK=(
   'Norm.*'
   'Attention.*'
   'Linalg.*Batched*'
+  'Elementwise.Gelu*'
+  'Dropout*'
+  'CudaFunctors.*'
 )
 
 # boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report). quick's

@@ -91,6 +91,22 @@ El u_sigmoid(El a, DType t) {
   return finish(v, 0.25 * a.tol, t, kTransUlps);
 }
 El u_tanh(El a, DType t) { return finish(std::tanh(a.v), a.tol, t, kTransUlps); }
+// GELU: |gelu'| < 1.13 in both forms. The float kernels round the argument of erfc or exp,
+// whose error the function scales by about x^2 (erf form) or 2 |u| (tanh form, u its tanh's
+// argument): the ulps grow with it, up to where the result is x or 0 in double. The values
+// through the identities the kernels use (erfc(-y) = 1 + erf(y), 1 + tanh(u) = 2 sigmoid(2u)),
+// which also give their NaN at -inf.
+El u_gelu(El a, DType t) {
+  const double x = a.v;
+  return finish(0.5 * x * std::erfc(-x / std::sqrt(2.0)), 1.13 * a.tol, t,
+                kTransUlps + 4 + 2 * std::min(x * x, 2000.0));
+}
+El u_gelu_tanh(El a, DType t) {
+  const double x = a.v;
+  const double u2 = 2 * 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+  const double v = u2 >= 0 ? x / (1 + std::exp(-u2)) : x * std::exp(u2) / (1 + std::exp(u2));
+  return finish(v, 1.13 * a.tol, t, kTransUlps + 4 + 4 * std::min(std::fabs(u2), 800.0));
+}
 
 }  // namespace
 
@@ -173,6 +189,8 @@ const std::vector<UnaryOp>& unary_ops() {
       {"sqrt", TIDE_API_UN(sqrt), u_sqrt, true},
       {"sigmoid", TIDE_API_UN(sigmoid), u_sigmoid, true},
       {"tanh", TIDE_API_UN(tanh), u_tanh, true},
+      {"gelu", TIDE_API_UN(gelu), u_gelu, true},
+      {"gelu_tanh", [](const Tensor& a) { return gelu(a, GeluApprox::tanh); }, u_gelu_tanh, true},
   };
   return ops;
 }

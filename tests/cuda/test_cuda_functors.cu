@@ -58,6 +58,8 @@ TEST(CudaFunctors, MatchCpu) {
   check_unary(tide::fn::Tanh{}, in);
   check_unary(tide::fn::Relu{}, in);
   check_unary(tide::fn::Pow{3.0}, in);
+  check_unary(tide::fn::GeluErf{}, in);
+  check_unary(tide::fn::GeluTanh{}, in);
 }
 
 TEST(CudaPhilox, SameNumbersAsCpu) {

@@ -192,12 +192,16 @@ std::vector<ChainStep> every_functor(DType t, std::vector<unsigned char*> b) {
                                       : scalar_of(t, 2);
     if (id == FunctorId::Div) other = scalar_of(t, 2);  // no integer division by zero
     ChainStep s = step(id, mem(b[0]), other, reg(uint8_t(f % 2)), id == FunctorId::Mul ? 3 : 1);
-    // Parameters the kernel must read from the program: AddScaled's alpha, Pow's exponent.
+    // Parameters the kernel must read from the program: AddScaled's alpha, Pow's exponent,
+    // DropoutKeep's p and scale (both of its 16 bytes).
     if (id == FunctorId::AddScaled) {
       const fn::AddScaled p{-0.75};
       std::memcpy(s.functor_bytes, &p, sizeof p);
     } else if (id == FunctorId::Pow) {
       const fn::Pow p{3.0};
+      std::memcpy(s.functor_bytes, &p, sizeof p);
+    } else if (id == FunctorId::DropoutKeep) {
+      const fn::DropoutKeep p{-0.5, 2.0};
       std::memcpy(s.functor_bytes, &p, sizeof p);
     }
     steps.push_back(s);

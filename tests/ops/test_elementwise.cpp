@@ -27,6 +27,26 @@ OpCase unary(OpId op, test::BuildFn build, std::function<double(double)> f, test
   return OpCase{.op = op, .build = build, .ref = ref_unary(f), .gen = gen, .grad = true};
 }
 double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+// GELU's definitions (PyTorch's approximate='none' | 'tanh') and their derivatives, in double.
+constexpr double kGeluBeta = 0.79788456080286535588;  // sqrt(2 / pi)
+double gelu_def(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_def(double x) {
+  return 0.5 * x * (1 + std::tanh(kGeluBeta * (x + 0.044715 * x * x * x)));
+}
+// The same through identities that keep negative inputs' small results (erfc(-y) = 1 + erf(y),
+// 2 / (1 + exp(-2z)) = 1 + tanh(z)), for inputs far out.
+double gelu_far(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+double gelu_tanh_far(double x) {
+  return x / (1 + std::exp(-2 * kGeluBeta * (x + 0.044715 * x * x * x)));
+}
+double gelu_grad_ref(double x) {
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
+double gelu_tanh_grad_ref(double x) {
+  const double t = std::tanh(kGeluBeta * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kGeluBeta * (1 + 3 * 0.044715 * x * x);
+}
 
 // ---- binary, tensor-tensor ------------------------------------------------------------------
 
@@ -45,6 +65,19 @@ TIDE_OP_CASES(Elementwise, ReluGrad) {
       [](double g, double a) { return a > 0 ? g : 0.0; });
   c.grad = false;  // a backward op itself
   return {c};
+}
+
+TIDE_OP_CASES(Elementwise, GeluGrad) {
+  OpCase e = binary(
+      OpId::gelu_grad, [](const V& x) { return gelu_grad(x[0], x[1]); },
+      [](double g, double a) { return g * gelu_grad_ref(a); });
+  e.gen = test::gen_uniform(-4, 4);
+  e.grad = false;  // a backward op itself
+  OpCase t = e;
+  t.op = OpId::gelu_tanh_grad;
+  t.build = [](const V& x) { return gelu_grad(x[0], x[1], GeluApprox::tanh); };
+  t.ref = ref_binary([](double g, double a) { return g * gelu_tanh_grad_ref(a); });
+  return {e, t};
 }
 
 TIDE_OP_CASES(Elementwise, Sub) {
@@ -236,6 +269,11 @@ TIDE_OP_CASES(Elementwise, UnaryMath) {
       unary(
           OpId::tanh, [](const V& x) { return tanh(x[0]); }, [](double a) { return std::tanh(a); },
           gen_uniform(-3, 3)),
+      unary(
+          OpId::gelu, [](const V& x) { return gelu(x[0]); }, gelu_def, gen_uniform(-5, 5)),
+      unary(
+          OpId::gelu_tanh, [](const V& x) { return gelu(x[0], GeluApprox::tanh); }, gelu_tanh_def,
+          gen_uniform(-5, 5)),
   };
 }
 
@@ -382,6 +420,79 @@ TEST(Elementwise, SigmoidAndTanhStableForLargeInputs) {
   }
 }
 
+// GELU and its gradient against its definitions evaluated with 80 digits, rounded to double
+// (PyTorch gives the same to an ulp: gelu(1.0) = 0.8413447460685429, with approximate='tanh'
+// 0.8411919906082768), on the CPU and every device of the suite.
+TEST(Elementwise, GeluKnownValues) {
+  struct Known {
+    double x, gelu, gelu_tanh, grad, tanh_grad;
+  };
+  const std::vector<Known> known{
+      {1.0, 0.8413447460685429, 0.8411919906082767, 1.0833154705876864, 1.0829640838457826},
+      {-0.5, -0.15426876936299344, -0.15428599017485609, 0.13250487534383715, 0.1326300964653577},
+      {2.0, 1.9544997361036416, 1.954597694087775, 1.085231801078197, 1.0860992566236183},
+      {-3.0, -0.0040496940948902835, -0.003637392081773019, -0.011945647204183927,
+       -0.011584166630969726},
+      {0.0, 0.0, 0.0, 0.5, 0.5}};
+  std::vector<double> xs;
+  for (const Known& k : known) xs.push_back(k.x);
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices)
+    for (DType t : {DType::float32, DType::float64}) {
+      SCOPED_TRACE(d.str() + " " + std::string(name(t)));
+      // exp and erfc of a rounded argument: a few ulps, more where the argument is large.
+      const double rtol = t == DType::float32 ? 2e-6 : 2e-14;
+      Tensor x = from_data(xs, Shape{int64_t(xs.size())}, t, d);
+      Tensor g = ones({int64_t(xs.size())}, t, d);
+      std::vector<double> e = gelu(x).to_vector<double>();
+      std::vector<double> h = gelu(x, GeluApprox::tanh).to_vector<double>();
+      std::vector<double> ge = gelu_grad(g, x).to_vector<double>();
+      std::vector<double> gh = gelu_grad(g, x, GeluApprox::tanh).to_vector<double>();
+      for (size_t i = 0; i < known.size(); ++i) {
+        const Known& k = known[i];
+        EXPECT_NEAR(e[i], k.gelu, rtol * std::fabs(k.gelu)) << "gelu(" << k.x << ")";
+        EXPECT_NEAR(h[i], k.gelu_tanh, rtol * std::fabs(k.gelu_tanh)) << "gelu_tanh(" << k.x << ")";
+        EXPECT_NEAR(ge[i], k.grad, rtol * std::fabs(k.grad)) << "gelu'(" << k.x << ")";
+        EXPECT_NEAR(gh[i], k.tanh_grad, rtol * std::fabs(k.tanh_grad))
+            << "gelu_tanh'(" << k.x << ")";
+      }
+    }
+}
+
+// Far out GELU is x or 0 and its gradient 1 or 0, never NaN from inf * 0; negative inputs keep
+// their small values to a few ulps (0.5 x (1 + erf) written plainly loses them in float).
+TEST(Elementwise, GeluStableForLargeAndNegativeInputs) {
+  std::vector<double> xs{-1e30, -1000, -40, -9, -5, 5, 9, 40, 1000, 1e30};
+  for (DType dt : {DType::float32, DType::float64}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    Tensor x = from_data(xs, Shape{int64_t(xs.size())}, dt);
+    Tensor g = ones({int64_t(xs.size())}, dt);
+    for (GeluApprox a : {GeluApprox::none, GeluApprox::tanh}) {
+      SCOPED_TRACE(a == GeluApprox::none ? "none" : "tanh");
+      auto ref = a == GeluApprox::none ? gelu_far : gelu_tanh_far;
+      auto ref_grad = a == GeluApprox::none ? gelu_grad_ref : gelu_tanh_grad_ref;
+      std::vector<double> y = gelu(x, a).to_vector<double>();
+      std::vector<double> dy = gelu_grad(g, x, a).to_vector<double>();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << "gelu(" << xs[i] << ")";
+        ASSERT_TRUE(std::isfinite(dy[i])) << "gelu'(" << xs[i] << ")";
+        const double want = xs[i] > 0 ? xs[i] : 0.0;
+        if (std::fabs(xs[i]) >= 40) {
+          EXPECT_EQ(y[i], dt == DType::float32 ? double(float(want)) : want) << xs[i];
+          EXPECT_EQ(dy[i], xs[i] > 0 ? 1.0 : 0.0) << xs[i];
+        } else if (xs[i] < 0) {
+          // gelu(-5) is about -1.4e-6 and gelu(-9) about -1e-18. The function's condition
+          // number grows as x^2 (x^3 for tanh): a few hundred ulps in float, not 100 %.
+          const double r = ref(xs[i]);
+          EXPECT_NEAR(y[i], r, (dt == DType::float32 ? 1e-4 : 2e-13) * std::fabs(r)) << xs[i];
+          EXPECT_NEAR(dy[i], ref_grad(xs[i]), 1e-7) << xs[i];
+        }
+      }
+    }
+  }
+}
+
 TEST(Elementwise, MaximumPropagatesNaN) {
   double nan = std::numeric_limits<double>::quiet_NaN();
   Tensor a = from_data({nan, 1.0, 2.0}, Shape{3}, DType::float64);
@@ -467,6 +578,11 @@ TEST(ElementwiseErrors, FloatingOnlyOpsRejectIntegers) {
   EXPECT_TIDE_ERROR(pow(i, 2.0), "[pow]", "(2, 3)");
   EXPECT_TIDE_ERROR(sigmoid(l), "[sigmoid]", "(4,)");
   EXPECT_TIDE_ERROR(tanh(i), "[tanh]", "(2, 3)");
+  EXPECT_TIDE_ERROR(gelu(i), "[gelu]", "(2, 3)", "int32");
+  EXPECT_TIDE_ERROR(gelu(l, GeluApprox::tanh), "[gelu_tanh]", "(4,)", "int64");
+  EXPECT_TIDE_ERROR(gelu_grad(i, i), "[gelu_grad]", "(2, 3)");
+  EXPECT_TIDE_ERROR(gelu_grad(l, l, GeluApprox::tanh), "[gelu_tanh_grad]", "(4,)");
+  EXPECT_TIDE_ERROR(gelu_grad(ones({2, 3}), ones({4})), "[gelu_grad]", "(2, 3)", "(4,)");
 }
 
 TEST(ElementwiseErrors, InPlaceIntoASmallerShape) {
