@@ -79,7 +79,7 @@ TEST(GPTModel, NamesAndSizesAreGPT2s) {
   EXPECT_EQ(names[1], "transformer.wpe.weight");
   EXPECT_EQ(names[2], "transformer.h.0.ln_1.weight");
   EXPECT_EQ(names[4], "transformer.h.0.attn.c_attn.weight");
-  EXPECT_EQ(names[12], "transformer.h.0.mlp.c_proj.bias");
+  EXPECT_EQ(names[13], "transformer.h.0.mlp.c_proj.bias");
   EXPECT_EQ(names.back(), "transformer.ln_f.bias");
   Tensor w = m.named_parameters()[4].second;
   EXPECT_EQ(w.shape(), Shape({128, 384}));  // (in, out), GPT-2's Conv1D layout
