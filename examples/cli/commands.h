@@ -85,5 +85,6 @@ int bench_async_main(const Args& args, const GlobalOptions& global);
 int mlp_memory_main(const Args& args, const GlobalOptions& global);
 int train_fashion_main(const Args& args, const GlobalOptions& global);
 int loop_main(const Args& args, const GlobalOptions& global);
+int gpt_main(const Args& args, const GlobalOptions& global);
 
 }  // namespace tide::cli

@@ -76,6 +76,33 @@ const Command kCommands[] = {
          "  --seed S      seed of the initialisation and the shuffling, 0 to " +
          num(kMaxSeed) + " (default 0)\n",
      train_fashion_main},
+    {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
+     "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
+     "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
+     "[--json F] | sample --load F [--prompt S] [--tokens N] [--temperature X] [--top-k K]",
+     "  train:\n"
+     "  --preset P    char (default: 4 layers, 4 heads, width 128, context 64, a byte\n"
+     "                vocabulary from the corpus) or gpt2-124m (GPT-2 124M, its BPE)\n"
+     "  --mode M      eager (default) or traced (the whole step captured and replayed)\n"
+     "  --steps N     training steps (default 2000)\n"
+     "  --batch B     windows per step (default 12)\n"
+     "  --ctx T       tokens per window, at most the model's context (default: the context)\n"
+     "  --policy P    per_batch (default: read each loss), none or bounded:K\n"
+     "  --lr X        AdamW's peak learning rate (default 1e-3; warmup, then cosine to X/10)\n"
+     "  --warmup N    warmup steps (default 100)\n"
+     "  --eval-every N  validation loss every N steps (default 250; 0: only at the end)\n"
+     "  --eval-batches N  validation batches per evaluation (default 20)\n"
+     "  --data FILE   UTF-8 text (default .data/text/shakespeare.txt:\n"
+     "                bash scripts/fetch_text_data.sh)\n"
+     "  --vocab DIR   GPT-2's encoder.json and vocab.bpe (default .data/text/gpt2)\n"
+     "  --save F      write the weights (safetensors) and F.json (sizes, tokenizer)\n"
+     "  --csv F, --svg F, --json F  per-step losses and times; the loss chart; a summary\n"
+     "  --seed S, --sample-tokens N  (defaults 0, 200)\n"
+     "  sample:\n"
+     "  --load F      a model written by train --save\n"
+     "  --prompt S    the text to continue (default a newline)\n"
+     "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n",
+     gpt_main},
 };
 
 constexpr const char* kGlobalHelp =
