@@ -306,6 +306,9 @@ TIDE_HOST_DEVICE O convert(T a) {
 // T, so the loops vectorise. The order of operations follows the composed ops these replaced, so
 // float results match them bit for bit, but for Adam's bias corrections (now computed in double
 // from t).
+// A grad scale (clip_grad_norm's min(1, max_norm / (norm + 1e-6)), read from its tensor when the
+// kernel runs) multiplies the gradient first, rounded to T, as an in-place g.mul_(scale) would:
+// the update then matches a clip that rewrites the gradients bit for bit.
 
 // SGD with momentum, dampening, Nesterov and weight decay (PyTorch's formulas).
 struct SgdUpdate {
@@ -316,16 +319,26 @@ struct SgdUpdate {
   template <class T>
   struct Factors {
     T lr, momentum, one_minus_dampening, weight_decay;
-    bool with_momentum, with_decay, nesterov, fresh;
+    T grad_scale;  // 1 unless scaled
+    bool with_momentum, with_decay, nesterov, fresh, scaled;
   };
+  // grad_scale: nullptr, or the one element the gradient is multiplied by.
   template <class T>
-  TIDE_HOST_DEVICE Factors<T> factors(T lr) const {
-    return {
-        lr,       T(momentum), T(1 - dampening), T(weight_decay), momentum != 0, weight_decay != 0,
-        nesterov, fresh};
+  TIDE_HOST_DEVICE Factors<T> factors(T lr, const T* grad_scale = nullptr) const {
+    return {lr,
+            T(momentum),
+            T(1 - dampening),
+            T(weight_decay),
+            grad_scale ? *grad_scale : T(1),
+            momentum != 0,
+            weight_decay != 0,
+            nesterov,
+            fresh,
+            grad_scale != nullptr};
   }
   template <class T>
   TIDE_HOST_DEVICE void operator()(T& p, T g, T& buf, const Factors<T>& k) const {
+    if (k.scaled) g = g * k.grad_scale;
     if (k.with_decay) g = g + p * k.weight_decay;
     if (k.with_momentum) {
       buf = k.fresh ? g : buf * k.momentum + k.one_minus_dampening * g;
@@ -344,14 +357,16 @@ struct AdamUpdate {
   template <class T>
   struct Factors {
     T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
-    T decay;      // 1 - lr * weight_decay (AdamW)
-    T step_size;  // lr / (1 - beta1^t)
-    T sqrt_bc2;   // sqrt(1 - beta2^t)
-    bool with_decay, decoupled, fresh;
+    T decay;       // 1 - lr * weight_decay (AdamW)
+    T step_size;   // lr / (1 - beta1^t)
+    T sqrt_bc2;    // sqrt(1 - beta2^t)
+    T grad_scale;  // 1 unless scaled
+    bool with_decay, decoupled, fresh, scaled;
   };
-  // t >= 1: the number of this update.
+  // t >= 1: the number of this update. grad_scale: nullptr, or the one element the gradient
+  // is multiplied by.
   template <class T>
-  TIDE_HOST_DEVICE Factors<T> factors(T lr, long long t) const {
+  TIDE_HOST_DEVICE Factors<T> factors(T lr, long long t, const T* grad_scale = nullptr) const {
     double bc1 = 1.0 - std::pow(beta1, double(t));
     double bc2 = 1.0 - std::pow(beta2, double(t));
     return {T(beta1),
@@ -363,12 +378,15 @@ struct AdamUpdate {
             T(1) - lr * T(weight_decay),
             T(double(lr) / bc1),
             T(std::sqrt(bc2)),
+            grad_scale ? *grad_scale : T(1),
             weight_decay != 0,
             decoupled,
-            fresh};
+            fresh,
+            grad_scale != nullptr};
   }
   template <class T>
   TIDE_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, const Factors<T>& k) const {
+    if (k.scaled) g = g * k.grad_scale;
     if (k.with_decay) {
       if (k.decoupled) p = p * k.decay;
       else g = g + p * k.weight_decay;
@@ -376,6 +394,25 @@ struct AdamUpdate {
     m = k.fresh ? k.one_minus_beta1 * g : m * k.beta1 + k.one_minus_beta1 * g;
     v = k.fresh ? k.one_minus_beta2 * (g * g) : v * k.beta2 + k.one_minus_beta2 * (g * g);
     p = p - (m * k.step_size) / (std::sqrt(v) / k.sqrt_bc2 + k.eps);
+  }
+};
+
+// nanoGPT's learning rate at iteration `it` (0 for the first step): linear warmup
+// lr * (it + 1) / (warmup + 1) while it < warmup, then cosine from lr down to min_lr until
+// it reaches decay_steps, min_lr after. In double; a negative it counts as 0.
+struct WarmupCosine {
+  double lr, min_lr;
+  long long warmup, decay_steps;  // 0 <= warmup <= decay_steps
+
+  TIDE_HOST_DEVICE double operator()(long long it) const {
+    if (it < 0) it = 0;
+    if (it < warmup) return lr * double(it + 1) / double(warmup + 1);
+    // it == decay_steps gives min_lr exactly either way (cos(pi) is -1 in double); >= also
+    // spares warmup == decay_steps its 0 / 0.
+    if (it >= decay_steps) return min_lr;
+    double ratio = double(it - warmup) / double(decay_steps - warmup);
+    double coeff = 0.5 * (1.0 + std::cos(3.14159265358979323846 * ratio));
+    return min_lr + coeff * (lr - min_lr);
   }
 };
 

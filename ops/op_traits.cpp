@@ -87,6 +87,7 @@ constexpr std::array kTable{
     OpTraits{OpId::sgd_update_, "sgd_update_", K::optimizer, N, E, N},
     OpTraits{OpId::adam_update_, "adam_update_", K::optimizer, N, E, N},
     OpTraits{OpId::increment_, "increment_", K::optimizer, N, E, N},
+    OpTraits{OpId::warmup_cosine_lr_, "warmup_cosine_lr_", K::optimizer, N, E, N},
     OpTraits{OpId::to, "to", K::creation, N, N, E},
 };
 static_assert(kTable.size() == size_t(OpId::count_), "one row per OpId");

@@ -93,10 +93,11 @@ enum class OpId : uint16_t {
   // test and demo helpers (ops/debug.h)
   fail,
   gate,
-  // fused optimizer updates and the step counter (ops/optim.h)
+  // fused optimizer updates, the step counter and the learning-rate schedule (ops/optim.h)
   sgd_update_,
   adam_update_,
   increment_,
+  warmup_cosine_lr_,
   // copies between devices (ops/copy.cpp: Tensor::to)
   to,
   count_  // keep last

@@ -1,14 +1,16 @@
 // Fused optimizer updates: one queued op per parameter that does a whole SGD or Adam/AdamW
-// update in one pass over the elements, and the queued step counter Adam's bias correction
-// reads. The per-element math is fn::SgdUpdate / fn::AdamUpdate in ops/functors.h, shared
-// with the CUDA path.
+// update in one pass over the elements, the queued step counter Adam's bias correction
+// reads, and a learning-rate schedule computed from that counter on the device. The
+// per-element math is fn::SgdUpdate / fn::AdamUpdate / fn::WarmupCosine in ops/functors.h,
+// shared with the CUDA path.
 //
 // Hyper-parameters that change between steps are read from tensors by the kernel when it
 // runs, never at enqueue (docs/contributing.md, Values that change between replays): the learning
-// rate (a one-element tensor of the parameter's dtype) and Adam's step count t (a one-element int64
-// tensor). A traced or replayed step therefore sees the values written by earlier queued ops
-// (set_lr's copy_, increment_). Hyper-parameters fixed for an optimizer's life (momentum, betas,
-// eps, weight decay) are plain values in the options.
+// rate (a one-element tensor of the parameter's dtype), the optional grad scale (the same) and
+// Adam's step count t (a one-element int64 tensor). A traced or replayed step therefore sees the
+// values written by earlier queued ops (set_lr's copy_, increment_, warmup_cosine_lr_, a clip's
+// scale). Hyper-parameters fixed for an optimizer's life (momentum, betas, eps, weight decay) are
+// plain values in the options.
 //
 // Not done here: autograd (these ops are refused while recording a tensor that requires
 // grad: run them under NoGrad), broadcasting (every state tensor has the parameter's
@@ -63,6 +65,14 @@ struct AdamUpdateOptions {
 // momentum or with dampening); or a written tensor requires grad while grad mode is on.
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& lr,
                  const SgdUpdateOptions& options, Site site = Site::current());
+// The same with the gradient multiplied by grad_scale first (read when the kernel runs;
+// undefined: no scaling), as if grad.mul_(grad_scale) had been queued before: gradient
+// clipping without a pass over the gradients (train::Optimizer::clip_grad_norm). Throws as
+// above, and "[sgd_update_]" when a defined grad_scale is not a one-element tensor of param's
+// dtype on its device, or overlaps a written tensor. Does not wait.
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& lr,
+                 const Tensor& grad_scale, const SgdUpdateOptions& options,
+                 Site site = Site::current());
 
 // Queues one fused Adam/AdamW update of `param` from `grad`, writing param, m and v in
 // place. lr and the step count t (>= 1, the number of this update, as left by increment_)
@@ -76,10 +86,41 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const 
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr,
                   const Tensor& step, const AdamUpdateOptions& options,
                   Site site = Site::current());
+// The same with the gradient multiplied by grad_scale first, as sgd_update_'s overload
+// (undefined: no scaling). Throws as above, and "[adam_update_]" for a grad_scale that is not
+// a one-element tensor of param's dtype on its device or overlaps a written tensor. Does not
+// wait.
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr,
+                  const Tensor& step, const Tensor& grad_scale, const AdamUpdateOptions& options,
+                  Site site = Site::current());
 
 // Queues counter += 1 for a one-element int32/int64 counter (Adam's step tensor). Does not
 // wait. Throws "[increment_]" for an undefined, non-CPU, non-integer or multi-element
 // tensor, or one that requires grad.
 void increment_(Tensor& counter, Site site = Site::current());
+
+// nanoGPT's learning-rate schedule (fn::WarmupCosine): at iteration it (0 for the first
+// step), lr * (it + 1) / (warmup + 1) while it < warmup, then a cosine from lr down to
+// min_lr, reached at it = decay_steps and kept after.
+struct WarmupCosineOptions {
+  TIDE_ARG(double, lr) = 0;      // the peak, reached at the end of the warmup
+  TIDE_ARG(double, min_lr) = 0;  // from decay_steps on
+  TIDE_ARG(int64_t, warmup) = 0;
+  TIDE_ARG(int64_t, decay_steps) = 0;
+
+  // Throws "[warmup_cosine_lr_]" unless 0 <= min_lr <= lr (finite) and
+  // 0 <= warmup <= decay_steps.
+  void check() const;
+};
+
+// Queues lr = schedule(step) for a one-element int64 step (an optimizer's step count, read
+// when the kernel runs) into the one-element float32/float64 tensor lr; computed in double,
+// then rounded to lr's dtype. A negative step counts as 0. Does not wait.
+// Throws "[warmup_cosine_lr_]" before queueing anything for an undefined or non-floating lr,
+// one on a device without this op's kernel, a step that is not one int64 element on lr's
+// device, lr and step sharing memory, a written lr that requires grad while grad mode is
+// on, or options other than 0 <= min_lr <= lr (finite) and 0 <= warmup <= decay_steps.
+void warmup_cosine_lr_(Tensor& lr, const Tensor& step, const WarmupCosineOptions& options,
+                       Site site = Site::current());
 
 }  // namespace tide

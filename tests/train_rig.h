@@ -1,6 +1,6 @@
 // A model with its optimizer and the whole training step (forward, L2 loss, backward,
-// update), for the suites that check traced training steps against eager on each device
-// (tests/trace, tests/cuda).
+// update; or with a gradient clip and a learning-rate schedule), for the suites that check
+// traced training steps against eager on each device (tests/trace, tests/cuda).
 #pragma once
 
 #include <cstdint>
@@ -8,13 +8,20 @@
 #include <vector>
 
 #include "nn/nn.h"
+#include "train/clip.h"
 #include "train/optimizer.h"
+#include "train/schedule.h"
 
 namespace tide::test_util {
 
 struct TrainRig {
   std::shared_ptr<nn::Sequential> model;
   std::unique_ptr<train::Optimizer> opt;
+  // GPT-style steps (make_clipped_rig, clipped_step): the schedule stepped before each
+  // update, and the gradients' global norm clipped to max_norm.
+  std::unique_ptr<train::WarmupCosine> schedule;
+  double max_norm = 0;
+  bool fused_clip = false;
 };
 
 struct RigOptions {
@@ -60,6 +67,42 @@ inline Tensor train_step(TrainRig& r, const Tensor& x, const Tensor& y) {
   loss.backward();
   r.opt->step();
   return loss;
+}
+
+struct ClipOptions {
+  double max_norm = 1.0;
+  bool fused = true;          // Optimizer::clip_grad_norm, else train::clip_grad_norm_
+  double weight_decay = 0.1;  // of the dim >= 2 group (train::decay_groups)
+  WarmupCosineOptions schedule = WarmupCosineOptions{0.02, 0.002, 3, 12};
+};
+
+// nanoGPT's optimizer on make_rig(o)'s model: AdamW (o.adam) or SGD with o.momentum over
+// decay_groups(model, c.weight_decay), a WarmupCosine schedule, and the gradients clipped
+// to c.max_norm in every step (clipped_step).
+inline TrainRig make_clipped_rig(const RigOptions& o, const ClipOptions& c) {
+  TrainRig r = make_rig(o);
+  std::vector<train::ParamGroup> groups = train::decay_groups(*r.model, c.weight_decay);
+  if (o.adam) r.opt = std::make_unique<train::AdamW>(groups, train::AdamOptions(c.schedule.lr_));
+  else
+    r.opt = std::make_unique<train::SGD>(groups,
+                                         train::SGDOptions(c.schedule.lr_).momentum(o.momentum));
+  r.schedule = std::make_unique<train::WarmupCosine>(*r.opt, c.schedule);
+  r.max_norm = c.max_norm;
+  r.fused_clip = c.fused;
+  return r;
+}
+
+// One GPT-style step: zero_grad, forward, L2 loss, backward, the clip, the schedule, the
+// update. Returns {loss, the gradients' norm before clipping}.
+inline std::vector<Tensor> clipped_step(TrainRig& r, const Tensor& x, const Tensor& y) {
+  r.opt->zero_grad();
+  Tensor loss = nn::l2_loss(r.model->forward(x), y);
+  loss.backward();
+  Tensor norm = r.fused_clip ? r.opt->clip_grad_norm(r.max_norm)
+                             : train::clip_grad_norm_(r.opt->params(), r.max_norm);
+  r.schedule->step();
+  r.opt->step();
+  return {loss, norm};
 }
 
 }  // namespace tide::test_util

@@ -1,13 +1,17 @@
-// Optimizer steps as one fused queued update per parameter under NoGrad (see optimizer.h).
+// Optimizer steps as one fused queued update per parameter under NoGrad (see optimizer.h),
+// parameter groups and the fused gradient clip.
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <unordered_map>
 
 #include "core/error.h"
+#include "nn/module.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 #include "ops/optim.h"
+#include "train/clip.h"
 
 namespace tide::train {
 
@@ -16,21 +20,64 @@ void check_lr(double lr, const std::string& name) {
   TIDE_CHECK(std::isfinite(lr) && lr >= 0, name, "invalid learning rate ", lr,
              " (expected a finite value >= 0)");
 }
+
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
+  std::vector<ParamGroup> g(1);
+  g[0].params = std::move(params);
+  return g;
+}
 }  // namespace
 
+std::vector<ParamGroup> decay_groups(const nn::Module& module, double weight_decay) {
+  TIDE_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "decay_groups",
+             "invalid weight decay ", weight_decay, " (expected a finite value >= 0)");
+  std::vector<ParamGroup> groups(2);
+  groups[0].weight_decay = weight_decay;
+  groups[1].weight_decay = 0.0;
+  std::unordered_map<uintptr_t, bool> seen;
+  for (auto& [name, p] : module.named_parameters()) {
+    if (!seen.emplace(p.id(), true).second) continue;  // tied: updated once
+    groups[p.ndim() >= 2 ? 0 : 1].params.push_back(p);
+  }
+  return groups;
+}
+
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
-    : params_(std::move(params)), name_(std::move(name)) {
+    : Optimizer(one_group(std::move(params)), lr, std::move(name)) {}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::string name)
+    : groups_(std::move(groups)), name_(std::move(name)) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::optional<double>& wd = groups_[g].weight_decay;
+    TIDE_CHECK(!wd || (std::isfinite(*wd) && *wd >= 0), name_, "invalid weight decay ",
+               wd.value_or(0), " of parameter group ", g, " (expected a finite value >= 0)");
+    for (const Tensor& p : groups_[g].params) {
+      params_.push_back(p);
+      group_of_.push_back(g);
+    }
+  }
   TIDE_CHECK(!params_.empty(), name_, "empty parameter list");
+  // One group (the list constructors) checks and words as before groups; several also
+  // name the group, and refuse a parameter in two of them (PyTorch does too).
+  const bool several = groups_.size() > 1;
+  std::unordered_map<uintptr_t, size_t> first;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
-    TIDE_CHECK(p.defined(), name_, "parameter ", i, " is undefined");
-    TIDE_CHECK(is_floating(p.dtype()), name_, "parameter ", i, " has dtype ", p.dtype(),
+    const std::string where = several ? " (group " + std::to_string(group_of_[i]) + ")" : "";
+    TIDE_CHECK(p.defined(), name_, "parameter ", i, where, " is undefined");
+    TIDE_CHECK(is_floating(p.dtype()), name_, "parameter ", i, where, " has dtype ", p.dtype(),
                " (expected a floating dtype)");
-    TIDE_CHECK(p.requires_grad() && p.is_leaf(), name_, "parameter ", i, " of shape ",
+    TIDE_CHECK(p.requires_grad() && p.is_leaf(), name_, "parameter ", i, where, " of shape ",
                p.shape().str(), " is not a leaf that requires grad");
     TIDE_CHECK(p.dtype() == params_[0].dtype() && p.device() == params_[0].device(), name_,
-               "parameter ", i, " has dtype ", p.dtype(), " but parameter 0 has ",
+               "parameter ", i, where, " has dtype ", p.dtype(), " but parameter 0 has ",
                params_[0].dtype(), " (all parameters must share dtype and device)");
+    if (several) {
+      auto [it, fresh] = first.emplace(p.id(), i);
+      TIDE_CHECK(fresh || group_of_[it->second] == group_of_[i], name_, "parameter ", i, where,
+                 " of shape ", p.shape().str(), " is parameter ", it->second, " (group ",
+                 group_of_[it->second], ") too (expected each parameter in one group)");
+    }
   }
   check_lr(lr, name_);
   lr_host_ = lr;
@@ -41,8 +88,31 @@ Tensor Optimizer::scalar(double v) const {
   return full(Shape{}, v, params_[0].dtype(), params_[0].device());
 }
 
+double Optimizer::weight_decay_of(size_t i, double fallback) const {
+  return groups_[group_of_[i]].weight_decay.value_or(fallback);
+}
+
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
+  grad_scale_ = Tensor();
+}
+
+const Tensor& Optimizer::step_tensor() {
+  if (!step_.defined()) step_ = full(Shape{}, double(steps_), DType::int64, params_[0].device());
+  return step_;
+}
+
+Tensor Optimizer::clip_grad_norm(double max_norm) {
+  TIDE_CHECK(max_norm > 0, name_, "invalid max_norm ", max_norm, " (expected a value > 0)");
+  Tensor norm = grad_norm(params_);
+  grad_scale_ = clip_scale(norm, max_norm);
+  return norm;
+}
+
+Tensor Optimizer::take_grad_scale() {
+  Tensor s = std::move(grad_scale_);
+  grad_scale_ = Tensor();
+  return s;
 }
 
 void Optimizer::set_lr(double lr) {
@@ -57,6 +127,16 @@ void Optimizer::set_lr(double lr) {
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
     : Optimizer(std::move(params), o.lr_, "sgd"), opt_(o) {
+  check_options();
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
+    : Optimizer(std::move(groups), o.lr_, "sgd"), opt_(o) {
+  check_options();
+}
+
+void SGD::check_options() {
+  const SGDOptions& o = opt_;
   TIDE_CHECK(o.momentum_ >= 0, "sgd", "invalid momentum ", o.momentum_, " (expected >= 0)");
   TIDE_CHECK(o.dampening_ >= 0, "sgd", "invalid dampening ", o.dampening_, " (expected >= 0)");
   TIDE_CHECK(o.weight_decay_ >= 0, "sgd", "invalid weight decay ", o.weight_decay_,
@@ -69,11 +149,13 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
 
 void SGD::step() {
   NoGrad no_grad;
+  // Counted on the device only once something reads the count (step_tensor()).
+  if (step_.defined()) increment_(step_);
+  const Tensor scale = take_grad_scale();
   SgdUpdateOptions o = SgdUpdateOptions()
                            .momentum(opt_.momentum_)
                            .dampening(opt_.dampening_)
-                           .nesterov(opt_.nesterov_)
-                           .weight_decay(opt_.weight_decay_);
+                           .nesterov(opt_.nesterov_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -81,7 +163,10 @@ void SGD::step() {
     Tensor& buf = buf_[i];
     bool fresh = opt_.momentum_ != 0 && !buf.defined();
     if (fresh) buf = Tensor::empty(p.shape(), p.dtype(), p.device(), "sgd");
-    sgd_update_(p, g, buf, lr_, SgdUpdateOptions(o).fresh_state(fresh));
+    sgd_update_(p, g, buf, lr_, scale,
+                SgdUpdateOptions(o)
+                    .weight_decay(weight_decay_of(i, opt_.weight_decay_))
+                    .fresh_state(fresh));
   }
   ++steps_;
 }
@@ -89,10 +174,13 @@ void SGD::step() {
 // ---- Adam / AdamW --------------------------------------------------------------------------
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& o)
-    : Adam(std::move(params), o, false, "adam") {}
+    : Adam({ParamGroup{std::move(params), std::nullopt}}, o, false, "adam") {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, const char* name)
-    : Optimizer(std::move(params), o.lr_, name), opt_(o), decoupled_(decoupled) {
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o)
+    : Adam(std::move(groups), o, false, "adam") {}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled, const char* name)
+    : Optimizer(std::move(groups), o.lr_, name), opt_(o), decoupled_(decoupled) {
   TIDE_CHECK(o.beta1_ >= 0 && o.beta1_ < 1, name, "invalid beta1 ", o.beta1_,
              " (expected 0 <= beta1 < 1)");
   TIDE_CHECK(o.beta2_ >= 0 && o.beta2_ < 1, name, "invalid beta2 ", o.beta2_,
@@ -109,11 +197,9 @@ void Adam::step() {
   NoGrad no_grad;
   // t lives in memory and is advanced by a queued op; the kernels read it when they run.
   increment_(step_);
-  AdamUpdateOptions o = AdamUpdateOptions()
-                            .betas(opt_.beta1_, opt_.beta2_)
-                            .eps(opt_.eps_)
-                            .weight_decay(opt_.weight_decay_)
-                            .decoupled(decoupled_);
+  const Tensor scale = take_grad_scale();
+  AdamUpdateOptions o =
+      AdamUpdateOptions().betas(opt_.beta1_, opt_.beta2_).eps(opt_.eps_).decoupled(decoupled_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -124,7 +210,10 @@ void Adam::step() {
       m_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
       v_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
     }
-    adam_update_(p, g, m_[i], v_[i], lr_, step_, AdamUpdateOptions(o).fresh_state(fresh));
+    adam_update_(p, g, m_[i], v_[i], lr_, step_, scale,
+                 AdamUpdateOptions(o)
+                     .weight_decay(weight_decay_of(i, opt_.weight_decay_))
+                     .fresh_state(fresh));
   }
   ++steps_;
 }

@@ -1,6 +1,6 @@
 // CPU implementations of the optimizer entries (ops/optim_kernels.h): the functor's update
 // over the elements, split over the intra-op thread pool above kParallelGrain like the
-// elementwise loops.
+// elementwise loops; the step counter and the learning-rate schedule, one element each.
 #include <stdexcept>
 #include <string>
 
@@ -27,7 +27,7 @@ void check_not_failed(const Storage* s, const char* what) {
 template <class T>
 void sgd(const KernelContext&, const Sgd<T>& a, const fn::SgdUpdate& f) {
   // lr is read when the kernel runs, not at enqueue.
-  const fn::SgdUpdate::Factors<T> k = f.factors(*a.lr.get());
+  const fn::SgdUpdate::Factors<T> k = f.factors(*a.lr.get(), a.scale.s ? a.scale.get() : nullptr);
   T* pp = a.p.get();
   const T* gg = a.g.get();
   T* bb = a.buf.s ? a.buf.get() : nullptr;
@@ -59,7 +59,8 @@ void adam(const KernelContext&, const Adam<T>& a, const fn::AdamUpdate& f) {
     throw std::runtime_error("step count " + std::to_string(t) +
                              " < 1 (expected the number of this update; queue "
                              "increment_(step) first)");
-  const fn::AdamUpdate::Factors<T> k = f.factors(*a.lr.get(), t);
+  const fn::AdamUpdate::Factors<T> k =
+      f.factors(*a.lr.get(), t, a.scale.s ? a.scale.get() : nullptr);
   T* pp = a.p.get();
   const T* gg = a.g.get();
   T* mm = a.m.get();
@@ -81,11 +82,20 @@ void increment(const KernelContext&, const Increment<T>& a, const NoExtra&) {
   *a.c.get() += 1;
 }
 
+template <class T>
+void warmup_cosine(const KernelContext&, const LrSchedule<T>& a, const fn::WarmupCosine& f) {
+  *a.lr.get() = T(f(*a.step.get()));  // the step is read when the kernel runs
+}
+
 template void sgd<float>(const KernelContext&, const Sgd<float>&, const fn::SgdUpdate&);
 template void sgd<double>(const KernelContext&, const Sgd<double>&, const fn::SgdUpdate&);
 template void adam<float>(const KernelContext&, const Adam<float>&, const fn::AdamUpdate&);
 template void adam<double>(const KernelContext&, const Adam<double>&, const fn::AdamUpdate&);
 template void increment<int32_t>(const KernelContext&, const Increment<int32_t>&, const NoExtra&);
 template void increment<int64_t>(const KernelContext&, const Increment<int64_t>&, const NoExtra&);
+template void warmup_cosine<float>(const KernelContext&, const LrSchedule<float>&,
+                                   const fn::WarmupCosine&);
+template void warmup_cosine<double>(const KernelContext&, const LrSchedule<double>&,
+                                    const fn::WarmupCosine&);
 
 }  // namespace tide::kernels::cpu

@@ -60,6 +60,41 @@ void check_textbook(bool adam) {
 TEST(CudaTrace, TextbookStepWithSgdEqualsEagerBitwise) { check_textbook(false); }
 TEST(CudaTrace, TextbookStepWithAdamEqualsEagerBitwise) { check_textbook(true); }
 
+// nanoGPT's optimizer side on the textbook MLP: AdamW over decay groups, the global-norm
+// clip fused into the update (and PyTorch's in-place form), the warmup-cosine schedule read
+// from the step tensor. One capture; every replay's loss, norm and lr equal eager's.
+TEST(CudaTrace, ClippedScheduledStepEqualsEagerBitwise) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused clip" : "clip_grad_norm_");
+    test_util::RigOptions o{
+        .sizes = {512, 2048, 512, 1}, .device = gpu(), .adam = true, .seed = 42};
+    test_util::ClipOptions c{.max_norm = 1.0, .fused = fused};
+    c.schedule = WarmupCosineOptions{1e-3, 1e-4, 3, 8};
+    TrainRig eager = test_util::make_clipped_rig(o, c), traced = test_util::make_clipped_rig(o, c);
+    auto f = trace::function(
+        [&](const Tensor& x, const Tensor& y) { return test_util::clipped_step(traced, x, y); },
+        {.name = "clipped_step", .warmup_calls = 1});
+    Generator data(7);
+    for (int i = 0; i < 10; ++i) {
+      Tensor x = randn({128, 512}, DType::float32, data, gpu());
+      Tensor y = ones({128, 1}, DType::float32, gpu());
+      std::vector<Tensor> e = test_util::clipped_step(eager, x, y), t = f(x, y);
+      ASSERT_EQ(e[0].to_vector<float>(), t[0].to_vector<float>()) << "loss at step " << i;
+      ASSERT_EQ(e[1].to_vector<float>(), t[1].to_vector<float>()) << "norm at step " << i;
+      ASSERT_EQ(eager.opt->lr_tensor().to_vector<float>(),
+                traced.opt->lr_tensor().to_vector<float>())
+          << "lr at step " << i;
+      EXPECT_FLOAT_EQ(traced.opt->lr_tensor().item<float>(), float(traced.schedule->lr_at(i)));
+    }
+    auto pe = eager.model->named_parameters(), pt = traced.model->named_parameters();
+    for (size_t i = 0; i < pe.size(); ++i)
+      EXPECT_EQ(pe[i].second.to_vector<float>(), pt[i].second.to_vector<float>()) << pe[i].first;
+    trace::FunctionStats s = f.stats();
+    EXPECT_EQ(s.traces, 1);
+    EXPECT_EQ(s.graph_fallback, "") << "CUDA must accept the capture";
+  }
+}
+
 // Programmatic edges between tide's kernels (the default; TIDE_CUDA_PDL=0 turns them off):
 // a kernel starts launching while the one before it runs and waits on the device for its
 // inputs. On for this test whatever the environment.

@@ -2,7 +2,8 @@
 // double-precision loops over several steps (lr changed between steps, fresh state on the
 // first), for float32 and float64 and sizes on both sides of the thread-pool grain;
 // increment_; that lr and the step are read when the kernel runs, not at enqueue; failure
-// propagation; and the argument errors, which must throw before anything is queued.
+// propagation; and the argument errors, which must throw before anything is queued. Then
+// the grad scale (a clip fused into the update) and the warmup_cosine_lr_ schedule.
 // Not here: the optimizers built on them (tests/train/test_optimizer.cpp). The generic
 // harness does not fit (several in-place outputs), so these are hand-written TIDE_OP_TESTs.
 #include <cmath>
@@ -408,8 +409,177 @@ TEST(Optim, ArgumentErrorsThrowBeforeQueueing) {
   for (float x : leaf.to_vector<float>()) EXPECT_NEAR(x, 0.9f, 1e-6);
 }
 
+// ---- grad scale (gradient clipping fused into the update) ------------------------------------
+
+// An update given grad_scale s equals the update of grad * s (rounded to T, as
+// grad.mul_(s) would leave it) bit for bit, s changing between steps, on every device.
+TEST(Optim, GradScaleEqualsScalingTheGradientFirstBitwise) {
+  std::mt19937 rng(5);
+  const double kScales[] = {0.25, 1.0, 0.7};
+  std::vector<Device> devices{Device::cpu()};
+  for (Device d : test::case_devices()) devices.push_back(d);
+  for (Device d : devices)
+    for (DType dt : {DType::float32, DType::float64}) {
+      SCOPED_TRACE(d.str() + " " + std::string(name(dt)));
+      Shape shape{3, detail::kParallelGrain / 2 + 7};
+      int64_t n = shape.numel();
+      auto make = [&](double lo, double hi) {
+        return from_data(random_values(rng, n, lo, hi), shape, dt).to(d);
+      };
+      Tensor lr = full(Shape{}, 0.05, dt, d), scale = full(Shape{}, kScales[0], dt, d);
+      // SGD without and with momentum (Nesterov, weight decay).
+      for (double mom : {0.0, 0.9}) {
+        Tensor p = make(-2, 2), q = clone(p);
+        Tensor buf = Tensor::empty(shape, dt, d), qbuf = Tensor::empty(shape, dt, d);
+        SgdUpdateOptions o = SgdUpdateOptions().momentum(mom).nesterov(mom > 0).weight_decay(0.01);
+        for (int s = 0; s < 3; ++s) {
+          if (s > 0) scale.copy_(full(Shape{}, kScales[s], dt, d));
+          Tensor g = make(-1, 1);
+          sgd_update_(p, g, buf, lr, scale, SgdUpdateOptions(o).fresh_state(s == 0));
+          sgd_update_(q, mul(g, scale), qbuf, lr, SgdUpdateOptions(o).fresh_state(s == 0));
+        }
+        EXPECT_EQ(p.to_vector<double>(), q.to_vector<double>()) << "sgd momentum " << mom;
+      }
+      // Adam and AdamW with weight decay.
+      for (bool decoupled : {false, true}) {
+        Tensor p = make(-2, 2), q = clone(p);
+        Tensor m = Tensor::empty(shape, dt, d), v = Tensor::empty(shape, dt, d);
+        Tensor qm = Tensor::empty(shape, dt, d), qv = Tensor::empty(shape, dt, d);
+        Tensor step = zeros(Shape{}, DType::int64, d);
+        AdamUpdateOptions o = AdamUpdateOptions().weight_decay(0.1).decoupled(decoupled);
+        for (int s = 0; s < 3; ++s) {
+          scale.copy_(full(Shape{}, kScales[s], dt, d));
+          Tensor g = make(-1, 1);
+          increment_(step);
+          adam_update_(p, g, m, v, lr, step, scale, AdamUpdateOptions(o).fresh_state(s == 0));
+          adam_update_(q, mul(g, scale), qm, qv, lr, step,
+                       AdamUpdateOptions(o).fresh_state(s == 0));
+        }
+        EXPECT_EQ(p.to_vector<double>(), q.to_vector<double>()) << "adam decoupled " << decoupled;
+        EXPECT_EQ(v.to_vector<double>(), qv.to_vector<double>());
+      }
+    }
+}
+
+// The scale is read when the kernel runs, like lr: a value written after the update was
+// queued, before it ran, is the one applied.
+TEST(Optim, GradScaleIsReadWhenTheKernelRuns) {
+  SynchronousGuard async(false);  // the gate must run on the worker, not inline
+  for (bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "adam_update_" : "sgd_update_");
+    Tensor p = from_data({1.0, -2.0}, Shape{2}, DType::float64);
+    Tensor g = from_data({0.5, 0.25}, Shape{2}, DType::float64);
+    Tensor m = Tensor::empty(Shape{2}, DType::float64), v = Tensor::empty(Shape{2}, DType::float64);
+    Tensor none, lr = full(Shape{}, 0.1, DType::float64);
+    Tensor step = full(Shape{}, 1.0, DType::int64), scale = full(Shape{}, 1.0, DType::float64);
+    std::latch release(1);
+    debug::gate(scale, [&] {
+      release.wait();
+      *scale.data<double>() = 0.5;
+    });
+    if (adam)
+      adam_update_(p, g, m, v, lr, step, scale,
+                   AdamUpdateOptions().betas(0.5, 0.5).weight_decay(0.1).fresh_state(true));
+    else sgd_update_(p, g, none, lr, scale, SgdUpdateOptions().weight_decay(0.2));
+    release.count_down();
+    std::vector<double> got = p.to_vector<double>();
+    if (adam) {
+      // t = 1, fresh state: the step is lr * sign(0.5 g + 0.1 p) up to eps (1e-8): 0.35 > 0,
+      // and -0.075 < 0 where the scale 1 would have given 0.05 > 0.
+      EXPECT_NEAR(got[0], 1.0 - 0.1, 1e-7);
+      EXPECT_NEAR(got[1], -2.0 + 0.1, 1e-7);
+    } else {
+      EXPECT_DOUBLE_EQ(got[0], 1.0 - 0.1 * (0.5 * 0.5 + 0.2 * 1.0));
+      EXPECT_DOUBLE_EQ(got[1], -2.0 - 0.1 * (0.5 * 0.25 + 0.2 * -2.0));
+    }
+  }
+}
+
+// ---- warmup_cosine_lr_ ------------------------------------------------------------------------
+
+// nanoGPT's get_lr as its train.py writes it (it > decay_iters: min_lr; no guard for
+// warmup == decay_iters, which divides 0 by 0 there).
+double nanogpt_lr(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay) {
+  if (it < warmup) return lr * double(it + 1) / double(warmup + 1);
+  if (it > decay) return min_lr;
+  double ratio = double(it - warmup) / double(decay - warmup);
+  double coeff = 0.5 * (1.0 + std::cos(3.141592653589793 * ratio));
+  return min_lr + coeff * (lr - min_lr);
+}
+
+TIDE_OP_TEST(Optim, WarmupCosineLrIsNanoGptsGetLr, {OpId::warmup_cosine_lr_, Check::value}) {
+  const WarmupCosineOptions cfgs[] = {
+      WarmupCosineOptions{6e-4, 6e-5, 10, 40}, WarmupCosineOptions{0.1, 0.0, 0, 20},
+      WarmupCosineOptions{1.0, 1.0, 3, 9}, WarmupCosineOptions{0.5, 0.05, 5, 5}};
+  std::vector<Device> devices{Device::cpu()};
+  for (Device d : test::case_devices()) devices.push_back(d);
+  for (Device d : devices)
+    for (DType dt : {DType::float32, DType::float64})
+      for (const WarmupCosineOptions& c : cfgs) {
+        SCOPED_TRACE(d.str() + " " + std::string(name(dt)) + " lr " + std::to_string(c.lr_) +
+                     " min_lr " + std::to_string(c.min_lr_) + " warmup " +
+                     std::to_string(c.warmup_) + " decay_steps " + std::to_string(c.decay_steps_));
+        Tensor lr = full(Shape{}, 123.0, dt, d), step = full(Shape{}, -2.0, DType::int64, d);
+        for (int64_t it = -2; it <= c.decay_steps_ + 5; ++it) {
+          warmup_cosine_lr_(lr, step, c);
+          increment_(step);
+          // A negative step counts as 0; warmup == decay_steps: min_lr from the warmup's end.
+          const int64_t at = std::max<int64_t>(it, 0);
+          const double want = c.warmup_ == c.decay_steps_ && at >= c.warmup_
+                                  ? c.min_lr_
+                                  : nanogpt_lr(at, c.lr_, c.min_lr_, c.warmup_, c.decay_steps_);
+          if (dt == DType::float32) EXPECT_FLOAT_EQ(lr.item<float>(), float(want)) << "it " << it;
+          else EXPECT_NEAR(lr.item<double>(), want, 1e-15 * want) << "it " << it;
+        }
+      }
+}
+
+// Every argument error of the grad scale and the schedule throws at the call and queues
+// nothing.
+TEST(Optim, GradScaleAndScheduleErrorsThrowBeforeQueueing) {
+  Tensor p = ones({2, 3}), g = ones({2, 3}), m = zeros({2, 3}), v = zeros({2, 3}), none;
+  Tensor lr = full(Shape{}, 0.1), step = full(Shape{}, 1.0, DType::int64);
+  Tensor scale64 = full(Shape{}, 0.5, DType::float64), scale2 = full(Shape{2}, 0.5);
+  Tensor lr_int = zeros(Shape{}, DType::int32), lr2 = zeros(Shape{2});
+  Tensor step_f = full(Shape{}, 1.0), step2 = zeros(Shape{2}, DType::int64);
+  Tensor leaf_lr = full(Shape{}, 0.1).requires_grad_();
+  WarmupCosineOptions ok{0.1, 0.01, 2, 10};
+  wait_all();
+  uint64_t before = Engine::get().stats().queued;
+
+  EXPECT_TIDE_ERROR(adam_update_(p, g, m, v, lr, step, scale64, AdamUpdateOptions()),
+                    "[adam_update_]", "grad_scale must be a one-element float32", "() float64");
+  EXPECT_TIDE_ERROR(sgd_update_(p, g, none, lr, scale2, SgdUpdateOptions()), "[sgd_update_]",
+                    "grad_scale must be a one-element float32", "(2,) float32");
+  Tensor scale_in_p = p.reshape({6}).slice(0, 1).reshape({});
+  EXPECT_TIDE_ERROR(sgd_update_(p, g, none, lr, scale_in_p, SgdUpdateOptions()), "[sgd_update_]",
+                    "param (2, 3) float32 is written in place but shares memory with grad_scale");
+  Tensor scale_in_m = m.reshape({6}).slice(2, 3).reshape({});
+  EXPECT_TIDE_ERROR(adam_update_(p, g, m, v, lr, step, scale_in_m, AdamUpdateOptions()),
+                    "[adam_update_]", "m (2, 3) float32", "shares memory with grad_scale");
+
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr_int, step, ok), "[warmup_cosine_lr_]",
+                    "lr must be a one-element float32 or float64 tensor", "int32");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr2, step, ok), "[warmup_cosine_lr_]", "(2,) float32");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step_f, ok), "[warmup_cosine_lr_]",
+                    "step must be a one-element int64", "() float32");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step2, ok), "[warmup_cosine_lr_]", "step", "(2,) int64");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(leaf_lr, step, ok), "[warmup_cosine_lr_]", "requires grad");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step, WarmupCosineOptions{0.1, 0.2, 2, 10}),
+                    "[warmup_cosine_lr_]", "invalid lr 0.1 and min_lr 0.2", "0 <= min_lr <= lr");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step, WarmupCosineOptions{0.1, -1, 2, 10}),
+                    "[warmup_cosine_lr_]", "min_lr -1");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step, WarmupCosineOptions{0.1, 0.01, 5, 4}),
+                    "[warmup_cosine_lr_]", "invalid warmup 5 and decay_steps 4",
+                    "0 <= warmup <= decay_steps");
+  EXPECT_TIDE_ERROR(warmup_cosine_lr_(lr, step, WarmupCosineOptions{0.1, 0.01, -1, 4}),
+                    "[warmup_cosine_lr_]", "invalid warmup -1");
+  EXPECT_EQ(Engine::get().stats().queued, before) << "an error path queued work";
+}
+
 TEST(Optim, TableRows) {
-  for (OpId id : {OpId::sgd_update_, OpId::adam_update_, OpId::increment_}) {
+  for (OpId id :
+       {OpId::sgd_update_, OpId::adam_update_, OpId::increment_, OpId::warmup_cosine_lr_}) {
     const OpTraits& t = op_traits(id);
     EXPECT_EQ(t.kind, OpKind::optimizer) << t.name;
     EXPECT_TRUE(t.in_place) << t.name;

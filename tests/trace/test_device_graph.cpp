@@ -368,6 +368,41 @@ void check_training(bool adam) {
 TEST(DeviceGraph, TrainingStepWithSgdMomentumEqualsEager) { check_training(false); }
 TEST(DeviceGraph, TrainingStepWithAdamEqualsEager) { check_training(true); }
 
+// nanoGPT's step (AdamW over decay groups, the global-norm clip fused into the update, the
+// warmup-cosine schedule) as one CUDA graph: the norm, the learning rate and the parameters
+// follow eager on every replay, and the graph is never rebuilt for a new lr.
+TEST(DeviceGraph, ClippedScheduledTrainingStepEqualsEager) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused clip" : "clip_grad_norm_");
+    test_util::RigOptions o{.sizes = {12, 32, 1}, .device = gpu(), .adam = true};
+    test_util::ClipOptions c{.max_norm = 1.0, .fused = fused};
+    test_util::TrainRig eager = test_util::make_clipped_rig(o, c);
+    test_util::TrainRig traced = test_util::make_clipped_rig(o, c);
+    auto f = trace::function(
+        [&](const Tensor& x, const Tensor& y) { return test_util::clipped_step(traced, x, y); },
+        {.name = "clipped_step", .warmup_calls = 1});
+    Generator data(3);
+    for (int i = 0; i < 14; ++i) {
+      Tensor x = randn({24, 12}, DType::float32, data, gpu());
+      Tensor y = randn({24, 1}, DType::float32, data, gpu());
+      std::vector<Tensor> e = test_util::clipped_step(eager, x, y), t = f(x, y);
+      ASSERT_EQ(e[0].to_vector<float>(), t[0].to_vector<float>()) << "loss at step " << i;
+      ASSERT_EQ(e[1].to_vector<float>(), t[1].to_vector<float>()) << "norm at step " << i;
+      ASSERT_EQ(eager.opt->lr_tensor().to_vector<float>(),
+                traced.opt->lr_tensor().to_vector<float>())
+          << "lr at step " << i;
+    }
+    auto pe = eager.model->named_parameters(), pt = traced.model->named_parameters();
+    for (size_t i = 0; i < pe.size(); ++i)
+      EXPECT_EQ(pe[i].second.to_vector<float>(), pt[i].second.to_vector<float>()) << pe[i].first;
+    trace::FunctionStats s = f.stats();
+    EXPECT_EQ(s.traces, 1);
+    EXPECT_EQ(s.replays, 13);
+    EXPECT_EQ(s.graph_instantiations, 1) << "a new lr or scale must not rebuild the graph";
+    EXPECT_EQ(s.graph_fallback, "");
+  }
+}
+
 // A CUDA graph runs independent nodes in any order, or at once: the training step's graph
 // holds every edge it needs when its replays equal eager with the fake running ready nodes
 // earliest first, shuffled (three seeds) and all at once on threads of their own.

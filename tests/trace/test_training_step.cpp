@@ -1,5 +1,6 @@
 // The whole training step traced: forward, loss, backward and the optimizer update
-// captured once and replayed. Parameters after 20 steps equal eager's bit for bit.
+// captured once and replayed, also with a gradient clip and a learning-rate schedule.
+// Parameters after 20 steps equal eager's bit for bit.
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
@@ -57,6 +58,55 @@ void check_twenty_steps(bool adam) {
 
 TEST(TraceTrainingStep, SgdMomentumTwentyStepsBitwise) { check_twenty_steps(false); }
 TEST(TraceTrainingStep, AdamTwentyStepsBitwise) { check_twenty_steps(true); }
+
+// nanoGPT's step traced: parameter groups, the global-norm clip (fused into the update, or
+// PyTorch's in-place clip_grad_norm_) and the warmup-cosine schedule read from the step
+// tensor. Twenty calls (warmup, cosine and the floor of the schedule) trace once and replay
+// the rest; every loss, norm and learning rate, and the parameters at the end, equal eager's
+// bit for bit. Nothing in the step reads a value on the host: a trace refuses host reads.
+void check_clipped_steps(bool adam, bool fused) {
+  SCOPED_TRACE(std::string(adam ? "adamw" : "sgd") +
+               (fused ? ", fused clip" : ", clip_grad_norm_"));
+  test_util::RigOptions o{.sizes = {12, 32, 16, 1}, .adam = adam, .momentum = 0.9, .tanh_after = 1};
+  test_util::ClipOptions c{.max_norm = 1.0, .fused = fused};
+  TrainRig eager = test_util::make_clipped_rig(o, c), traced = test_util::make_clipped_rig(o, c);
+  auto f = trace::function(
+      [&](const Tensor& x, const Tensor& y) { return test_util::clipped_step(traced, x, y); },
+      {.name = "clipped_step", .warmup_calls = 1});
+  Generator data(5);
+  int clipped = 0;
+  for (int i = 0; i < 20; ++i) {
+    Tensor x = randn({24, 12}, DType::float32, data), y = randn({24, 1}, DType::float32, data);
+    std::vector<Tensor> e = test_util::clipped_step(eager, x, y), t = f(x, y);
+    ASSERT_EQ(t.size(), 2u);
+    ASSERT_TRUE(bitwise_equal(e[0], t[0])) << "loss at step " << i;
+    ASSERT_TRUE(bitwise_equal(e[1], t[1])) << "norm at step " << i;
+    ASSERT_TRUE(bitwise_equal(eager.opt->lr_tensor(), traced.opt->lr_tensor()))
+        << "lr at step " << i;
+    EXPECT_FLOAT_EQ(traced.opt->lr_tensor().item<float>(), float(traced.schedule->lr_at(i)))
+        << "step " << i;
+    clipped += e[1].item<float>() > c.max_norm;
+  }
+  EXPECT_GT(clipped, 0) << "no step clipped: max_norm too large to test the clip";
+  EXPECT_LT(clipped, 20) << "every step clipped: max_norm too small to test the unclipped case";
+  auto pe = eager.model->named_parameters(), pt = traced.model->named_parameters();
+  ASSERT_EQ(pe.size(), pt.size());
+  for (size_t i = 0; i < pe.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(pe[i].second, pt[i].second)) << pe[i].first;
+  auto s = f.stats();
+  EXPECT_EQ(s.eager_calls, 1);
+  EXPECT_EQ(s.traces, 1) << "the schedule and the clip must not retrace";
+  EXPECT_EQ(s.replays, 19);
+}
+
+TEST(TraceTrainingStep, ClippedScheduledAdamWBitwiseWithoutRetracing) {
+  check_clipped_steps(true, true);
+  check_clipped_steps(true, false);
+}
+TEST(TraceTrainingStep, ClippedScheduledSgdBitwiseWithoutRetracing) {
+  check_clipped_steps(false, true);
+  check_clipped_steps(false, false);
+}
 
 TEST(TraceTrainingStep, PlannedPeakIsBelowEagerPeak) {
   TrainRig r = make_run(false);
