@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <limits>
-#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -25,41 +23,6 @@ using namespace tide::text;
 using tide::test_util::error_of;
 
 namespace {
-
-// The reference's merge loop, transcribed: the lowest-ranked pair among the current
-// symbols, every occurrence left to right, until no pair has a rank.
-std::vector<int32_t> reference_merge(const BpeVocabulary& vocab, const BpeMerges& merges,
-                                     std::string_view piece) {
-  std::map<std::pair<std::string, std::string>, size_t> rank;
-  for (size_t i = 0; i < merges.size(); ++i) rank.emplace(merges[i], i);
-  std::vector<std::string> word;
-  for (char c : piece) word.push_back(gpt2_byte_symbol(static_cast<unsigned char>(c)));
-  while (word.size() > 1) {
-    size_t best = std::numeric_limits<size_t>::max();
-    std::pair<std::string, std::string> pair;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      auto it = rank.find({word[i], word[i + 1]});
-      if (it != rank.end() && it->second < best) best = it->second, pair = it->first;
-    }
-    if (best == std::numeric_limits<size_t>::max()) break;
-    std::vector<std::string> next;
-    for (size_t i = 0; i < word.size();) {
-      if (i + 1 < word.size() && word[i] == pair.first && word[i + 1] == pair.second) {
-        next.push_back(word[i] + word[i + 1]);
-        i += 2;
-      } else {
-        next.push_back(word[i++]);
-      }
-    }
-    word = std::move(next);
-  }
-  std::vector<int32_t> ids;
-  for (const std::string& t : word) {
-    for (const auto& [token, id] : vocab)
-      if (token == t) ids.push_back(id);
-  }
-  return ids;
-}
 
 BpeTokenizer toy() {
   auto [vocab, merges] = test_util::toy_bpe();
@@ -115,7 +78,7 @@ TEST(BpeToy, MatchesTheReferenceLoopOnRandomPieces) {
   for (int trial = 0; trial < 2000; ++trial) {
     std::string piece(size_t(rng() % 24), '\0');
     for (char& c : piece) c = alphabet[rng() % alphabet.size()];
-    ASSERT_EQ(tok.merge_piece(piece), reference_merge(vocab, merges, piece)) << piece;
+    ASSERT_EQ(tok.merge_piece(piece), test_util::reference_merge(vocab, merges, piece)) << piece;
   }
 }
 

@@ -77,24 +77,30 @@ TEST(Prefetcher, StopsEarlyWhileWaitingForRoom) {
 }
 
 TEST(Prefetcher, StopsEarlyWhileInsideMake) {
-  std::atomic<bool> inside{false}, release{false};
-  std::atomic<int> calls{0};
+  std::atomic<bool> inside{false}, release{false}, finished{false}, destroyed{false};
   auto p = std::make_unique<Prefetcher<int>>(
       [&](uint64_t k) {
-        ++calls;
         if (k == 1) {
           inside = true;
           while (!release) std::this_thread::yield();
+          finished = true;
         }
         return int(k);
       },
       4);
   EXPECT_EQ(p->next(), 0);
   ASSERT_TRUE(eventually([&] { return inside.load(); }));
-  std::thread destroyer([&] { p.reset(); });
+  std::thread destroyer([&] {
+    p.reset();
+    destroyed = true;
+  });
+  // The destructor waits for the make() in progress: it cannot have returned yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(destroyed.load());
   release = true;
   destroyer.join();
-  EXPECT_EQ(calls.load(), 2);  // no make() after the one in progress
+  EXPECT_TRUE(finished.load());
+  EXPECT_TRUE(destroyed.load());
 }
 
 TEST(Prefetcher, DepthMustBePositive) {
