@@ -108,7 +108,8 @@ BpeTokenizer::BpeTokenizer(const BpeVocabulary& vocabulary, const BpeMerges& mer
   }
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+    const std::string& left = merges[rank].first;    // not a structured binding: the lambda
+    const std::string& right = merges[rank].second;  // below captures them (Clang 14)
     auto id = [&](const std::string& t) {
       auto it = id_of_.find(t);
       TIDE_CHECK(it != id_of_.end(), kOp, "merge ", rank, " (", quoted(left), " ", quoted(right),
@@ -210,9 +211,9 @@ void BpeTokenizer::append_piece(std::string_view piece, std::vector<int32_t>& ou
   }
   const bool cacheable = piece.size() <= kCacheMaxPiece;
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    auto it = cache_.find(std::string(piece));
-    if (it != cache_.end()) {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    auto it = cache_->pieces.find(std::string(piece));
+    if (it != cache_->pieces.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -220,9 +221,9 @@ void BpeTokenizer::append_piece(std::string_view piece, std::vector<int32_t>& ou
   std::vector<int32_t> ids = merge_piece(piece);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() >= kCacheEntries) cache_.clear();
-    cache_.emplace(std::string(piece), std::move(ids));
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    if (cache_->pieces.size() >= kCacheEntries) cache_->pieces.clear();
+    cache_->pieces.emplace(std::string(piece), std::move(ids));
   }
 }
 
@@ -246,8 +247,8 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 size_t BpeTokenizer::cache_size() const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
-  return cache_.size();
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  return cache_->pieces.size();
 }
 
 }  // namespace tide::text

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -48,7 +49,7 @@ class BpeTokenizer final : public Tokenizer {
   static BpeTokenizer from_dir(const std::string& dir);
 
   // Never throws tide::Error: every byte has a token. Thread-safe (a shared cache of pieces
-  // seen before, bounded in size).
+  // seen before, bounded in size). Movable, not copyable.
   std::vector<int32_t> encode(std::string_view text) const override;
   // Throws "[bpe]" for an id that names no token.
   std::string decode(std::span<const int32_t> ids) const override;
@@ -70,14 +71,17 @@ class BpeTokenizer final : public Tokenizer {
     int32_t rank;
     int32_t result;
   };
+  struct Cache {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<int32_t>> pieces;
+  };
   void append_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
-  std::unordered_map<std::string, int32_t> id_of_;  // byte-alphabet form -> id
-  std::vector<std::string> bytes_of_;               // id -> bytes ("" where no token)
-  std::array<int32_t, 256> byte_id_{};              // byte -> id of its one-byte token
-  std::unordered_map<uint64_t, Merge> merges_;      // (left id << 32 | right id) -> merge
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  std::unordered_map<std::string, int32_t> id_of_;            // byte-alphabet form -> id
+  std::vector<std::string> bytes_of_;                         // id -> bytes ("" where no token)
+  std::array<int32_t, 256> byte_id_{};                        // byte -> id of its one-byte token
+  std::unordered_map<uint64_t, Merge> merges_;                // (left id << 32 | right id) -> merge
+  std::unique_ptr<Cache> cache_ = std::make_unique<Cache>();  // a pointer: movable tokenizer
 };
 
 }  // namespace tide::text

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -135,6 +136,17 @@ TEST(BpeToy, EncodesFromSeveralThreads) {
   for (int good : ok) EXPECT_EQ(good, 20 * 8);
 }
 
+TEST(BpeToy, MovesAndServesAsATokenizer) {
+  BpeTokenizer tok = toy();
+  const std::vector<int32_t> want = tok.encode("abcd abcabc");
+  BpeTokenizer moved = std::move(tok);
+  EXPECT_EQ(moved.encode("abcd abcabc"), want);
+  std::unique_ptr<Tokenizer> any = std::make_unique<BpeTokenizer>(std::move(moved));
+  EXPECT_EQ(any->encode("abcd abcabc"), want);
+  EXPECT_EQ(any->name(), "gpt2");
+  EXPECT_EQ(any->decode(want), "abcd abcabc");
+}
+
 TEST(BpeToy, SpecialTokensAreOnlyIds) {
   BpeTokenizer tok = toy();
   const std::optional<int32_t> eot = tok.token_id("<|endoftext|>");
@@ -168,7 +180,9 @@ TEST(BpeToy, DecodeErrors) {
 }
 
 TEST(BpeToy, ConstructionErrors) {
-  auto [vocab, merges] = test_util::toy_bpe();
+  const auto toy_files = test_util::toy_bpe();
+  const BpeVocabulary& vocab = toy_files.first;  // captured below: no structured binding
+  const BpeMerges& merges = toy_files.second;
   auto with = [&](auto edit) {
     BpeVocabulary v = vocab;
     BpeMerges m = merges;
