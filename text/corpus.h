@@ -6,7 +6,7 @@
 // through the GPU's pinned staging (core/allocator.h), so the transfer itself is from pinned
 // memory; building them in pinned memory would only add that copy's twin.
 // Not done here: streaming files larger than memory, document boundaries, epochs (every
-// batch is an independent draw, as in nanoGPT-style training).
+// batch is an independent draw).
 #pragma once
 
 #include <cstdint>
