@@ -29,13 +29,21 @@ namespace {
 
 using namespace tide::text;
 
+// The input's file, removed again as soon as it is read, so no run leaves one behind.
 const std::string& scratch_path() {
-  static const std::string path = [] {
-    std::string p = "/tmp/tide_fuzz_text_" + std::to_string(::getpid());
-    std::atexit([] { std::remove(scratch_path().c_str()); });
-    return p;
-  }();
+  static const std::string path = "/tmp/tide_fuzz_text_" + std::to_string(::getpid());
   return path;
+}
+
+std::shared_ptr<const TextCorpus> read_corpus(std::string_view content, const Tokenizer& tok) {
+  {
+    std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);
+    out.write(content.data(), std::streamsize(content.size()));
+  }
+  struct Remove {
+    ~Remove() { std::remove(scratch_path().c_str()); }
+  } remove;
+  return std::make_shared<const TextCorpus>(TextCorpus::from_file(scratch_path(), tok));
 }
 
 void take_batches(const std::shared_ptr<const TextCorpus>& corpus, Split split, int64_t B,
@@ -75,10 +83,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t B = 1 + data[0] % 8, T = 1 + data[1] % 64;
   const int prefetch = 1 + data[2] % 3;
   const std::string_view content(reinterpret_cast<const char*>(data + 4), size - 4);
-  {
-    std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);
-    out.write(content.data(), std::streamsize(content.size()));
-  }
   try {
     std::unique_ptr<CharTokenizer> half;
     const Tokenizer* tok = &all_bytes;
@@ -89,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (data[3] % 3 == 2) {
       tok = &toy;
     }
-    auto corpus = std::make_shared<const TextCorpus>(TextCorpus::from_file(scratch_path(), *tok));
+    auto corpus = read_corpus(content, *tok);
     if (tok->decode(corpus->tokens()) != content) std::abort();
     for (Split split : {Split::train, Split::val}) {
       try {
