@@ -14,7 +14,7 @@ install(TARGETS tide EXPORT tideTargets
 # Headers keep their folders, so #include "core/tensor.h" works against the install as
 # in-tree. `include` is the $<INSTALL_INTERFACE:include> of tide in CMakeLists.txt.
 install(FILES tide.h DESTINATION include)
-foreach(_tide_dir core ops nn dist train trace)
+foreach(_tide_dir core ops nn dist train trace text)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${_tide_dir})
     install(DIRECTORY ${_tide_dir} DESTINATION include FILES_MATCHING PATTERN "*.h")
   endif()

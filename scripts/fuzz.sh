@@ -8,6 +8,8 @@
 # does not fail the run) or one that takes over 2 GB. The input that found it is
 # kept under build-fuzz/findings/ and printed in hex; add it to fuzz/corpus/<target>/ and
 # a regression test with the fix. TIDE_JOBS sets the build parallelism (default: nproc).
+# tide_fuzz_bpe also fuzzes GPT-2's vocabulary, fetched here first (scripts/fetch_text_data.sh);
+# when that fails it fuzzes its toy vocabulary alone and says so.
 # Not done here: installing clang (scripts/deps.sh lists it), merging new inputs back.
 set -euo pipefail
 # shellcheck source=scripts/deps.sh
@@ -20,7 +22,7 @@ if ! [[ $secs =~ ^[0-9]+$ ]] || [ "$secs" -eq 0 ]; then
   exit 2
 fi
 build="build-fuzz"
-targets=(safetensors idx)
+targets=(safetensors idx bpe text_corpus)
 
 if ! command -v clang++ >/dev/null 2>&1; then
   tide_log "clang++ not found: install Debian's clang and libclang-rt-dev (scripts/deps.sh)" >&2
@@ -32,6 +34,10 @@ CC=clang CXX=clang++ tide_configure "$build" -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O0" -DTIDE_BUILD_FUZZ=ON -DTIDE_CUDA=OFF \
   -DTIDE_SANITIZE= -DTIDE_BUILD_TESTS=OFF -DTIDE_BUILD_BENCH=OFF -DTIDE_BUILD_EXAMPLES=OFF
 tide_build "$build" --target "${targets[@]/#/tide_fuzz_}"
+
+if ! bash scripts/fetch_text_data.sh; then
+  tide_log "no GPT-2 files: tide_fuzz_bpe fuzzes its toy vocabulary only" >&2
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

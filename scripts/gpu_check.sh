@@ -17,7 +17,8 @@
 # build-gpu/report; the report is gpu_check.md there, with each stage's log beside it.
 # Dependencies: a GPU machine may have no package registry. When .deps/tide-gpu-deps.tar.xz
 # is there (bash scripts/gpu_deps.sh pack, on a Debian machine, then carry .deps) and the
-# machine lacks any header the build needs (cblas.h, GoogleTest, Google Benchmark, zlib),
+# machine lacks any header the build needs (cblas.h, GoogleTest, Google Benchmark, zlib,
+# nlohmann-json),
 # the build uses that bundle, after checking that it holds each of them.
 # TIDE_CUDA_ARCH (default 90, Hopper) sets the architectures compiled; TIDE_FASHION_MNIST the
 # data folder for the CNN run (a carried copy, when the machine has none); TIDE_MEMCHECK_TIMEOUT
@@ -51,7 +52,7 @@ run() {  # run NAME CMD...: logs the command, its exit code and the log's tail
 
 # What configure needs from outside CUDA, as headers: a machine that lacks any of them
 # builds against the carried bundle (an image with cblas.h but no GoogleTest included).
-needed_headers=(cblas.h gtest/gtest.h gmock/gmock.h benchmark/benchmark.h zlib.h)
+needed_headers=(cblas.h gtest/gtest.h gmock/gmock.h benchmark/benchmark.h zlib.h nlohmann/json.hpp)
 has_header() {  # has_header ROOT H: H under ROOT/include or a multiarch/suffix folder there
   local root=$1 h=$2
   compgen -G "$root/include/$h" >/dev/null || compgen -G "$root/include/*/$h" >/dev/null ||

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Packs what tide's build needs beyond CUDA (OpenBLAS, GoogleTest, Google Benchmark, zlib),
+# Packs what tide's build needs beyond CUDA (OpenBLAS, GoogleTest, Google Benchmark, zlib,
+# nlohmann-json),
 # taken from this machine's Debian packages, into .deps/tide-gpu-deps.tar.xz, for a GPU
 # machine that has the CUDA toolkit and CMake but no package registry. scripts/gpu_check.sh
 # unpacks it there and builds against it alone when the machine lacks the packages.
 #   bash scripts/gpu_deps.sh pack     here (installs the packages first when missing)
 #   bash scripts/gpu_deps.sh unpack D there: unpacks into D (prints the prefix to use)
 # The archive holds shared OpenBLAS with its Fortran runtime (libgfortran, libquadmath),
-# static GoogleTest/GoogleMock and zlib, shared Google Benchmark, their headers and CMake
-# package files, laid out as under /usr. About 10 MB. .deps/ is ignored by git: carry it.
+# static GoogleTest/GoogleMock and zlib, shared Google Benchmark, the nlohmann-json headers,
+# their headers and CMake package files, laid out as under /usr. About 10 MB. .deps/ is
+# ignored by git: carry it.
 set -euo pipefail
 # shellcheck source=scripts/deps.sh
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
@@ -43,6 +45,10 @@ pack() {
   # zlib (static: the GPU machine may have the runtime but not the headers).
   cp /usr/lib/$arch/libz.a "$lib/"
   cp /usr/include/{zlib.h,zconf.h} "$inc/"
+  # nlohmann-json (header-only) with its CMake package, which lives under share/.
+  cp -r /usr/include/nlohmann "$inc/"
+  mkdir -p "$tmp/usr/share/cmake"
+  cp -r /usr/share/cmake/nlohmann_json "$tmp/usr/share/cmake/"
   mkdir -p .deps
   tar -C "$tmp" -cJf "$archive" usr
   tide_log "packed $archive ($(du -h "$archive" | cut -f1))"

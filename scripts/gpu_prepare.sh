@@ -5,6 +5,8 @@
 #                               machine's Debian packages (scripts/gpu_deps.sh pack), for a
 #                               GPU machine without a package registry
 #   .data/fashion-mnist/        the Fashion-MNIST IDX files (the CNN and MLP runs of `all`)
+#   .data/text/                 the Shakespeare corpus and GPT-2's BPE files (about 6.5 MB,
+#                               scripts/fetch_text_data.sh), which the text suite reads
 # Nothing is fetched at run time there. The device tool carries at most 64 MiB: the total is
 # checked here.
 #   bash scripts/gpu_prepare.sh
@@ -23,6 +25,7 @@ if [ -d "$data" ]; then
 else
   tide_log "no $data (Debian's dataset-fashion-mnist): the training runs of 'all' will skip"
 fi
+bash scripts/fetch_text_data.sh
 carry=(.deps)
 [ -d .data ] && carry+=(.data)
 total=$(du -scm "${carry[@]}" | tail -n 1 | cut -f1)

@@ -12,6 +12,9 @@ tide_deps
 tide_configure build -DCMAKE_BUILD_TYPE=Release -DTIDE_BUILD_TESTS=ON -DTIDE_BUILD_BENCH=ON \
   -DTIDE_BUILD_EXAMPLES=ON
 tide_build build
+# The Shakespeare corpus and GPT-2's BPE files for the text suite (idempotent; fails on a
+# checksum mismatch).
+bash scripts/fetch_text_data.sh
 tide_log "ctest build"
 ctest --test-dir build --output-on-failure --no-tests=error
 # The ops, autograd, nn, trace and API suites once more with outputs allocated at execution
