@@ -193,7 +193,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   model.to(device);  // before the optimizer, whose state is made where the parameters are
   train::AdamW opt(train::decay_groups(model, kWeightDecay),
                    train::AdamOptions(a.lr).betas(0.9, 0.99));
-  train::WarmupCosine sched(opt, train::WarmupCosineOptions{a.lr, a.lr / 10, a.warmup, a.steps});
+  train::WarmupCosine sched(
+      opt, WarmupCosineOptions().lr(a.lr).min_lr(a.lr / 10).warmup(a.warmup).decay_steps(a.steps));
   auto make_loader = [&](text::Split s, uint64_t seed) {
     return std::make_unique<text::TextLoader>(corpus, text::TextLoaderOptions()
                                                           .batch_size(a.batch)
