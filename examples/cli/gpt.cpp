@@ -238,6 +238,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       for (int64_t i = 0; i < a.eval_batches; ++i) {
         train::Batch b = val->next();
         total.add_(model.loss(b.x, b.y));
+        total.wait_to_read();  // one batch at a time: 20 queued forwards would hold 20x the memory
       }
     }
     model.train();
