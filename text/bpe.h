@@ -34,6 +34,7 @@ using BpeMerges = std::vector<std::pair<std::string, std::string>>;
 // bytes stand for themselves, the other 68 for U+0100 onwards (the space is "Ġ", U+0120).
 std::string gpt2_byte_symbol(uint8_t b);
 
+// Movable, not copyable (it owns its cache).
 class BpeTokenizer final : public Tokenizer {
  public:
   // From a vocabulary and merges in memory. Throws "[bpe]" when a token is empty or has a
@@ -49,7 +50,7 @@ class BpeTokenizer final : public Tokenizer {
   static BpeTokenizer from_dir(const std::string& dir);
 
   // Never throws tide::Error: every byte has a token. Thread-safe (a shared cache of pieces
-  // seen before, bounded in size). Movable, not copyable.
+  // seen before, bounded in size).
   std::vector<int32_t> encode(std::string_view text) const override;
   // Throws "[bpe]" for an id that names no token.
   std::string decode(std::span<const int32_t> ids) const override;
