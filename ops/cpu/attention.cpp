@@ -8,7 +8,7 @@
 // order; dq per (batch*head, query block), summing over the keys in order. So the bits do
 // not depend on the thread count. Sums are in T (float for float32), in a fixed order.
 // Not here: BLAS per tile, SIMD intrinsics (the inner loops run over a contiguous
-// dimension, which the compiler vectorises; exp is fn::exp_nonpositive, without libm calls).
+// dimension, which the compiler vectorises).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,7 +16,6 @@
 
 #include "core/thread_pool.h"
 #include "ops/attention_kernels.h"
-#include "ops/functors.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -92,7 +91,7 @@ void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
           const T m_new = std::max(m[r], mx), corr = std::exp(m[r] - m_new);
           T sum = 0;
           for (int64_t j = 0; j < nc; ++j) {
-            p[j] = fn::exp_nonpositive(p[j] - m_new);  // vectorised (ops/functors.h)
+            p[j] = std::exp(p[j] - m_new);
             sum += p[j];
           }
           l[r] = l[r] * corr + sum;
@@ -146,9 +145,7 @@ void probs_and_dscores(const T* qi, const T* doi, const T* kt, const T* vt, int6
   row_times_tile(qi, kt, nc, d, p);
   row_times_tile(doi, vt, nc, d, ds);
   for (int64_t j = 0; j < nc; ++j) {
-    // p * scale <= lse up to rounding: exp_nonpositive holds a few ulps past 0.
-    const T e = fn::exp_nonpositive(p[j] * scale - lse_i);
-    const T pj = causal && j0 + j > i ? T(0) : e;
+    const T pj = causal && j0 + j > i ? T(0) : std::exp(p[j] * scale - lse_i);
     p[j] = pj;
     ds[j] = scale * pj * (ds[j] - delta_i);
   }
