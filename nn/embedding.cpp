@@ -15,9 +15,8 @@ Embedding::Embedding(const EmbeddingOptions& opt, Generator& gen) : opt_(opt) {
   TIDE_CHECK(opt.init_std_ >= 0, "Embedding", "init_std must be >= 0, got ", opt.init_std_);
   TIDE_CHECK(is_floating(opt.param_dtype), "Embedding", "needs a floating dtype, got ",
              opt.param_dtype);
-  weight_ = register_parameter(
-      "weight", normal_init({opt.num_embeddings, opt.embedding_dim}, opt.init_std_,
-                            opt.param_dtype, gen));
+  weight_ = register_parameter("weight", normal_init({opt.num_embeddings, opt.embedding_dim},
+                                                     opt.init_std_, opt.param_dtype, gen));
 }
 
 Tensor Embedding::forward(const Tensor& ids) {

@@ -67,9 +67,9 @@ class GPT : public Module {
 
 // Sampling settings for generate().
 struct SampleOptions {
-  TIDE_ARG(int64_t, tokens) = 200;       // new tokens to produce
-  TIDE_ARG(double, temperature) = 1.0;   // > 0; logits are divided by it
-  TIDE_ARG(int64_t, top_k) = 0;          // keep the k most likely tokens (0: all)
+  TIDE_ARG(int64_t, tokens) = 200;      // new tokens to produce
+  TIDE_ARG(double, temperature) = 1.0;  // > 0; logits are divided by it
+  TIDE_ARG(int64_t, top_k) = 0;         // keep the k most likely tokens (0: all)
 };
 
 // Continues `prompt` (token ids, at least one) by sampling one token at a time from the
@@ -77,7 +77,7 @@ struct SampleOptions {
 // with uniform draws from `gen` (Philox: the same seed gives the same text on every
 // device). Runs the model in eval mode and restores its mode. Waits for each token.
 // Throws "[generate]" for an empty prompt, temperature <= 0 or top_k < 0.
-std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt,
-                              const SampleOptions& options, Generator& gen = default_generator());
+std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const SampleOptions& options,
+                              Generator& gen = default_generator());
 
 }  // namespace tide::nn

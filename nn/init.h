@@ -41,7 +41,8 @@ Tensor normal_init(const Shape& shape, double std, DType dtype = DType::float32,
 // All zeros (any shape, including rank 0).
 Tensor zeros_init(const Shape& shape, DType dtype = DType::float32);
 
-// Dispatches on `kind` with the default gains (std 1 for normal). Throws "[init]" for non-floating dtypes.
+// Dispatches on `kind` with the default gains (std 1 for normal). Throws "[init]" for non-floating
+// dtypes.
 Tensor initialize(Init kind, const Shape& shape, DType dtype = DType::float32,
                   Generator& gen = default_generator());
 

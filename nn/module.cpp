@@ -143,8 +143,7 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
       "weight",
       opt.weight_init == Init::normal
           ? normal_init({opt.in_features, opt.out_features}, opt.init_std_, opt.param_dtype, gen)
-          : initialize(opt.weight_init, {opt.in_features, opt.out_features}, opt.param_dtype,
-                       gen));
+          : initialize(opt.weight_init, {opt.in_features, opt.out_features}, opt.param_dtype, gen));
   if (opt.with_bias)
     bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
 }

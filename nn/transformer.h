@@ -20,7 +20,7 @@ struct BlockOptions {
   BlockOptions(int64_t width, int64_t heads) : n_embd(width), n_head(heads) {}
   int64_t n_embd;
   int64_t n_head;
-  TIDE_ARG(int64_t, n_layer) = 1;  // scales the residual projections' init (GPT-2)
+  TIDE_ARG(int64_t, n_layer) = 1;   // scales the residual projections' init (GPT-2)
   TIDE_ARG(double, dropout) = 0.0;  // after each residual projection, in training
   TIDE_ARG(bool, bias) = true;      // biases in the Linears and LayerNorms
   TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;

@@ -215,8 +215,8 @@ struct GeluErf {
     return T(R(0.5) * x * std::erfc(x * R(-0.70710678118654752440)));
   }
 };
-// exp(v) for v <= 0 (0 below -87.3, where exp(v) nears a normal float's floor, 1.2e-38). For float on the
-// host, Cody-Waite reduction and a degree-6 polynomial without a libm call, so that GCC
+// exp(v) for v <= 0 (0 below -87.3, where exp(v) nears a normal float's floor, 1.2e-38). For float
+// on the host, Cody-Waite reduction and a degree-6 polynomial without a libm call, so that GCC
 // vectorises the loops that call it (GELU's forward and backward were 30% of a GPT step as
 // scalar expf calls); within 2 ulp of std::exp. double and the device use exp.
 template <class R>
@@ -228,7 +228,7 @@ TIDE_HOST_DEVICE_INLINE R exp_nonpositive(R v) {
     return std::exp(v);
   } else {
     const bool underflow = v < -87.3f;  // exactly 0 there: a tiny normal times a weight
-    v = underflow ? -87.3f : v;          // would make denormals, which cost ~100 cycles each
+    v = underflow ? -87.3f : v;         // would make denormals, which cost ~100 cycles each
     // k = round(v / ln 2) (as ceil(t - 0.5): t <= 0), r = v - k ln 2 in [-ln2/2, ln2/2].
     const float t = v * 1.44269504088896341f;
     const int32_t k = int32_t(t - 0.5f);

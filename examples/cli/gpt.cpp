@@ -18,8 +18,6 @@
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
 // Not done here: data parallelism, checkpoints during training, resuming.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -27,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,16 +132,17 @@ TrainArgs parse_train(const Args& args) {
 // The tokenizer a preset reads its text with: char from the corpus's bytes, gpt2 from files.
 std::unique_ptr<text::Tokenizer> make_tokenizer(const std::string& kind, const std::string& corpus,
                                                 const std::string& vocab_dir) {
-  if (kind == "char") return std::make_unique<text::CharTokenizer>(text::CharTokenizer::from_corpus(corpus));
+  if (kind == "char")
+    return std::make_unique<text::CharTokenizer>(text::CharTokenizer::from_corpus(corpus));
   return std::make_unique<text::BpeTokenizer>(text::BpeTokenizer::from_dir(vocab_dir));
 }
 
 // The model's sizes and tokenizer, saved beside the weights as F.json.
 nlohmann::json describe(const nn::GPTConfig& c, const text::Tokenizer& tok) {
-  nlohmann::json j = {{"format", "tide-gpt 1"},        {"vocab_size", c.vocab_size},
-                      {"block_size", c.block_size},   {"n_layer", c.n_layer},
-                      {"n_head", c.n_head},           {"n_embd", c.n_embd},
-                      {"bias", c.bias},               {"tokenizer", tok.name()}};
+  nlohmann::json j = {
+      {"format", "tide-gpt 1"}, {"vocab_size", c.vocab_size}, {"block_size", c.block_size},
+      {"n_layer", c.n_layer},   {"n_head", c.n_head},         {"n_embd", c.n_embd},
+      {"bias", c.bias},         {"tokenizer", tok.name()}};
   if (auto* ch = dynamic_cast<const text::CharTokenizer*>(&tok)) {
     std::vector<int> bytes;
     for (unsigned char b : ch->vocab()) bytes.push_back(b);
@@ -196,12 +196,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   train::WarmupCosine sched(
       opt, WarmupCosineOptions().lr(a.lr).min_lr(a.lr / 10).warmup(a.warmup).decay_steps(a.steps));
   auto make_loader = [&](text::Split s, uint64_t seed) {
-    return std::make_unique<text::TextLoader>(corpus, text::TextLoaderOptions()
-                                                          .batch_size(a.batch)
-                                                          .block_size(ctx)
-                                                          .seed(seed)
-                                                          .split(s)
-                                                          .device(device));
+    return std::make_unique<text::TextLoader>(
+        corpus,
+        text::TextLoaderOptions().batch_size(a.batch).block_size(ctx).seed(seed).split(s).device(
+            device));
   };
   auto train_data = make_loader(text::Split::train, uint64_t(a.seed));
 
@@ -209,12 +207,11 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
             << cfg.n_layer << " layers, " << cfg.n_head << " heads, width " << cfg.n_embd
             << "), context " << ctx << ", vocabulary " << cfg.vocab_size << " (" << tok->name()
             << ")\n"
-            << "data: " << a.data << ", " << corpus->size() << " tokens ("
-            << corpus->train_size() << " train, " << corpus->size() - corpus->train_size()
-            << " validation)\n"
+            << "data: " << a.data << ", " << corpus->size() << " tokens (" << corpus->train_size()
+            << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
             << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
-            << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip "
-            << kMaxNorm << ", " << a.mode << ", policy " << a.policy.str() << ", device "
+            << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm
+            << ", " << a.mode << ", policy " << a.policy.str() << ", device "
             << device_label(device) << "\n";
 
   auto step = [&](const Tensor& x, const Tensor& y) {
@@ -299,8 +296,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   double ms_per_step = 0;
   if (a.policy.kind == train::SyncPolicy::per_batch)
     ms_per_step = median(std::vector<double>(step_ms.begin() + a.steps / 2, step_ms.end()));
-  else
-    ms_per_step = half_s * 1e3 / double(second_half);
+  else ms_per_step = half_s * 1e3 / double(second_half);
   double train_loss = 0;
   const size_t tail = std::min<size_t>(50, loss_values.size());
   for (size_t i = loss_values.size() - tail; i < loss_values.size(); ++i)
@@ -313,8 +309,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
             << " MB\n";
   if (traced) {
     const trace::FunctionStats st = traced_step.stats();
-    std::cout << "trace: " << st.traces << " trace(s), " << st.replays << " replays, "
-              << st.kernels << " kernels per step\n";
+    std::cout << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
+              << " kernels per step\n";
   }
 
   if (a.sample_tokens > 0) {
@@ -355,13 +351,20 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     write_output("--svg", a.svg, [&](const std::string& tmp) { train::write_svg(tmp, {chart}); });
   }
   if (!a.json.empty()) {
-    nlohmann::json j = {{"ms_per_step", ms_per_step},  {"tokens_per_s", tokens_per_s},
-                        {"train_loss", train_loss},    {"val_loss", vals.back().second},
-                        {"peak_mb", mb(peak)},         {"mode", a.mode},
-                        {"device", device.str()},      {"steps", a.steps},
-                        {"train_seconds", train_s},    {"policy", a.policy.str()},
-                        {"preset", a.preset},          {"batch", a.batch},
-                        {"ctx", ctx},                  {"parameters", model.num_parameters()}};
+    nlohmann::json j = {{"ms_per_step", ms_per_step},
+                        {"tokens_per_s", tokens_per_s},
+                        {"train_loss", train_loss},
+                        {"val_loss", vals.back().second},
+                        {"peak_mb", mb(peak)},
+                        {"mode", a.mode},
+                        {"device", device.str()},
+                        {"steps", a.steps},
+                        {"train_seconds", train_s},
+                        {"policy", a.policy.str()},
+                        {"preset", a.preset},
+                        {"batch", a.batch},
+                        {"ctx", ctx},
+                        {"parameters", model.num_parameters()}};
     write_text("--json", a.json, j.dump() + "\n");
   }
   return 0;
@@ -413,9 +416,9 @@ int gpt_sample(const Args& args, const GlobalOptions& global) {
   nn::load(model, load);  // throws "[load] F: ..." for weights of another shape
   model.to(global.device);
   Generator gen{uint64_t(seed)};
-  auto ids = nn::generate(model, tok->encode(prompt),
-                          nn::SampleOptions().tokens(tokens).temperature(temperature).top_k(top_k),
-                          gen);
+  auto ids =
+      nn::generate(model, tok->encode(prompt),
+                   nn::SampleOptions().tokens(tokens).temperature(temperature).top_k(top_k), gen);
   std::cout << tok->decode(ids) << "\n";
   return 0;
 }

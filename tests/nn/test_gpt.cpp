@@ -10,6 +10,8 @@
 #include "fake_gpu.h"
 #include "nn/nn.h"
 #include "tide.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
 
 namespace tide::nn {
 namespace {
@@ -17,10 +19,10 @@ namespace {
 const std::string kData = TIDE_TEST_DATA_DIR;
 
 // stmt throws tide::Error at the call with every listed substring in its message.
-#define EXPECT_ERROR_HAS(stmt, ...)                                                  \
-  do {                                                                               \
-    const std::string msg_ = test_util::error_of([&] { (void)(stmt); });             \
-    for (const char* part_ : {__VA_ARGS__})                                          \
+#define EXPECT_ERROR_HAS(stmt, ...)                                                       \
+  do {                                                                                    \
+    const std::string msg_ = test_util::error_of([&] { (void)(stmt); });                  \
+    for (const char* part_ : {__VA_ARGS__})                                               \
       EXPECT_NE(msg_.find(part_), std::string::npos) << "'" << part_ << "' in: " << msg_; \
   } while (0)
 
@@ -121,6 +123,77 @@ TEST(GPTModel, LossAndGradientsMatchPyTorchOnTheFakeGpu) {
 }
 
 // float32 parameters from the same float64 weights: the loss within float32 rounding.
+// Three AdamW steps (weight decay on the 2-D weights only, gradients clipped to norm 0.5,
+// which every step exceeds) from PyTorch's weights end at PyTorch's parameters.
+TEST(GPTModel, ThreeClippedAdamWStepsMatchPyTorch) {
+  GPT m(tiny());
+  load(m, kData + "/gpt_parity_init.safetensors");
+  Batch b;
+  train::AdamW opt(train::decay_groups(m, 0.1),
+                   train::AdamOptions(1e-2).betas(0.9, 0.95).eps(1e-8));
+  for (int i = 0; i < 3; ++i) {
+    opt.zero_grad();
+    m.loss(b.ids, b.targets).backward();
+    EXPECT_GT(opt.clip_grad_norm(0.5).item<double>(), 0.5);
+    opt.step();
+  }
+  GPT want(tiny());
+  load(want, kData + "/gpt_parity_step3.safetensors");
+  std::string where;
+  EXPECT_LE(worst(m.named_parameters(), want.named_parameters(), 1e-12, 1e-9, &where), 1.0)
+      << where;
+}
+
+// The whole training step (forward, loss, backward, clipping, schedule, AdamW) traced equals
+// eager bit for bit, step after step, and the loss goes down.
+void check_traced_step(Device device) {
+  auto run = [&](bool traced) {
+    Generator gen(11);
+    GPT m(tiny(DType::float32), gen);
+    m.to(device);
+    train::AdamW opt(train::decay_groups(m, 0.1), train::AdamOptions(3e-3).betas(0.9, 0.99));
+    train::WarmupCosine sched(opt,
+                              WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(8));
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = m.loss(x, y);
+      loss.backward();
+      opt.clip_grad_norm(1.0);
+      sched.step();
+      opt.step();
+      return loss.detach();
+    };
+    auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
+    Tensor x = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, {2, 6}, device);
+    Tensor y = from_vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2}, {2, 6}, device);
+    std::vector<float> losses;
+    for (int i = 0; i < 8; ++i)
+      losses.push_back((traced ? traced_step(x, y) : step(x, y)).item<float>());
+    if (traced) {
+      EXPECT_EQ(traced_step.stats().traces, 1);
+      EXPECT_EQ(traced_step.stats().replays, 7);  // the call that traced replays too
+    }
+    std::vector<float> params;
+    for (const Tensor& p : m.parameters()) {
+      std::vector<float> v = p.to(Device::cpu()).to_vector<float>();
+      params.insert(params.end(), v.begin(), v.end());
+    }
+    return std::pair{losses, params};
+  };
+  auto [eager_losses, eager_params] = run(false);
+  auto [traced_losses, traced_params] = run(true);
+  EXPECT_EQ(eager_losses, traced_losses);
+  EXPECT_TRUE(eager_params == traced_params) << "parameters differ after 8 steps";
+  EXPECT_LT(eager_losses.back(), eager_losses.front() - 0.25f);
+}
+
+TEST(GPTModel, TracedTrainingStepEqualsEagerBitwise) { check_traced_step(Device::cpu()); }
+
+TEST(GPTModel, TracedTrainingStepEqualsEagerBitwiseOnTheFakeGpu) {
+  test_util::fake_gpu(8);
+  check_traced_step(Device::cuda(8));
+}
+
 TEST(GPTModel, Float32LossIsCloseToPyTorchs) {
   GPT m(tiny(DType::float32));
   GPT m64(tiny());
@@ -129,7 +202,8 @@ TEST(GPTModel, Float32LossIsCloseToPyTorchs) {
     NoGrad ng;
     auto src = m64.named_parameters();
     auto dst = m.named_parameters();
-    for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(cast(src[i].second, DType::float32));
+    for (size_t i = 0; i < src.size(); ++i)
+      dst[i].second.copy_(cast(src[i].second, DType::float32));
   }
   Batch b;
   EXPECT_NEAR(m.loss(b.ids, b.targets).item<float>(), b.loss.item<double>(), 2e-6);
@@ -176,13 +250,13 @@ TEST(GPTModel, Errors) {
   EXPECT_ERROR_HAS(m.forward(zeros({2, 9}, DType::int64)), "[GPT]", "9 tokens", "block_size");
   EXPECT_ERROR_HAS(m.forward(zeros({2, 4})), "[GPT]", "(2, 4) float32");
   EXPECT_ERROR_HAS(m.loss(zeros({2, 4}, DType::int64), zeros({2, 3}, DType::int64)), "[GPT]",
-                    "(2, 3)", "(2, 4)");
+                   "(2, 3)", "(2, 4)");
   // A checkpoint of another shape is refused by name.
   GPTConfig wide = tiny();
   wide.n_embd = 32;
   GPT other(wide);
   EXPECT_ERROR_HAS(load(other, kData + "/gpt_parity_init.safetensors"), "[load]",
-                    "transformer.wte.weight");
+                   "transformer.wte.weight");
   EXPECT_ERROR_HAS(Embedding(0, 4), "[Embedding]");
   Embedding e(5, 3);
   EXPECT_ERROR_HAS(e.forward(zeros({2})), "[Embedding]", "float32");

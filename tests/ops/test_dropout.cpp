@@ -36,8 +36,8 @@ OpCase dropout_case(DType t, double p) {
            .ref =
                [t, p](const std::vector<Array>& in) {
                  const std::vector<double> u = draw(in[0].shape, t, kSeed);
-                 const double scale = t == DType::float32 ? double(float(1.0 / (1.0 - p)))
-                                                          : 1.0 / (1.0 - p);
+                 const double scale =
+                     t == DType::float32 ? double(float(1.0 / (1.0 - p))) : 1.0 / (1.0 - p);
                  const double threshold = t == DType::float32 ? double(float(p)) : p;
                  Array out = in[0];
                  for (size_t i = 0; i < out.v.size(); ++i)
@@ -170,8 +170,8 @@ TEST(DropoutErrors, BadPAndNonFloatingInputsThrowAndQueueNothing) {
     Generator gen(1);
     const uint64_t queued = Engine::get().stats().queued;
     for (bool training : {true, false}) {
-      EXPECT_TIDE_ERROR(dropout(x, 1.0, training, gen), "[dropout]", "p must be in [0, 1)",
-                        "got 1", "(2, 3) float32");
+      EXPECT_TIDE_ERROR(dropout(x, 1.0, training, gen), "[dropout]", "p must be in [0, 1)", "got 1",
+                        "(2, 3) float32");
       EXPECT_TIDE_ERROR(dropout(x, -0.1, training, gen), "[dropout]", "got -0.1", "(2, 3)");
       EXPECT_TIDE_ERROR(dropout(x, 1.5, training, gen), "[dropout]", "got 1.5");
       EXPECT_TIDE_ERROR(dropout(x, nan, training, gen), "[dropout]", "got nan");
