@@ -23,6 +23,7 @@ steps=${STEPS:-300}
 data=${DATA:-$root/.data/text/shakespeare.txt}
 read -r -a modes <<< "${MODES:-tide-eager tide-traced torch-eager torch-compile}"
 out=${OUT:-$(mktemp -d /tmp/tide-gpt.XXXXXX)}
+mkdir -p "$out"
 tide="$build/examples/tide"
 [[ -x "$tide" ]] || { echo "no $tide: build tide with -DTIDE_BUILD_EXAMPLES=ON" >&2; exit 1; }
 [[ -f "$data" ]] || { echo "no $data: bash scripts/fetch_text_data.sh" >&2; exit 1; }
