@@ -3,10 +3,11 @@
 // blocks of kCols with an online softmax (running max and denominator per query row, the
 // output accumulator rescaled when the max grows): memory beyond the inputs and outputs is
 // a few tiles per task, never T x S. The gradient recomputes the probabilities from q, k
-// and lse in two passes, each parallel over independent items so that no two tasks add
-// into one element: dk and dv per (batch*head, key block), summing over the queries in
-// order; dq per (batch*head, query block), summing over the keys in order. So the bits do
-// not depend on the thread count. Sums are in T (float for float32), in a fixed order.
+// and lse, parallel over independent items so that no two tasks add into one element, and
+// sums dk and dv over the queries in order, dq over the keys in order. With enough heads per
+// thread, one pass per (batch*head) does all three; otherwise two passes, dk and dv per
+// (batch*head, key block), dq per (batch*head, query block). Both give the same bits, so
+// they do not depend on the thread count. Sums are in T (float for float32), in a fixed order.
 // Not here: BLAS per tile, SIMD intrinsics (the inner loops run over a contiguous
 // dimension, which the compiler vectorises).
 #include <algorithm>
@@ -153,8 +154,9 @@ void probs_and_dscores(const T* qi, const T* doi, const T* kt, const T* vt, int6
 
 }  // namespace
 
+// Two passes, each parallel over (batch*head, block): for few heads and long sequences.
 template <class T>
-void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExtra&) {
+void attention_grad_two_pass(const AttentionGrad<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
   const T scale = T(a.scale);
   const T* dout = a.dout.get();
@@ -223,6 +225,70 @@ void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExt
       }
     }
   });
+}
+
+// dv += p * do, dk += ds * q, dq += ds * k over one row of d: restrict, so the loop
+// vectorises (three outputs that might alias would keep it scalar).
+template <class T>
+void add_three(T* __restrict dv, T* __restrict dk, T* __restrict dq, const T* __restrict doi,
+               const T* __restrict qi, const T* __restrict kj, T p, T ds, int64_t d) {
+  for (int64_t c = 0; c < d; ++c) {
+    dv[c] += p * doi[c];
+    dk[c] += ds * qi[c];
+    dq[c] += ds * kj[c];
+  }
+}
+
+// One pass per (batch*head): for each key block, each query in order adds into dk and dv
+// (the queries in order, as the two-pass form) and into its dq row (the keys in order,
+// across blocks and within one, as the two-pass form, whose extra key blocks under the causal
+// mask add only zeros): the same bits, with the probabilities computed once instead of twice.
+template <class T>
+void attention_grad_one_pass(const AttentionGrad<T>& a) {
+  const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
+  const T scale = T(a.scale);
+  const T* lse = a.stats.get();
+  const T* delta = lse + rows;
+  parallel_for(a.bh, grain_for(16 * t * s * d), [&](int64_t b0, int64_t b1) {
+    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+        ds(static_cast<size_t>(kCols));
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* K = a.k.get() + b * s * d;
+      const T* V = a.v.get() + b * s * d;
+      T* dq = a.dq.get() + b * t * d;
+      std::fill(dq, dq + t * d, T(0));
+      std::fill(a.dk.get() + b * s * d, a.dk.get() + (b + 1) * s * d, T(0));
+      std::fill(a.dv.get() + b * s * d, a.dv.get() + (b + 1) * s * d, T(0));
+      for (int64_t j0 = 0; j0 < s; j0 += kCols) {
+        const int64_t nc = std::min(kCols, s - j0);
+        transpose_tile(K, j0, nc, d, kt.data());
+        transpose_tile(V, j0, nc, d, vt.data());
+        T* dk = a.dk.get() + (b * s + j0) * d;
+        T* dv = a.dv.get() + (b * s + j0) * d;
+        for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
+          const int64_t r = b * t + i;
+          const T* qi = a.q.get() + r * d;
+          const T* doi = a.dout.get() + r * d;
+          probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
+                            delta[r], p.data(), ds.data());
+          T* dqi = dq + i * d;
+          for (int64_t j = 0; j < nc; ++j) {
+            const T pj = p[j], dsj = ds[j];
+            T* dkj = dk + j * d;
+            T* dvj = dv + j * d;
+            add_three(dvj, dkj, dqi, doi, qi, K + (j0 + j) * d, pj, dsj, d);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExtra&) {
+  // Both forms give the same bits; the one-pass form needs a few heads per thread.
+  if (a.bh >= 2 * int64_t(tide::num_threads())) attention_grad_one_pass(a);
+  else attention_grad_two_pass(a);
 }
 
 #define TIDE_ATTENTION(T)                                                                 \

@@ -266,24 +266,28 @@ TEST(AttentionErrors, DevicesDiffer) {
 }
 
 // Every item of the kernels' parallel loops is computed alone, in a fixed order: the
-// output and the gradients take the same bits on one thread and on several.
+// output and the gradients take the same bits on one thread and on several. Here the
+// gradient also takes both of its forms (one pass on 1 thread: 6 heads >= 2 per thread; two
+// passes on 4), causal and not.
 TEST(Attention, DoesNotDependOnTheThreadCount) {
   Generator gen(7);
   const Tensor q0 = randn({3, 2, 150, 24}, DType::float32, gen);
   const Tensor k0 = randn({3, 2, 150, 24}, DType::float32, gen);
   const Tensor v0 = randn({3, 2, 150, 24}, DType::float32, gen);
   const Tensor w = randn({3, 2, 150, 24}, DType::float32, gen);
-  auto run = [&] {
-    Tensor q = clone(q0).requires_grad_(), k = clone(k0).requires_grad_(),
-           v = clone(v0).requires_grad_();
-    Tensor out = scaled_dot_product_attention(q, k, v, true);
-    sum(mul(out, w)).backward();
-    return std::vector<std::vector<float>>{out.to_vector<float>(), q.grad().to_vector<float>(),
-                                           k.grad().to_vector<float>(),
-                                           v.grad().to_vector<float>()};
-  };
-  const auto [one, four] = test::at_thread_counts(1, 4, run);
-  EXPECT_EQ(one, four);
+  for (bool causal : {true, false}) {
+    auto run = [&] {
+      Tensor q = clone(q0).requires_grad_(), k = clone(k0).requires_grad_(),
+             v = clone(v0).requires_grad_();
+      Tensor out = scaled_dot_product_attention(q, k, v, causal);
+      sum(mul(out, w)).backward();
+      return std::vector<std::vector<float>>{out.to_vector<float>(), q.grad().to_vector<float>(),
+                                             k.grad().to_vector<float>(),
+                                             v.grad().to_vector<float>()};
+    };
+    const auto [one, four] = test::at_thread_counts(1, 4, run);
+    EXPECT_EQ(one, four) << (causal ? "causal" : "not causal");
+  }
 }
 
 // A self-attention block and its gradients traced with trace::function: every replay
