@@ -14,9 +14,12 @@
 #include "core/engine/engine.h"
 #include "core/rng.h"
 #include "ops/chain_compiler.h"
+#include "nn/gpt.h"
 #include "ops/ops.h"
 #include "tests/train_rig.h"
 #include "trace/trace.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
 
 namespace tide {
 namespace {
@@ -93,6 +96,47 @@ TEST(CudaTrace, ClippedScheduledStepEqualsEagerBitwise) {
     EXPECT_EQ(s.traces, 1);
     EXPECT_EQ(s.graph_fallback, "") << "CUDA must accept the capture";
   }
+}
+
+// The char GPT's whole training step (embedding, layer norm, attention, GELU, tied head,
+// cross-entropy, backward, fused clipping, schedule, AdamW) as one CUDA graph: every
+// replay's loss and the final parameters equal eager's bits.
+TEST(CudaTrace, GptCharStepIsOneGraphAndEqualsEager) {
+  auto run = [&](bool traced) {
+    Generator gen(3);
+    nn::GPT m(nn::GPTConfig::char_model(65), gen);
+    m.to(gpu());
+    train::AdamW opt(train::decay_groups(m, 0.1), train::AdamOptions(1e-3).betas(0.9, 0.99));
+    train::WarmupCosine sched(opt, WarmupCosineOptions{1e-3, 1e-4, 2, 8});
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = m.loss(x, y);
+      loss.backward();
+      opt.clip_grad_norm(1.0);
+      sched.step();
+      opt.step();
+      return loss.detach();
+    };
+    auto f = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
+    Generator data(9);
+    std::vector<float> losses;
+    for (int i = 0; i < 6; ++i) {
+      Tensor x = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+      Tensor y = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+      losses.push_back((traced ? f(x, y) : step(x, y)).item<float>());
+    }
+    if (traced) {
+      EXPECT_EQ(f.stats().traces, 1);
+      EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the capture";
+    }
+    std::vector<std::vector<float>> params;
+    for (const Tensor& p : m.parameters()) params.push_back(p.to_vector<float>());
+    return std::pair{losses, params};
+  };
+  auto [el, ep] = run(false);
+  auto [tl, tp] = run(true);
+  EXPECT_EQ(el, tl);
+  EXPECT_TRUE(ep == tp) << "parameters differ after 6 steps";
 }
 
 // Programmatic edges between tide's kernels (the default; TIDE_CUDA_PDL=0 turns them off):
