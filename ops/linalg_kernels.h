@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
 #include "ops/kernel_types.h"
@@ -50,6 +51,16 @@ struct SwapAxes {
   DataRef<T> a, y;
   int64_t outer = 1, n1 = 1, mid = 1, n2 = 1, inner = 1;
 };
+// The run of a (of `inner` elements) that y's run r holds: y[o, j, m, i] = a[o, i, m, j].
+TIDE_HOST_DEVICE int64_t swap_axes_source_run(int64_t r, int64_t n1, int64_t mid, int64_t n2) {
+  const int64_t i = r % n1;
+  r /= n1;
+  const int64_t m = r % mid;
+  r /= mid;
+  const int64_t j = r % n2;
+  const int64_t o = r / n2;
+  return ((o * n1 + i) * mid + m) * n2 + j;
+}
 // Each of `rows` rows of n elements: y = softmax(x) (log_softmax when log), computed as
 // x - max then exp / sum with the sum in double.
 template <class T>

@@ -151,14 +151,7 @@ void swap_axes(const KernelContext&, const SwapAxes<T>& t, const NoExtra&) {
   parallel_for(runs, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
-                   int64_t q = r;
-                   const int64_t i = q % n1;
-                   q /= n1;
-                   const int64_t m = q % mid;
-                   q /= mid;
-                   const int64_t j = q % n2;
-                   const int64_t o = q / n2;
-                   const T* src = pa + (((o * n1 + i) * mid + m) * n2 + j) * inner;
+                   const T* src = pa + swap_axes_source_run(r, n1, mid, n2) * inner;
                    std::copy(src, src + inner, py + r * inner);
                  }
                });

@@ -59,16 +59,7 @@ __global__ void swap_axes_elements(const T* a, T* y, int64_t n, int64_t n1, int6
   tide::cuda::await_prerequisite_grids();
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    int64_t q = idx;
-    const int64_t e = q % inner;
-    q /= inner;
-    const int64_t i = q % n1;
-    q /= n1;
-    const int64_t m = q % mid;
-    q /= mid;
-    const int64_t j = q % n2;
-    const int64_t o = q / n2;
-    y[idx] = a[(((o * n1 + i) * mid + m) * n2 + j) * inner + e];
+    y[idx] = a[swap_axes_source_run(idx / inner, n1, mid, n2) * inner + idx % inner];
   }
 }
 
