@@ -95,6 +95,23 @@ Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
   return cross_entropy(logits, targets.reshape({-1}));
 }
 
+Tensor GPT::forward_step(const Tensor& ids, GPTCache& cache) {
+  TIDE_CHECK(ids.defined() && ids.ndim() == 2 && ids.size(1) == 1 &&
+                 (ids.dtype() == DType::int64 || ids.dtype() == DType::int32),
+             "GPT", "forward_step expects token ids (B, 1) of int32/int64, got ",
+             ids.defined() ? ids.shape().str() + " " + std::string(tide::name(ids.dtype()))
+                           : std::string("an undefined tensor"));
+  TIDE_CHECK(cache.len < config_.block_size, "GPT", "the cache holds ", cache.len,
+             " positions, the model's context (block_size)");
+  if (cache.layers.size() != blocks_.size()) cache.layers.assign(blocks_.size(), KVCache{});
+  Tensor x = add(wte_->forward(ids), wpe_->weight().slice(cache.len, cache.len + 1));
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = blocks_[i]->forward_step(x, cache.layers[i], config_.block_size);
+  ++cache.len;
+  return matmul(ln_f_->forward(x).reshape({-1, config_.n_embd}), wte_->weight(),
+                MatmulOptions{.trans_b = true});
+}
+
 int64_t GPT::num_parameters() const {
   int64_t n = 0;
   for (const Tensor& p : parameters()) n += p.numel();
@@ -139,16 +156,27 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const Sam
   model.eval();
   NoGrad no_grad;
   const Device device = model.parameters().front().device();
-  const int64_t block = model.config().block_size, vocab = model.config().vocab_size;
+  const int64_t block = model.config().block_size;
   std::vector<int32_t> out = std::move(prompt);
+  GPTCache cache;
+  // Feeds tokens [from, out.size()) one position each; returns the last one's logits.
+  auto feed = [&](size_t from) {
+    Tensor logits;
+    for (size_t p = from; p < out.size(); ++p)
+      logits = model.forward_step(from_vector<int32_t>({out[p]}, {1, 1}, device), cache);
+    return logits;
+  };
+  auto restart = [&] {  // the last block / 2 tokens (at least one) in a fresh cache
+    cache = GPTCache{};
+    return feed(out.size() - size_t(std::max<int64_t>(1, block / 2)));
+  };
+  Tensor last = int64_t(out.size()) > block ? restart() : feed(0);
   for (int64_t i = 0; i < o.tokens_; ++i) {
-    const int64_t t = std::min<int64_t>(block, int64_t(out.size()));
-    std::vector<int32_t> ctx(out.end() - t, out.end());
-    Tensor ids = from_vector<int32_t>(ctx, {1, t}, device);
-    Tensor last = model.forward(ids).reshape({t, vocab}).slice(t - 1, t);
     const double u = rand({1}, DType::float64, gen, device).item<double>();
     if (last.dtype() != DType::float32) last = cast(last, DType::float32);
     out.push_back(sample_token(last.to_vector<float>(), o.temperature_, o.top_k_, u));
+    if (i + 1 == o.tokens_) break;
+    last = cache.len == block ? restart() : feed(out.size() - 1);
   }
   model.train(was_training);
   return out;

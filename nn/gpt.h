@@ -37,6 +37,12 @@ struct GPTConfig {
   void check() const;
 };
 
+// Every layer's keys and values of the positions fed so far (GPT::forward_step).
+struct GPTCache {
+  std::vector<KVCache> layers;
+  int64_t len = 0;
+};
+
 class GPT : public Module {
  public:
   // Throws as GPTConfig::check.
@@ -50,6 +56,12 @@ class GPT : public Module {
   // tensor. Throws "[GPT]" when targets' shape differs from ids'. Queued; does not wait.
   Tensor loss(const Tensor& ids, const Tensor& targets);
   std::string name() const override { return "GPT"; }
+  // The next position: ids (B, 1), the tokens at position cache.len, against the keys and
+  // values the cache holds of the positions before -> logits (B, vocab), what forward gives
+  // for the last position of the whole sequence (up to rounding). The cache grows by one
+  // position. Throws "[GPT]" for ids not (B, 1) int32/int64 or a cache already holding
+  // block_size positions. Queued; does not wait.
+  Tensor forward_step(const Tensor& ids, GPTCache& cache);
 
   const GPTConfig& config() const { return config_; }
   // Parameters in the model (the tied head counted once).
@@ -73,9 +85,11 @@ struct SampleOptions {
 };
 
 // Continues `prompt` (token ids, at least one) by sampling one token at a time from the
-// softmax of the last position's logits (the context cropped to the model's block_size),
-// with uniform draws from `gen` (Philox: the same seed gives the same text on every
-// device). Runs the model in eval mode and restores its mode. Waits for each token.
+// softmax of the last position's logits, with uniform draws from `gen` (Philox: the same
+// seed gives the same text on every device). Each token runs one position against a KV
+// cache (forward_step); when the context reaches the model's block_size, the cache restarts
+// from the last block_size / 2 tokens. Runs the model in eval mode and restores its mode.
+// Waits for each token.
 // Throws "[generate]" for an empty prompt, temperature <= 0 or top_k < 0.
 std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const SampleOptions& options,
                               Generator& gen = default_generator());

@@ -59,6 +59,37 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return y.reshape({b, t, c});
 }
 
+Tensor CausalSelfAttention::forward_step(const Tensor& x, KVCache& cache, int64_t capacity) {
+  TIDE_CHECK(x.ndim() == 3 && x.size(1) == 1 && x.size(2) == opt_.n_embd, "CausalSelfAttention",
+             "forward_step expects one position (B, 1, ", opt_.n_embd, "), got ", x.shape());
+  const int64_t b = x.size(0), c = opt_.n_embd, h = opt_.n_head, d = c / h;
+  if (!cache.k.defined()) {
+    cache.k = zeros({capacity, b, h, d}, x.dtype(), x.device());
+    cache.v = zeros({capacity, b, h, d}, x.dtype(), x.device());
+    cache.len = 0;
+  }
+  TIDE_CHECK(cache.k.size(1) == b, "CausalSelfAttention", "the cache holds a batch of ",
+             cache.k.size(1), ", the input ", b);
+  TIDE_CHECK(cache.len < cache.k.size(0), "CausalSelfAttention", "the cache is full (",
+             cache.k.size(0), " positions)");
+  // (B, 3C) as (B, 3, H, D) -> (3, B, H, D): q, k and v are rows of it.
+  Tensor qkv = swap_axes(c_attn_->forward(x.reshape({b, c})).reshape({b, 3, h, d}), 0, 1);
+  {
+    NoGrad ng;
+    cache.k.slice(cache.len, cache.len + 1).copy_(qkv.slice(1, 2));
+    cache.v.slice(cache.len, cache.len + 1).copy_(qkv.slice(2, 3));
+  }
+  ++cache.len;
+  // The rows seen, (len, B, H, D) -> (B, H, len, D); the query (1, B, H, D) is (B, H, 1, D).
+  auto seen = [&](const Tensor& t) {
+    return swap_axes(swap_axes(t.slice(0, cache.len), 0, 1), 1, 2);
+  };
+  Tensor y = scaled_dot_product_attention(qkv.slice(0, 1).reshape({b, h, 1, d}), seen(cache.k),
+                                          seen(cache.v), /*causal=*/false);
+  // (B, H, 1, D) is (B, C) in memory: the heads in order.
+  return drop_->forward(c_proj_->forward(y.reshape({b, c}))).reshape({b, 1, c});
+}
+
 MLP::MLP(const BlockOptions& opt, Generator& gen) : opt_(opt) {
   TIDE_CHECK(opt.n_embd >= 1 && opt.n_layer_ >= 1, "MLP", "needs n_embd and n_layer >= 1, got ",
              opt.n_embd, " and ", opt.n_layer_);
@@ -84,6 +115,11 @@ Block::Block(const BlockOptions& opt, Generator& gen) {
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(opt, gen));
   ln_2_ = register_module("ln_2", norm());
   mlp_ = register_module("mlp", std::make_shared<MLP>(opt, gen));
+}
+
+Tensor Block::forward_step(const Tensor& x, KVCache& cache, int64_t capacity) {
+  Tensor r = add(x, attn_->forward_step(ln_1_->forward(x), cache, capacity));
+  return add(r, mlp_->forward(ln_2_->forward(r)));
 }
 
 Tensor Block::forward(const Tensor& x) {

@@ -2,8 +2,9 @@
 // (GELU, tanh form) and the pre-norm Block that adds both to the residual stream.
 // Parameter names are GPT-2's (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, ln_1, ln_2)
 // and tide's Linear layout (in, out) is GPT-2's Conv1D layout, so a GPT-2 state dict maps
-// one to one. Inputs are (B, T, C). Not here: attention dropout, a KV cache, grouped
-// key/value heads.
+// one to one. Inputs are (B, T, C); forward_step takes one new position (B, 1, C) against a
+// KVCache of the keys and values before it (generation). Not here: attention dropout,
+// grouped key/value heads.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,13 @@ struct BlockOptions {
   TIDE_ARG_AS(DType, dtype, param_dtype) = DType::float32;
 };
 
+// One layer's keys and values of the positions seen so far, for generation: k and v are
+// (capacity, B, H, D), rows [0, len) filled.
+struct KVCache {
+  Tensor k, v;
+  int64_t len = 0;
+};
+
 // Weights ~ N(0, 0.02^2) and zero biases (GPT-2's initialisation); the residual
 // projections (c_proj) use std 0.02 / sqrt(2 * n_layer).
 class CausalSelfAttention : public Module {
@@ -36,6 +44,11 @@ class CausalSelfAttention : public Module {
   // causal mask over each head, the output projection. Throws "[CausalSelfAttention]"
   // naming the shape unless x is (B, T, C). Queued; does not wait.
   Tensor forward(const Tensor& x) override;
+  // x (B, 1, C), the next position: its k and v are written at row cache.len (the cache is
+  // made on the first call, with `capacity` rows) and it attends to rows [0, len]; len
+  // grows by one. Throws "[CausalSelfAttention]" naming the shape unless x is (B, 1, C), or
+  // when the cache is full or was made for another batch. Queued; does not wait.
+  Tensor forward_step(const Tensor& x, KVCache& cache, int64_t capacity);
   std::string name() const override { return "CausalSelfAttention"; }
 
  private:
@@ -61,6 +74,8 @@ class Block : public Module {
  public:
   explicit Block(const BlockOptions& opt, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // forward for one new position (B, 1, C) with the attention's cache (see above).
+  Tensor forward_step(const Tensor& x, KVCache& cache, int64_t capacity);
   std::string name() const override { return "Block"; }
 
  private:

@@ -223,6 +223,31 @@ TEST(GPTModel, LogitsShapeAndCausality) {
             std::vector<float>(b.begin() + 55, b.begin() + 66));
 }
 
+// Position by position through the KV cache, the logits are the full forward's at each
+// position (float64: up to rounding of a different summation order).
+TEST(GPTModel, KvCacheStepsGiveTheFullForwardsLogits) {
+  GPT m(tiny());
+  load(m, kData + "/gpt_parity_init.safetensors");
+  m.eval();
+  const std::vector<int64_t> ids{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};  // B = 2, T = 8
+  std::vector<double> full = m.forward(from_vector<int64_t>(ids, {2, 8})).to_vector<double>();
+  GPTCache cache;
+  for (int64_t p = 0; p < 8; ++p) {
+    Tensor step =
+        m.forward_step(from_vector<int64_t>({ids[size_t(p)], ids[size_t(8 + p)]}, {2, 1}), cache);
+    ASSERT_EQ(step.shape(), Shape({2, 11}));
+    std::vector<double> v = step.to_vector<double>();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t j = 0; j < 11; ++j)
+        EXPECT_NEAR(v[size_t(b * 11 + j)], full[size_t((b * 8 + p) * 11 + j)], 1e-12)
+            << "batch " << b << " position " << p << " token " << j;
+  }
+  EXPECT_EQ(cache.len, 8);
+  EXPECT_ERROR_HAS(m.forward_step(zeros({2, 1}, DType::int64), cache), "[GPT]", "block_size");
+  GPTCache other;
+  EXPECT_ERROR_HAS(m.forward_step(zeros({2, 2}, DType::int64), other), "[GPT]", "(2, 2)");
+}
+
 TEST(GPTModel, SamplingIsSeededAndStaysInTheVocabulary) {
   Generator init(7);
   GPT m(tiny(DType::float32), init);
