@@ -4,7 +4,11 @@
 # experiments with --device cuda, the CUDA benchmarks and the PyTorch anchors, and writes
 # one report.
 #   bash scripts/gpu_check.sh [STAGE] [REPORT_DIR]
-# STAGE: quick, all (default), or one of build, test, sanitize, experiments, bench.
+# STAGE: quick, all (default), gpt, or one of build, test, sanitize, experiments, bench.
+#   gpt: builds the tide command, then GPT-2 124M (batch 8, context 1024, float32) for
+#     TIDE_GPT_STEPS (30) steps each: tide eager and traced, PyTorch eager and torch.compile
+#     (bench/peers/gpt_step.py), each boxed at TIDE_GPT_BOX (120) seconds; the JSON lines are
+#     gpt_*.json in the report folder. Needs .data/text (bash scripts/gpu_prepare.sh here).
 #   quick: build, every GPU test, memcheck of the tests no GPU has run yet (QUICK_MEMCHECK
 #     below), the benchmarks with 3 repetitions, the PyTorch anchor and the targets'
 #     verdicts, each stage time-boxed (TIDE_QUICK_BOX_* seconds) so that a slow one cannot
@@ -253,6 +257,32 @@ quick() {
   log "quick: $((SECONDS - t0)) s"
 }
 
+gpt() {
+  if [ ! -f build-gpu/CMakeCache.txt ]; then configure || return; fi
+  run build_cli cmake --build build-gpu -j "$jobs" --target tide_cli || return
+  local tide=build-gpu/examples/tide steps=${TIDE_GPT_STEPS:-30} box=${TIDE_GPT_BOX:-120} mode
+  local data=.data/text/shakespeare.txt
+  if [ ! -f "$data" ] || [ ! -f .data/text/gpt2/vocab.bpe ]; then
+    log "gpt: no .data/text (bash scripts/gpu_prepare.sh, then carry .data), skipped"
+    return
+  fi
+  for mode in eager traced; do
+    boxed "$box" "gpt_tide_$mode" "$tide" gpt train --preset gpt2-124m --device cuda \
+      --mode $mode --steps "$steps" --batch 8 --eval-every 0 --eval-batches 2 \
+      --sample-tokens 0 --data "$data" --json "$report_dir/gpt_tide_$mode.json"
+  done
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    for mode in eager compile; do
+      boxed "$box" "gpt_torch_$mode" sh -c "python3 bench/peers/gpt_step.py --preset gpt2-124m \
+        --device cuda --mode $mode --steps $steps --batch 8 --eval-batches 2 \
+        > '$report_dir/gpt_torch_$mode.json'"
+    done
+  else
+    log "PyTorch with CUDA: not available, no GPT anchor"
+  fi
+  log "gpt: $(cat "$report_dir"/gpt_*.json 2>/dev/null | tr '\n' ' ')"
+}
+
 : >"$report"
 log "# tide gpu_check: $stage, $(date -u +'%Y-%m-%d %H:%M UTC')"
 log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi: not available')"
@@ -266,8 +296,9 @@ case "$stage" in
   sanitize) sanitize ;;
   experiments) experiments ;;
   bench) bench ;;
+  gpt) gpt ;;
   all) build && { tests; experiments; bench; sanitize; } ;;  # the slowest, memcheck, last
-  *) echo "usage: bash scripts/gpu_check.sh [quick|all|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_check.sh [quick|all|gpt|build|test|sanitize|experiments|bench] [REPORT_DIR]" >&2; exit 2 ;;
 esac
 log "gpu_check $stage: $([ $status -eq 0 ] && echo passed || echo FAILED)"
 exit $status

@@ -35,3 +35,4 @@ if [ "$total" -gt 64 ]; then
 fi
 echo "carry (${total} MiB): ${carry[*]}"
 echo "run:   TIDE_FASHION_MNIST=.data/fashion-mnist bash scripts/gpu_check.sh quick"
+echo "then:  bash scripts/gpu_check.sh gpt   (GPT-2 124M against PyTorch, about 8 minutes)"

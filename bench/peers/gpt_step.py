@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The character GPT of `tide gpt train --preset char` in PyTorch, on the CPU, as a new user
-writes it (nanoGPT's model: pre-norm blocks, GELU tanh, causal attention through
+"""The GPT of `tide gpt train` in PyTorch, as a new user writes it (nanoGPT's model: pre-norm blocks, GELU tanh, causal attention through
 F.scaled_dot_product_attention, the head tied to the token embedding; 4 layers, 4 heads,
 width 128, context 64, batch 12; AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the
 2-D weights only, gradients clipped to norm 1.0; warmup + cosine schedule as tide's).
 
   --mode eager     plain PyTorch, torch.set_num_threads(os.cpu_count()) (its default)
   --mode compile   the model's forward through torch.compile (default backend)
+  --preset char (default) or gpt2-124m (12 layers, 12 heads, width 768, context 1024, GPT-2's
+                   50257 tokens; the batches are then random token windows: the tokenizer does
+                   not change the step's time)
+  --device cpu (default) or cuda (timed with torch.cuda.synchronize through float(loss))
 
 Data: --data FILE (UTF-8 text; a character vocabulary, a 90/10 train/validation split, random
 windows from a seeded generator), as tide does; the numbers differ (different generators).
@@ -79,11 +82,13 @@ def lr_at(it, lr, min_lr, warmup, decay):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data")
+    ap.add_argument("--preset", choices=["char", "gpt2-124m"], default="char")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--ctx", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=0)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=0)
@@ -92,11 +97,21 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(os.cpu_count())
-    raw = open(a.data, "rb").read()
-    vocab = sorted(set(raw))
-    table = np.zeros(256, dtype=np.int64)
-    table[vocab] = np.arange(len(vocab))
-    tokens = torch.from_numpy(table[np.frombuffer(raw, dtype=np.uint8)])
+    dev = torch.device(a.device)
+    if a.preset == "char":
+        if not a.data:
+            ap.error("--preset char needs --data FILE")
+        layers, heads, width, block = 4, 4, 128, 64
+        raw = open(a.data, "rb").read()
+        vocab = sorted(set(raw))
+        table = np.zeros(256, dtype=np.int64)
+        table[vocab] = np.arange(len(vocab))
+        tokens = torch.from_numpy(table[np.frombuffer(raw, dtype=np.uint8)])
+        n_vocab = len(vocab)
+    else:
+        layers, heads, width, block, n_vocab = 12, 12, 768, 1024, 50257
+        tokens = torch.randint(n_vocab, (4_000_000,), generator=torch.Generator().manual_seed(1))
+    a.ctx = a.ctx or block
     split = int(len(tokens) * 0.9)
     train, val = tokens[:split], tokens[split:]
     gen = torch.Generator().manual_seed(a.seed)
@@ -105,9 +120,9 @@ def main():
         ix = torch.randint(len(src) - a.ctx - 1, (a.batch,), generator=gen)
         x = torch.stack([src[i : i + a.ctx] for i in ix])
         y = torch.stack([src[i + 1 : i + 1 + a.ctx] for i in ix])
-        return x, y
+        return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
-    model = GPT(len(vocab), a.ctx, 4, 4, 128)
+    model = GPT(n_vocab, block, layers, heads, width).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -141,6 +156,9 @@ def main():
     vl = val_loss()
     ms = statistics.median(times[len(times) // 2 :]) * 1e3
     print(json.dumps({"framework": "torch", "version": torch.__version__, "mode": a.mode,
+                      "preset": a.preset, "device": a.device, "batch": a.batch, "ctx": a.ctx,
+                      "peak_mb": (torch.cuda.max_memory_allocated() / 2**20
+                                  if dev.type == "cuda" else None),
                       "steps": a.steps, "ms_per_step": ms,
                       "tokens_per_s": a.batch * a.ctx / (ms / 1e3),
                       "train_loss": statistics.fmean(losses[-50:]), "val_loss": vl,
