@@ -17,9 +17,12 @@
 
 #include "core/thread_pool.h"
 #include "ops/attention_kernels.h"
+#include "ops/cpu/isa_parallel.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
+
+using tide::detail::isa_parallel_for;
 
 namespace {
 
@@ -34,7 +37,8 @@ int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 // x (n, d) rows j0 .. j0 + nc transposed into xt (d, nc), so that the products with one
 // query row run along the keys.
 template <class T>
-void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d, T* xt) {
+[[gnu::always_inline]] inline void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d,
+                                                  T* xt) {
   for (int64_t j = 0; j < nc; ++j) {
     const T* r = x + (j0 + j) * d;
     for (int64_t c = 0; c < d; ++c) xt[c * nc + j] = r[c];
@@ -43,7 +47,8 @@ void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d, T* xt) {
 
 // out[j] = a . xt[:, j] for the nc columns of a transposed tile.
 template <class T>
-void row_times_tile(const T* a, const T* xt, int64_t nc, int64_t d, T* out) {
+[[gnu::always_inline]] inline void row_times_tile(const T* a, const T* xt, int64_t nc, int64_t d,
+                                                  T* out) {
   std::fill(out, out + nc, T(0));
   for (int64_t c = 0; c < d; ++c) {
     const T ac = a[c];
@@ -63,58 +68,61 @@ void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
   const T* v = a.v.get();
   T* out = a.out.get();
   T* lse = a.lse.get();
-  parallel_for(a.bh * qblocks, grain_for(4 * kRows * s * d), [&](int64_t w0, int64_t w1) {
-    std::vector<T> kt(size_t(d * kCols)), sc(static_cast<size_t>(kCols)), acc(size_t(kRows * d));
-    T m[kRows], l[kRows];
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
-      const T* Q = q + (b * t + i0) * d;
-      const T* K = k + b * s * d;
-      const T* V = v + b * s * d;
-      std::fill(acc.begin(), acc.end(), T(0));
-      std::fill(m, m + kRows, -std::numeric_limits<T>::infinity());
-      std::fill(l, l + kRows, T(0));
-      // Under the causal mask no query of this block sees a key past its last row.
-      const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
-      for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
-        const int64_t nc = std::min(kCols, j_end - j0);
-        transpose_tile(K, j0, nc, d, kt.data());
-        for (int64_t r = 0; r < nr; ++r) {
-          T* p = sc.data();
-          row_times_tile(Q + r * d, kt.data(), nc, d, p);
-          const int64_t last = a.causal ? i0 + r - j0 : nc - 1;  // last key seen, tile-relative
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < nc; ++j) {
-            p[j] = j <= last ? p[j] * scale : -std::numeric_limits<T>::infinity();
-            mx = std::max(mx, p[j]);
+  isa_parallel_for(
+      a.bh * qblocks,
+      grain_for(4 * kRows * s * d), [&](int64_t w0, int64_t w1) __attribute__((always_inline)) {
+        std::vector<T> kt(size_t(d * kCols)), sc(static_cast<size_t>(kCols)),
+            acc(size_t(kRows * d));
+        T m[kRows], l[kRows];
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
+          const T* Q = q + (b * t + i0) * d;
+          const T* K = k + b * s * d;
+          const T* V = v + b * s * d;
+          std::fill(acc.begin(), acc.end(), T(0));
+          std::fill(m, m + kRows, -std::numeric_limits<T>::infinity());
+          std::fill(l, l + kRows, T(0));
+          // Under the causal mask no query of this block sees a key past its last row.
+          const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
+          for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+            const int64_t nc = std::min(kCols, j_end - j0);
+            transpose_tile(K, j0, nc, d, kt.data());
+            for (int64_t r = 0; r < nr; ++r) {
+              T* p = sc.data();
+              row_times_tile(Q + r * d, kt.data(), nc, d, p);
+              const int64_t last = a.causal ? i0 + r - j0 : nc - 1;  // last key seen, tile-relative
+              T mx = -std::numeric_limits<T>::infinity();
+              for (int64_t j = 0; j < nc; ++j) {
+                p[j] = j <= last ? p[j] * scale : -std::numeric_limits<T>::infinity();
+                mx = std::max(mx, p[j]);
+              }
+              // The first block holds key 0, which every query sees: m is finite from then on.
+              const T m_new = std::max(m[r], mx), corr = std::exp(m[r] - m_new);
+              T sum = 0;
+              for (int64_t j = 0; j < nc; ++j) {
+                p[j] = std::exp(p[j] - m_new);
+                sum += p[j];
+              }
+              l[r] = l[r] * corr + sum;
+              m[r] = m_new;
+              T* o = acc.data() + r * d;
+              for (int64_t c = 0; c < d; ++c) o[c] *= corr;
+              for (int64_t j = 0; j < nc; ++j) {
+                const T pj = p[j];
+                const T* vr = V + (j0 + j) * d;
+                for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
+              }
+            }
           }
-          // The first block holds key 0, which every query sees: m is finite from then on.
-          const T m_new = std::max(m[r], mx), corr = std::exp(m[r] - m_new);
-          T sum = 0;
-          for (int64_t j = 0; j < nc; ++j) {
-            p[j] = std::exp(p[j] - m_new);
-            sum += p[j];
-          }
-          l[r] = l[r] * corr + sum;
-          m[r] = m_new;
-          T* o = acc.data() + r * d;
-          for (int64_t c = 0; c < d; ++c) o[c] *= corr;
-          for (int64_t j = 0; j < nc; ++j) {
-            const T pj = p[j];
-            const T* vr = V + (j0 + j) * d;
-            for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
+          for (int64_t r = 0; r < nr; ++r) {
+            const T inv = T(1) / l[r];
+            const T* o = acc.data() + r * d;
+            T* y = out + (b * t + i0 + r) * d;
+            for (int64_t c = 0; c < d; ++c) y[c] = o[c] * inv;
+            lse[b * t + i0 + r] = m[r] + std::log(l[r]);
           }
         }
-      }
-      for (int64_t r = 0; r < nr; ++r) {
-        const T inv = T(1) / l[r];
-        const T* o = acc.data() + r * d;
-        T* y = out + (b * t + i0 + r) * d;
-        for (int64_t c = 0; c < d; ++c) y[c] = o[c] * inv;
-        lse[b * t + i0 + r] = m[r] + std::log(l[r]);
-      }
-    }
-  });
+      });
 }
 
 template <class T>
@@ -140,9 +148,10 @@ namespace {
 // k and v tiles): p[j] = the probability, ds[j] = scale * p * (dout_i . v_j - delta_i),
 // zero where the causal mask hides key j.
 template <class T>
-void probs_and_dscores(const T* qi, const T* doi, const T* kt, const T* vt, int64_t i, int64_t j0,
-                       int64_t nc, int64_t d, bool causal, T scale, T lse_i, T delta_i, T* p,
-                       T* ds) {
+[[gnu::always_inline]] inline void probs_and_dscores(const T* qi, const T* doi, const T* kt,
+                                                     const T* vt, int64_t i, int64_t j0, int64_t nc,
+                                                     int64_t d, bool causal, T scale, T lse_i,
+                                                     T delta_i, T* p, T* ds) {
   row_times_tile(qi, kt, nc, d, p);
   row_times_tile(doi, vt, nc, d, ds);
   for (int64_t j = 0; j < nc; ++j) {
@@ -167,71 +176,76 @@ void attention_grad_two_pass(const AttentionGrad<T>& a) {
   const T* delta = lse + rows;
   // dk and dv: one item per (batch*head, key block), the queries added in order.
   const int64_t kblocks = blocks(s, kCols);
-  parallel_for(a.bh * kblocks, grain_for(8 * kCols * t * d), [&](int64_t w0, int64_t w1) {
-    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
-        ds(static_cast<size_t>(kCols));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / kblocks, j0 = (w % kblocks) * kCols, nc = std::min(kCols, s - j0);
-      transpose_tile(k + b * s * d, j0, nc, d, kt.data());
-      transpose_tile(v + b * s * d, j0, nc, d, vt.data());
-      T* dk = a.dk.get() + (b * s + j0) * d;
-      T* dv = a.dv.get() + (b * s + j0) * d;
-      std::fill(dk, dk + nc * d, T(0));
-      std::fill(dv, dv + nc * d, T(0));
-      // Under the causal mask queries before j0 see none of these keys.
-      for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
-        const int64_t r = b * t + i;
-        const T* qi = q + r * d;
-        const T* doi = dout + r * d;
-        probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
-                          delta[r], p.data(), ds.data());
-        for (int64_t j = 0; j < nc; ++j) {
-          const T pj = p[j], dsj = ds[j];
-          T* dkj = dk + j * d;
-          T* dvj = dv + j * d;
-          for (int64_t c = 0; c < d; ++c) {
-            dvj[c] += pj * doi[c];
-            dkj[c] += dsj * qi[c];
+  isa_parallel_for(
+      a.bh * kblocks,
+      grain_for(8 * kCols * t * d), [&](int64_t w0, int64_t w1) __attribute__((always_inline)) {
+        std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+            ds(static_cast<size_t>(kCols));
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t b = w / kblocks, j0 = (w % kblocks) * kCols, nc = std::min(kCols, s - j0);
+          transpose_tile(k + b * s * d, j0, nc, d, kt.data());
+          transpose_tile(v + b * s * d, j0, nc, d, vt.data());
+          T* dk = a.dk.get() + (b * s + j0) * d;
+          T* dv = a.dv.get() + (b * s + j0) * d;
+          std::fill(dk, dk + nc * d, T(0));
+          std::fill(dv, dv + nc * d, T(0));
+          // Under the causal mask queries before j0 see none of these keys.
+          for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
+            const int64_t r = b * t + i;
+            const T* qi = q + r * d;
+            const T* doi = dout + r * d;
+            probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
+                              delta[r], p.data(), ds.data());
+            for (int64_t j = 0; j < nc; ++j) {
+              const T pj = p[j], dsj = ds[j];
+              T* dkj = dk + j * d;
+              T* dvj = dv + j * d;
+              for (int64_t c = 0; c < d; ++c) {
+                dvj[c] += pj * doi[c];
+                dkj[c] += dsj * qi[c];
+              }
+            }
           }
         }
-      }
-    }
-  });
+      });
   // dq: one item per (batch*head, query block), the keys added in order.
   const int64_t qblocks = blocks(t, kRows);
-  parallel_for(a.bh * qblocks, grain_for(8 * kRows * s * d), [&](int64_t w0, int64_t w1) {
-    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
-        ds(static_cast<size_t>(kCols));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
-      T* dq = a.dq.get() + (b * t + i0) * d;
-      std::fill(dq, dq + nr * d, T(0));
-      const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
-      for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
-        const int64_t nc = std::min(kCols, j_end - j0);
-        transpose_tile(k + b * s * d, j0, nc, d, kt.data());
-        transpose_tile(v + b * s * d, j0, nc, d, vt.data());
-        for (int64_t ii = 0; ii < nr; ++ii) {
-          const int64_t i = i0 + ii, r = b * t + i;
-          probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), i, j0, nc, d, a.causal,
-                            scale, lse[r], delta[r], p.data(), ds.data());
-          T* dqi = dq + ii * d;
-          for (int64_t j = 0; j < nc; ++j) {
-            const T dsj = ds[j];
-            const T* kj = k + (b * s + j0 + j) * d;
-            for (int64_t c = 0; c < d; ++c) dqi[c] += dsj * kj[c];
+  isa_parallel_for(
+      a.bh * qblocks,
+      grain_for(8 * kRows * s * d), [&](int64_t w0, int64_t w1) __attribute__((always_inline)) {
+        std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+            ds(static_cast<size_t>(kCols));
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
+          T* dq = a.dq.get() + (b * t + i0) * d;
+          std::fill(dq, dq + nr * d, T(0));
+          const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
+          for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+            const int64_t nc = std::min(kCols, j_end - j0);
+            transpose_tile(k + b * s * d, j0, nc, d, kt.data());
+            transpose_tile(v + b * s * d, j0, nc, d, vt.data());
+            for (int64_t ii = 0; ii < nr; ++ii) {
+              const int64_t i = i0 + ii, r = b * t + i;
+              probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), i, j0, nc, d,
+                                a.causal, scale, lse[r], delta[r], p.data(), ds.data());
+              T* dqi = dq + ii * d;
+              for (int64_t j = 0; j < nc; ++j) {
+                const T dsj = ds[j];
+                const T* kj = k + (b * s + j0 + j) * d;
+                for (int64_t c = 0; c < d; ++c) dqi[c] += dsj * kj[c];
+              }
+            }
           }
         }
-      }
-    }
-  });
+      });
 }
 
 // dv += p * do, dk += ds * q, dq += ds * k over one row of d: restrict, so the loop
 // vectorises (three outputs that might alias would keep it scalar).
 template <class T>
-void add_three(T* __restrict dv, T* __restrict dk, T* __restrict dq, const T* __restrict doi,
-               const T* __restrict qi, const T* __restrict kj, T p, T ds, int64_t d) {
+[[gnu::always_inline]] inline void add_three(T* __restrict dv, T* __restrict dk, T* __restrict dq,
+                                             const T* __restrict doi, const T* __restrict qi,
+                                             const T* __restrict kj, T p, T ds, int64_t d) {
   for (int64_t c = 0; c < d; ++c) {
     dv[c] += p * doi[c];
     dk[c] += ds * qi[c];
@@ -249,39 +263,40 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
   const T scale = T(a.scale);
   const T* lse = a.stats.get();
   const T* delta = lse + rows;
-  parallel_for(a.bh, grain_for(16 * t * s * d), [&](int64_t b0, int64_t b1) {
-    std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
-        ds(static_cast<size_t>(kCols));
-    for (int64_t b = b0; b < b1; ++b) {
-      const T* K = a.k.get() + b * s * d;
-      const T* V = a.v.get() + b * s * d;
-      T* dq = a.dq.get() + b * t * d;
-      std::fill(dq, dq + t * d, T(0));
-      std::fill(a.dk.get() + b * s * d, a.dk.get() + (b + 1) * s * d, T(0));
-      std::fill(a.dv.get() + b * s * d, a.dv.get() + (b + 1) * s * d, T(0));
-      for (int64_t j0 = 0; j0 < s; j0 += kCols) {
-        const int64_t nc = std::min(kCols, s - j0);
-        transpose_tile(K, j0, nc, d, kt.data());
-        transpose_tile(V, j0, nc, d, vt.data());
-        T* dk = a.dk.get() + (b * s + j0) * d;
-        T* dv = a.dv.get() + (b * s + j0) * d;
-        for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
-          const int64_t r = b * t + i;
-          const T* qi = a.q.get() + r * d;
-          const T* doi = a.dout.get() + r * d;
-          probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
-                            delta[r], p.data(), ds.data());
-          T* dqi = dq + i * d;
-          for (int64_t j = 0; j < nc; ++j) {
-            const T pj = p[j], dsj = ds[j];
-            T* dkj = dk + j * d;
-            T* dvj = dv + j * d;
-            add_three(dvj, dkj, dqi, doi, qi, K + (j0 + j) * d, pj, dsj, d);
+  isa_parallel_for(
+      a.bh, grain_for(16 * t * s * d), [&](int64_t b0, int64_t b1) __attribute__((always_inline)) {
+        std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
+            ds(static_cast<size_t>(kCols));
+        for (int64_t b = b0; b < b1; ++b) {
+          const T* K = a.k.get() + b * s * d;
+          const T* V = a.v.get() + b * s * d;
+          T* dq = a.dq.get() + b * t * d;
+          std::fill(dq, dq + t * d, T(0));
+          std::fill(a.dk.get() + b * s * d, a.dk.get() + (b + 1) * s * d, T(0));
+          std::fill(a.dv.get() + b * s * d, a.dv.get() + (b + 1) * s * d, T(0));
+          for (int64_t j0 = 0; j0 < s; j0 += kCols) {
+            const int64_t nc = std::min(kCols, s - j0);
+            transpose_tile(K, j0, nc, d, kt.data());
+            transpose_tile(V, j0, nc, d, vt.data());
+            T* dk = a.dk.get() + (b * s + j0) * d;
+            T* dv = a.dv.get() + (b * s + j0) * d;
+            for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
+              const int64_t r = b * t + i;
+              const T* qi = a.q.get() + r * d;
+              const T* doi = a.dout.get() + r * d;
+              probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale,
+                                lse[r], delta[r], p.data(), ds.data());
+              T* dqi = dq + i * d;
+              for (int64_t j = 0; j < nc; ++j) {
+                const T pj = p[j], dsj = ds[j];
+                T* dkj = dk + j * d;
+                T* dvj = dv + j * d;
+                add_three(dvj, dkj, dqi, doi, qi, K + (j0 + j) * d, pj, dsj, d);
+              }
+            }
           }
         }
-      }
-    }
-  });
+      });
 }
 
 template <class T>
