@@ -20,17 +20,15 @@ template <class F>
 void isa_parallel_for(int64_t n, int64_t grain, F&& body) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const int isa = __builtin_cpu_supports("avx512f") ? 2
-                         : __builtin_cpu_supports("avx2") ? 1
-                                                          : 0;
+                         : __builtin_cpu_supports("avx2")  ? 1
+                                                           : 0;
   if (isa == 2)
-    parallel_for(n, grain, [&](int64_t a, int64_t b) __attribute__((target("avx512f"))) {
-      body(a, b);
-    });
+    parallel_for(
+        n, grain, [&](int64_t a, int64_t b) __attribute__((target("avx512f"))) { body(a, b); });
   else if (isa == 1)
-    parallel_for(n, grain,
-                 [&](int64_t a, int64_t b) __attribute__((target("avx2"))) { body(a, b); });
-  else
-    parallel_for(n, grain, body);
+    parallel_for(
+        n, grain, [&](int64_t a, int64_t b) __attribute__((target("avx2"))) { body(a, b); });
+  else parallel_for(n, grain, body);
 #else
   parallel_for(n, grain, body);
 #endif
