@@ -17,7 +17,11 @@
 //
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
-// Not done here: data parallelism, checkpoints during training, resuming.
+// Under mpirun (`mpirun -np N tide gpt train`): data-parallel over the MPI world group. Each
+// rank draws its own windows (seed + rank) with batch / N of them, dist::DataParallel
+// averages the gradients after each backward (inside the traced step with --mode traced),
+// and the losses printed are means over the ranks; rank 0 alone prints, samples and saves.
+// Not done here: checkpoints during training, resuming.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -30,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/data_parallel.h"
+#include "dist/mpi.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
@@ -162,11 +168,28 @@ void write_text(const std::string& opt, const std::string& path, const std::stri
 
 double mb(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
+// The 0-d losses as one 1-D tensor (queued copies into its rows), for one all-reduce.
+Tensor stack_losses(const std::vector<Tensor>& losses) {
+  Tensor all = zeros({int64_t(losses.size())}, losses.front().dtype(), losses.front().device());
+  for (size_t i = 0; i < losses.size(); ++i)
+    all.slice(int64_t(i), int64_t(i) + 1).copy_(losses[i].reshape({1}));
+  return all;
+}
+
 }  // namespace
 
 int gpt_train(const Args& args, const GlobalOptions& global) {
   const TrainArgs a = parse_train(args);
   const Device device = global.device;
+  // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" without it).
+  dist::ProcessGroup* group = nullptr;
+  if (!dist::launched_by_mpirun().empty()) group = &dist::mpi_world();
+  const int ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  if (a.batch % ranks != 0)
+    throw UsageError("--batch " + std::to_string(a.batch) + " must be a multiple of the " +
+                     std::to_string(ranks) + " ranks (each takes batch / ranks windows)");
+  std::ostringstream silent;
+  std::ostream& out = rank == 0 ? std::cout : silent;
   const std::string corpus_text = [&] {
     std::ifstream f(a.data, std::ios::binary);
     if (!f.good())
@@ -193,6 +216,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   model.to(device);  // before the optimizer, whose state is made where the parameters are
   train::AdamW opt(train::decay_groups(model, kWeightDecay),
                    train::AdamOptions(a.lr).betas(0.9, 0.99));
+  std::unique_ptr<dist::DataParallel> ddp;
+  if (group) ddp = std::make_unique<dist::DataParallel>(model, *group);
   train::WarmupCosine sched(
       opt, WarmupCosineOptions().lr(a.lr).min_lr(a.lr / 10).warmup(a.warmup).decay_steps(a.steps));
   auto make_loader = [&](text::Split s, uint64_t seed) {
@@ -201,23 +226,25 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
         text::TextLoaderOptions().batch_size(a.batch).block_size(ctx).seed(seed).split(s).device(
             device));
   };
-  auto train_data = make_loader(text::Split::train, uint64_t(a.seed));
+  auto train_data = make_loader(text::Split::train, uint64_t(a.seed) + uint64_t(rank));
 
-  std::cout << "gpt: " << a.preset << " model, " << model.num_parameters() << " parameters ("
-            << cfg.n_layer << " layers, " << cfg.n_head << " heads, width " << cfg.n_embd
-            << "), context " << ctx << ", vocabulary " << cfg.vocab_size << " (" << tok->name()
-            << ")\n"
-            << "data: " << a.data << ", " << corpus->size() << " tokens (" << corpus->train_size()
-            << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
-            << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
-            << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm
-            << ", " << a.mode << ", policy " << a.policy.str() << ", device "
-            << device_label(device) << "\n";
+  out << "gpt: " << a.preset << " model, " << model.num_parameters() << " parameters ("
+      << cfg.n_layer << " layers, " << cfg.n_head << " heads, width " << cfg.n_embd << "), context "
+      << ctx << ", vocabulary " << cfg.vocab_size << " (" << tok->name() << ")\n"
+      << "data: " << a.data << ", " << corpus->size() << " tokens (" << corpus->train_size()
+      << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
+      << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
+      << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
+      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << "\n";
+  if (group)
+    out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
+        << a.batch / ranks << " per rank, gradients averaged after each backward\n";
 
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss = model.loss(x, y);
     loss.backward();
+    if (ddp) ddp->reduce_gradients();  // queued: the update waits for it by hazard tracking
     opt.clip_grad_norm(kMaxNorm);
     sched.step();
     opt.step();
@@ -247,7 +274,9 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   losses.reserve(size_t(a.steps));
   std::vector<double> step_ms;
   std::vector<std::pair<int64_t, double>> vals;
-  train::ProgressBar bar("train", a.steps);
+  auto bar_ptr = rank == 0 ? std::make_unique<train::ProgressBar>("train", a.steps)
+                           : std::make_unique<train::ProgressBar>("train", a.steps, silent, false);
+  train::ProgressBar& bar = *bar_ptr;
   const auto t_start = Clock::now();
   auto t_half = t_start;
   double eval_s = 0;
@@ -279,8 +308,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       vals.emplace_back(s + 1, val_loss());
       eval_s += seconds_since(te);
       std::cerr << (bar.enabled() ? "\n" : "");
-      std::cout << "step " << s + 1 << ": val loss " << format_fixed(vals.back().second, 4)
-                << std::endl;
+      out << "step " << s + 1 << ": val loss " << format_fixed(vals.back().second, 4) << std::endl;
     }
   }
   wait_all();
@@ -291,7 +319,14 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   vals.emplace_back(a.steps, val_loss());
 
   std::vector<double> loss_values;
-  for (const Tensor& l : losses) loss_values.push_back(l.item<double>());
+  if (group) {  // each step's loss, averaged over the ranks (one all-reduce of them all)
+    NoGrad ng;
+    Tensor all = cast(stack_losses(losses), DType::float64);
+    group->all_reduce(all);
+    for (double v : all.to_vector<double>()) loss_values.push_back(v / double(ranks));
+  } else {
+    for (const Tensor& l : losses) loss_values.push_back(l.item<double>());
+  }
   const int64_t second_half = a.steps - a.steps / 2;
   double ms_per_step = 0;
   if (a.policy.kind == train::SyncPolicy::per_batch)
@@ -302,17 +337,17 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   for (size_t i = loss_values.size() - tail; i < loss_values.size(); ++i)
     train_loss += loss_values[i] / double(tail);
   const double tokens_per_s = double(a.batch * ctx) / (ms_per_step / 1e3);
-  std::cout << "done: " << a.steps << " steps in " << format_fixed(train_s, 1) << " s, "
-            << format_fixed(ms_per_step, 2) << " ms/step, " << format_fixed(tokens_per_s, 0)
-            << " tokens/s, train loss " << format_fixed(train_loss, 4) << ", val loss "
-            << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1)
-            << " MB\n";
+  out << "done: " << a.steps << " steps in " << format_fixed(train_s, 1) << " s, "
+      << format_fixed(ms_per_step, 2) << " ms/step, " << format_fixed(tokens_per_s, 0)
+      << " tokens/s, train loss " << format_fixed(train_loss, 4) << ", val loss "
+      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB\n";
   if (traced) {
     const trace::FunctionStats st = traced_step.stats();
-    std::cout << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
-              << " kernels per step\n";
+    out << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
+        << " kernels per step\n";
   }
 
+  if (rank != 0) return 0;  // rank 0 alone samples and writes the outputs
   if (a.sample_tokens > 0) {
     Generator sample_gen{uint64_t(a.seed) + 1};
     const std::vector<int32_t> prompt = tok->encode("\n");
