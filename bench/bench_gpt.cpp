@@ -4,7 +4,15 @@
 // traced (trace::function, one replay per step). Counters: tokens/s and the napkin GFLOP/s
 // of the step (6 x parameters x tokens for the GEMMs plus the attention's 12 B H T^2 D).
 // The PyTorch anchor is bench/peers/gpt_step.py (bench/peers/gpt_run.sh runs both).
+// BM_GptCharGemms: the step's 51 GEMMs alone (per layer c_attn, attn.c_proj, c_fc, mlp.c_proj
+// forward, and each one's dX and dW; the tied head's three), through tide's matmul (queued,
+// waited once) or cblas_sgemm directly on the calling thread: tide's GEMM rate against the
+// BLAS library's own on the same shapes, and the GEMM floor of the step.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <memory>
+#include <vector>
 
 #include "nn/nn.h"
 #include "tide.h"
@@ -54,6 +62,84 @@ void BM_GptCharStep(benchmark::State& state) {
   }
   state.SetLabel(traced ? "traced" : "eager");
 }
-BENCHMARK(BM_GptCharStep)->ArgName("traced")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GptCharStep)
+    ->ArgName("traced")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// One GEMM of the step: c (m x n) = op(a) @ op(b).
+struct StepGemm {
+  bool ta, tb;
+  int m, n, k;
+};
+
+std::vector<StepGemm> char_step_gemms() {
+  constexpr int kTok = int(kB * kT), kC = 128;
+  std::vector<StepGemm> g;
+  auto linear = [&](int in, int out) {
+    g.push_back({false, false, kTok, out, in});  // y = x W
+    g.push_back({false, true, kTok, in, out});   // dx = dy W^T
+    g.push_back({true, false, in, out, kTok});   // dW = x^T dy
+  };
+  for (int layer = 0; layer < 4; ++layer) {
+    linear(kC, 3 * kC);
+    linear(kC, kC);
+    linear(kC, 4 * kC);
+    linear(4 * kC, kC);
+  }
+  g.push_back({false, true, kTok, int(kVocab), kC});   // logits = x wte^T
+  g.push_back({false, false, kTok, kC, int(kVocab)});  // dx = dlogits wte
+  g.push_back({true, false, int(kVocab), kC, kTok});   // dwte = dlogits^T x
+  return g;
+}
+
+// Args: through tide (1) or cblas_sgemm directly (0).
+void BM_GptCharGemms(benchmark::State& state) {
+  const bool through_tide = state.range(0) != 0;
+  const std::vector<StepGemm> gemms = char_step_gemms();
+  tide::Generator gen(2);
+  std::vector<Tensor> as, bs;
+  std::vector<std::vector<float>> ha, hb, hc;
+  double flops = 0;
+  for (const StepGemm& g : gemms) {
+    const tide::Shape sa = g.ta ? tide::Shape{g.k, g.m} : tide::Shape{g.m, g.k};
+    const tide::Shape sb = g.tb ? tide::Shape{g.n, g.k} : tide::Shape{g.k, g.n};
+    as.push_back(tide::mul(tide::randn(sa, tide::DType::float32, gen), 0.1));
+    bs.push_back(tide::mul(tide::randn(sb, tide::DType::float32, gen), 0.1));
+    ha.push_back(as.back().to_vector<float>());
+    hb.push_back(bs.back().to_vector<float>());
+    hc.emplace_back(size_t(g.m) * size_t(g.n));
+    flops += 2.0 * g.m * g.n * g.k;
+  }
+  for (auto _ : state) {
+    if (through_tide) {
+      std::vector<Tensor> outs;
+      for (size_t i = 0; i < gemms.size(); ++i)
+        outs.push_back(
+            tide::matmul(as[i], bs[i], {.trans_a = gemms[i].ta, .trans_b = gemms[i].tb}));
+      tide::wait_all();
+    } else {
+      for (size_t i = 0; i < gemms.size(); ++i) {
+        const StepGemm& g = gemms[i];
+        cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+                    g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, ha[i].data(),
+                    g.ta ? g.m : g.k, hb[i].data(), g.tb ? g.k : g.n, 0.0f, hc[i].data(), g.n);
+      }
+      benchmark::ClobberMemory();
+    }
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemms"] = double(gemms.size());
+  state.SetLabel(through_tide ? "tide matmul" : "cblas_sgemm");
+}
+BENCHMARK(BM_GptCharGemms)
+    ->ArgName("tide")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
