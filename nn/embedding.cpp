@@ -20,11 +20,9 @@ Embedding::Embedding(const EmbeddingOptions& opt, Generator& gen) : opt_(opt) {
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
-  TIDE_CHECK(ids.defined() && ids.ndim() >= 1 &&
-                 (ids.dtype() == DType::int64 || ids.dtype() == DType::int32),
-             "Embedding", "expected int32/int64 ids with at least one dimension, got ",
-             ids.defined() ? ids.shape().str() + " " + std::string(tide::name(ids.dtype()))
-                           : std::string("an undefined tensor"));
+  check_token_ids(
+      ids, [](const Tensor& t) { return t.ndim() >= 1; }, "Embedding",
+      "expected int32/int64 ids with at least one dimension");
   std::vector<int64_t> out(ids.shape().begin(), ids.shape().end());
   out.push_back(opt_.embedding_dim);
   return take_rows(weight_, ids.reshape({-1})).reshape(out);

@@ -6,9 +6,21 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "nn/module.h"
 
 namespace tide::nn {
+
+// Checks a token-id argument: throws "[op] <expected>, got (2, 4) float32" (or "... got an
+// undefined tensor") unless ids are defined int32 or int64 and shape_ok(ids) holds.
+template <class ShapeOk>
+void check_token_ids(const Tensor& ids, ShapeOk&& shape_ok, const char* op, const char* expected) {
+  const bool ok = ids.defined() && (ids.dtype() == DType::int64 || ids.dtype() == DType::int32) &&
+                  shape_ok(ids);
+  TIDE_CHECK(ok, op, expected, ", got ",
+             ids.defined() ? ids.shape().str() + " " + std::string(tide::name(ids.dtype()))
+                           : std::string("an undefined tensor"));
+}
 
 // EmbeddingOptions(num, dim) with chainable setters: .init_std(0.02).dtype(DType::float64).
 struct EmbeddingOptions {

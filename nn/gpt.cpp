@@ -66,11 +66,9 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
 }
 
 Tensor GPT::hidden(const Tensor& ids) {
-  TIDE_CHECK(ids.defined() && ids.ndim() == 2 &&
-                 (ids.dtype() == DType::int64 || ids.dtype() == DType::int32),
-             "GPT", "expected token ids (B, T) of int32/int64, got ",
-             ids.defined() ? ids.shape().str() + " " + std::string(tide::name(ids.dtype()))
-                           : std::string("an undefined tensor"));
+  check_token_ids(
+      ids, [](const Tensor& t) { return t.ndim() == 2; }, "GPT",
+      "expected token ids (B, T) of int32/int64");
   const int64_t t = ids.size(1);
   TIDE_CHECK(t >= 1 && t <= config_.block_size, "GPT", "a context of ", t,
              " tokens; the model takes 1 to ", config_.block_size, " (block_size)");
@@ -80,10 +78,13 @@ Tensor GPT::hidden(const Tensor& ids) {
   return ln_f_->forward(x).reshape({-1, config_.n_embd});
 }
 
+Tensor GPT::head(const Tensor& x) {
+  // Tied to the token embedding: logits = x @ wte^T (a BLAS flag, no copy).
+  return matmul(x, wte_->weight(), MatmulOptions{.trans_b = true});
+}
+
 Tensor GPT::forward(const Tensor& ids) {
-  // The head is tied to the token embedding: logits = x @ wte^T (a BLAS flag, no copy).
-  Tensor logits = matmul(hidden(ids), wte_->weight(), MatmulOptions{.trans_b = true});
-  return logits.reshape({ids.size(0), ids.size(1), config_.vocab_size});
+  return head(hidden(ids)).reshape({ids.size(0), ids.size(1), config_.vocab_size});
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
@@ -91,16 +92,13 @@ Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
              "targets ", targets.defined() ? targets.shape().str() : std::string("(undefined)"),
              " must have the ids' shape ",
              ids.defined() ? ids.shape().str() : std::string("(undefined)"));
-  Tensor logits = matmul(hidden(ids), wte_->weight(), MatmulOptions{.trans_b = true});
-  return cross_entropy(logits, targets.reshape({-1}));
+  return cross_entropy(head(hidden(ids)), targets.reshape({-1}));
 }
 
 Tensor GPT::forward_step(const Tensor& ids, GPTCache& cache) {
-  TIDE_CHECK(ids.defined() && ids.ndim() == 2 && ids.size(1) == 1 &&
-                 (ids.dtype() == DType::int64 || ids.dtype() == DType::int32),
-             "GPT", "forward_step expects token ids (B, 1) of int32/int64, got ",
-             ids.defined() ? ids.shape().str() + " " + std::string(tide::name(ids.dtype()))
-                           : std::string("an undefined tensor"));
+  check_token_ids(
+      ids, [](const Tensor& t) { return t.ndim() == 2 && t.size(1) == 1; }, "GPT",
+      "forward_step expects token ids (B, 1) of int32/int64");
   TIDE_CHECK(cache.len < config_.block_size, "GPT", "the cache holds ", cache.len,
              " positions, the model's context (block_size)");
   if (cache.layers.size() != blocks_.size()) cache.layers.assign(blocks_.size(), KVCache{});
@@ -108,8 +106,7 @@ Tensor GPT::forward_step(const Tensor& ids, GPTCache& cache) {
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = blocks_[i]->forward_step(x, cache.layers[i], config_.block_size);
   ++cache.len;
-  return matmul(ln_f_->forward(x).reshape({-1, config_.n_embd}), wte_->weight(),
-                MatmulOptions{.trans_b = true});
+  return head(ln_f_->forward(x).reshape({-1, config_.n_embd}));
 }
 
 int64_t GPT::num_parameters() const {

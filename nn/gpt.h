@@ -69,6 +69,7 @@ class GPT : public Module {
 
  private:
   Tensor hidden(const Tensor& ids);  // (B*T, C) after ln_f
+  Tensor head(const Tensor& x);      // (N, C) -> (N, vocab) logits
 
   GPTConfig config_;
   std::shared_ptr<Module> transformer_;

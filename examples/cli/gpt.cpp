@@ -39,6 +39,7 @@
 #include "examples/cli/commands.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
+#include "text/read_file.h"
 #include "text/text.h"
 #include "tide.h"
 #include "train/optimizer.h"
@@ -191,14 +192,12 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   std::ostringstream silent;
   std::ostream& out = rank == 0 ? std::cout : silent;
   const std::string corpus_text = [&] {
-    std::ifstream f(a.data, std::ios::binary);
-    if (!f.good())
-      throw std::runtime_error("--data " + a.data +
-                               ": cannot read the file (the default corpus is made by "
-                               "bash scripts/fetch_text_data.sh)");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    try {
+      return text::read_file(a.data, "gpt");  // names the problem: missing, a directory, ...
+    } catch (const Error& e) {
+      throw std::runtime_error("--data " + a.data + ": cannot read the file: " + e.what() +
+                               " (the default corpus is made by bash scripts/fetch_text_data.sh)");
+    }
   }();
   auto tok = make_tokenizer(a.preset == "char" ? "char" : "gpt2", corpus_text, a.vocab_dir);
   auto corpus = std::make_shared<const text::TextCorpus>(
@@ -318,14 +317,13 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const size_t peak = Allocator::get(device).stats().peak_bytes;
   vals.emplace_back(a.steps, val_loss());
 
+  // Every step's loss in one read; under mpirun averaged over the ranks (one all-reduce).
   std::vector<double> loss_values;
-  if (group) {  // each step's loss, averaged over the ranks (one all-reduce of them all)
+  {
     NoGrad ng;
     Tensor all = cast(stack_losses(losses), DType::float64);
-    group->all_reduce(all);
+    if (group) group->all_reduce(all);
     for (double v : all.to_vector<double>()) loss_values.push_back(v / double(ranks));
-  } else {
-    for (const Tensor& l : losses) loss_values.push_back(l.item<double>());
   }
   const int64_t second_half = a.steps - a.steps / 2;
   double ms_per_step = 0;

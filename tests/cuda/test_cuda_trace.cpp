@@ -13,13 +13,11 @@
 #include "core/cuda/runtime.h"
 #include "core/engine/engine.h"
 #include "core/rng.h"
-#include "nn/gpt.h"
 #include "ops/chain_compiler.h"
 #include "ops/ops.h"
+#include "tests/gpt_rig.h"
 #include "tests/train_rig.h"
 #include "trace/trace.h"
-#include "train/optimizer.h"
-#include "train/schedule.h"
 
 namespace tide {
 namespace {
@@ -103,20 +101,9 @@ TEST(CudaTrace, ClippedScheduledStepEqualsEagerBitwise) {
 // replay's loss and the final parameters equal eager's bits.
 TEST(CudaTrace, GptCharStepIsOneGraphAndEqualsEager) {
   auto run = [&](bool traced) {
-    Generator gen(3);
-    nn::GPT m(nn::GPTConfig::char_model(65), gen);
-    m.to(gpu());
-    train::AdamW opt(train::decay_groups(m, 0.1), train::AdamOptions(1e-3).betas(0.9, 0.99));
-    train::WarmupCosine sched(opt, WarmupCosineOptions{1e-3, 1e-4, 2, 8});
-    auto step = [&](const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = m.loss(x, y);
-      loss.backward();
-      opt.clip_grad_norm(1.0);
-      sched.step();
-      opt.step();
-      return loss.detach();
-    };
+    test_util::GptRig rig(nn::GPTConfig::char_model(65), gpu(), 3,
+                          WarmupCosineOptions{1e-3, 1e-4, 2, 8});
+    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
     auto f = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
     Generator data(9);
     std::vector<float> losses;
@@ -129,9 +116,7 @@ TEST(CudaTrace, GptCharStepIsOneGraphAndEqualsEager) {
       EXPECT_EQ(f.stats().traces, 1);
       EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the capture";
     }
-    std::vector<std::vector<float>> params;
-    for (const Tensor& p : m.parameters()) params.push_back(p.to_vector<float>());
-    return std::pair{losses, params};
+    return std::pair{losses, rig.parameter_values()};
   };
   auto [el, ep] = run(false);
   auto [tl, tp] = run(true);

@@ -8,6 +8,7 @@
 
 #include "error_of.h"
 #include "fake_gpu.h"
+#include "gpt_rig.h"
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/optimizer.h"
@@ -17,14 +18,6 @@ namespace tide::nn {
 namespace {
 
 const std::string kData = TIDE_TEST_DATA_DIR;
-
-// stmt throws tide::Error at the call with every listed substring in its message.
-#define EXPECT_ERROR_HAS(stmt, ...)                                                       \
-  do {                                                                                    \
-    const std::string msg_ = test_util::error_of([&] { (void)(stmt); });                  \
-    for (const char* part_ : {__VA_ARGS__})                                               \
-      EXPECT_NE(msg_.find(part_), std::string::npos) << "'" << part_ << "' in: " << msg_; \
-  } while (0)
 
 // The tiny model of gen_gpt_parity.py.
 GPTConfig tiny(DType dtype = DType::float64) {
@@ -148,21 +141,9 @@ TEST(GPTModel, ThreeClippedAdamWStepsMatchPyTorch) {
 // eager bit for bit, step after step, and the loss goes down.
 void check_traced_step(Device device) {
   auto run = [&](bool traced) {
-    Generator gen(11);
-    GPT m(tiny(DType::float32), gen);
-    m.to(device);
-    train::AdamW opt(train::decay_groups(m, 0.1), train::AdamOptions(3e-3).betas(0.9, 0.99));
-    train::WarmupCosine sched(opt,
-                              WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(8));
-    auto step = [&](const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = m.loss(x, y);
-      loss.backward();
-      opt.clip_grad_norm(1.0);
-      sched.step();
-      opt.step();
-      return loss.detach();
-    };
+    test_util::GptRig rig(tiny(DType::float32), device, 11,
+                          WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(8));
+    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
     auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
     Tensor x = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, {2, 6}, device);
     Tensor y = from_vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2}, {2, 6}, device);
@@ -173,12 +154,7 @@ void check_traced_step(Device device) {
       EXPECT_EQ(traced_step.stats().traces, 1);
       EXPECT_EQ(traced_step.stats().replays, 7);  // the call that traced replays too
     }
-    std::vector<float> params;
-    for (const Tensor& p : m.parameters()) {
-      std::vector<float> v = p.to(Device::cpu()).to_vector<float>();
-      params.insert(params.end(), v.begin(), v.end());
-    }
-    return std::pair{losses, params};
+    return std::pair{losses, rig.parameter_values()};
   };
   auto [eager_losses, eager_params] = run(false);
   auto [traced_losses, traced_params] = run(true);
@@ -243,9 +219,9 @@ TEST(GPTModel, KvCacheStepsGiveTheFullForwardsLogits) {
             << "batch " << b << " position " << p << " token " << j;
   }
   EXPECT_EQ(cache.len, 8);
-  EXPECT_ERROR_HAS(m.forward_step(zeros({2, 1}, DType::int64), cache), "[GPT]", "block_size");
+  EXPECT_TIDE_ERROR(m.forward_step(zeros({2, 1}, DType::int64), cache), "[GPT]", "block_size");
   GPTCache other;
-  EXPECT_ERROR_HAS(m.forward_step(zeros({2, 2}, DType::int64), other), "[GPT]", "(2, 2)");
+  EXPECT_TIDE_ERROR(m.forward_step(zeros({2, 2}, DType::int64), other), "[GPT]", "(2, 2)");
 }
 
 TEST(GPTModel, SamplingIsSeededAndStaysInTheVocabulary) {
@@ -260,31 +236,31 @@ TEST(GPTModel, SamplingIsSeededAndStaysInTheVocabulary) {
   EXPECT_NE(s1, s3);
   for (int32_t t : s1) EXPECT_TRUE(t >= 0 && t < 11) << t;
   EXPECT_TRUE(m.is_training());  // restored
-  EXPECT_ERROR_HAS(generate(m, {}, SampleOptions()), "[generate]", "prompt");
-  EXPECT_ERROR_HAS(generate(m, {1}, SampleOptions().temperature(0)), "[generate]", "temperature");
+  EXPECT_TIDE_ERROR(generate(m, {}, SampleOptions()), "[generate]", "prompt");
+  EXPECT_TIDE_ERROR(generate(m, {1}, SampleOptions().temperature(0)), "[generate]", "temperature");
 }
 
 TEST(GPTModel, Errors) {
   GPTConfig bad = tiny();
   bad.n_head = 3;
-  EXPECT_ERROR_HAS(GPT{bad}, "[GPT]", "n_head 3", "n_embd 16");
+  EXPECT_TIDE_ERROR(GPT{bad}, "[GPT]", "n_head 3", "n_embd 16");
   bad = tiny();
   bad.dropout = 1.0;
-  EXPECT_ERROR_HAS(GPT{bad}, "[GPT]", "dropout");
+  EXPECT_TIDE_ERROR(GPT{bad}, "[GPT]", "dropout");
   GPT m(tiny());
-  EXPECT_ERROR_HAS(m.forward(zeros({2, 9}, DType::int64)), "[GPT]", "9 tokens", "block_size");
-  EXPECT_ERROR_HAS(m.forward(zeros({2, 4})), "[GPT]", "(2, 4) float32");
-  EXPECT_ERROR_HAS(m.loss(zeros({2, 4}, DType::int64), zeros({2, 3}, DType::int64)), "[GPT]",
-                   "(2, 3)", "(2, 4)");
+  EXPECT_TIDE_ERROR(m.forward(zeros({2, 9}, DType::int64)), "[GPT]", "9 tokens", "block_size");
+  EXPECT_TIDE_ERROR(m.forward(zeros({2, 4})), "[GPT]", "(2, 4) float32");
+  EXPECT_TIDE_ERROR(m.loss(zeros({2, 4}, DType::int64), zeros({2, 3}, DType::int64)), "[GPT]",
+                    "(2, 3)", "(2, 4)");
   // A checkpoint of another shape is refused by name.
   GPTConfig wide = tiny();
   wide.n_embd = 32;
   GPT other(wide);
-  EXPECT_ERROR_HAS(load(other, kData + "/gpt_parity_init.safetensors"), "[load]",
-                   "transformer.wte.weight");
-  EXPECT_ERROR_HAS(Embedding(0, 4), "[Embedding]");
+  EXPECT_TIDE_ERROR(load(other, kData + "/gpt_parity_init.safetensors"), "[load]",
+                    "transformer.wte.weight");
+  EXPECT_TIDE_ERROR(Embedding(0, 4), "[Embedding]");
   Embedding e(5, 3);
-  EXPECT_ERROR_HAS(e.forward(zeros({2})), "[Embedding]", "float32");
+  EXPECT_TIDE_ERROR(e.forward(zeros({2})), "[Embedding]", "float32");
   EXPECT_EQ(e.forward(zeros({2, 4}, DType::int32)).shape(), Shape({2, 4, 3}));
 }
 

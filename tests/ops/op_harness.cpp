@@ -439,11 +439,4 @@ std::vector<std::string> coverage_gaps(std::span<const OpTraits> table,
   return gaps;
 }
 
-void expect_contains(std::string_view what, std::initializer_list<std::string_view> parts,
-                     const char* stmt) {
-  for (std::string_view p : parts)
-    EXPECT_NE(what.find(p), std::string_view::npos)
-        << stmt << ": the error \"" << what << "\" does not contain \"" << p << "\"";
-}
-
 }  // namespace tide::test

@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "error_of.h"
 #include "ops/ops.h"
 
 namespace tide::test {
@@ -164,9 +165,8 @@ auto at_thread_counts(int a, int b, F f) {
 
 // ---- errors ---------------------------------------------------------------------------------
 
-// Adds a failure unless `what` contains every part.
-void expect_contains(std::string_view what, std::initializer_list<std::string_view> parts,
-                     const char* stmt);
+// Adds a failure unless `what` contains every part (tests/error_of.h).
+using test_util::expect_contains;
 
 }  // namespace tide::test
 
@@ -187,16 +187,4 @@ void expect_contains(std::string_view what, std::initializer_list<std::string_vi
       ::tide::test::register_coverage(#Suite "." #Name, {__VA_ARGS__}); \
   TEST(Suite, Name)
 
-// Expects `stmt` to throw tide::Error at the call (not at a later sync) with every listed
-// substring in what(), e.g. EXPECT_TIDE_ERROR(add(a, b), "[add]", "(2, 3)", "(4,)").
-#define EXPECT_TIDE_ERROR(stmt, ...)                                       \
-  do {                                                                     \
-    try {                                                                  \
-      (void)(stmt);                                                        \
-      ADD_FAILURE() << "expected tide::Error from: " #stmt;                \
-    } catch (const ::tide::Error& e_) {                                    \
-      ::tide::test::expect_contains(e_.what(), {__VA_ARGS__}, #stmt);      \
-    } catch (const std::exception& e_) {                                   \
-      ADD_FAILURE() << #stmt " threw a non-tide exception: " << e_.what(); \
-    }                                                                      \
-  } while (0)
+// EXPECT_TIDE_ERROR(stmt, parts...) is in tests/error_of.h.
