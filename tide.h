@@ -6,6 +6,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
+#include "core/memory_record.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/tensor.h"

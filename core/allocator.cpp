@@ -124,9 +124,10 @@ void* Storage::materialize(const char* op, bool may_wait) const {
     return p;
   }
   if (!op) op = "alloc";
-  StorageRef block = may_wait ? owner_->allocate_block(requested_, op)
-                              : owner_->allocate_now(requested_, op,
-                                                     " for an output allocated at execution", true);
+  StorageRef block =
+      may_wait ? owner_->allocate_block(requested_, op)
+               : owner_->allocate_now(requested_, op, " for an output allocated at execution", true,
+                                      false);
   Storage* expected = nullptr;
   Storage* b = block.get();
   if (owned_.compare_exchange_strong(expected, b, std::memory_order_acq_rel))
@@ -134,6 +135,8 @@ void* Storage::materialize(const char* op, bool may_wait) const {
   else b = expected;  // another thread won: ours goes back to the cache
   void* p = b->data();
   data_.store(p, std::memory_order_relaxed);
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_materialized(this, b);
   return p;
 }
 
@@ -293,6 +296,8 @@ StorageRef Allocator::wait_for_block(size_t bytes, const char* op) {
     bool progress = reclaim_ && reclaim_();
     if (Storage* s = try_take(bytes, &fits)) {
       stall_ns_.fetch_add(uint64_t(now_ns() - t0), std::memory_order_relaxed);
+      if (memory::detail::on()) [[unlikely]]
+        memory::detail::on_take(s, bytes, op, false);
       return StorageRef::adopt(s);
     }
     if (!progress) break;
@@ -311,7 +316,7 @@ StorageRef Allocator::workspace(size_t bytes, const char* op) {
     throw Error(op, detail::concat("needs a workspace of ", bytes, " bytes on ", name_,
                                    " while a CUDA graph captures it, more than the graph's own "
                                    "workspace: a block taken now would be baked into the graph"));
-  return allocate_now(bytes, op, " for a kernel's workspace", false);
+  return allocate_now(bytes, op, " for a kernel's workspace", false, true);
 }
 
 namespace {
@@ -323,7 +328,7 @@ thread_local size_t tl_bytes_since_reclaim = 0;
 }  // namespace
 
 StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* what,
-                                   bool reclaim_first) {
+                                   bool reclaim_first, bool workspace) {
   // Executed work may hold blocks the frontend has not reclaimed yet (it may be busy, or
   // asleep in a sync): give them back first, if a batch is due and that needs no waiting.
   if (reclaim_first && try_reclaim_ &&
@@ -337,10 +342,15 @@ StorageRef Allocator::allocate_now(size_t bytes, const char* op, const char* wha
   Storage* s = try_take(bytes, &fits);
   if (!s) throw_oom(bytes, op, what);
   if (tagged_) s->hazard.last_write = detail::tl_running_task;  // see the header
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_take(s, bytes, op, workspace);
   return StorageRef::adopt(s);
 }
 
 void Allocator::free_block(Storage* s) {
+  // Before the block joins the cache: once there, another thread may take it again.
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_free(s);
   size_t cap = s->capacity_;
   std::lock_guard<SpinLock> lock(mu_);
   bump(active_, -cap);
@@ -367,12 +377,17 @@ size_t Allocator::take_flushable_locked(std::vector<Storage*>* out) {
 }
 
 void Allocator::release_blocks(std::vector<Storage*>& blocks) {
+  if (blocks.empty()) return;
+  size_t bytes = 0;
   for (Storage* s : blocks) {
+    bytes += s->capacity_;
     if (Failure* f = s->failure_.exchange(nullptr)) f->release();
     source_->release(s->data_.load(std::memory_order_relaxed), s->capacity_);
     delete s;
   }
   blocks.clear();
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_returned(device_, bytes);
 }
 
 void Allocator::empty_cache() {

@@ -28,6 +28,7 @@
 
 #include "core/device.h"
 #include "core/engine/spinlock.h"
+#include "core/memory_record.h"
 #include "core/storage.h"
 
 namespace tide {
@@ -157,8 +158,11 @@ class Allocator {
   // allocate() without the capture check: a block now, waiting for queued work if needed.
   StorageRef allocate_block(size_t bytes, const char* op) {
     bool fits = true;
-    if (Storage* s = try_take(bytes, &fits)) [[likely]]
+    if (Storage* s = try_take(bytes, &fits)) [[likely]] {
+      if (memory::detail::on()) [[unlikely]]
+        memory::detail::on_take(s, bytes, op, false);
       return StorageRef::adopt(s);
+    }
     return wait_for_block(bytes, op);
   }
   // allocate_block's slow path: over the limit or out of memory, waits for queued work to
@@ -167,7 +171,8 @@ class Allocator {
   // A block now or an out-of-memory error saying `what` it was for; never waits (but with
   // `reclaim_first` releases executed work first when it can: try_reclaim_). A GPU block
   // is tagged with the running task (workspaces, deferred storages on a worker).
-  StorageRef allocate_now(size_t bytes, const char* op, const char* what, bool reclaim_first);
+  StorageRef allocate_now(size_t bytes, const char* op, const char* what, bool reclaim_first,
+                          bool workspace);
   // A block of the class for `bytes`: from the cache, else from the source. *fits is false
   // when the limit refuses; nullptr with *fits true when the source has no memory.
   Storage* try_take(size_t bytes, bool* fits);

@@ -85,6 +85,8 @@ class Storage {
     owned_.store(block, std::memory_order_relaxed);
     data_.store(block->data(), std::memory_order_relaxed);
   }
+  // Slots and deferred storages: the block they own, or nullptr.
+  const Storage* backing() const { return owned_.load(std::memory_order_acquire); }
   // Slots only: gives up the owned block (returns it, with its reference, or nullptr).
   Storage* drop_backing() { return owned_.exchange(nullptr, std::memory_order_relaxed); }
   size_t bytes() const { return capacity_; }

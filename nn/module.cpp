@@ -2,6 +2,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "ops/ops.h"
 
 namespace tide::nn {
@@ -34,6 +35,7 @@ Tensor Module::register_parameter(const std::string& n, const Tensor& t) {
              "' needs a floating dtype, got ", t.dtype());
   Tensor p = t.detach();
   p.requires_grad_(true);
+  memory::tag(p, memory::Role::parameter);
   params_.emplace_back(n, p);
   return p;
 }

@@ -6,6 +6,7 @@
 #include "core/engine/capture.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 
@@ -16,8 +17,18 @@ thread_local bool tl_grad_enabled = true;
 }
 
 bool grad_enabled() { return tl_grad_enabled; }
-NoGrad::NoGrad() : prev_(tl_grad_enabled) { tl_grad_enabled = false; }
-NoGrad::~NoGrad() { tl_grad_enabled = prev_; }
+// Blocks taken without recording are no op's saved activations: the memory recorder
+// forgets them on both edges (a backward pass, an optimizer step, an evaluation).
+NoGrad::NoGrad() : prev_(tl_grad_enabled) {
+  tl_grad_enabled = false;
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::forget_taken();
+}
+NoGrad::~NoGrad() {
+  tl_grad_enabled = prev_;
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::forget_taken();
+}
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!tl_grad_enabled) return false;
@@ -41,6 +52,8 @@ void record_node(const char* op, Tensor& out, std::initializer_list<const Tensor
   node->backward = std::move(fn);
   out.impl().requires_grad = true;
   out.impl().grad_fn = std::move(node);
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_recorded_op();
 }
 
 void record_refusal(const char* op, Tensor& out, std::string why) {
@@ -85,6 +98,8 @@ void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, long t
   }
   if (tide::detail::CaptureSink* c = tide::detail::capturing())
     c->grad_bound(leaf, leaf->grad, taken);
+  else if (taken && memory::detail::on()) [[unlikely]]
+    memory::tag(Tensor(leaf->grad), memory::Role::gradient);
 }
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "core/allocator.h"
 #include "core/engine/capture.h"
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "trace/schedule.h"
 
 namespace tide::trace {
@@ -84,6 +85,7 @@ PlanSummary plan(Graph& g) {
   g.unplanned_bytes = s.unplanned_bytes;
   if (s.arena_bytes) {
     tide::detail::CapturePause pause;
+    memory::RoleScope role(memory::Role::trace_arena);
     g.arena = Allocator::get(g.device).allocate(s.arena_bytes, "trace");
   }
   auto* base = g.arena ? static_cast<unsigned char*>(g.arena->data()) : nullptr;

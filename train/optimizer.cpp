@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "nn/module.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
@@ -98,7 +99,10 @@ void Optimizer::zero_grad() {
 }
 
 const Tensor& Optimizer::step_tensor() {
-  if (!step_.defined()) step_ = full(Shape{}, double(steps_), DType::int64, params_[0].device());
+  if (!step_.defined()) {
+    memory::RoleScope role(memory::Role::optimizer_state);
+    step_ = full(Shape{}, double(steps_), DType::int64, params_[0].device());
+  }
   return step_;
 }
 
@@ -162,7 +166,10 @@ void SGD::step() {
     if (!g.defined()) continue;
     Tensor& buf = buf_[i];
     bool fresh = opt_.momentum_ != 0 && !buf.defined();
-    if (fresh) buf = Tensor::empty(p.shape(), p.dtype(), p.device(), "sgd");
+    if (fresh) {
+      memory::RoleScope role(memory::Role::optimizer_state);
+      buf = Tensor::empty(p.shape(), p.dtype(), p.device(), "sgd");
+    }
     sgd_update_(p, g, buf, lr_, scale,
                 SgdUpdateOptions(o)
                     .weight_decay(weight_decay_of(i, opt_.weight_decay_))
@@ -188,6 +195,7 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled,
   TIDE_CHECK(o.eps_ >= 0, name, "invalid eps ", o.eps_, " (expected >= 0)");
   TIDE_CHECK(o.weight_decay_ >= 0, name, "invalid weight decay ", o.weight_decay_,
              " (expected >= 0)");
+  memory::RoleScope role(memory::Role::optimizer_state);
   step_ = full(Shape{}, 0.0, DType::int64, params_[0].device());
   m_.resize(params_.size());
   v_.resize(params_.size());
@@ -207,6 +215,7 @@ void Adam::step() {
     bool fresh = !m_[i].defined();
     if (fresh) {
       const char* tag = decoupled_ ? "adamw" : "adam";  // a literal: allocation hooks may keep it
+      memory::RoleScope role(memory::Role::optimizer_state);
       m_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
       v_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
     }

@@ -16,6 +16,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
+#include "core/memory_record.h"
 
 namespace tide::train {
 
@@ -232,6 +233,7 @@ TrainResult Trainer::run(const TrainerOptions& options) {
       check_finite_loss(r.loss, i, options.batches);
     }
     res.steps.push_back(r);
+    if (memory::recording()) memory::mark("minibatch " + std::to_string(i));
   }
   eng.wait_all();
   res.peak_active = alloc.stats().peak_bytes;

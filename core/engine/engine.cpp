@@ -19,6 +19,7 @@
 #include "core/engine/futex.h"
 #include "core/engine/hazards.h"
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "core/profiler.h"
 
 namespace tide {
@@ -282,7 +283,12 @@ void Engine::prepare_inline(Task& t, Device device, const char* op, std::span<St
       // After everything already queued on this stream, and after conflicting work elsewhere.
       add_wait(t, {&self, self.submitted}, nullptr, &PendingWaits::add, &pending);
       collect_hazards(t, reads, writes, nullptr, &PendingWaits::add, &pending);
-      if (pending.n == 0) return;
+      if (pending.n == 0) {
+        if (memory::detail::on()) [[unlikely]]
+          memory::detail::on_submit(writes.data(), writes.size(), op, site.file_name(), site.line(),
+                                    self.id);
+        return;
+      }
     }
     // More streams than the task's wait slots: wait without the lock, then look again.
     for (int i = 0; i < pending.n; ++i) st.wait_pos(pending.pos[i]);
@@ -410,6 +416,9 @@ retry:
   }
   // Its takeover waits are in t already (add_takeover_waits): the callback is not called.
   record_access(t, reads, writes, {self, seq}, wait_on_host, &st);
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_submit(writes.data(), writes.size(), op, site.file_name(), site.line(),
+                              self->id);
   return t;
 }
 
@@ -578,6 +587,13 @@ EngineStats Engine::stats() const {
   r.backpressure_stall_ns = s_->bp_stall_ns.load(std::memory_order_relaxed);
   r.failures = s_->failures.load(std::memory_order_relaxed);
   return r;
+}
+
+size_t Engine::inflight_bytes() const { return s_->reclaimer.inflight_bytes(); }
+
+void Engine::run_locked(const std::function<void()>& fn) {
+  std::lock_guard<SpinLock> lock(s_->mu);
+  fn();
 }
 
 void Engine::set_max_inflight_ops(uint64_t n) { s_->max_ops.store(n); }

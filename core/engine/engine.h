@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <new>
@@ -178,6 +179,11 @@ class Engine {
   void shutdown(ShutdownMode mode = ShutdownMode::drain);
 
   EngineStats stats() const;
+  // EngineStats::inflight_bytes without the lock (a relaxed read, maybe a moment old).
+  size_t inflight_bytes() const;
+  // Runs fn with the engine's lock held: what the engine guards (a storage's queued
+  // references) is stable meanwhile. fn must not queue, wait, sync or free a storage.
+  void run_locked(const std::function<void()>& fn);
   // Releases the storages of every task that has executed. Never blocks on workers.
   void reclaim();
 

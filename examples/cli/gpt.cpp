@@ -295,6 +295,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       shown = losses[size_t(s - a.policy.k)].item<float>();
     }
     step_ms.push_back(seconds_since(t0) * 1e3);
+    if (memory::recording()) memory::mark("step " + std::to_string(s + 1));
     if (!std::isnan(shown)) {
       const double secs = seconds_since(t_start) - eval_s;
       bar.set_status("loss " + format_fixed(shown, 4) + "  " +

@@ -15,6 +15,7 @@
 #include "core/cuda/runtime.h"
 #include "examples/cli/commands.h"
 #include "tide.h"
+#include "train/memory_report.h"
 
 namespace tide::cli {
 
@@ -109,6 +110,9 @@ constexpr const char* kGlobalHelp =
     "  --device D    run on D: cpu (default), cuda (= cuda:0) or cuda:N; the experiment's\n"
     "                tensors, model and data are created there\n"
     "  --trace FILE  record the run with the profiler and write a Chrome trace (JSON)\n"
+    "  --memory-report FILE  record every allocation of the run (role, op, source line)\n"
+    "                and write the memory report: FILE.html a self-contained page with the\n"
+    "                timeline by role, the peak and its sites; FILE.svg the timeline alone\n"
     "                (every output file: its directory must exist and be writable; checked\n"
     "                before the run, written through a temporary file renamed into place)\n";
 
@@ -191,8 +195,9 @@ int64_t take_int_option(const Args& args, size_t& i, int64_t min_value, int64_t 
 }
 
 int main(int argc, char** argv) {
-  std::string command, trace, device_arg;
+  std::string command, trace, device_arg, memory_report, command_line = "tide";
   bool help = false, device_given = false, trace_given = false;
+  for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
   Args rest;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -218,6 +223,14 @@ int main(int argc, char** argv) {
     } else if (a.rfind("--trace=", 0) == 0) {
       trace = a.substr(8);
       trace_given = true;
+    } else if (a == "--memory-report") {
+      if (i + 1 >= argc) {
+        std::cerr << "tide: --memory-report needs a file name (.html or .svg)\n";
+        return 2;
+      }
+      memory_report = argv[++i];
+    } else if (a.rfind("--memory-report=", 0) == 0) {
+      memory_report = a.substr(16);
     } else if (command.empty() && !a.empty() && a[0] != '-') {
       command = a;
     } else {
@@ -247,6 +260,7 @@ int main(int argc, char** argv) {
   try {
     if (device_given) global.device = parse_device(device_arg);
     if (trace_given) check_output("--trace", trace);  // before the run, not after it
+    if (!memory_report.empty()) check_output("--memory-report", memory_report);
   } catch (const UsageError& e) {
     std::cerr << "tide " << cmd->name << ": " << e.what() << "\n";
     print_command_usage(std::cerr, *cmd);
@@ -263,6 +277,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (trace_given) profiler::start();
+  if (!memory_report.empty()) memory::start();
   int rc = 0;
   try {
     rc = cmd->run(rest, global);
@@ -282,6 +297,26 @@ int main(int argc, char** argv) {
       write_output("--trace", trace,
                    [](const std::string& tmp) { profiler::write_chrome_trace(tmp); });
       std::cerr << "trace written to " << trace << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "tide " << cmd->name << ": error: " << e.what() << "\n";
+      if (rc == 0) rc = 1;
+    }
+  }
+  if (!memory_report.empty()) {
+    // Also after a failed run, as the trace. Written once the queued work has run.
+    try {
+      wait_all();
+      memory::stop();
+      const memory::Snapshot snap = memory::snapshot();
+      train::MemoryReportOptions ro;
+      ro.title = "tide " + std::string(cmd->name) + ": memory";
+      ro.command = command_line;
+      ro.device = global.device;
+      ro.format = memory_report.ends_with(".svg") ? train::MemoryReportOptions::Format::svg
+                                                  : train::MemoryReportOptions::Format::html;
+      write_output("--memory-report", memory_report,
+                   [&](const std::string& tmp) { train::write_memory_report(tmp, snap, ro); });
+      std::cerr << "memory report written to " << memory_report << "\n";
     } catch (const std::exception& e) {
       std::cerr << "tide " << cmd->name << ": error: " << e.what() << "\n";
       if (rc == 0) rc = 1;

@@ -11,6 +11,7 @@
 #include "core/engine/capture.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/memory_record.h"
 #include "ops/kernel_entry.h"
 #include "trace/replay.h"
 
@@ -41,6 +42,7 @@ size_t DeviceGraph::held_bytes() const {
 void prepare_device_graph(Graph& g) {
   auto dg = std::make_shared<DeviceGraph>();
   tide::detail::CapturePause pause;  // real allocations, also when called while recording
+  memory::RoleScope role(memory::Role::trace_arena);
   Allocator& al = Allocator::get(g.device);
   auto fix = [&](int id) {
     Value& v = g.values[size_t(id)];
