@@ -227,8 +227,8 @@ void on_take(const Storage* s, size_t requested, const char* op, bool workspace)
   const uint64_t cached = cached_now(s->device());
   std::lock_guard<std::mutex> lock(r.mu);
   if (!on()) return;  // stopped meanwhile
-  Live b{r.next_id++, s->bytes(), requested, s->device(),
-         workspace ? Role::workspace : tl_role, r.now(), -1, s};
+  Live b{r.next_id++, s->bytes(), requested, s->device(), workspace ? Role::workspace : tl_role,
+         r.now(),     -1,         s};
   if (op) b.site = r.site_of(SiteKey{op, nullptr, 0, -1});
   r.live[s] = b;
   Event e = event_of(b, EventKind::take, b.t_ns);

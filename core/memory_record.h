@@ -6,10 +6,11 @@
 // bytes show as "untracked" in a snapshot.
 //
 // Roles: a block's role is what it is for. Outputs start as `temporary` (or the role of the
-// thread's RoleScope); the layers that know more re-tag them: nn::Module's parameters,
-// autograd's leaf gradients and its recorded forward outputs (activations: kept for
-// backward, or held by the caller), an optimizer's state, kernel workspaces, a trace's
-// arena. Not done here: the call stack of an allocation (the enqueue site is one frame).
+// thread's RoleScope); the layers that know more re-tag them: nn::Module's parameters and
+// buffers, autograd's leaf gradients and, at each recorded op, the blocks the thread took
+// since the previous one (activations; never under NoGrad), an optimizer's state, kernel
+// workspaces, a trace's arena. Not done here: the call stack of an allocation (the
+// enqueue site is one frame).
 #pragma once
 
 #include <atomic>
@@ -29,13 +30,14 @@ class Tensor;
 namespace memory {
 
 enum class Role : uint8_t {
-  parameter,
+  parameter,  // a module's parameters and buffers (batch norm's running statistics)
   gradient,
   optimizer_state,
-  activation,  // a forward output autograd recorded: saved for backward, or the caller's
-  temporary,   // every other op output
-  workspace,   // a kernel's scratch memory while it runs
-  trace_arena, // a traced step's planned intermediates (and a GPU graph's fixed blocks)
+  activation,   // taken while autograd recorded the forward pass: an op's outputs, what it
+                // keeps beside them for backward, the batch it ran on
+  temporary,    // every other op output
+  workspace,    // a kernel's scratch memory while it runs
+  trace_arena,  // a traced step's planned intermediates (and a GPU graph's fixed blocks)
 };
 inline constexpr int kNumRoles = 7;
 std::string_view name(Role r);

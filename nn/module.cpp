@@ -24,6 +24,7 @@ Tensor Module::register_buffer(const std::string& n, const Tensor& t) {
   check_new_name(n, "register_buffer");
   TIDE_CHECK(t.defined(), "register_buffer", "buffer '", n, "' is undefined");
   Tensor b = t.detach();
+  memory::tag(b, memory::Role::parameter);
   buffers_.emplace_back(n, b);
   return b;
 }
@@ -106,6 +107,8 @@ Module& Module::to(Device device) {
     impl.offset = moved.offset();
     impl.device = device;
     impl.grad.reset();
+    if (memory::detail::on()) [[unlikely]]
+      memory::tag(p, memory::Role::parameter);  // buffers too: state that lives all run
   }
   return *this;
 }

@@ -21,10 +21,12 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # libopenmpi-dev and openmpi-bin: dist/'s MPI process group and `mpirun` for its 2-rank tests
 # (tide builds without them, and those tests then skip).
 # nlohmann-json3-dev: the JSON reader of GPT-2's encoder.json (text/gpt2_files.cpp), header-only.
+# chromium: the train suite loads the memory report in headless Chromium (the test skips
+# without it).
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest
                    libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist
                    clang libclang-rt-dev clang-format libopenmpi-dev openmpi-bin
-                   nlohmann-json3-dev)
+                   nlohmann-json3-dev chromium)
 : "${TIDE_START:=$(date +%s)}"
 export TIDE_START
 

@@ -21,8 +21,8 @@ using memory::Role;
 constexpr int kRoles = memory::kNumRoles;
 
 // Stacked bottom to top: what lives all run first, then what each step makes.
-constexpr Role kStackOrder[kRoles] = {Role::parameter, Role::optimizer_state, Role::gradient,
-                                      Role::trace_arena, Role::activation, Role::temporary,
+constexpr Role kStackOrder[kRoles] = {Role::parameter,   Role::optimizer_state, Role::gradient,
+                                      Role::trace_arena, Role::activation,      Role::temporary,
                                       Role::workspace};
 const char* colour(Role r) {
   switch (r) {
@@ -63,9 +63,7 @@ std::string mb(double bytes) { return fmt("%.2f", bytes / 1e6); }
 
 int8_t device_code(Device d) { return d.is_cpu() ? int8_t(-1) : int8_t(d.index); }
 
-bool on_device(const Event& e, int8_t dev) {
-  return e.kind == EventKind::mark || e.device == dev;
-}
+bool on_device(const Event& e, int8_t dev) { return e.kind == EventKind::mark || e.device == dev; }
 
 // A "nice" step for an axis from 0 to hi with about n ticks.
 double nice_step(double hi, int n) {
@@ -92,7 +90,6 @@ MemoryTimeline memory_timeline(const memory::Snapshot& s, const MemoryReportOpti
     Role role;
     uint64_t bytes;
     uint32_t site;
-    bool sited;
   };
   std::unordered_map<uint64_t, State> live;
   std::array<double, kRoles> bytes{};
@@ -127,7 +124,7 @@ MemoryTimeline memory_timeline(const memory::Snapshot& s, const MemoryReportOpti
     const double ts = double(e.t_ns) * 1e-9;
     switch (e.kind) {
       case EventKind::take:
-        live[e.block] = {e.role, e.bytes, 0, false};
+        live[e.block] = {e.role, e.bytes, 0};
         bytes[size_t(e.role)] += double(e.bytes);
         cached = double(e.cached_bytes);
         queued = double(e.queued_bytes);
@@ -166,8 +163,7 @@ MemoryTimeline memory_timeline(const memory::Snapshot& s, const MemoryReportOpti
       peak_event = i;
       for (int r = 0; r < kRoles; ++r) t.peak_by_role[size_t(r)] = size_t(bytes[size_t(r)]);
     }
-    const size_t k = t_end > 0 ? std::min(points - 1, size_t(ts / t_end * double(points - 1)))
-                               : 0;
+    const size_t k = t_end > 0 ? std::min(points - 1, size_t(ts / t_end * double(points - 1))) : 0;
     if (k != slice) {
       emit();
       slice = k;
@@ -183,19 +179,22 @@ MemoryTimeline memory_timeline(const memory::Snapshot& s, const MemoryReportOpti
   }
   emit();
 
-  // The sites at the peak: replay up to the peak event, then group what is live.
+  // The sites at the peak: replay up to the peak event, then group what is live. A block's
+  // site is its own whenever it came (its op is queued right after its output is taken).
+  std::unordered_map<uint64_t, uint32_t> site_of;
+  for (const Event& e : s.events)
+    if (e.kind == EventKind::site && on_device(e, dev)) site_of[e.block] = e.site;
   live.clear();
   for (size_t i = 0; i <= peak_event && i < s.events.size(); ++i) {
     const Event& e = s.events[i];
     if (!on_device(e, dev)) continue;
     if (e.kind == EventKind::take) {
-      live[e.block] = {e.role, e.bytes, e.site, false};
+      auto named = site_of.find(e.block);
+      live[e.block] = {e.role, e.bytes, named != site_of.end() ? named->second : e.site};
     } else if (e.kind == EventKind::free) {
       live.erase(e.block);
     } else if (e.kind == EventKind::retag) {
       if (auto it = live.find(e.block); it != live.end()) it->second.role = e.role;
-    } else if (e.kind == EventKind::site) {
-      if (auto it = live.find(e.block); it != live.end()) it->second.site = e.site;
     }
   }
   std::map<std::tuple<uint32_t, int>, SiteBytes> groups;
@@ -253,8 +252,8 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
   // Grid and y ticks (MB).
   for (double v = 0; v <= y_max + ystep / 2; v += ystep)
     o << "<line x1=\"" << px(left - 4) << "\" x2=\"" << px(left + pw) << "\" y1=\"" << px(sy(v))
-      << "\" y2=\"" << px(sy(v)) << "\" stroke=\"#e5e5e5\"/><text x=\"" << px(left - 7)
-      << "\" y=\"" << px(sy(v) + 4) << "\" text-anchor=\"end\">" << mb(v) << "</text>\n";
+      << "\" y2=\"" << px(sy(v)) << "\" stroke=\"#e5e5e5\"/><text x=\"" << px(left - 7) << "\" y=\""
+      << px(sy(v) + 4) << "\" text-anchor=\"end\">" << mb(v) << "</text>\n";
   o << "<text x=\"16\" y=\"" << px(top + main_h / 2) << "\" transform=\"rotate(-90 16 "
     << px(top + main_h / 2) << ")\" text-anchor=\"middle\" font-size=\"12\">MB</text>\n";
   // Stacked areas: each role's band, then the cached bytes on top.
@@ -262,7 +261,8 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
   auto band = [&](const std::vector<double>& values, const char* fill, const std::string& cls) {
     if (n == 0) return;
     o << "<polygon class=\"" << cls << "\" fill=\"" << fill << "\" stroke=\"none\" points=\"";
-    for (size_t i = 0; i < n; ++i) o << px(sx(t.t_s[i])) << ',' << px(sy(base[i] + values[i])) << ' ';
+    for (size_t i = 0; i < n; ++i)
+      o << px(sx(t.t_s[i])) << ',' << px(sy(base[i] + values[i])) << ' ';
     for (size_t i = n; i-- > 0;) o << px(sx(t.t_s[i])) << ',' << px(sy(base[i])) << ' ';
     o << "\"/>\n";
     for (size_t i = 0; i < n; ++i) base[i] += values[i];
@@ -270,8 +270,8 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
   for (Role r : kStackOrder)
     band(t.role_bytes[size_t(r)], colour(r), "role role-" + std::to_string(int(r)));
   band(t.cached_bytes, kCachedColour, "cached");
-  o << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(pw)
-    << "\" height=\"" << px(main_h) << "\" fill=\"none\" stroke=\"#333333\"/>\n";
+  o << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(pw) << "\" height=\""
+    << px(main_h) << "\" fill=\"none\" stroke=\"#333333\"/>\n";
   // Marks (sync points): thin lines; labels only where they do not crowd.
   const size_t every = std::max<size_t>(1, t.marks.size() / 12);
   for (size_t i = 0; i < t.marks.size(); ++i) {
@@ -289,13 +289,14 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
     << px(top) << "\" y2=\"" << px(top + main_h) << "\" stroke=\"#000000\" stroke-width=\"1.5\" "
     << "stroke-dasharray=\"5,3\"/><circle cx=\"" << px(peak_x) << "\" cy=\"" << px(peak_y)
     << "\" r=\"4\" fill=\"#000000\"/><text x=\"" << px(peak_x + 6) << "\" y=\""
-    << px(std::max(top + 24, peak_y - 6)) << "\" font-weight=\"bold\">peak " << mb(double(t.peak_bytes))
-    << " MB at " << fmt("%.3f", t.peak_t_s) << " s</text></g>\n";
+    << px(std::max(top + 24, peak_y - 6)) << "\" font-weight=\"bold\">peak "
+    << mb(double(t.peak_bytes)) << " MB at " << fmt("%.3f", t.peak_t_s) << " s</text></g>\n";
   // The queued lane.
   o << "<text x=\"" << px(left) << "\" y=\"" << px(lane_top - 8) << "\" font-size=\"12\">"
     << "held by queued work (all devices), MB</text>\n";
   if (n) {
-    o << "<polygon class=\"queued\" fill=\"" << kQueuedColour << "\" fill-opacity=\"0.6\" points=\"";
+    o << "<polygon class=\"queued\" fill=\"" << kQueuedColour
+      << "\" fill-opacity=\"0.6\" points=\"";
     for (size_t i = 0; i < n; ++i) o << px(sx(t.t_s[i])) << ',' << px(sq(t.queued_bytes[i])) << ' ';
     o << px(sx(t.t_s[n - 1])) << ',' << px(sq(0)) << ' ' << px(sx(t.t_s[0])) << ',' << px(sq(0))
       << "\"/>\n";
@@ -315,13 +316,15 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
   // Legend, top first as stacked.
   double ly = top + 6;
   auto legend = [&](const char* fill, const std::string& label) {
-    o << "<rect x=\"" << px(left + pw + 14) << "\" y=\"" << px(ly) << "\" width=\"12\" height=\"12\" "
+    o << "<rect x=\"" << px(left + pw + 14) << "\" y=\"" << px(ly)
+      << "\" width=\"12\" height=\"12\" "
       << "fill=\"" << fill << "\"/><text x=\"" << px(left + pw + 32) << "\" y=\"" << px(ly + 10)
       << "\">" << escape(label) << "</text>\n";
     ly += 18;
   };
   legend(kCachedColour, "cached (free, kept)");
-  for (int k = kRoles; k-- > 0;) legend(colour(kStackOrder[k]), std::string(memory::name(kStackOrder[k])));
+  for (int k = kRoles; k-- > 0;)
+    legend(colour(kStackOrder[k]), std::string(memory::name(kStackOrder[k])));
   legend(kQueuedColour, "held by queued work");
   o << "</svg>\n";
   return o.str();
@@ -414,11 +417,11 @@ std::string memory_report_html(const memory::Snapshot& s, const MemoryReportOpti
 void write_memory_report(const std::string& path, const memory::Snapshot& s,
                          const MemoryReportOptions& options) {
   using F = MemoryReportOptions::Format;
-  const bool svg = options.format == F::svg ||
-                   (options.format == F::by_extension && path.size() >= 4 &&
-                    path.compare(path.size() - 4, 4, ".svg") == 0);
-  const std::string doc =
-      svg ? memory_timeline_svg(memory_timeline(s, options), options) : memory_report_html(s, options);
+  const bool svg =
+      options.format == F::svg || (options.format == F::by_extension && path.size() >= 4 &&
+                                   path.compare(path.size() - 4, 4, ".svg") == 0);
+  const std::string doc = svg ? memory_timeline_svg(memory_timeline(s, options), options)
+                              : memory_report_html(s, options);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   TIDE_CHECK(f.is_open(), "memory_report", "cannot write ", path);
   f.write(doc.data(), static_cast<std::streamsize>(doc.size()));

@@ -19,9 +19,9 @@ struct MemoryReportOptions {
   std::string title = "tide memory report";
   std::string command;  // shown under the title (the command line that made the recording)
   Device device = Device::cpu();
-  int width = 1100;           // of the timeline, in pixels
-  size_t max_points = 1500;   // timeline points (each the highest total of its time slice)
-  size_t top_sites = 15;      // rows of the table of sites at the peak
+  int width = 1100;          // of the timeline, in pixels
+  size_t max_points = 1500;  // timeline points (each the highest total of its time slice)
+  size_t top_sites = 15;     // rows of the table of sites at the peak
   // What write_memory_report writes: by the path's extension (.svg: the timeline alone,
   // anything else: the HTML page), or as given.
   enum class Format { by_extension, html, svg } format = Format::by_extension;

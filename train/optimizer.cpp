@@ -86,6 +86,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::string name
 }
 
 Tensor Optimizer::scalar(double v) const {
+  memory::RoleScope role(memory::Role::optimizer_state);  // the learning rate, kept all run
   return full(Shape{}, v, params_[0].dtype(), params_[0].device());
 }
 

@@ -2,7 +2,8 @@
 #   cmake -DCMD=prog [-DARGS=a;b] -DEXPECT=zero|nonzero|<exit code>
 #   [-DEXPECT_OUTPUT=regex] (matched against stdout + stderr)
 #   [-DREJECT_OUTPUT=regex] (must not match: e.g. output of work that should not have run)
-#   [-DEXPECT_FILE=path [-DEXPECT_FILE_REGEX=regex]] (the file must be written by the run)
+#   [-DEXPECT_FILE=path [-DEXPECT_FILE_REGEX=regex]] (the file must be written by the run;
+#    the regex is matched against its first EXPECT_FILE_LIMIT bytes, default 4096)
 #   -P check_command.cmake
 # "nonzero" means a normal exit with a code other than 0, a number that exact exit code: a
 # crash (a signal) fails the check either way. Environment variables are set with the
@@ -44,7 +45,10 @@ if(DEFINED EXPECT_FILE)
     message(FATAL_ERROR "'${CMD} ${ARGS}' did not write ${EXPECT_FILE}")
   endif()
   if(DEFINED EXPECT_FILE_REGEX)
-    file(READ ${EXPECT_FILE} content LIMIT 4096)
+    if(NOT DEFINED EXPECT_FILE_LIMIT)
+      set(EXPECT_FILE_LIMIT 4096)
+    endif()
+    file(READ ${EXPECT_FILE} content LIMIT ${EXPECT_FILE_LIMIT})
     if(NOT content MATCHES "${EXPECT_FILE_REGEX}")
       message(FATAL_ERROR "${EXPECT_FILE} does not contain '${EXPECT_FILE_REGEX}'")
     endif()
