@@ -99,6 +99,10 @@ std::string tick_label(const Axis& a, double v) {
 
 bool finite(double x, double y) { return std::isfinite(x) && std::isfinite(y); }
 
+std::string colour_of(const Series& s, size_t k) {
+  return s.colour.empty() ? kPalette[k % kPaletteSize] : escape(s.colour);
+}
+
 void render(std::ostringstream& o, const Chart& chart, double y0) {
   const ChartOptions& opt = chart.options;
   const double w = opt.width, h = opt.height;
@@ -161,7 +165,7 @@ void render(std::ostringstream& o, const Chart& chart, double y0) {
   // One polyline per series, clipped by nothing: the axes cover every finite point.
   for (size_t k = 0; k < chart.series.size(); ++k) {
     const Series& s = chart.series[k];
-    o << "<polyline class=\"series\" fill=\"none\" stroke=\"" << kPalette[k % kPaletteSize]
+    o << "<polyline class=\"series\" fill=\"none\" stroke=\"" << colour_of(chart.series[k], k)
       << "\" stroke-width=\"1.5\" points=\"";
     bool first = true;
     for (size_t i = 0; i < s.x.size(); ++i) {
@@ -184,7 +188,7 @@ void render(std::ostringstream& o, const Chart& chart, double y0) {
   for (size_t k = 0; k < chart.series.size(); ++k) {
     double ry = by + 4 + 18.0 * k + 9;
     o << "<line x1=\"" << num(bx + 6) << "\" y1=\"" << num(ry) << "\" x2=\"" << num(bx + 24)
-      << "\" y2=\"" << num(ry) << "\" stroke=\"" << kPalette[k % kPaletteSize]
+      << "\" y2=\"" << num(ry) << "\" stroke=\"" << colour_of(chart.series[k], k)
       << "\" stroke-width=\"2\"/>\n";
     o << "<text class=\"legend-entry\" x=\"" << num(bx + 28) << "\" y=\"" << num(ry + 4) << "\">"
       << escape(chart.series[k].name) << "</text>\n";
@@ -193,6 +197,8 @@ void render(std::ostringstream& o, const Chart& chart, double y0) {
 }
 
 }  // namespace
+
+std::string palette_colour(size_t k) { return kPalette[k % kPaletteSize]; }
 
 std::string svg(const std::vector<Chart>& charts) {
   TIDE_CHECK(!charts.empty(), "plot", "no charts to draw");

@@ -15,7 +15,12 @@ namespace tide::train {
 struct Series {
   std::string name;
   std::vector<double> x, y;
+  std::string colour;  // a CSS colour; empty: the palette's colour of the series' position
 };
+
+// The palette's k-th colour (Tableau-10, repeating): a series keeps its colour across
+// charts that show different subsets by setting it.
+std::string palette_colour(size_t k);
 
 struct ChartOptions {
   std::string title, x_label, y_label;

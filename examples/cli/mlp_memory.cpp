@@ -141,6 +141,26 @@ std::vector<double> gather_memory(dist::ProcessGroup& group, const train::TrainR
   return t.to_vector<double>();
 }
 
+// The memory chart as one panel, or two when the series' highest values, from the top
+// down, drop by 2x or more somewhere: the runs below the first such drop first, then those
+// above it.
+std::vector<train::Chart> split_growing(const train::Chart& mem,
+                                        const std::vector<double>& highest) {
+  std::vector<double> sorted = highest;
+  std::sort(sorted.rbegin(), sorted.rend());
+  double cut = 0;
+  for (size_t i = 1; i < sorted.size() && cut == 0; ++i)
+    if (sorted[i] > 0 && sorted[i - 1] >= 2 * sorted[i]) cut = sorted[i];
+  train::Chart flat = mem, growing = mem;
+  flat.series.clear();
+  growing.series.clear();
+  for (size_t i = 0; i < mem.series.size(); ++i)
+    (cut > 0 && highest[i] > cut ? growing : flat).series.push_back(mem.series[i]);
+  if (flat.series.empty() || growing.series.empty()) return {mem};
+  growing.options.title += ": the runs that hold the most";
+  return {flat, growing};
+}
+
 }  // namespace
 
 int mlp_memory_main(const Args& args, const GlobalOptions& global) {
@@ -354,20 +374,28 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     train::Chart mem{
         {"Memory held during training" + on, "minibatch", "allocator active - start (MB)"}, {}};
     train::Chart tim{{"Time per minibatch (frontend)", "minibatch", "time (ms)"}, {}};
+    std::vector<double> highest;
     for (const train::TrainResult& r : results) {
-      train::Series sm{series_label(r), {}, {}}, st{series_label(r), {}, {}};
-      double prev = 0;
+      const std::string colour = train::palette_colour(highest.size());
+      train::Series sm{series_label(r), {}, {}, colour}, st{series_label(r), {}, {}, colour};
+      double prev = 0, top = 0;
       for (const train::StepRecord& s : r.steps) {
         sm.x.push_back(s.batch);
         sm.y.push_back((double(s.allocator_active) - double(r.baseline_active)) / kMB);
+        top = std::max(top, sm.y.back());
         st.x.push_back(s.batch);
         st.y.push_back((s.t_enqueue_s - prev) * 1e3);
         prev = s.t_enqueue_s;
       }
+      highest.push_back(top);
       mem.series.push_back(std::move(sm));
       tim.series.push_back(std::move(st));
     }
-    write_output("--svg", svg, [&](const std::string& tmp) { train::write_svg(tmp, {mem, tim}); });
+    // A run that grows with every queued minibatch (none, allocated at enqueue) would
+    // squash the flat ones to the axis: such runs get a panel of their own.
+    std::vector<train::Chart> charts = split_growing(mem, highest);
+    charts.push_back(tim);
+    write_output("--svg", svg, [&](const std::string& tmp) { train::write_svg(tmp, charts); });
     out << (csv.empty() ? "\n" : "") << "wrote " << svg << "\n";
   }
   return 0;

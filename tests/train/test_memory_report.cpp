@@ -17,9 +17,9 @@
 
 #include "error_of.h"
 #include "tide.h"
+#include "trace/trace.h"
 #include "train/memory_report.h"
 #include "train_rig.h"
-#include "trace/trace.h"
 
 namespace tide {
 namespace {
@@ -308,16 +308,18 @@ TEST(MemoryReportInABrowser, LoadsWithoutAConsoleMessageAndShowsThePlot) {
   train::MemoryReportOptions o;
   o.command = "MemoryReportInABrowser";
   train::write_memory_report(html, memory::snapshot(), o);
-  const std::string flags = " --headless --no-sandbox --disable-gpu --no-first-run "
-                            "--user-data-dir=" + dir + "/profile --window-size=1200,900 ";
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --no-first-run "
+      "--user-data-dir=" +
+      dir + "/profile --window-size=1200,900 ";
   const std::string shot = chromium + flags + "--enable-logging=stderr --v=0 --screenshot=" + png +
                            " file://" + html + " > " + log + " 2>&1";
   ASSERT_EQ(std::system(shot.c_str()), 0) << read_all(log);
   // Every console message of the page (an uncaught error is one) is logged as CONSOLE.
   const std::string messages = read_all(log);
   EXPECT_EQ(messages.find("CONSOLE"), std::string::npos) << messages;
-  const std::string dump = chromium + flags + "--dump-dom file://" + html + " > " + dom +
-                           " 2>/dev/null";
+  const std::string dump =
+      chromium + flags + "--dump-dom file://" + html + " > " + dom + " 2>/dev/null";
   ASSERT_EQ(std::system(dump.c_str()), 0);
   EXPECT_NE(read_all(dom).find("data-rendered=\"ok\""), std::string::npos)
       << "the page's script did not run to its end";

@@ -325,6 +325,20 @@ TEST(PlotTest, RejectsBadInput) {
   expect_plot_error({tiny}, "positive");
 }
 
+TEST(PlotTest, ASeriesKeepsItsOwnColourAcrossCharts) {
+  EXPECT_EQ(palette_colour(0), "#1f77b4");
+  EXPECT_EQ(palette_colour(10), palette_colour(0));
+  Series fixed{"fixed", {0, 1}, {0, 1}, palette_colour(3)};
+  const std::string doc = svg({line_chart("t", {{"first", {0, 1}, {1, 0}}, fixed})});
+  // The first series takes the palette's first colour, the second its own, in the line
+  // and in the legend.
+  EXPECT_NE(doc.find("stroke=\"#1f77b4\" stroke-width=\"1.5\""), std::string::npos);
+  EXPECT_NE(doc.find("stroke=\"" + palette_colour(3) + "\" stroke-width=\"1.5\""),
+            std::string::npos);
+  EXPECT_NE(doc.find("stroke=\"" + palette_colour(3) + "\" stroke-width=\"2\""), std::string::npos);
+  EXPECT_EQ(doc.find(palette_colour(1)), std::string::npos);
+}
+
 TEST(PlotTest, WriteSvgRoundTripsAndReportsUnwritablePath) {
   std::vector<Chart> charts = {line_chart("t", {{"s", {0, 1}, {0, 1}}})};
   std::string path = ::testing::TempDir() + "tide_plot_test.svg";
