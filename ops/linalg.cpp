@@ -281,6 +281,66 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* o
   return y;
 }
 
+namespace {
+// The gradient of cross_entropy_rows: one queued kernel (no graph of its own).
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                              const Tensor& g, const char* op, Site site) {
+  const int64_t n = logits.size(0), c = logits.size(1);
+  Tensor dx = Tensor::empty(logits.shape(), logits.dtype(), logits.device(), op);
+  dispatch_floating(logits.dtype(), [&](auto z) {
+    using T = decltype(z);
+    auto run = [&](auto zl) {
+      using L = decltype(zl);
+      kernels::queue(OpId::cross_entropy_grad, logits.device(),
+                     {logits.storage(), lse.storage(), g.storage(), labels.storage()},
+                     {dx.storage()}, &kernels::cpu::cross_entropy_grad<T, L>,
+                     kernels::CrossEntropyGrad<T, L>{logits.ref<T>(), lse.ref<T>(), g.ref<T>(),
+                                                     labels.ref<L>(), dx.ref<T>(), n, c},
+                     kernels::NoExtra{}, site, op);
+    };
+    if (labels.dtype() == DType::int32) run(int32_t{});
+    else run(int64_t{});
+  });
+  return dx;
+}
+}  // namespace
+
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char* op, Site site) {
+  check_defined(logits, op);
+  check_defined(labels, op);
+  check_supported(logits, OpId::cross_entropy);
+  TIDE_CHECK(logits.ndim() == 2, op, "logits must be (N, C), got ", describe(logits));
+  check_floating(logits, op);
+  TIDE_CHECK(labels.ndim() == 1 && !is_floating(labels.dtype()), op,
+             "labels must be (N) int32 or int64, got ", describe(labels));
+  const int64_t n = logits.size(0), c = logits.size(1);
+  TIDE_CHECK(labels.size(0) == n, op, "logits ", logits.shape(), " and labels ", labels.shape(),
+             " disagree on N");
+  TIDE_CHECK(n > 0 && c > 0, op, "empty logits ", logits.shape());
+  TIDE_CHECK(labels.device() == logits.device(), op, "logits on ", logits.device().str(),
+             " and labels on ", labels.device().str());
+  Tensor loss = Tensor::empty({n}, logits.dtype(), logits.device(), op);
+  Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device(), op);
+  dispatch_floating(logits.dtype(), [&](auto z) {
+    using T = decltype(z);
+    auto run = [&](auto zl) {
+      using L = decltype(zl);
+      kernels::queue(OpId::cross_entropy, logits.device(), {logits.storage(), labels.storage()},
+                     {loss.storage(), lse.storage()}, &kernels::cpu::cross_entropy_rows<T, L>,
+                     kernels::CrossEntropyRows<T, L>{logits.ref<T>(), labels.ref<L>(),
+                                                     loss.ref<T>(), lse.ref<T>(), n, c},
+                     kernels::NoExtra{}, site, op);
+    };
+    if (labels.dtype() == DType::int32) run(int32_t{});
+    else run(int64_t{});
+  });
+  autograd::record(OpId::cross_entropy, loss, {&logits},
+                   [x = logits.detach(), labels, lse, op, site](const Tensor& g) {
+                     return Grads{cross_entropy_backward(x, labels, lse, g, op, site)};
+                   });
+  return loss;
+}
+
 Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
   const char* op = op_name(OpId::swap_axes);
   check_defined(a, op);

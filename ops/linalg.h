@@ -44,6 +44,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu = fal
 // dtype.
 Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype = DType::float32,
                const char* op = "one_hot", Site site = Site::current());
+// Per row of logits (N, C), floating: the cross-entropy -log(softmax(row))[label] =
+// logsumexp(row) - row[label], as an (N) tensor. Neither the (N, C) one-hot nor the
+// log-softmax is made: the forward keeps each row's log-sum-exp (N values), and the
+// gradient (softmax - one-hot, times the row's gradient) is one pass over the logits.
+// labels: (N) int32 or int64 on the logits' device; a label outside [0, C) is found when
+// the kernel runs, as in one_hot (the CPU fails the op; a GPU makes that row NaN).
+// Differentiable in logits. Throws "[op]" at the call for bad ranks, sizes, dtypes or
+// devices. Queued; does not wait.
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels,
+                          const char* op = "cross_entropy", Site site = Site::current());
 // The transpose of a 2-D tensor, materialised (queued copy).
 Tensor transpose(const Tensor& a, Site site = Site::current());
 // a with axes dim0 and dim1 exchanged (PyTorch's transpose(dim0, dim1)), materialised as a

@@ -81,7 +81,32 @@ struct OneHotRows {
   int64_t rows = 0, classes = 0;
 };
 
+// Row i of x (rows x classes): lse[i] = log(sum(exp(x[i, :]))) and loss[i] = lse[i] -
+// x[i, labels[i]], with the sum in double after subtracting the row's max. A label outside
+// [0, classes) fails the CPU entry (as OneHotRows) and makes loss[i] NaN on CUDA.
+template <class T, class L>
+struct CrossEntropyRows {
+  DataRef<T> x;
+  DataRef<L> labels;
+  DataRef<T> loss, lse;
+  int64_t rows = 0, classes = 0;
+};
+// dx[i, j] = (exp(x[i, j] - lse[i]) - (j == labels[i])) * g[i]: softmax minus one-hot,
+// scaled by the row's loss gradient. A label outside [0, classes): the CPU entry fails,
+// CUDA writes NaN over the row.
+template <class T, class L>
+struct CrossEntropyGrad {
+  DataRef<T> x, lse, g;
+  DataRef<L> labels;
+  DataRef<T> dx;
+  int64_t rows = 0, classes = 0;
+};
+
 namespace cpu {
+template <class T, class L>
+void cross_entropy_rows(const KernelContext&, const CrossEntropyRows<T, L>&, const NoExtra&);
+template <class T, class L>
+void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>&, const NoExtra&);
 template <class T, class L>
 void one_hot_rows(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&);
 template <class T>

@@ -59,6 +59,8 @@ constexpr std::array kTable{
     OpTraits{OpId::log_softmax, "log_softmax", K::linalg, N, N, E},
     OpTraits{OpId::linear, "linear", K::linalg, N, N, E},
     OpTraits{OpId::one_hot, "one_hot", K::linalg, N, N, N},
+    OpTraits{OpId::cross_entropy, "cross_entropy", K::linalg, N, N, E},
+    OpTraits{OpId::cross_entropy_grad, "cross_entropy_grad", K::linalg, N, N, N},
     OpTraits{OpId::take_rows, "take_rows", K::linalg, N, N, E},
     OpTraits{OpId::scatter_add_rows, "scatter_add_rows", K::linalg, N, N, E},
     // batch_norm also updates its running estimates in place in training: a side effect

@@ -66,6 +66,8 @@ enum class OpId : uint16_t {
   log_softmax,
   linear,
   one_hot,
+  cross_entropy,
+  cross_entropy_grad,
   // gather (ops/gather.h)
   take_rows,
   scatter_add_rows,

@@ -20,18 +20,66 @@ namespace tide::kernels::cpu {
 
 using tide::detail::kParallelGrain;
 
-template <class T, class L>
-void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra&) {
-  const L* labels = o.labels.get();
-  T* y = o.y.get();
-  const int64_t rows = o.rows, classes = o.classes;
-  // Checked before anything is written; the engine turns the throw into the op's failure.
+namespace {
+// Checked before anything is written; the engine turns the throw into the op's failure.
+template <class L>
+void check_labels(const L* labels, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t v = int64_t(labels[r]);
     if (v < 0 || v >= classes)
       throw std::runtime_error(tide::detail::concat("label ", v, " of row ", r, " is outside the ",
                                                     classes, " classes [0, ", classes, ")"));
   }
+}
+}  // namespace
+
+template <class T, class L>
+void cross_entropy_rows(const KernelContext&, const CrossEntropyRows<T, L>& c, const NoExtra&) {
+  const T* x = c.x.get();
+  const L* labels = c.labels.get();
+  T *loss = c.loss.get(), *lse = c.lse.get();
+  const int64_t n = c.classes;
+  check_labels(labels, c.rows, n);
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  parallel_for(c.rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * n;
+      T m = xr[0];
+      for (int64_t i = 1; i < n; ++i) m = xr[i] > m ? xr[i] : m;
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(xr[i] - m));
+      const double ls = double(m) + std::log(sum);
+      lse[r] = T(ls);
+      loss[r] = T(ls - double(xr[labels[r]]));
+    }
+  });
+}
+
+template <class T, class L>
+void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>& c, const NoExtra&) {
+  const T *x = c.x.get(), *lse = c.lse.get(), *g = c.g.get();
+  const L* labels = c.labels.get();
+  T* dx = c.dx.get();
+  const int64_t n = c.classes;
+  check_labels(labels, c.rows, n);
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  parallel_for(c.rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * n;
+      T* dr = dx + r * n;
+      const double l = double(lse[r]), gr = double(g[r]);
+      for (int64_t i = 0; i < n; ++i) dr[i] = T(std::exp(double(xr[i]) - l) * gr);
+      dr[labels[r]] = T((std::exp(double(xr[labels[r]]) - l) - 1.0) * gr);
+    }
+  });
+}
+
+template <class T, class L>
+void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra&) {
+  const L* labels = o.labels.get();
+  T* y = o.y.get();
+  const int64_t rows = o.rows, classes = o.classes;
+  check_labels(labels, rows, classes);
   int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes));
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -183,8 +231,12 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
   });
 }
 
-#define TIDE_ONE_HOT(T, L) \
-  template void one_hot_rows<T, L>(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&);
+#define TIDE_ONE_HOT(T, L)                                                                         \
+  template void one_hot_rows<T, L>(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&); \
+  template void cross_entropy_rows<T, L>(const KernelContext&, const CrossEntropyRows<T, L>&,      \
+                                         const NoExtra&);                                          \
+  template void cross_entropy_grad<T, L>(const KernelContext&, const CrossEntropyGrad<T, L>&,      \
+                                         const NoExtra&);
 TIDE_ONE_HOT(float, int32_t)
 TIDE_ONE_HOT(float, int64_t)
 TIDE_ONE_HOT(double, int32_t)

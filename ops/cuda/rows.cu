@@ -1,11 +1,14 @@
 // CUDA launchers of the row entries of the linear-algebra family (ops/linalg_kernels.h):
 // the 2-D transpose (32 x 32 shared-memory tiles), the axis swap (one thread per output
-// element) and the row-wise softmax / log_softmax
-// (a warp per row up to kWarpRowMax elements, a block per row above). The softmax follows
+// element), the row-wise softmax / log_softmax
+// (a warp per row up to kWarpRowMax elements, a block per row above) and the cross-entropy
+// rows and their gradient. The softmax follows
 // ops/cpu/linalg.cpp's formulas: the max in T, then exp(double(x - max)) summed in double.
 // Every reduction has a fixed order (sequential per thread, then a fixed shuffle tree), so
 // results are bit-identical from run to run; the order differs from the CPU's sequential
 // sum, which moves the double sum by a few ulps of double. Does not use cuDNN.
+#include <math_constants.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -170,7 +173,66 @@ __global__ void softmax_block_rows(const T* x, T* y, int64_t rows, int64_t n, bo
   }
 }
 
+// ---- cross-entropy rows ---------------------------------------------------------------
+
+// One block per row, grid-stride over rows (any row length: threads past the row start
+// from its first element, which the max ignores and the sum skips). Thread 0 writes the
+// row's log-sum-exp and loss; a label outside [0, n) makes the loss NaN (a kernel cannot
+// throw; the CPU entry fails the op instead).
+template <class T, class L>
+__global__ void cross_entropy_block_rows(const T* x, const L* labels, T* loss, T* lse, int64_t rows,
+                                         int64_t n) {
+  tide::cuda::await_prerequisite_grids();
+  __shared__ T max_partial[kWarpsPerBlock];
+  __shared__ double sum_partial[kWarpsPerBlock];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * n;
+    T m = xr[threadIdx.x < n ? threadIdx.x : 0];
+    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, xr[i]);
+    m = block_reduce(m, max_partial, MaxOp<T>{});
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(xr[i] - m));
+    sum = block_reduce(sum, sum_partial, SumOp{});
+    if (threadIdx.x == 0) {
+      const double ls = double(m) + log(sum);
+      const int64_t v = int64_t(labels[r]);
+      lse[r] = T(ls);
+      loss[r] = v < 0 || v >= n ? T(CUDART_NAN) : T(ls - double(xr[v]));
+    }
+  }
+}
+
+// dx = (exp(x - lse[row]) - one-hot) * g[row], one thread per element, grid-stride; a
+// label outside [0, n) makes its row NaN.
+template <class T, class L>
+__global__ void cross_entropy_grad_elements(const T* x, const T* lse, const T* g, const L* labels,
+                                            T* dx, int64_t rows, int64_t n) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n, v = int64_t(labels[r]);
+    const double p = exp(double(x[i]) - double(lse[r]));
+    dx[i] = v < 0 || v >= n ? T(CUDART_NAN) : T((v == c ? p - 1.0 : p) * double(g[r]));
+  }
+}
+
 // ---- entries --------------------------------------------------------------------------
+
+template <class T, class L>
+void cross_entropy_rows(const KernelContext& ctx, const CrossEntropyRows<T, L>& c, const NoExtra&) {
+  if (c.rows == 0 || c.classes == 0) return;
+  cross_entropy_block_rows<T, L>
+      <<<unsigned(std::min<int64_t>(c.rows, int64_t(1) << 20)), kThreads, 0, stream_of(ctx)>>>(
+          c.x.get(), c.labels.get(), c.loss.get(), c.lse.get(), c.rows, c.classes);
+}
+
+template <class T, class L>
+void cross_entropy_grad(const KernelContext& ctx, const CrossEntropyGrad<T, L>& c, const NoExtra&) {
+  const int64_t n = c.rows * c.classes;
+  if (n == 0) return;
+  cross_entropy_grad_elements<T, L><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+      c.x.get(), c.lse.get(), c.g.get(), c.labels.get(), c.dx.get(), c.rows, c.classes);
+}
 
 template <class T>
 void transpose(const KernelContext& ctx, const Transpose<T>& t, const NoExtra&) {
@@ -221,7 +283,16 @@ void register_rows(OpList& ops) {
   CudaKernel<SwapAxes<int64_t>, NoExtra>::fn = &swap_axes<int64_t>;
   CudaKernel<SoftmaxRows<float>, NoExtra>::fn = &softmax_rows<float>;
   CudaKernel<SoftmaxRows<double>, NoExtra>::fn = &softmax_rows<double>;
-  for (OpId id : {OpId::transpose, OpId::swap_axes, OpId::softmax, OpId::log_softmax})
+  CudaKernel<CrossEntropyRows<float, int32_t>, NoExtra>::fn = &cross_entropy_rows<float, int32_t>;
+  CudaKernel<CrossEntropyRows<float, int64_t>, NoExtra>::fn = &cross_entropy_rows<float, int64_t>;
+  CudaKernel<CrossEntropyRows<double, int32_t>, NoExtra>::fn = &cross_entropy_rows<double, int32_t>;
+  CudaKernel<CrossEntropyRows<double, int64_t>, NoExtra>::fn = &cross_entropy_rows<double, int64_t>;
+  CudaKernel<CrossEntropyGrad<float, int32_t>, NoExtra>::fn = &cross_entropy_grad<float, int32_t>;
+  CudaKernel<CrossEntropyGrad<float, int64_t>, NoExtra>::fn = &cross_entropy_grad<float, int64_t>;
+  CudaKernel<CrossEntropyGrad<double, int32_t>, NoExtra>::fn = &cross_entropy_grad<double, int32_t>;
+  CudaKernel<CrossEntropyGrad<double, int64_t>, NoExtra>::fn = &cross_entropy_grad<double, int64_t>;
+  for (OpId id : {OpId::transpose, OpId::swap_axes, OpId::softmax, OpId::log_softmax,
+                  OpId::cross_entropy, OpId::cross_entropy_grad})
     ops[size_t(id)] = true;
 }
 

@@ -375,6 +375,117 @@ TEST(LinalgErrors, SwapAxes) {
   EXPECT_EQ(Engine::get().stats().queued, queued) << "nothing was queued";
 }
 
+// ---- cross-entropy rows ---------------------------------------------------------------------
+
+Array softmax_ref(const Array& a, bool log_out);  // below, with softmax's cases
+
+// Row r's label: (3r + 1) mod C, the same in the op and the reference.
+int64_t ce_label(int64_t r, int64_t c) { return (3 * r + 1) % c; }
+Tensor ce_labels(int64_t n, int64_t c, Device d, DType dt = DType::int64) {
+  std::vector<double> v;
+  for (int64_t r = 0; r < n; ++r) v.push_back(double(ce_label(r, c)));
+  return from_data(v, Shape{n}, dt, d);
+}
+
+std::vector<ShapeSet> ce_shapes(std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> dim(1, 7);
+  return {{Shape{dim(rng), dim(rng)}},
+          {Shape{1, 1}},
+          {Shape{5, 1}},
+          {Shape{3, 9}},
+          {Shape{64, 300}},
+          {Shape{2, 1500}}};
+}
+
+TIDE_OP_CASES(Linalg, CrossEntropyRows) {
+  OpCase c{.op = OpId::cross_entropy,
+           .build =
+               [](const V& x) {
+                 return cross_entropy_rows(x[0],
+                                           ce_labels(x[0].size(0), x[0].size(1), x[0].device()));
+               },
+           .ref =
+               [](const std::vector<Array>& in) {
+                 const int64_t n = in[0].shape[0], cl = in[0].shape[1];
+                 Array lsm = softmax_ref(in[0], true);
+                 Array y{Shape{n}, {}};
+                 for (int64_t r = 0; r < n; ++r)
+                   y.v.push_back(-lsm.v[size_t(r * cl + ce_label(r, cl))]);
+                 return y;
+               },
+           .shapes = ce_shapes,
+           .gen = test::gen_uniform(-4, 4),
+           .grad = true};
+  OpCase i32 = c;  // int32 labels
+  i32.build = [](const V& x) {
+    return cross_entropy_rows(x[0],
+                              ce_labels(x[0].size(0), x[0].size(1), x[0].device(), DType::int32));
+  };
+  return {c, i32};
+}
+
+// The gradient kernel's values: softmax - one-hot, times each row's gradient (here not 1),
+// against the double reference, for both label dtypes, on every case device.
+TIDE_OP_TEST(Linalg, CrossEntropyGrad, {OpId::cross_entropy_grad, Check::value}) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  const int64_t n = 6, cl = 11;
+  std::vector<double> x;
+  for (int64_t i = 0; i < n * cl; ++i) x.push_back(std::sin(double(i) * 0.7) * 3);
+  const std::vector<double> g{0.5, -1, 2, 0.25, 3, -0.75};
+  Array lsm = softmax_ref({Shape{n, cl}, x}, true);
+  for (Device d : devices)
+    for (DType lt : {DType::int32, DType::int64}) {
+      SCOPED_TRACE(d.str() + " " + std::string(name(lt)));
+      Tensor logits = from_data(x, Shape{n, cl}, DType::float64, d).requires_grad_();
+      Tensor rows = cross_entropy_rows(logits, ce_labels(n, cl, d, lt));
+      rows.backward(from_data(g, Shape{n}, DType::float64, d));
+      std::vector<double> got = logits.grad().to_vector<double>();
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < cl; ++j) {
+          const size_t k = size_t(r * cl + j);
+          const double want = (std::exp(lsm.v[k]) - (j == ce_label(r, cl) ? 1 : 0)) * g[size_t(r)];
+          EXPECT_NEAR(got[k], want, 1e-13) << "row " << r << " class " << j;
+        }
+    }
+}
+
+TEST(LinalgErrors, CrossEntropyRowsRefusesBadInputAtTheCall) {
+  Tensor x = zeros({4, 5});
+  test::expect_contains(
+      test_util::error_of([&] { cross_entropy_rows(zeros({4}), ce_labels(4, 5, Device::cpu())); }),
+      {"[cross_entropy]", "logits must be (N, C)"}, "rank");
+  test::expect_contains(test_util::error_of([&] { cross_entropy_rows(x, zeros({4})); }),
+                        {"[cross_entropy]", "labels must be (N) int32 or int64"}, "label dtype");
+  test::expect_contains(
+      test_util::error_of([&] { cross_entropy_rows(x, ce_labels(3, 5, Device::cpu())); }),
+      {"[cross_entropy]", "disagree on N"}, "N");
+  test::expect_contains(
+      test_util::error_of([&] {
+        cross_entropy_rows(zeros({4, 5}, DType::int64), ce_labels(4, 5, Device::cpu()));
+      }),
+      {"[cross_entropy]"}, "integer logits");
+}
+
+// A label outside [0, C), found when the kernels run: the CPU fails the loss (and the
+// gradient), naming the label; a real GPU makes the row's loss NaN.
+TEST(LinalgErrors, CrossEntropyRowsLabelOutsideTheClasses) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices) {
+    SCOPED_TRACE(d.str());
+    const bool fails = d.is_cpu() || cuda::runs_host_kernels(d.index);
+    Tensor x = randn({3, 4}).to(d).requires_grad_();
+    Tensor loss = sum(cross_entropy_rows(x, from_vector<int64_t>({0, 4, 1}, Shape{3}, d)));
+    if (fails) {
+      test::expect_contains(test_util::error_of([&] { (void)loss.item<float>(); }),
+                            {"[cross_entropy] label 4 of row 1", "outside the 4 classes"}, "loss");
+    } else {
+      EXPECT_TRUE(std::isnan(loss.item<float>()));
+    }
+  }
+}
+
 // ---- softmax / log_softmax -------------------------------------------------------------------
 
 Array softmax_ref(const Array& a, bool log_out) {
