@@ -52,6 +52,7 @@ constexpr std::array kTable{
     OpTraits{OpId::mean, "mean", K::reduction, N, N, E},
     OpTraits{OpId::max, "max", K::reduction, N, N, E},
     OpTraits{OpId::argmax, "argmax", K::reduction, N, N, N},
+    OpTraits{OpId::sum_squares, "sum_squares", K::reduction, N, N, E},
     OpTraits{OpId::matmul, "matmul", K::linalg, N, N, E},
     OpTraits{OpId::transpose, "transpose", K::linalg, N, N, E},
     OpTraits{OpId::swap_axes, "swap_axes", K::linalg, N, N, E},

@@ -58,6 +58,7 @@ enum class OpId : uint16_t {
   mean,
   max,
   argmax,
+  sum_squares,
   // linear algebra and rows
   matmul,
   transpose,

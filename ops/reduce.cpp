@@ -43,7 +43,7 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
   const char* op = op_name(id);
   check_defined(a, op);
   check_supported(a, id);
-  if (kind == Kind::mean) check_floating(a, op);
+  if (kind == Kind::mean || kind == Kind::sum_squares) check_floating(a, op);
   ReduceGeometry g;
   Shape out;
   if (all) {
@@ -90,6 +90,14 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 }
 
 }  // namespace
+
+Tensor sum_squares(const Tensor& a, Site site) {
+  Tensor y = reduce(Kind::sum_squares, OpId::sum_squares, a, 0, true, false, site);
+  autograd::record(OpId::sum_squares, y, {&a}, [x = a.detach()](const Tensor& g) {
+    return std::vector<Tensor>{mul(mul(x, 2.0), g)};
+  });
+  return y;
+}
 
 Tensor sum(const Tensor& a, Site site) {
   Tensor y = reduce(Kind::sum, OpId::sum, a, 0, true, false, site);

@@ -13,6 +13,10 @@ namespace tide {
 // Sum of all elements: a 0-d tensor.
 Tensor sum(const Tensor& a, Site site = Site::current());
 Tensor sum(const Tensor& a, int axis, bool keepdim = false, Site site = Site::current());
+// The sum of the squares of all elements, as a 0-d tensor: sum(a * a) in one pass with no
+// (a * a) tensor, each square taken in double. Floating dtypes only (throws "[sum_squares]").
+// Differentiable (2 a g).
+Tensor sum_squares(const Tensor& a, Site site = Site::current());
 // Mean; needs a floating dtype. Mean of an empty tensor is NaN, as in NumPy.
 Tensor mean(const Tensor& a, Site site = Site::current());
 Tensor mean(const Tensor& a, int axis, bool keepdim = false, Site site = Site::current());

@@ -14,7 +14,9 @@
 
 namespace tide::kernels {
 
-enum class ReduceKind : uint8_t { sum, mean, max, argmax };
+// sum_squares: the sum of x * x, each square taken in the accumulator (full reductions
+// of floating tensors only; the front-end makes no other).
+enum class ReduceKind : uint8_t { sum, mean, max, argmax, sum_squares };
 
 struct ReduceGeometry {
   int64_t outer = 1, n = 1, inner = 1;

@@ -43,10 +43,11 @@ Tensor norm_of(const std::vector<Tensor>& grads, const std::vector<Tensor>& para
     if (params.empty()) return zeros(Shape{}, DType::float32);
     return zeros(Shape{}, params[0].dtype(), params[0].device());
   }
-  // One reduction per gradient, then the sums in order: the same bits every run.
+  // One reduction per gradient, then the sums in order: the same bits every run. No squared
+  // copy of a gradient is made: queued, those held a whole copy of the gradients at once.
   Tensor total;
   for (const Tensor& g : grads) {
-    Tensor s = sum(mul(g, g));
+    Tensor s = sum_squares(g);
     total = total.defined() ? add(total, s) : s;
   }
   return sqrt(total);

@@ -27,9 +27,16 @@ Acc<T> sum_contiguous(const T* x, int64_t n) {
   return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(x[k]); });
 }
 
+// The same order for x[k] * x[k], each product in the accumulator.
+template <class T>
+Acc<T> sum_squares_contiguous(const T* x, int64_t n) {
+  return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(x[k]) * Acc<T>(x[k]); });
+}
+
 template <class T, class O>
 void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
-  if (kind == ReduceKind::sum || kind == ReduceKind::mean) {
+  if (kind == ReduceKind::sum || kind == ReduceKind::mean || kind == ReduceKind::sum_squares) {
+    const bool squares = kind == ReduceKind::sum_squares;
     double scale = kind == ReduceKind::mean ? 1.0 / double(g.n) : 1.0;
     if (g.outer == 1 && g.inner == 1) {
       // Full reduction: fixed 16K-element blocks summed in parallel, then in order.
@@ -50,7 +57,8 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       parallel_for(blocks, 2, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           int64_t lo = b * kBlock, hi = std::min(g.n, lo + kBlock);
-          part[size_t(b)] = sum_contiguous(x + lo, hi - lo);
+          part[size_t(b)] =
+              squares ? sum_squares_contiguous(x + lo, hi - lo) : sum_contiguous(x + lo, hi - lo);
         }
       });
       Acc<T> s = 0;
@@ -58,6 +66,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       y[0] = kind == ReduceKind::mean ? O(acc_to_double(s) * scale) : O(s);
       return;
     }
+    if (squares) throw std::runtime_error("[sum_squares] reduces all elements only");
     int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
     if (g.inner == 1) {  // rows of n contiguous elements
       parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {

@@ -51,6 +51,12 @@ struct ToAcc {
   __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(v); }
 };
 
+// x * x in the accumulator (sum_squares).
+template <class T>
+struct ToAccSquare {
+  __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(v) * Acc<T>(v); }
+};
+
 template <class T>
 struct Plus {
   __host__ __device__ T operator()(const T& a, const T& b) const { return a + b; }
@@ -195,6 +201,7 @@ const char* kind_name(ReduceKind k) {
     case ReduceKind::mean: return "mean";
     case ReduceKind::max: return "max";
     case ReduceKind::argmax: return "argmax";
+    case ReduceKind::sum_squares: return "sum_squares";
   }
   return "reduce";
 }
@@ -211,6 +218,15 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
   cudaStream_t s = stream_of(ctx);
   const char* op = kind_name(a.kind);
   const int64_t outputs = g.outer * g.inner;
+  if (a.kind == ReduceKind::sum_squares) {  // full reductions only (ops/reduce.cpp)
+    using A = Acc<T>;
+    thrust::transform_iterator<ToAccSquare<T>, const T*> in(x, ToAccSquare<T>{});
+    thrust::transform_output_iterator<FinishSum<A, O>, O*> out(y, FinishSum<A, O>{false, 1.0});
+    run_cub(ctx, op, "cub::DeviceReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceReduce::Reduce(tmp, bytes, in, out, g.n, Plus<A>{}, A(0), s);
+    });
+    return;
+  }
   if (g.inner != 1 && outputs < kFewColumns) {
     const ChannelParts split = column_parts(g.n, outputs);
     if (split.parts > 1) {
@@ -284,7 +300,7 @@ void reduce(const KernelContext& ctx, const Reduce<T, O>& a, const NoExtra&) {
   constexpr bool kMax = std::is_same_v<O, T>;
   constexpr bool kArgmax = std::is_same_v<O, int64_t>;
   const ReduceKind k = a.kind;
-  if (k == ReduceKind::sum || k == ReduceKind::mean) {
+  if (k == ReduceKind::sum || k == ReduceKind::mean || k == ReduceKind::sum_squares) {
     if constexpr (kSums) {
       if (k == ReduceKind::sum || std::is_floating_point_v<T>) return reduce_sum(ctx, a);
     }
@@ -309,7 +325,8 @@ void register_reduce(OpList& ops) {
   CudaKernel<Reduce<float, int64_t>, NoExtra>::fn = &reduce<float, int64_t>;
   CudaKernel<Reduce<double, int64_t>, NoExtra>::fn = &reduce<double, int64_t>;
   CudaKernel<Reduce<int32_t, int64_t>, NoExtra>::fn = &reduce<int32_t, int64_t>;
-  for (OpId id : {OpId::sum, OpId::mean, OpId::max, OpId::argmax}) ops[size_t(id)] = true;
+  for (OpId id : {OpId::sum, OpId::mean, OpId::max, OpId::argmax, OpId::sum_squares})
+    ops[size_t(id)] = true;
 }
 
 }  // namespace tide::kernels::cuda

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/thread_pool.h"
+#include "error_of.h"
 #include "tests/ops/op_harness.h"
 
 namespace tide {
@@ -128,6 +129,29 @@ TIDE_OP_CASES(Reduce, Sum) { return all_variants(R::sum); }
 TIDE_OP_CASES(Reduce, Mean) { return all_variants(R::mean); }
 TIDE_OP_CASES(Reduce, Max) { return all_variants(R::max); }
 TIDE_OP_CASES(Reduce, Argmax) { return all_variants(R::argmax); }
+
+// sum(x * x) in one pass: value and gradient, with inputs far from 1 (squares matter), on
+// the full-sum shapes (several 16K blocks included).
+TIDE_OP_CASES(Reduce, SumSquares) {
+  OpCase c{.op = OpId::sum_squares,
+           .build = [](const V& x) { return sum_squares(x[0]); },
+           .ref =
+               [](const std::vector<Array>& in) {
+                 double s = 0;
+                 for (double v : in[0].v) s += v * v;
+                 return Array{Shape{}, {s}};
+               },
+           .shapes = all_shapes,
+           .gen = test::gen_uniform(-3, 3),
+           .tol32 = {1e-5, 1e-5},
+           .grad = true};
+  return {c};
+}
+
+TEST(ReduceErrors, SumSquaresNeedsAFloatingTensor) {
+  test::expect_contains(test_util::error_of([] { sum_squares(zeros({3}, DType::int64)); }),
+                        {"[sum_squares]"}, "integer input");
+}
 
 TIDE_OP_CASES(Reduce, IntegerInputs) {
   std::vector<OpCase> v;
