@@ -48,11 +48,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = opt_.n_embd, h = opt_.n_head, d = c / h;
   // (B*T, 3C) viewed as (B, T, 3, H, D) -> (3, T, B, H, D) -> (3, H, B, T, D): q, k and v
   // are then contiguous slices of H*B heads each (the heads' order does not matter to
-  // attention, as long as the merge below undoes it).
+  // attention, as long as the merge below undoes it), passed packed so that their gradient
+  // is one tensor.
   Tensor qkv = c_attn_->forward(x.reshape({b * t, c})).reshape({b, t, 3, h, d});
-  qkv = swap_axes(swap_axes(qkv, 0, 2), 1, 3);
-  auto part = [&](int64_t i) { return qkv.slice(i, i + 1).reshape({h * b, t, d}); };
-  Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), /*causal=*/true);
+  qkv = swap_axes(swap_axes(qkv, 0, 2), 1, 3).reshape({3, h * b, t, d});
+  Tensor y = scaled_dot_product_attention_packed(qkv, /*causal=*/true);
   // (H, B, T, D) -> (B, H, T, D) -> (B, T, H, D) = (B*T, C).
   y = swap_axes(swap_axes(y.reshape({h, b, t, d}), 0, 1), 1, 2).reshape({b * t, c});
   y = drop_->forward(c_proj_->forward(y));

@@ -104,33 +104,19 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return f.out;
 }
 
-AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
-                                                 const Tensor& k, const Tensor& v,
-                                                 const Tensor& out, const Tensor& lse, bool causal,
-                                                 std::optional<double> scale, Site site) {
+namespace {
+// The backward's kernels, writing into g (fresh tensors, or slices of one: then the writes
+// name that one storage once).
+void attention_grad_into(const AttentionGrads& g, const Tensor& dout, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                         bool causal, const Dims& dm, Site site) {
   const OpId id = OpId::scaled_dot_product_attention_grad;
   const char* op = op_name(id);
-  const Dims dm = check_args(id, q, k, v, causal, scale);
-  check_same(q, dout, id);
-  check_same(q, out, id);
-  check_same(q, lse, id);
-  TIDE_CHECK(dout.shape() == q.shape() && out.shape() == q.shape(), op, "dout ", describe(dout),
-             " and out ", describe(out), " must have q's shape ", describe(q));
-  TIDE_CHECK(lse.shape() == lse_shape(q), op, "lse ", describe(lse), " must be ",
-             lse_shape(q).str(), " for q ", describe(q));
-  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
-                   Tensor::empty(k.shape(), k.dtype(), k.device(), op),
-                   Tensor::empty(v.shape(), v.dtype(), v.device(), op)};
   const int64_t rows = dm.bh * dm.t;
-  if (rows == 0) {
-    // No query attends: dk and dv are zeros.
-    g.k = zeros(k.shape(), k.dtype(), k.device());
-    g.v = zeros(v.shape(), v.dtype(), v.device());
-    return g;
-  }
   // Row 0 lse, row 1 delta: one storage, so the gradient entry reads five and writes three
   // (an engine task touches at most eight).
   Tensor stats = Tensor::empty(Shape{2, rows}, q.dtype(), q.device(), op);
+  const bool one = g.q.storage() == g.k.storage() && g.k.storage() == g.v.storage();
   dispatch_floating(q.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::AttentionGradPrep<T> p{dout.ref<T>(),  out.ref<T>(), lse.ref<T>(),
@@ -142,12 +128,82 @@ AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tenso
                                 stats.ref<T>(), g.q.ref<T>(), g.k.ref<T>(), g.v.ref<T>(),
                                 dm.bh,          dm.t,         dm.s,         dm.d,
                                 causal,         dm.scale};
-    kernels::queue(id, q.device(),
-                   {dout.storage(), q.storage(), k.storage(), v.storage(), stats.storage()},
-                   {g.q.storage(), g.k.storage(), g.v.storage()}, &kernels::cpu::attention_grad<T>,
-                   a, kernels::NoExtra{}, site);
+    if (one)
+      kernels::queue(
+          id, q.device(), {dout.storage(), q.storage(), k.storage(), v.storage(), stats.storage()},
+          {g.q.storage()}, &kernels::cpu::attention_grad<T>, a, kernels::NoExtra{}, site);
+    else
+      kernels::queue(id, q.device(),
+                     {dout.storage(), q.storage(), k.storage(), v.storage(), stats.storage()},
+                     {g.q.storage(), g.k.storage(), g.v.storage()},
+                     &kernels::cpu::attention_grad<T>, a, kernels::NoExtra{}, site);
   });
+}
+
+void check_grad_args(OpId id, const Tensor& dout, const Tensor& q, const Tensor& out,
+                     const Tensor& lse) {
+  const char* op = op_name(id);
+  check_same(q, dout, id);
+  check_same(q, out, id);
+  check_same(q, lse, id);
+  TIDE_CHECK(dout.shape() == q.shape() && out.shape() == q.shape(), op, "dout ", describe(dout),
+             " and out ", describe(out), " must have q's shape ", describe(q));
+  TIDE_CHECK(lse.shape() == lse_shape(q), op, "lse ", describe(lse), " must be ",
+             lse_shape(q).str(), " for q ", describe(q));
+}
+}  // namespace
+
+AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
+                                                 const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse, bool causal,
+                                                 std::optional<double> scale, Site site) {
+  const OpId id = OpId::scaled_dot_product_attention_grad;
+  const char* op = op_name(id);
+  const Dims dm = check_args(id, q, k, v, causal, scale);
+  check_grad_args(id, dout, q, out, lse);
+  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
+                   Tensor::empty(k.shape(), k.dtype(), k.device(), op),
+                   Tensor::empty(v.shape(), v.dtype(), v.device(), op)};
+  if (dm.bh * dm.t == 0) {
+    // No query attends: dk and dv are zeros.
+    g.k = zeros(k.shape(), k.dtype(), k.device());
+    g.v = zeros(v.shape(), v.dtype(), v.device());
+    return g;
+  }
+  attention_grad_into(g, dout, q, k, v, out, lse, causal, dm, site);
   return g;
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
+                                           std::optional<double> scale, Site site) {
+  const OpId id = OpId::scaled_dot_product_attention;
+  const char* op = op_name(id);
+  check_defined(qkv, op);
+  TIDE_CHECK((qkv.ndim() == 4 || qkv.ndim() == 5) && qkv.size(0) == 3, op,
+             "packed qkv must be (3, B, H, T, D) or (3, B*H, T, D), got ", describe(qkv));
+  std::vector<int64_t> part = qkv.shape().vec();
+  part.erase(part.begin());
+  // Views of the three slices with no history: the node below is qkv's.
+  const Tensor base = qkv.detach();
+  auto slice = [&](int64_t i) { return base.slice(i, i + 1).reshape(part); };
+  const Tensor q = slice(0), k = slice(1), v = slice(2);
+  AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
+  autograd::record(id, f.out, {&qkv},
+                   [q, k, v, out = f.out.detach(), lse = f.lse, causal, scale,
+                    shape = qkv.shape().vec(), site](const Tensor& g) {
+                     const OpId gid = OpId::scaled_dot_product_attention_grad;
+                     const Dims dm = check_args(gid, q, k, v, causal, scale);
+                     check_grad_args(gid, g, q, out, lse);
+                     Tensor d = Tensor::empty(Shape(shape), q.dtype(), q.device(), op_name(gid));
+                     if (dm.bh * dm.t == 0)
+                       return std::vector<Tensor>{zeros(Shape(shape), q.dtype(), q.device())};
+                     std::vector<int64_t> p(shape.begin() + 1, shape.end());
+                     AttentionGrads into{d.slice(0, 1).reshape(p), d.slice(1, 2).reshape(p),
+                                         d.slice(2, 3).reshape(p)};
+                     attention_grad_into(into, g, q, k, v, out, lse, causal, dm, site);
+                     return std::vector<Tensor>{d};
+                   });
+  return f.out;
 }
 
 }  // namespace tide

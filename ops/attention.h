@@ -29,6 +29,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool causal = false, std::optional<double> scale = std::nullopt,
                                     Site site = Site::current());
 
+// The same over q, k and v packed in one tensor, qkv (3, B, H, T, D) or (3, B*H, T, D)
+// (q = qkv[0], k = qkv[1], v = qkv[2], as a fused QKV projection makes them), with one
+// gradient for qkv: the backward writes dq, dk and dv into one tensor, where three
+// separate inputs sliced from qkv would each need a zero-padded copy and two adds.
+// Results equal scaled_dot_product_attention on the slices. Throws
+// "[scaled_dot_product_attention]" for a first dimension other than 3, ranks other than 4
+// or 5, and the checks above.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal = false,
+                                           std::optional<double> scale = std::nullopt,
+                                           Site site = Site::current());
 // The forward's two results: the output and the natural log of each query row's softmax
 // denominator (including the max it subtracted), (B, H, T) or (B*H, T), which the
 // backward needs.

@@ -218,6 +218,39 @@ TEST(Attention, MatchesTheComposition) {
   }
 }
 
+// Packed q, k, v (one tensor, one gradient) give the bits of three separate slices, on
+// the CPU and the case devices, 4-D and 5-D, causal or not.
+TEST(Attention, PackedEqualsSeparateBitwise) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices)
+    for (bool causal : {false, true})
+      for (bool five : {false, true}) {
+        SCOPED_TRACE(d.str() + (causal ? " causal" : " full") + (five ? " 5-D" : " 4-D"));
+        Generator gen(7);
+        const std::vector<int64_t> shape =
+            five ? std::vector<int64_t>{3, 2, 3, 33, 8} : std::vector<int64_t>{3, 6, 33, 8};
+        const Tensor x0 = randn(Shape(shape), DType::float32, gen).to(d);
+        std::vector<int64_t> part(shape.begin() + 1, shape.end());
+        const Tensor w = randn(Shape(part), DType::float32, gen).to(d);
+        auto run = [&](bool packed) {
+          Tensor x = clone(x0).requires_grad_();
+          auto s = [&](int64_t i) { return x.slice(i, i + 1).reshape(part); };
+          Tensor out = packed ? scaled_dot_product_attention_packed(x, causal)
+                              : scaled_dot_product_attention(s(0), s(1), s(2), causal);
+          sum(mul(out, w)).backward();
+          return std::pair{out.to_vector<float>(), x.grad().to_vector<float>()};
+        };
+        const auto p = run(true), sep = run(false);
+        EXPECT_EQ(p.first, sep.first) << "out";
+        EXPECT_EQ(p.second, sep.second) << "d qkv";
+      }
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_packed(zeros({2, 4, 5, 8})),
+                    "[scaled_dot_product_attention]", "packed qkv", "(2, 4, 5, 8)");
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_packed(zeros({3, 5, 8})),
+                    "[scaled_dot_product_attention]", "packed qkv");
+}
+
 TEST(AttentionErrors, Arguments) {
   const char* op = "[scaled_dot_product_attention]";
   Tensor q = zeros({2, 3, 5, 4}), k = zeros({2, 3, 6, 4});
