@@ -59,7 +59,9 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 std::string px(double v) { return fmt("%.1f", v); }
-std::string mb(double bytes) { return fmt("%.2f", bytes / 1e6); }
+// MB as everywhere in tide's output: 2^20 bytes.
+constexpr double kMB = 1024.0 * 1024.0;
+std::string mb(double bytes) { return fmt("%.2f", bytes / kMB); }
 
 int8_t device_code(Device d) { return d.is_cpu() ? int8_t(-1) : int8_t(d.index); }
 
@@ -233,7 +235,7 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
     y_max = std::max(y_max, total);
     q_max = std::max(q_max, t.queued_bytes[i]);
   }
-  const double ystep = nice_step(y_max, 5), qstep = nice_step(q_max, 2);
+  const double ystep = nice_step(y_max / kMB, 5) * kMB, qstep = nice_step(q_max / kMB, 2) * kMB;
   y_max = std::ceil(y_max / ystep) * ystep;
   q_max = std::ceil(q_max / qstep) * qstep;
   auto sx = [&](double ts) { return left + ts / t_max * pw; };
@@ -408,7 +410,7 @@ std::string memory_report_html(const memory::Snapshot& s, const MemoryReportOpti
     << " const x=(ev.clientX-b.left)*vb.width/b.width;\n"
     << " const tm=(x-left)/(vb.width-left-right)*T[T.length-1];\n"
     << " let lo=0,hi=T.length-1;while(lo<hi){const m=(lo+hi)>>1;if(T[m]<tm)lo=m+1;else hi=m;}\n"
-    << " const parts=Object.keys(R).map(k=>k+' '+(R[k][lo]/1e6).toFixed(2)+' MB');\n"
+    << " const parts=Object.keys(R).map(k=>k+' '+(R[k][lo]/1048576).toFixed(2)+' MB');\n"
     << " out.textContent='t = '+T[lo].toFixed(4)+' s\\n'+parts.join('  ');});\n"
     << "document.body.dataset.rendered='ok';\n</script>\n</body></html>\n";
   return o.str();
