@@ -274,15 +274,16 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
   band(t.cached_bytes, kCachedColour, "cached");
   o << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(pw) << "\" height=\""
     << px(main_h) << "\" fill=\"none\" stroke=\"#333333\"/>\n";
-  // Marks (sync points): thin lines; labels only where they do not crowd.
-  const size_t every = std::max<size_t>(1, t.marks.size() / 12);
+  // Marks (sync points): thin lines; a label only where it clears the last one drawn.
+  double labelled_x = -1e9;
   for (size_t i = 0; i < t.marks.size(); ++i) {
     const double x = sx(t.marks[i].first);
     o << "<line class=\"mark\" x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << px(top)
       << "\" y2=\"" << px(lane_top + lane_h) << "\" stroke=\"#555555\" stroke-opacity=\"0.35\""
       << " stroke-dasharray=\"2,3\"><title>" << escape(t.marks[i].second) << "</title></line>\n";
-    if (i % every == 0)
-      o << "<text x=\"" << px(x + 2) << "\" y=\"" << px(top + 10) << "\" font-size=\"9\" "
+    if (x - labelled_x < 7.0 * double(t.marks[i].second.size()) + 8) continue;
+    labelled_x = x;
+    o << "<text x=\"" << px(x + 2) << "\" y=\"" << px(top + 10) << "\" font-size=\"9\" "
         << "fill=\"#555555\">" << escape(t.marks[i].second) << "</text>\n";
   }
   // The peak.
