@@ -270,6 +270,18 @@ void FunctionCore::clear() {
   warmups_.clear();
 }
 
+std::shared_ptr<Graph> FunctionCore::prepare(const Signature& sig, std::span<const Tensor> args,
+                                             const Body& body) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(cache_.begin(), cache_.end(), [&](auto& e) { return e->sig == sig; });
+  if (it != cache_.end()) return it->get()->graph;
+  const int warm = warmups_[sig_key(sig)];
+  TIDE_CHECK(warm >= opt_.warmup_calls, "trace", "trace::function '", opt_.name,
+             "': cannot plan a signature before its warm-up calls (", warm, " of ",
+             opt_.warmup_calls, " made): they make state the trace captures");
+  return trace(sig, args, body);
+}
+
 std::shared_ptr<Graph> FunctionCore::graph_for(const Signature& sig) const {
   std::lock_guard lock(mu_);
   for (const auto& e : cache_)

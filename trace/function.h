@@ -24,6 +24,7 @@
 #include "core/source_location.h"
 #include "core/tensor.h"
 #include "trace/fusion.h"
+#include "trace/memory_plan.h"
 
 namespace tide::trace {
 
@@ -151,6 +152,11 @@ class FunctionCore {
   const Options& options() const { return opt_; }
   // The graph cached for `sig`, or nullptr (tests inspect plans through it).
   std::shared_ptr<Graph> graph_for(const Signature& sig) const;
+  // The graph of `sig`: cached, or traced and planned now without a replay (no call is
+  // counted). Throws "[trace]" while warm-up calls remain for `sig` (they make state the
+  // trace must capture, such as an optimizer's moments) and what tracing throws.
+  std::shared_ptr<Graph> prepare(const Signature& sig, std::span<const Tensor> tensor_args,
+                                 const Body& body);
 
  private:
   struct Entry;
@@ -291,6 +297,29 @@ class Function {
   FunctionStats stats() const { return core_->stats(); }
   // Drops every cached graph (and what they hold: arenas, state, constants).
   void clear() { core_->clear(); }
+  // The memory of a replay with these arguments, by role (trace/memory_plan.h), before any
+  // replay runs: traces and plans the signature now if it is not cached (without running
+  // it). Throws "[trace]" while warm-up calls remain for the signature, and what tracing
+  // throws. Does not wait.
+  template <class... Args>
+  MemoryPlan memory_plan(Args&&... args) {
+    Signature sig{detail::signature_of(args)...};
+    std::vector<Tensor> tensors;
+    (collect(tensors, args), ...);
+    auto body = [&](std::span<const Tensor> ts) -> std::vector<Tensor> {
+      size_t k = 0;
+      std::tuple<decltype(detail::substitute(args, ts, k))...> call_args{
+          detail::substitute(args, ts, k)...};
+      using R = std::invoke_result_t<F&, Args&...>;
+      if constexpr (std::is_void_v<R>) {
+        std::apply(*f_, call_args);
+        return {};
+      } else {
+        return detail::Outputs<R>::flatten(std::apply(*f_, call_args));
+      }
+    };
+    return trace::memory_plan(*core_->prepare(sig, tensors, body));
+  }
   // The graph cached for the signature of these arguments, or nullptr.
   template <class... Args>
   std::shared_ptr<Graph> graph(const Args&... args) const {

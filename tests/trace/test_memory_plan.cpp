@@ -1,0 +1,75 @@
+// trace::MemoryPlan (trace/memory_plan.h): a traced training step's memory by role before
+// any replay runs: the plan names the parameters, the optimizer's state, the gradients, the
+// arena and the per-replay arguments and outputs at their block sizes; planning runs
+// nothing and the first call then replays without tracing again; the planned peak is what
+// the replays measure; planning before the warm-up calls is refused.
+#include <gtest/gtest.h>
+
+#include "core/allocator.h"
+#include "core/engine/engine.h"
+#include "ops/ops.h"
+#include "tests/error_of.h"
+#include "tests/train_rig.h"
+#include "trace/trace.h"
+
+namespace tide {
+namespace {
+
+size_t blocks_of(const std::vector<Tensor>& ts) {
+  size_t n = 0;
+  for (const Tensor& t : ts) n += Allocator::round_size(t.nbytes());
+  return n;
+}
+
+TEST(MemoryPlan, ATrainingStepByRoleBeforeItsFirstReplay) {
+  test_util::TrainRig r = test_util::make_rig({.sizes = {64, 256, 256, 8}, .adam = true});
+  const Tensor x = randn({128, 64}), y = randn({128, 8});
+  auto step = trace::function(
+      [&](const Tensor& a, const Tensor& b) { return test_util::train_step(r, a, b); },
+      {.name = "planned_step", .warmup_calls = 1});
+  step(x, y).item<float>();  // the warm-up: eager, makes Adam's moments
+  const std::vector<Tensor> params = r.model->parameters();
+  const trace::MemoryPlan plan = step.memory_plan(x, y);
+  trace::FunctionStats st = step.stats();
+  EXPECT_EQ(st.traces, 1);
+  EXPECT_EQ(st.replays, 0) << "planning runs nothing";
+  EXPECT_EQ(plan.parameters, blocks_of(params));
+  // Adam's m and v per parameter, its step count and learning rate.
+  EXPECT_EQ(plan.captured, 2 * blocks_of(params) + 2 * Allocator::round_size(8));
+  EXPECT_EQ(plan.state, blocks_of(params)) << "the gradients the step takes";
+  EXPECT_EQ(plan.inputs, blocks_of({x, y}));
+  EXPECT_EQ(plan.outputs, Allocator::round_size(4));  // the loss
+  EXPECT_EQ(plan.arena, Allocator::round_size(step.graph(x, y)->arena_bytes));
+  EXPECT_GT(plan.arena, 0u);
+  EXPECT_EQ(plan.peak(), plan.parameters + plan.captured + plan.state + plan.constants +
+                             plan.arena + plan.inputs + plan.outputs);
+  EXPECT_NE(plan.str().find("arena"), std::string::npos);
+
+  // The replays use that graph, and hold what it planned: the allocator's active bytes
+  // while they run (each waited for) stay within 5 % of the planned peak.
+  wait_all();
+  Engine::get().reclaim();
+  Allocator& al = Allocator::get();
+  al.reset_peak();
+  for (int i = 0; i < 4; ++i) step(x, y).item<float>();
+  wait_all();
+  st = step.stats();
+  EXPECT_EQ(st.traces, 1);
+  EXPECT_EQ(st.replays, 4);
+  const double measured = double(al.stats().peak_bytes), planned = double(plan.peak());
+  EXPECT_NEAR(measured / planned, 1.0, 0.05) << "measured " << measured << " planned " << planned;
+}
+
+TEST(MemoryPlan, RefusedBeforeTheWarmUpCalls) {
+  test_util::TrainRig r = test_util::make_rig({.sizes = {8, 4}, .adam = true});
+  const Tensor x = randn({2, 8}), y = randn({2, 4});
+  auto step = trace::function(
+      [&](const Tensor& a, const Tensor& b) { return test_util::train_step(r, a, b); },
+      {.name = "early", .warmup_calls = 1});
+  EXPECT_TIDE_ERROR(step.memory_plan(x, y), "[trace]", "'early'", "before its warm-up calls",
+                    "0 of 1");
+  EXPECT_EQ(step.stats().traces, 0);
+}
+
+}  // namespace
+}  // namespace tide

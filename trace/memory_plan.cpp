@@ -1,0 +1,48 @@
+#include "trace/memory_plan.h"
+
+#include <cstdio>
+#include <unordered_set>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "trace/graph.h"
+
+namespace tide::trace {
+
+MemoryPlan memory_plan(const Graph& g) {
+  // The leaves whose gradients the function binds: their captured storages are parameters.
+  std::unordered_set<const Storage*> leaves;
+  for (const Graph::GradBinding& b : g.grad_bindings)
+    if (std::shared_ptr<TensorImpl> leaf = b.leaf.lock()) leaves.insert(leaf->storage.get());
+  MemoryPlan p;
+  std::unordered_set<const Storage*> seen;  // a storage two values share counts once
+  for (const Value& v : g.values) {
+    if (v.kind == ValueKind::intermediate || v.kind == ValueKind::dead || v.bytes == 0) continue;
+    if (v.storage && !seen.insert(v.storage.get()).second) continue;
+    const size_t b = Allocator::round_size(v.bytes);
+    switch (v.kind) {
+      case ValueKind::input: p.inputs += b; break;
+      case ValueKind::capture: (leaves.count(v.storage.get()) ? p.parameters : p.captured) += b; break;
+      case ValueKind::state: p.state += b; break;
+      case ValueKind::constant: p.constants += b; break;
+      case ValueKind::output: p.outputs += b; break;
+      default: break;
+    }
+  }
+  p.arena = g.arena_bytes ? Allocator::round_size(g.arena_bytes) : 0;
+  return p;
+}
+
+std::string MemoryPlan::str() const {
+  auto mb = [](size_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", double(b) / (1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  return "parameters " + mb(parameters) + " MB, other captured " + mb(captured) +
+         " MB, state " + mb(state) + " MB, constants " + mb(constants) + " MB, arena " +
+         mb(arena) + " MB, inputs " + mb(inputs) + " MB, outputs " + mb(outputs) +
+         " MB; peak " + mb(peak()) + " MB";
+}
+
+}  // namespace tide::trace
