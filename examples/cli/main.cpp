@@ -58,7 +58,7 @@ const Command kCommands[] = {
      mlp_memory_main},
     {"train", "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
      "fashion-mnist [--model mlp|cnn] [--mode eager|traced] [--epochs N] [--data DIR] "
-     "[--save F] [--batch N] [--lr X] [--seed S]",
+     "[--save F] [--batch N] [--lr X] [--seed S] [--plan-only]",
      "  --model M     mlp (default: 784-256-128-10, ReLU) or cnn (two conv 3x3 / batch norm /\n"
      "                ReLU / max-pool blocks of 32 and 64 channels, then 3136-128-10)\n"
      "  --mode M      eager (default) or traced (the training step and the test forward\n"
@@ -75,7 +75,10 @@ const Command kCommands[] = {
          num(int64_t(kMaxLr)) +
          " (default 1e-3)\n"
          "  --seed S      seed of the initialisation and the shuffling, 0 to " +
-         num(kMaxSeed) + " (default 0)\n",
+         num(kMaxSeed) +
+         " (default 0)\n"
+         "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
+         "                step's memory by role as planned before it runs, and stop\n",
      train_fashion_main},
     {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "

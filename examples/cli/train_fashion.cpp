@@ -36,6 +36,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -93,6 +94,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   std::string data_dir = train::kFashionMnistDir, save_path, model = "mlp", mode = "eager";
   long long epochs = 15, batch = 128, seed = 0;
   double lr = 1e-3;
+  bool plan_only = false;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--epochs") {
@@ -115,10 +117,14 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       mode = take_option_value(args, i);
       if (mode != "eager" && mode != "traced")
         throw UsageError("--mode needs eager or traced, got '" + mode + "'");
+    } else if (a == "--plan-only") {
+      plan_only = true;
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
   }
+
+  if (plan_only && mode != "traced") throw UsageError("--plan-only needs --mode traced");
 
   // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" when this
   // build has none); one rank is the plain single-process run.
@@ -201,6 +207,13 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
 
   double best_acc = 0;
   long long best_epoch = 0;
+  // Traced: the step's memory as planned before its first replay (trace/memory_plan.h),
+  // and the allocator's peak over the first epoch's replays, measured from there.
+  std::optional<trace::MemoryPlan> plan;
+  Allocator& alloc = Allocator::get(device);
+  size_t held_before = 0;  // active bytes before the plan: data, model, optimizer, warm-up
+  int64_t planned_batch = 0;
+  std::optional<size_t> replay_peak;
   for (long long epoch = 1; epoch <= epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     // Step decay: the full rate for the first half, half of it to three quarters, then a
@@ -217,6 +230,25 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
                                                                 silent, false);
     int64_t done = 0;
     while (auto b = train_data.next_batch()) {
+      // The peak of the planned signature's replays, read before a batch of another shape
+      // (the epoch's last, smaller one) records a trace of its own.
+      if (plan && !replay_peak && b->x.size(0) != planned_batch) {
+        wait_all();
+        replay_peak = alloc.stats().peak_bytes;
+      }
+      if (traced && !plan && traced_train.stats().calls == 1) {  // after the eager warm-up
+        wait_all();
+        Engine::get().reclaim();
+        held_before = alloc.stats().active_bytes;
+        plan = traced_train.memory_plan(b->x, b->y);
+        planned_batch = b->x.size(0);
+        out << "planned step (" << model << ", batch " << b->x.size(0) << "): " << plan->str()
+            << std::endl;
+        if (plan_only) return 0;
+        wait_all();
+        Engine::get().reclaim();
+        alloc.reset_peak();
+      }
       auto [loss, correct] = traced ? traced_train(b->x, b->y) : train_step(b->x, b->y);
       {
         NoGrad no_grad;
@@ -233,6 +265,24 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
     }
     bar->update(done);
     bar->finish();
+    if (plan && epoch == 1) {
+      wait_all();
+      if (!replay_peak) replay_peak = alloc.stats().peak_bytes;
+      // The plan adds to what was held before it: the arena and the step's new state (its
+      // gradients) once, and the arguments and outputs of every replay in flight: the loop
+      // reads the loss every `every` batches, so up to every + 1 replays are queued.
+      const int64_t every = cnn ? kReadEveryCnn : kReadEvery;
+      const double grown = double(*replay_peak) - double(held_before);
+      const double once = double(plan->arena + plan->state);
+      const double per_replay = double(plan->inputs + plan->outputs);
+      const double predicted = once + per_replay * double(every + 1);
+      auto mib = [](double b) { return format_fixed(b / (1 << 20), 1); };
+      out << "memory: the replays' allocator peak is " << mib(grown) << " MB over the "
+          << mib(double(held_before)) << " MB held before the plan; planned " << mib(once)
+          << " MB (arena and state) + " << mib(per_replay) << " MB per replay x up to " << every + 1
+          << " in flight = " << mib(predicted) << " MB (measured / planned "
+          << format_fixed(grown / predicted, 3) << ")" << std::endl;
+    }
 
     net->eval();
     test_data.reset(0);
