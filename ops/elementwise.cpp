@@ -382,8 +382,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen, Site si
   check_floating(x, op);
   if (!training || p == 0.0) return x;
   // Both kernels' support first: nothing is queued when either is missing.
-  check_supported(x, OpId::rand);
   check_supported(x, OpId::dropout);
+  check_supported(x, OpId::rand);
   Tensor u = rand(x.shape(), x.dtype(), gen, x.device(), site);
   const fn::DropoutKeep keep{p, 1.0 / (1.0 - p)};
   Tensor y = binary_op(OpId::dropout, keep, x, u, site);
