@@ -168,7 +168,8 @@ class Tensor {
   // this *= other.
   Tensor& mul_(const Tensor& other, tide::SourceLocation site = tide::SourceLocation::current());
   Tensor& mul_(double s, tide::SourceLocation site = tide::SourceLocation::current());
-  // Overwrites this with src's values (broadcast). Queued.
+  // Overwrites this with src's values (broadcast). Queued. For bfloat16 and float16 only from
+  // a tensor of the same shape (a byte copy); "[copy_]" when it would broadcast.
   Tensor& copy_(const Tensor& src, tide::SourceLocation site = tide::SourceLocation::current());
 
   // Assigning to a temporary (a + b = c) does not compile.

@@ -8,6 +8,7 @@
 
 #include "ops/autograd.h"
 #include "ops/creation.h"
+#include "ops/creation_kernels.h"
 #include "ops/elementwise_desc.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
@@ -467,6 +468,20 @@ Tensor& Tensor::copy_(const Tensor& src, Site site) {
   const bool whole =
       offset() == 0 && nbytes() == storage()->requested_bytes() && src.storage() != storage();
   ReplacingWrite replacing(whole);
+  if (is_half(dtype())) {
+    // The 16-bit storage types have no elementwise kernels yet: a same-shape copy moves the
+    // bytes (what nn::load needs); broadcasting one is refused.
+    TIDE_CHECK(src.shape() == shape(), op_name(OpId::copy_), "broadcasting ", describe(src),
+               " into ", describe(*this), " is not supported yet for ", dtype(),
+               ": cast to float32 first");
+    if (src.storage() == storage() && src.offset() == offset()) return *this;  // itself
+    kernels::queue(OpId::copy_, device(), {src.storage()}, {storage()}, &kernels::cpu::copy_bytes,
+                   kernels::CopyBytes{{src.storage(), src.offset() * int64_t(size_of(dtype()))},
+                                      {storage(), offset() * int64_t(size_of(dtype()))},
+                                      nbytes()},
+                   kernels::NoExtra{}, site);
+    return *this;
+  }
   queue_binary(OpId::copy_, fn::Second{}, *this, src, *this, site);
   return *this;
 }

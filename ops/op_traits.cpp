@@ -48,7 +48,8 @@ constexpr std::array kTable{
     OpTraits{OpId::add_, "add_", K::elementwise, E, E, N, F::Add, N, N},
     OpTraits{OpId::sub_, "sub_", K::elementwise, E, E, N, F::Sub, N, N},
     OpTraits{OpId::mul_, "mul_", K::elementwise, E, E, N, F::Mul, N, N},
-    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N, F::Second, N, N},
+    // copy_ of a 16-bit tensor is a byte copy of the same shape (ops/elementwise.cpp).
+    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N, F::Second, N, N, E},
     OpTraits{OpId::sum, "sum", K::reduction, N, N, E},
     OpTraits{OpId::mean, "mean", K::reduction, N, N, E},
     OpTraits{OpId::max, "max", K::reduction, N, N, E},

@@ -68,11 +68,11 @@ TIDE_UNARY_FUNCTORS(TIDE_UNARY)
 
 #define TIDE_CONVERT_TO(O, T) \
   template void convert<O, T>(const KernelContext&, const Convert<O, T>&, const NoExtra&);
-#define TIDE_CONVERT_FROM(T)                                                           \
-  TIDE_CONVERT_TO(float, T)                                                            \
-  TIDE_CONVERT_TO(double, T)                                                           \
-  TIDE_CONVERT_TO(int32_t, T) TIDE_CONVERT_TO(int64_t, T) TIDE_CONVERT_TO(bfloat16, T) \
-      TIDE_CONVERT_TO(float16, T)
+// clang-format off
+#define TIDE_CONVERT_FROM(T) \
+  TIDE_CONVERT_TO(float, T) TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) \
+  TIDE_CONVERT_TO(int64_t, T) TIDE_CONVERT_TO(bfloat16, T) TIDE_CONVERT_TO(float16, T)
+// clang-format on
 TIDE_STORAGE_DTYPES(TIDE_CONVERT_FROM)
 
 }  // namespace tide::kernels::cpu

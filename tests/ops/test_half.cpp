@@ -188,6 +188,26 @@ TEST(Half, ViewsAndCastGradient) {
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
 }
 
+TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices) {
+    SCOPED_TRACE(d.str());
+    Tensor src = from_data({1.5, -0.0, NAN, 65504}, {2, 2}, DType::float16, d);
+    Tensor dst = zeros({2, 2}, DType::float16, d);
+    dst.copy_(src);
+    EXPECT_EQ(dst.to_vector<float16>()[3].bits, 0x7bff);
+    EXPECT_EQ(dst.to_vector<float16>()[1].bits, 0x8000);
+    EXPECT_TRUE(std::isnan(dst.to_vector<float>()[2]));
+    Tensor rows = zeros({3, 2}, DType::bfloat16, d);
+    rows[1].copy_(cast(src[0], DType::bfloat16));  // into a view with an offset
+    EXPECT_EQ(rows.to_vector<float>(), (std::vector<float>{0, 0, 1.5f, -0.0f, 0, 0}));
+    EXPECT_TIDE_ERROR(rows.copy_(zeros({2}, DType::bfloat16, d)), "[copy_]", "broadcasting",
+                      "cast to float32 first");
+    EXPECT_TIDE_ERROR(dst.copy_(zeros({2, 2}, DType::float32, d)), "[copy_]", "dtypes differ");
+  }
+}
+
 TEST(Half, OpsThatComputeRefuseThemAtTheCall) {
   for (DType t : {DType::bfloat16, DType::float16}) {
     const std::string dt(name(t));
