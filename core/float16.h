@@ -1,4 +1,4 @@
-// bfloat16 and float16: tide's 16-bit floating storage types (DESIGN.md §12). Each holds the
+// bfloat16 and float16: tide's 16-bit floating storage types. Each holds the
 // IEEE-style bits in a uint16_t and converts to and from float; there is no arithmetic on
 // them on purpose: kernels load them as float, compute in float and store them back.
 // Compiled by g++, nvcc and NVRTC (TIDE_HOST_DEVICE; the compiled chains include it).

@@ -39,7 +39,7 @@ TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
     case DType::float64: return loop_count_of_real(*static_cast<const double*>(p));
     case DType::int32: return *static_cast<const int32_t*>(p);
     case DType::int64: break;
-    // A 16-bit count reads as its float value.
+    // trace::loop refuses a 16-bit count at the call; were one to reach here, its float value.
     case DType::bfloat16: return loop_count_of_real(float(*static_cast<const bfloat16*>(p)));
     case DType::float16: return loop_count_of_real(float(*static_cast<const float16*>(p)));
   }

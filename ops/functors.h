@@ -320,7 +320,8 @@ struct Identity {
 // NumPy), to float rounds to nearest. A 16-bit side (bfloat16, float16) goes through float:
 // from one, as float converts; to one, rounding float to nearest even (core/float16.h), so
 // double and int64 round twice, as PyTorch's conversions do. The CPU and CUDA casts both
-// call this, so they agree.
+// call this, so they agree (but for NaN payloads through double: a GPU's double <-> float
+// conversion gives the canonical NaN).
 template <class O, class T>
 TIDE_HOST_DEVICE O convert(T a) {
   if constexpr (is_half_v<T>) {

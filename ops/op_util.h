@@ -39,7 +39,7 @@ inline void check_device_supported(Device d, OpId id) {
     return;
   if (!op_supported(d, id)) throw_unsupported(d, id);
 }
-// For ops that take the dtype to create as an argument (fills, random tensors, one_hot).
+// For ops that take the dtype to create as an argument (randn, rand).
 inline void check_dtype_supported(DType t, OpId id) {
   if (!op_supports_dtype(id, t)) [[unlikely]]
     throw_half_unsupported(t, op_name(id));
