@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "error_of.h"
@@ -224,6 +225,22 @@ TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
     EXPECT_TIDE_ERROR(rows.copy_(zeros({2}, DType::bfloat16, d)), "[copy_]", "broadcasting",
                       "cast to float32 first");
     EXPECT_TIDE_ERROR(dst.copy_(zeros({2, 2}, DType::float32, d)), "[copy_]", "dtypes differ");
+  }
+}
+
+// The op table's `half` column lists exactly the ops that move or convert elements without
+// arithmetic in the element type; a row that gains it must gain a test here too.
+TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
+  const std::set<OpId> accept = {OpId::zeros,     OpId::ones,  OpId::full,   OpId::arange,
+                                 OpId::from_data, OpId::clone, OpId::cast,   OpId::copy_,
+                                 OpId::reshape,   OpId::slice, OpId::select, OpId::flatten,
+                                 OpId::to};
+  for (const OpTraits& t : all_ops()) {
+    SCOPED_TRACE(std::string(t.name));
+    EXPECT_EQ(t.half, accept.count(t.id) == 1);
+    EXPECT_EQ(op_supports_dtype(t.id, DType::bfloat16), t.half);
+    EXPECT_EQ(op_supports_dtype(t.id, DType::float16), t.half);
+    EXPECT_TRUE(op_supports_dtype(t.id, DType::float32));
   }
 }
 
