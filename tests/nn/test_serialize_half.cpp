@@ -85,9 +85,11 @@ TEST(NnSerializeHalf, RoundTripKeepsEveryBit) {
   save(a, path);
   Golden b;
   load(b, path);
-  for (size_t i = 0; i < a.named_state().size(); ++i) {
-    const Tensor &x = a.named_state()[i].second, &y = b.named_state()[i].second;
-    SCOPED_TRACE(a.named_state()[i].first);
+  const auto sa = a.named_state(), sb = b.named_state();  // by value: keep them alive
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    const Tensor &x = sa[i].second, &y = sb[i].second;
+    SCOPED_TRACE(sa[i].first);
     EXPECT_EQ(y.dtype(), x.dtype());
     if (x.dtype() == DType::bfloat16) EXPECT_EQ(bits_of<bfloat16>(y), bits_of<bfloat16>(x));
     else if (x.dtype() == DType::float16) EXPECT_EQ(bits_of<float16>(y), bits_of<float16>(x));
