@@ -1,4 +1,7 @@
 // DType: the element types tide knows, their sizes and names, and the C++ type mapping.
+// bfloat16 and float16 are storage types (core/float16.h): kernels that compute load them
+// as float32 and store them back, and only the ops listed in docs/api.md (Dtypes) accept them
+// today; the others throw "[op] bfloat16 is not supported yet: cast to float32 first".
 #pragma once
 
 #include <cstddef>
@@ -6,10 +9,12 @@
 #include <ostream>
 #include <string_view>
 
+#include "core/float16.h"
+
 namespace tide {
 
-enum class DType : uint8_t { float32, float64, int32, int64 };
-inline constexpr int kNumDTypes = 4;
+enum class DType : uint8_t { float32, float64, int32, int64, bfloat16, float16 };
+inline constexpr int kNumDTypes = 6;
 
 constexpr size_t size_of(DType t) {
   switch (t) {
@@ -17,6 +22,8 @@ constexpr size_t size_of(DType t) {
     case DType::float64: return 8;
     case DType::int32: return 4;
     case DType::int64: return 8;
+    case DType::bfloat16: return 2;
+    case DType::float16: return 2;
   }
   return 0;
 }
@@ -26,10 +33,16 @@ constexpr std::string_view name(DType t) {
     case DType::float64: return "float64";
     case DType::int32: return "int32";
     case DType::int64: return "int64";
+    case DType::bfloat16: return "bfloat16";
+    case DType::float16: return "float16";
   }
   return "?";
 }
-constexpr bool is_floating(DType t) { return t == DType::float32 || t == DType::float64; }
+// The 16-bit storage types.
+constexpr bool is_half(DType t) { return t == DType::bfloat16 || t == DType::float16; }
+constexpr bool is_floating(DType t) {
+  return t == DType::float32 || t == DType::float64 || is_half(t);
+}
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << name(t); }
 
 template <class T>
@@ -50,10 +63,27 @@ template <>
 struct dtype_of<int64_t> {
   static constexpr DType value = DType::int64;
 };
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bfloat16;
+};
+template <>
+struct dtype_of<float16> {
+  static constexpr DType value = DType::float16;
+};
 template <class T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 
-// Calls f(T{}) with T the C++ type of `t`. For kernels written once per type.
+namespace detail {
+// Throws "[<op>] bfloat16 is not supported yet: cast to float32 first" (op "dtype" when
+// none is named): a 16-bit dtype reached code that computes in its element type.
+[[noreturn]] void throw_half_unsupported(DType t, const char* op = "dtype");
+}  // namespace detail
+
+// Calls f(T{}) with T the C++ type of `t`, for the types kernels compute in (float32,
+// float64, int32, int64); throws for bfloat16 and float16 (detail::throw_half_unsupported):
+// their kernels are never instantiated by accident. Front-ends refuse those dtypes first,
+// with the op's name (ops/op_util.h, check_supported).
 template <class F>
 decltype(auto) dispatch_dtype(DType t, F&& f) {
   switch (t) {
@@ -61,14 +91,29 @@ decltype(auto) dispatch_dtype(DType t, F&& f) {
     case DType::float64: return f(double{});
     case DType::int32: return f(int32_t{});
     case DType::int64: return f(int64_t{});
+    case DType::bfloat16:
+    case DType::float16: break;
   }
-  return f(float{});
+  detail::throw_half_unsupported(t);
 }
-// Same for the floating types only; other types are the caller's error to check first.
+// Same for float32 and float64 only; integer types are the caller's error to check first
+// (they get float's instantiation), the 16-bit types throw as in dispatch_dtype.
 template <class F>
 decltype(auto) dispatch_floating(DType t, F&& f) {
+  if (is_half(t)) [[unlikely]]
+    detail::throw_half_unsupported(t);
   if (t == DType::float64) return f(double{});
   return f(float{});
+}
+// Every dtype, the 16-bit storage types included: for code that only moves or converts
+// elements (cast, fills, host reads, save/load), never for arithmetic in T.
+template <class F>
+decltype(auto) dispatch_storage(DType t, F&& f) {
+  switch (t) {
+    case DType::bfloat16: return f(bfloat16{});
+    case DType::float16: return f(float16{});
+    default: return dispatch_dtype(t, std::forward<F>(f));
+  }
 }
 
 }  // namespace tide

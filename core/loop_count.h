@@ -39,6 +39,9 @@ TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
     case DType::float64: return loop_count_of_real(*static_cast<const double*>(p));
     case DType::int32: return *static_cast<const int32_t*>(p);
     case DType::int64: break;
+    // trace::loop refuses a 16-bit count at the call; were one to reach here, its float value.
+    case DType::bfloat16: return loop_count_of_real(float(*static_cast<const bfloat16*>(p)));
+    case DType::float16: return loop_count_of_real(float(*static_cast<const float16*>(p)));
   }
   return *static_cast<const int64_t*>(p);
 }
@@ -49,10 +52,13 @@ TIDE_HOST_DEVICE int64_t read_loop_count(const void* p, DType dtype) {
 inline std::string loop_count_error(const void* count, DType dtype, int64_t n) {
   std::ostringstream m;
   m << "loop count must be >= 0, got ";
-  const bool real = count && (dtype == DType::float32 || dtype == DType::float64);
+  const bool real = count && is_floating(dtype);
   if (real) {
-    const double v = dtype == DType::float32 ? double(*static_cast<const float*>(count))
-                                             : *static_cast<const double*>(count);
+    const double v = dtype == DType::float64   ? *static_cast<const double*>(count)
+                     : dtype == DType::float32 ? double(*static_cast<const float*>(count))
+                     : dtype == DType::bfloat16
+                         ? double(float(*static_cast<const bfloat16*>(count)))
+                         : double(float(*static_cast<const float16*>(count)));
     m << std::setprecision(std::numeric_limits<double>::max_digits10) << v;
   } else {
     m << n;

@@ -110,7 +110,7 @@ T Tensor::item() const {
   refuse_when_tracing("item");
   Engine::HostRead read(storage());  // no in-place write may run while we read
   HostView v(*this, "item");
-  return dispatch_dtype(dtype(), [&](auto z) { return T(*v.as<decltype(z)>()); });
+  return dispatch_storage(dtype(), [&](auto z) { return half_convert<T>(*v.as<decltype(z)>()); });
 }
 
 template <class T>
@@ -119,9 +119,9 @@ std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel()));
   Engine::HostRead read(storage());  // no in-place write may run while we copy
   HostView v(*this, "to_vector");
-  dispatch_dtype(dtype(), [&](auto z) {
+  dispatch_storage(dtype(), [&](auto z) {
     const auto* p = v.as<decltype(z)>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = T(p[i]);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = half_convert<T>(p[i]);
   });
   return out;
 }
@@ -133,6 +133,8 @@ TIDE_INSTANTIATE(float)
 TIDE_INSTANTIATE(double)
 TIDE_INSTANTIATE(int32_t)
 TIDE_INSTANTIATE(int64_t)
+TIDE_INSTANTIATE(bfloat16)
+TIDE_INSTANTIATE(float16)
 #undef TIDE_INSTANTIATE
 
 namespace {
@@ -147,7 +149,8 @@ void print_rec(std::ostream& os, const T* p, const Shape& s, int d, int64_t stri
       i = n - 3;
     }
     if (d + 1 == s.ndim()) {
-      if constexpr (std::is_floating_point_v<T>) os << std::setprecision(6) << p[i];
+      if constexpr (is_half_v<T>) os << std::setprecision(6) << float(p[i]);
+      else if constexpr (std::is_floating_point_v<T>) os << std::setprecision(6) << p[i];
       else os << p[i];
     } else {
       print_rec(os, p + i * inner, s, d + 1, inner);
@@ -164,10 +167,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   Engine::HostRead read(t.storage());
   HostView v(t, "print");
   os << "Tensor(";
-  dispatch_dtype(t.dtype(), [&](auto z) {
+  dispatch_storage(t.dtype(), [&](auto z) {
     using T = decltype(z);
-    if (t.ndim() == 0) os << +*v.as<T>();
-    else print_rec(os, v.as<T>(), t.shape(), 0, t.numel());
+    if (t.ndim() > 0) print_rec(os, v.as<T>(), t.shape(), 0, t.numel());
+    else if constexpr (is_half_v<T>) os << float(*v.as<T>());
+    else os << +*v.as<T>();
   });
   os << ", shape=" << t.shape() << ", dtype=" << t.dtype();
   if (!t.device().is_cpu()) os << ", device=" << t.device();

@@ -134,10 +134,12 @@ class Tensor {
   // The failure's message, "[op] what (queued at file:line)", or "" when there is none.
   // Waits like failed(). Does not mark the failure reported (wait_all still sees it).
   std::string failure_message() const;
-  // Waits. The single element, converted to T. Throws "[item]" unless numel() == 1.
+  // Waits. The single element, converted to T (float, double, int32_t, int64_t, bfloat16,
+  // float16; a 16-bit side converts through float, rounding to nearest even). Throws "[item]"
+  // unless numel() == 1.
   template <class T = float>
   T item() const;
-  // Waits. All elements in row-major order, converted to T.
+  // Waits. All elements in row-major order, converted to T as item() converts.
   template <class T = float>
   std::vector<T> to_vector() const;
 
@@ -166,7 +168,8 @@ class Tensor {
   // this *= other.
   Tensor& mul_(const Tensor& other, tide::SourceLocation site = tide::SourceLocation::current());
   Tensor& mul_(double s, tide::SourceLocation site = tide::SourceLocation::current());
-  // Overwrites this with src's values (broadcast). Queued.
+  // Overwrites this with src's values (broadcast). Queued. For bfloat16 and float16 only from
+  // a tensor of the same shape (a byte copy); "[copy_]" when it would broadcast.
   Tensor& copy_(const Tensor& src, tide::SourceLocation site = tide::SourceLocation::current());
 
   // Assigning to a temporary (a + b = c) does not compile.

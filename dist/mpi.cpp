@@ -41,6 +41,9 @@ MPI_Datatype mpi_type(DType t) {
     case DType::float64: return MPI_DOUBLE;
     case DType::int32: return MPI_INT32_T;
     case DType::int64: return MPI_INT64_T;
+    // The bits, for broadcast: all_reduce refuses the 16-bit types at the call.
+    case DType::bfloat16:
+    case DType::float16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }

@@ -78,6 +78,9 @@ ncclDataType_t nccl_type(DType t) {
     case DType::float64: return ncclFloat64;
     case DType::int32: return ncclInt32;
     case DType::int64: return ncclInt64;
+    // For broadcast: all_reduce refuses the 16-bit types at the call.
+    case DType::bfloat16: return ncclBfloat16;
+    case DType::float16: return ncclFloat16;
   }
   return ncclFloat32;
 }

@@ -148,6 +148,7 @@ ProcessGroup::~ProcessGroup() { stream_.synchronize(); }
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Site site) {
   check_tensor(t, *comm_, kAllReduce);
+  if (is_half(t.dtype())) detail::throw_half_unsupported(t.dtype(), kAllReduce);
   TIDE_CHECK(op == ReduceOp::sum || is_floating(t.dtype()), kAllReduce,
              "average needs a floating tensor, got ", describe(t), " (use sum)");
   CollectiveDesc desc{Collective::all_reduce, int64_t(op), t.dtype(), t.shape()};

@@ -20,12 +20,15 @@ const char* st_name(DType t) {
     case DType::float64: return "F64";
     case DType::int32: return "I32";
     case DType::int64: return "I64";
+    case DType::bfloat16: return "BF16";
+    case DType::float16: return "F16";
   }
   return "?";
 }
 
 bool st_dtype(const std::string& s, DType& out) {
-  for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64})
+  for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64, DType::bfloat16,
+                  DType::float16})
     if (s == st_name(t)) {
       out = t;
       return true;
@@ -139,7 +142,8 @@ class HeaderParser {
         std::string s;
         string_body(&s);
         if (!st_dtype(s, e.dtype))
-          load_fail(file_, where + "unsupported dtype '" + s + "' (tide reads F32, F64, I32, I64)");
+          load_fail(file_, where + "unsupported dtype '" + s +
+                               "' (tide reads F32, F64, I32, I64, BF16, F16)");
       } else if (key == "shape") {
         once(sh, key);
         if (peek() != '[') load_fail(file_, where + "shape is not an array");

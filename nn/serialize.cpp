@@ -1,7 +1,7 @@
 // save/load of a module's parameters in the safetensors format (see serialize.h). The header
 // is read by nn/safetensors_header.h; a file is read only as far as its header declares, with
 // every size checked against the file before it is allocated.
-// Not done here: memory-mapping, dtypes beyond tide's four, writing "__metadata__".
+// Not done here: memory-mapping, dtypes tide lacks (I8, U8, F8, ...), writing "__metadata__".
 #include "nn/serialize.h"
 
 #include <algorithm>
@@ -107,7 +107,7 @@ void copy_in(Params& params, const std::vector<const Entry*>& entries, const cha
     const Entry& e = *entries[i];
     Tensor& t = params[i].second;
     const size_t nb = size_t(e.end - e.begin);
-    dispatch_dtype(e.dtype, [&](auto zero) {
+    dispatch_storage(e.dtype, [&](auto zero) {
       using T = decltype(zero);
       std::vector<T> v(nb / sizeof(T));
       if (nb) std::memcpy(v.data(), data + e.begin, nb);
@@ -215,7 +215,7 @@ void save(const Module& module, const std::string& path) {
   for (const auto& [name, param] : module.named_state()) {
     const Tensor& t = param;  // Clang before 16 cannot capture a structured binding
     size_t begin = data.size();
-    dispatch_dtype(t.dtype(), [&](auto zero) {
+    dispatch_storage(t.dtype(), [&](auto zero) {
       using T = decltype(zero);
       std::vector<T> v = t.template to_vector<T>();  // waits
       data.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));

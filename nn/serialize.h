@@ -4,7 +4,10 @@
 //   N bytes: JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...}
 //            (optionally "__metadata__": {...}); offsets are relative to the data section
 //   rest:    raw little-endian element data
-// Supported dtypes: F32, F64, I32, I64 (tide's four).
+// Supported dtypes: F32, F64, I32, I64, BF16, F16 (tide's six); 16-bit values are kept bit for
+// bit both ways. A file whose dtype differs from the module's tensor is refused, not converted
+// ("[load] <path>: 'w' has dtype BF16 in the file but float32 in the module"): cast the module
+// (or the file's tensors) first, so a load never rounds silently.
 #pragma once
 
 #include <string>

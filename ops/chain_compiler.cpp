@@ -147,12 +147,14 @@ CompiledChain compile_chain(const std::string& source, int sm) {
   }
   const char* headers[] = {detail::kChainFunctorsHeader,
                            detail::kChainHostDeviceHeader,
+                           detail::kChainFloat16Header,
                            detail::kChainAwaitGridsHeader,
                            kCmath,
                            kCstdint,
                            kTypeTraits};
-  const char* names[] = {"ops/functors.h", "core/host_device.h", "core/cuda/await_grids.h", "cmath",
-                         "cstdint",        "type_traits"};
+  const char* names[] = {
+      "ops/functors.h", "core/host_device.h", "core/float16.h", "core/cuda/await_grids.h", "cmath",
+      "cstdint",        "type_traits"};
   Program p = nullptr;
   if (int rc =
           n.create(&p, source.c_str(), "tide_chain.cu", int(std::size(headers)), headers, names);

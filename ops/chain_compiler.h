@@ -45,6 +45,7 @@ namespace detail {
 // The headers the source includes, as text (generated: chain_headers.cpp.in).
 extern const char* const kChainFunctorsHeader;
 extern const char* const kChainHostDeviceHeader;
+extern const char* const kChainFloat16Header;
 extern const char* const kChainAwaitGridsHeader;
 }  // namespace detail
 

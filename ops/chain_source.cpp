@@ -33,7 +33,10 @@ const char* c_type(DType t) {
     case DType::float64: return "double";
     case DType::int32: return "int";
     case DType::int64: return "long long";
+    case DType::bfloat16:
+    case DType::float16: break;  // elementwise ops refuse them: no chain holds one
   }
+  TIDE_ASSERT(false, "a fused chain of ", t);
   return "float";
 }
 

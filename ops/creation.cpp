@@ -24,7 +24,7 @@ Tensor fill_with(OpId id, const Shape& shape, DType dtype, Device device, double
   const char* op = op_name(id);
   check_device_supported(device, id);
   Tensor y = Tensor::empty(shape, dtype, device, op);
-  dispatch_dtype(dtype, [&](auto z) {
+  dispatch_storage(dtype, [&](auto z) {
     using T = decltype(z);
     kernels::queue(id, device, {}, {y.storage()}, &kernels::cpu::fill<T>,
                    kernels::Fill<T>{y.ref<T>(), y.numel(), value, step, range}, kernels::NoExtra{},
@@ -69,6 +69,7 @@ Tensor random_fill(OpId id, const Shape& shape, DType dtype, Device device, Gene
                    Site site) {
   const char* op = op_name(id);
   TIDE_CHECK(is_floating(dtype), op, "needs a floating dtype, got ", dtype);
+  check_dtype_supported(dtype, id);
   check_device_supported(device, id);
   // Eager: the counters are reserved now (from the generator, or from the sub-stream of a
   // RandomScope: core/random_scope.h). Traced: the replay refreshes (offset, key) in
@@ -108,7 +109,7 @@ Tensor from_data(const std::vector<double>& values, const Shape& shape, DType dt
              " values for shape ", shape.str(), " (", shape.numel(), " elements)");
   Tensor y = Tensor::empty(shape, dtype, Device::cpu(), "from_data");
   // A fresh storage nothing else can see yet: fill it now, on the caller's thread.
-  dispatch_dtype(dtype, [&](auto z) {
+  dispatch_storage(dtype, [&](auto z) {
     using T = decltype(z);
     T* p = y.data<T>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = fn::convert<T>(values[i]);
@@ -128,6 +129,8 @@ template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Devi
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device, Site);
 template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device, Site);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device, Site);
+template Tensor from_vector<bfloat16>(const std::vector<bfloat16>&, const Shape&, Device, Site);
+template Tensor from_vector<float16>(const std::vector<float16>&, const Shape&, Device, Site);
 
 Tensor clone(const Tensor& a, Site site) {
   check_defined(a, "clone");
@@ -147,8 +150,8 @@ Tensor cast(const Tensor& a, DType dtype, Site site) {
   check_supported(a, OpId::cast);
   if (dtype == a.dtype()) return clone(a, site);
   Tensor y = Tensor::empty(a.shape(), dtype, a.device(), "cast");
-  dispatch_dtype(a.dtype(), [&](auto za) {
-    dispatch_dtype(dtype, [&](auto zo) {
+  dispatch_storage(a.dtype(), [&](auto za) {
+    dispatch_storage(dtype, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
       kernels::queue(

@@ -8,6 +8,7 @@
 
 #include "ops/autograd.h"
 #include "ops/creation.h"
+#include "ops/creation_kernels.h"
 #include "ops/elementwise_desc.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
@@ -382,8 +383,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen, Site si
   check_floating(x, op);
   if (!training || p == 0.0) return x;
   // Both kernels' support first: nothing is queued when either is missing.
-  check_supported(x, OpId::rand);
   check_supported(x, OpId::dropout);
+  check_supported(x, OpId::rand);
   Tensor u = rand(x.shape(), x.dtype(), gen, x.device(), site);
   const fn::DropoutKeep keep{p, 1.0 / (1.0 - p)};
   Tensor y = binary_op(OpId::dropout, keep, x, u, site);
@@ -467,6 +468,20 @@ Tensor& Tensor::copy_(const Tensor& src, Site site) {
   const bool whole =
       offset() == 0 && nbytes() == storage()->requested_bytes() && src.storage() != storage();
   ReplacingWrite replacing(whole);
+  if (is_half(dtype())) {
+    // The 16-bit storage types have no elementwise kernels yet: a same-shape copy moves the
+    // bytes (what nn::load needs); broadcasting one is refused.
+    TIDE_CHECK(src.shape() == shape(), op_name(OpId::copy_), "broadcasting ", describe(src),
+               " into ", describe(*this), " is not supported yet for ", dtype(),
+               ": cast to float32 first");
+    if (src.storage() == storage() && src.offset() == offset()) return *this;  // itself
+    kernels::queue(OpId::copy_, device(), {src.storage()}, {storage()}, &kernels::cpu::copy_bytes,
+                   kernels::CopyBytes{{src.storage(), src.offset() * int64_t(size_of(dtype()))},
+                                      {storage(), offset() * int64_t(size_of(dtype()))},
+                                      nbytes()},
+                   kernels::NoExtra{}, site);
+    return *this;
+  }
   queue_binary(OpId::copy_, fn::Second{}, *this, src, *this, site);
   return *this;
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/float16.h"
 #include "core/host_device.h"
 
 namespace tide::fn {
@@ -316,10 +317,18 @@ struct Identity {
 // a as an O. Float to integer saturates, where C++'s conversion is undefined: NaN -> 0,
 // values at or beyond the range (infinities included) -> O's min or max, others truncate
 // toward zero. Every other pair is C++'s conversion: integer to integer wraps (C++20, as
-// NumPy), to float rounds to nearest. The CPU and CUDA casts both call this, so they agree.
+// NumPy), to float rounds to nearest. A 16-bit side (bfloat16, float16) goes through float:
+// from one, as float converts; to one, rounding float to nearest even (core/float16.h), so
+// double and int64 round twice, as PyTorch's conversions do. The CPU and CUDA casts both
+// call this, so they agree (but for NaN payloads through double: a GPU's double <-> float
+// conversion gives the canonical NaN).
 template <class O, class T>
 TIDE_HOST_DEVICE O convert(T a) {
-  if constexpr (std::is_floating_point_v<T> && std::is_integral_v<O>) {
+  if constexpr (is_half_v<T>) {
+    return convert<O>(float(a));
+  } else if constexpr (is_half_v<O>) {
+    return O(float(a));
+  } else if constexpr (std::is_floating_point_v<T> && std::is_integral_v<O>) {
     static_assert(sizeof(O) == 4 || sizeof(O) == 8, "int32 or int64");
     // 2^31 or 2^63: exact in float and double; every value strictly between -lim and lim
     // truncates to one O holds.
@@ -480,5 +489,8 @@ using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
   X(Neg) X(Exp) X(Log) X(Sqrt) X(Abs) X(Relu) X(Sigmoid) X(Tanh) X(GeluErf) X(GeluTanh) X(Pow) \
   X(Identity)
 // clang-format on
-// Every element type: X(T) per C++ type of tide's dtypes.
+// Every element type kernels compute in: X(T) per C++ type of tide's dtypes but the 16-bit
+// storage types.
 #define TIDE_DTYPES(X) X(float) X(double) X(int32_t) X(int64_t)
+// Every element type, the storage types included: for conversions and fills only.
+#define TIDE_STORAGE_DTYPES(X) TIDE_DTYPES(X) X(bfloat16) X(float16)

@@ -263,6 +263,7 @@ Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype, const char* o
              "labels must be (N) int32 or int64, got ", describe(labels));
   TIDE_CHECK(classes >= 1, op, "needs at least one class, got ", classes);
   TIDE_CHECK(is_floating(dtype), op, "one-hot rows need a floating dtype, got ", dtype);
+  if (is_half(dtype)) throw_half_unsupported(dtype, op);
   const int64_t n = labels.size(0);
   Tensor y = Tensor::empty({n, classes}, dtype, labels.device(), op);
   if (n == 0) return y;

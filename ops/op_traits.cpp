@@ -8,16 +8,17 @@ namespace {
 using K = OpKind;
 using F = kernels::FunctorId;
 constexpr bool E = true, N = false;
-// id, name, kind, elementwise, in_place, differentiable[, functor, mask, floating_only]
+// id, name, kind, elementwise, in_place, differentiable[, functor, mask, floating_only, half]
+constexpr F none = F::count_;
 constexpr std::array kTable{
-    OpTraits{OpId::zeros, "zeros", K::creation, N, N, N},
-    OpTraits{OpId::ones, "ones", K::creation, N, N, N},
-    OpTraits{OpId::full, "full", K::creation, N, N, N},
-    OpTraits{OpId::arange, "arange", K::creation, N, N, N},
+    OpTraits{OpId::zeros, "zeros", K::creation, N, N, N, none, N, N, E},
+    OpTraits{OpId::ones, "ones", K::creation, N, N, N, none, N, N, E},
+    OpTraits{OpId::full, "full", K::creation, N, N, N, none, N, N, E},
+    OpTraits{OpId::arange, "arange", K::creation, N, N, N, none, N, N, E},
     OpTraits{OpId::randn, "randn", K::creation, N, N, N},
     OpTraits{OpId::rand, "rand", K::creation, N, N, N},
-    OpTraits{OpId::from_data, "from_data", K::creation, N, N, N},
-    OpTraits{OpId::clone, "clone", K::creation, E, N, E},
+    OpTraits{OpId::from_data, "from_data", K::creation, N, N, N, none, N, N, E},
+    OpTraits{OpId::clone, "clone", K::creation, E, N, E, none, N, N, E},
     OpTraits{OpId::add, "add", K::elementwise, E, N, E, F::Add, N, N},
     OpTraits{OpId::sub, "sub", K::elementwise, E, N, E, F::Sub, N, N},
     OpTraits{OpId::mul, "mul", K::elementwise, E, N, E, F::Mul, N, N},
@@ -43,11 +44,12 @@ constexpr std::array kTable{
     OpTraits{OpId::tanh, "tanh", K::elementwise, E, N, E, F::Tanh, N, E},
     OpTraits{OpId::gelu, "gelu", K::elementwise, E, N, E, F::GeluErf, N, E},
     OpTraits{OpId::gelu_tanh, "gelu_tanh", K::elementwise, E, N, E, F::GeluTanh, N, E},
-    OpTraits{OpId::cast, "cast", K::elementwise, E, N, E},
+    OpTraits{OpId::cast, "cast", K::elementwise, E, N, E, none, N, N, E},
     OpTraits{OpId::add_, "add_", K::elementwise, E, E, N, F::Add, N, N},
     OpTraits{OpId::sub_, "sub_", K::elementwise, E, E, N, F::Sub, N, N},
     OpTraits{OpId::mul_, "mul_", K::elementwise, E, E, N, F::Mul, N, N},
-    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N, F::Second, N, N},
+    // copy_ of a 16-bit tensor is a byte copy of the same shape (ops/elementwise.cpp).
+    OpTraits{OpId::copy_, "copy_", K::elementwise, E, E, N, F::Second, N, N, E},
     OpTraits{OpId::sum, "sum", K::reduction, N, N, E},
     OpTraits{OpId::mean, "mean", K::reduction, N, N, E},
     OpTraits{OpId::max, "max", K::reduction, N, N, E},
@@ -81,17 +83,17 @@ constexpr std::array kTable{
              E},
     OpTraits{OpId::scaled_dot_product_attention_grad, "scaled_dot_product_attention_grad",
              K::linalg, N, N, N},
-    OpTraits{OpId::reshape, "reshape", K::view, N, N, E},
-    OpTraits{OpId::slice, "slice", K::view, N, N, E},
-    OpTraits{OpId::select, "select", K::view, N, N, E},
-    OpTraits{OpId::flatten, "flatten", K::view, N, N, E},
+    OpTraits{OpId::reshape, "reshape", K::view, N, N, E, none, N, N, E},
+    OpTraits{OpId::slice, "slice", K::view, N, N, E, none, N, N, E},
+    OpTraits{OpId::select, "select", K::view, N, N, E, none, N, N, E},
+    OpTraits{OpId::flatten, "flatten", K::view, N, N, E, none, N, N, E},
     OpTraits{OpId::fail, "fail", K::debug, N, N, N},
     OpTraits{OpId::gate, "gate", K::debug, N, N, N},
     OpTraits{OpId::sgd_update_, "sgd_update_", K::optimizer, N, E, N},
     OpTraits{OpId::adam_update_, "adam_update_", K::optimizer, N, E, N},
     OpTraits{OpId::increment_, "increment_", K::optimizer, N, E, N},
     OpTraits{OpId::warmup_cosine_lr_, "warmup_cosine_lr_", K::optimizer, N, E, N},
-    OpTraits{OpId::to, "to", K::creation, N, N, E},
+    OpTraits{OpId::to, "to", K::creation, N, N, E, none, N, N, E},
 };
 static_assert(kTable.size() == size_t(OpId::count_), "one row per OpId");
 constexpr bool ordered() {
@@ -111,6 +113,7 @@ static_assert(masks_follow_functors(), "an op is a mask exactly when its functor
 const OpTraits& op_traits(OpId op) { return kTable[size_t(op)]; }
 const char* op_name(OpId op) { return kTable[size_t(op)].name.data(); }
 std::span<const OpTraits> all_ops() { return kTable; }
+bool op_supports_dtype(OpId op, DType dtype) { return !is_half(dtype) || kTable[size_t(op)].half; }
 bool has_elementwise_kernels(OpId op) {
   return kTable[size_t(op)].functor != kernels::FunctorId::count_ || op == OpId::cast;
 }

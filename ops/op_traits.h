@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "ops/functor_id.h"
 
 namespace tide {
@@ -130,6 +131,9 @@ struct OpTraits {
   kernels::FunctorId functor = kernels::FunctorId::count_;
   bool mask = false;           // 0/1 in the input's dtype, float32 for integer inputs
   bool floating_only = false;  // refuses integer tensors ("[op] needs a floating tensor")
+  // Accepts bfloat16 and float16 tensors (core/float16.h). The others refuse them at the call:
+  // "[op] bfloat16 is not supported yet: cast to float32 first" (ops/op_util.h).
+  bool half = false;
 };
 
 // Traits of op; the table is checked against the enum at compile time.
@@ -146,5 +150,8 @@ bool has_elementwise_kernels(OpId op);
 // false on a device the process does not have. Calling an op on
 // an unsupported device throws "[op] has no CUDA kernel ..." before anything is queued.
 bool op_supported(Device device, OpId op);
+// Whether `op` accepts tensors of `dtype`: every op the non-16-bit dtypes it documents; the
+// 16-bit storage types only where the op's row says `half`.
+bool op_supports_dtype(OpId op, DType dtype);
 
 }  // namespace tide

@@ -25,16 +25,24 @@ inline void check_defined(const Tensor& t, const char* op) {
 // Throws "[op] has no CUDA kernel ..." unless op_supported(t.device(), id) (docs/contributing.md,
 // Backends).
 void throw_unsupported(const Tensor& t, OpId id);
+// Also throws "[op] bfloat16 is not supported yet: cast to float32 first" for a 16-bit
+// tensor unless op's row accepts them (OpTraits::half).
 inline void check_supported(const Tensor& t, OpId id) {
-  if (t.device().is_cpu()) [[likely]]
+  if (t.device().is_cpu() && !is_half(t.dtype())) [[likely]]
     return;
-  if (!op_supported(t.device(), id)) throw_unsupported(t, id);
+  if (!op_supports_dtype(id, t.dtype())) throw_half_unsupported(t.dtype(), op_name(id));
+  if (!t.device().is_cpu() && !op_supported(t.device(), id)) throw_unsupported(t, id);
 }
 void throw_unsupported(Device d, OpId id);
 inline void check_device_supported(Device d, OpId id) {
   if (d.is_cpu()) [[likely]]
     return;
   if (!op_supported(d, id)) throw_unsupported(d, id);
+}
+// For ops that take the dtype to create as an argument (randn, rand).
+inline void check_dtype_supported(DType t, OpId id) {
+  if (!op_supports_dtype(id, t)) [[unlikely]]
+    throw_half_unsupported(t, op_name(id));
 }
 inline void check_same(const Tensor& a, const Tensor& b, OpId id) {
   const char* op = op_name(id);

@@ -213,6 +213,8 @@ LoopCount count_of(const Tensor& n) {
   tide::detail::check_defined(n, "loop");
   TIDE_CHECK(n.numel() == 1, "loop", "the count must be a one-element tensor, got ",
              tide::detail::describe(n));
+  // A compiled chain reads its count as float32, float64, int32 or int64 (ops/chain_source.cpp).
+  if (is_half(n.dtype())) tide::detail::throw_half_unsupported(n.dtype(), "loop");
   return LoopCount{0, n};
 }
 

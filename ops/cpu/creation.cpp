@@ -119,6 +119,8 @@ TIDE_FILL(float)
 TIDE_FILL(double)
 TIDE_FILL(int32_t)
 TIDE_FILL(int64_t)
+TIDE_FILL(bfloat16)
+TIDE_FILL(float16)
 template void random_fill<float>(const KernelContext&, const RandomFill<float>&, const NoExtra&);
 template void random_fill<double>(const KernelContext&, const RandomFill<double>&, const NoExtra&);
 

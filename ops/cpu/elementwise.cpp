@@ -1,6 +1,6 @@
 // CPU implementations of the elementwise kernel entries (ops/elementwise_kernels.h): the
 // loops of elementwise_loops.h over the functors of ops/functors.h, instantiated for every
-// functor of its lists and every dtype.
+// functor of its lists and every dtype; the conversions also for the 16-bit storage types.
 #include "ops/cpu/elementwise_loops.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
@@ -68,9 +68,11 @@ TIDE_UNARY_FUNCTORS(TIDE_UNARY)
 
 #define TIDE_CONVERT_TO(O, T) \
   template void convert<O, T>(const KernelContext&, const Convert<O, T>&, const NoExtra&);
+// clang-format off
 #define TIDE_CONVERT_FROM(T) \
-  TIDE_CONVERT_TO(float, T)  \
-  TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) TIDE_CONVERT_TO(int64_t, T)
-TIDE_DTYPES(TIDE_CONVERT_FROM)
+  TIDE_CONVERT_TO(float, T) TIDE_CONVERT_TO(double, T) TIDE_CONVERT_TO(int32_t, T) \
+  TIDE_CONVERT_TO(int64_t, T) TIDE_CONVERT_TO(bfloat16, T) TIDE_CONVERT_TO(float16, T)
+// clang-format on
+TIDE_STORAGE_DTYPES(TIDE_CONVERT_FROM)
 
 }  // namespace tide::kernels::cpu

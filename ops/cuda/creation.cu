@@ -89,6 +89,8 @@ void register_creation(OpList& ops) {
   CudaKernel<Fill<double>, NoExtra>::fn = &fill<double>;
   CudaKernel<Fill<int32_t>, NoExtra>::fn = &fill<int32_t>;
   CudaKernel<Fill<int64_t>, NoExtra>::fn = &fill<int64_t>;
+  CudaKernel<Fill<bfloat16>, NoExtra>::fn = &fill<bfloat16>;
+  CudaKernel<Fill<float16>, NoExtra>::fn = &fill<float16>;
   CudaKernel<RandomFill<float>, NoExtra>::fn = &random_fill<float>;
   CudaKernel<RandomFill<double>, NoExtra>::fn = &random_fill<double>;
   CudaKernel<CopyBytes, NoExtra>::fn = &copy_bytes;

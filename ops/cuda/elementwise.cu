@@ -196,6 +196,8 @@ void register_convert_from() {
   CudaKernel<Convert<double, T>, NoExtra>::fn = &convert<double, T>;
   CudaKernel<Convert<int32_t, T>, NoExtra>::fn = &convert<int32_t, T>;
   CudaKernel<Convert<int64_t, T>, NoExtra>::fn = &convert<int64_t, T>;
+  CudaKernel<Convert<bfloat16, T>, NoExtra>::fn = &convert<bfloat16, T>;
+  CudaKernel<Convert<float16, T>, NoExtra>::fn = &convert<float16, T>;
 }
 
 }  // namespace
@@ -212,6 +214,8 @@ void register_elementwise(OpList& ops) {
   register_convert_from<double>();
   register_convert_from<int32_t>();
   register_convert_from<int64_t>();
+  register_convert_from<bfloat16>();
+  register_convert_from<float16>();
   // Every listed functor and every conversion is registered above: the ops whose rows name
   // one have their kernels (the op table's functor column).
   for (const OpTraits& t : all_ops())

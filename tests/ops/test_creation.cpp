@@ -217,6 +217,8 @@ TIDE_OP_CASES(Creation, Cast) {
       case DType::float64: return DType::float32;
       case DType::int32: return DType::int64;
       case DType::int64: return DType::float32;
+      case DType::bfloat16:
+      case DType::float16: return DType::float32;
     }
     return t;
   };

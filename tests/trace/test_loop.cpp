@@ -502,6 +502,11 @@ TEST(TraceLoop, ErrorsAreClear) {
             std::string::npos);
   EXPECT_NE(error_of([&] { trace::loop(ones({2}), step, x); }).find("one-element"),
             std::string::npos);
+  // A 16-bit count (a compiled chain reads float32, float64, int32 and int64 counts only).
+  EXPECT_NE(error_of([&] {
+              trace::loop(ones({1}, DType::bfloat16), step, x);
+            }).find("[loop] bfloat16 is not supported yet"),
+            std::string::npos);
   // A tensor-count body drawing from two generators: TensorCountBodyWithTwoGeneratorsIsRefused.
   // A negative runtime count fails the replay at sync.
   auto g =

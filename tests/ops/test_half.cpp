@@ -1,0 +1,274 @@
+// The 16-bit storage dtypes (bfloat16, float16) through the ops that accept them: cast between
+// every pair of dtypes, fills, host data in and out, printing, copies between devices, and
+// the clear error of the ops that do not accept them yet. Each device case runs on the CPU
+// and on case_devices() (the recording fake GPU here; the real cuda:0 in tide_cuda_tests),
+// and the results must agree bit for bit (a NaN as a NaN: see bits_nan_as_one).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "error_of.h"
+#include "tests/ops/op_harness.h"
+
+namespace tide {
+namespace {
+
+using test::Check;
+
+constexpr DType kAll[] = {DType::float32, DType::float64,  DType::int32,
+                          DType::int64,   DType::bfloat16, DType::float16};
+
+// The raw bytes of t (waits): equal bytes are equal bits, NaN payloads included.
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+  c.wait_to_read();
+  std::vector<unsigned char> b(c.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), c.data<unsigned char>(), b.size());
+  return b;
+}
+
+// Each element's bits, every NaN as one marker: a GPU's float64 <-> float32 conversion (PTX
+// cvt) makes every NaN its canonical one, where the CPU keeps the payload. Conversions to and
+// from the 16-bit types are bit manipulation and agree on payloads too, but a float64 source
+// reaches them through that cvt.
+std::vector<uint64_t> bits_nan_as_one(const Tensor& t) {
+  const std::vector<unsigned char> b = bytes_of(t);
+  const size_t w = size_of(t.dtype());
+  std::vector<double> v = t.to_vector<double>();
+  std::vector<uint64_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (is_floating(t.dtype()) && std::isnan(v[i])) {
+      out[i] = ~uint64_t(0);
+      continue;
+    }
+    std::memcpy(&out[i], b.data() + i * w, w);  // little-endian: the low bytes
+  }
+  return out;
+}
+
+// Values that test every conversion: ties of both 16-bit formats, their largest finite and
+// overflow, subnormals, signed zero, infinities, NaN, integers past 2^24, fractions.
+std::vector<double> edge_values() {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {0.0,
+          -0.0,
+          1.0,
+          -1.5,
+          0.1,
+          1.0 + 0x1p-8,
+          1.0 + 3 * 0x1p-8,
+          65504.0,
+          65520.0,
+          -70000.,
+          0x1p-24,
+          0x1p-25,
+          3 * 0x1p-25,
+          0x1p-14,
+          3e38,
+          3.4e38,
+          1e-40,
+          INFINITY,
+          -INFINITY,
+          nan,
+          16777217.0,
+          2.5e9,
+          -2147483649.0,
+          123.456,
+          -0.00042,
+          1023.5 * 0x1p-24};
+}
+
+TIDE_OP_TEST(Half, CastBetweenEveryPairAgreesOnEveryDevice, {OpId::cast, Check::value}) {
+  const std::vector<double> values = edge_values();
+  const Shape shape{int64_t(values.size())};
+  for (DType from : kAll) {
+    // float64 holds every edge value; the source dtype takes them as cast would.
+    Tensor src = cast(from_data(values, shape, DType::float64), from);
+    for (DType to : kAll) {
+      SCOPED_TRACE(std::string(name(from)) + " -> " + std::string(name(to)));
+      Tensor y = cast(src, to);
+      EXPECT_EQ(y.dtype(), to);
+      const std::vector<uint64_t> want = bits_nan_as_one(y);
+      // The element rule: every source value is exact as a double; to a 16-bit type it
+      // rounds through float (float64 and int64 round twice, as documented); from one to
+      // float64 it is exact.
+      const std::vector<double> in = src.to_vector<double>(), got = y.to_vector<double>();
+      for (size_t i = 0; i < values.size(); ++i) {
+        SCOPED_TRACE("element " + std::to_string(i) + " = " + std::to_string(in[i]));
+        if (to == DType::bfloat16) {
+          EXPECT_EQ(y.to_vector<bfloat16>()[i].bits, bfloat16(float(in[i])).bits);
+        } else if (to == DType::float16) {
+          EXPECT_EQ(y.to_vector<float16>()[i].bits, float16(float(in[i])).bits);
+        } else if (to == DType::float64 && is_half(from)) {
+          if (std::isnan(in[i])) EXPECT_TRUE(std::isnan(got[i]));
+          else EXPECT_EQ(got[i], in[i]);
+        }
+      }
+      for (Device d : test::case_devices()) {
+        if (!op_supported(d, OpId::cast)) continue;
+        SCOPED_TRACE(d.str());
+        Tensor yd = cast(src.to(d), to);
+        EXPECT_EQ(yd.device(), d);
+        EXPECT_EQ(bits_nan_as_one(yd), want);
+      }
+    }
+  }
+}
+
+TEST(Half, CastRoundsToNearestEvenAndSaturatesIntegers) {
+  Tensor x = from_data({1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, 65520.0, 0x1p-25, -0.0, 3.5e38}, {6});
+  std::vector<float> b = cast(x, DType::bfloat16).to_vector<float>();
+  EXPECT_EQ(b[0], 1.0f);            // tie to even
+  EXPECT_EQ(b[1], 1.0f + 0x1p-6f);  // tie to even (up)
+  EXPECT_EQ(b[2], 65536.0f);        // bfloat16's step at 2^16 is 512
+  EXPECT_TRUE(std::signbit(b[4]));  // -0 stays -0
+  EXPECT_EQ(b[5], INFINITY);        // past bfloat16's largest finite (3.39e38)
+  std::vector<float> h = cast(x, DType::float16).to_vector<float>();
+  EXPECT_EQ(h[2], INFINITY);  // 65520 is float16's tie with inf
+  EXPECT_EQ(h[3], 0.0f);      // 2^-25 ties to the even zero
+  // 16-bit to integer saturates as float does: NaN -> 0, inf -> the largest int32.
+  Tensor s = from_data({NAN, INFINITY, -2.75, 300.5}, {4}, DType::bfloat16);
+  EXPECT_EQ(cast(s, DType::int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 2147483647, -2, 300}));
+}
+
+TIDE_OP_TEST(Half, FillsInEveryDevice, {OpId::zeros, Check::value}) {
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    SCOPED_TRACE(std::string(name(t)));
+    std::vector<Device> devices = test::case_devices();
+    devices.insert(devices.begin(), Device::cpu());
+    for (Device d : devices) {
+      if (!op_supported(d, OpId::full)) continue;
+      EXPECT_EQ(zeros({3}, t, d).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+      EXPECT_EQ(ones({2, 2}, t, d).to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+      Tensor f = full({2}, 0.1, t, d);
+      EXPECT_EQ(f.dtype(), t);
+      const float want = t == DType::bfloat16 ? float(bfloat16(0.1f)) : float(float16(0.1f));
+      EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{want, want}));
+      EXPECT_EQ(arange(0.0, 4.0, 1.0, t, d).to_vector<float>(), (std::vector<float>{0, 1, 2, 3}));
+    }
+  }
+}
+
+TEST(Half, HostDataInAndOut) {
+  // from_data rounds each double to the dtype; from_vector takes 16-bit values as they are.
+  Tensor a = from_data({0.1, -2.0, 1e6}, {3}, DType::float16);
+  EXPECT_EQ(a.dtype(), DType::float16);
+  EXPECT_EQ(a.nbytes(), 6u);
+  std::vector<float16> hv = a.to_vector<float16>();
+  EXPECT_EQ(hv[0].bits, float16(0.1f).bits);
+  EXPECT_EQ(hv[1].bits, 0xc000);
+  EXPECT_EQ(hv[2].bits, 0x7c00);  // 1e6 is past float16's range: inf
+  std::vector<bfloat16> bv = {bfloat16::from_bits(0x3f80), bfloat16::from_bits(0x7fc1),
+                              bfloat16::from_bits(0x8001)};
+  Tensor b = from_vector(bv, {3});
+  EXPECT_EQ(b.dtype(), DType::bfloat16);
+  std::vector<bfloat16> back = b.to_vector<bfloat16>();
+  for (size_t i = 0; i < bv.size(); ++i) EXPECT_EQ(back[i].bits, bv[i].bits);
+  EXPECT_EQ(b[0].item<float>(), 1.0f);
+  EXPECT_EQ(b[0].item<double>(), 1.0);
+  EXPECT_EQ(b[0].item<int32_t>(), 1);
+  EXPECT_TRUE(std::isnan(b[1].item<float>()));
+  // item<bfloat16> of a float32 tensor rounds to nearest even.
+  EXPECT_EQ(full({1}, 1.0 + 0x1p-8).item<bfloat16>().bits, 0x3f80);
+  // Typed vectors to and from a GPU keep the bits.
+  for (Device d : test::case_devices()) {
+    if (!op_supported(d, OpId::to)) continue;
+    SCOPED_TRACE(d.str());
+    Tensor g = from_vector(bv, {3}, d);
+    EXPECT_EQ(g.device(), d);
+    EXPECT_EQ(bytes_of(g), bytes_of(b));
+    EXPECT_EQ(bytes_of(g.to(Device::cpu())), bytes_of(b));
+    EXPECT_EQ(bytes_of(clone(g)), bytes_of(b));
+  }
+}
+
+TEST(Half, PrintsValuesAsFloats) {
+  std::ostringstream s;
+  s << from_data({1.0, 0.1, -2.5}, {3}, DType::bfloat16);
+  EXPECT_EQ(s.str(), "Tensor([1, 0.100098, -2.5], shape=(3,), dtype=bfloat16)");
+  std::ostringstream h;
+  h << full({}, 65504.0, DType::float16);
+  EXPECT_EQ(h.str(), "Tensor(65504, shape=(), dtype=float16)");
+}
+
+TEST(Half, ViewsAndCastGradient) {
+  Tensor x = from_data({1, 2, 3, 4, 5, 6}, {2, 3}, DType::bfloat16);
+  EXPECT_EQ(x.reshape({3, 2})[1].to_vector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(x.slice(1, 2).to_vector<float>(), (std::vector<float>{4, 5, 6}));
+  // cast is differentiable between floating types: through bfloat16 and back, the gradient
+  // of a sum is cast to the 16-bit type and back, so it stays 1.
+  Tensor w = from_data({0.5, -1.25, 3.0}, {3}).requires_grad_();
+  Tensor y = sum(cast(cast(w, DType::bfloat16), DType::float32));
+  y.backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices) {
+    SCOPED_TRACE(d.str());
+    Tensor src = from_data({1.5, -0.0, NAN, 65504}, {2, 2}, DType::float16, d);
+    Tensor dst = zeros({2, 2}, DType::float16, d);
+    dst.copy_(src);
+    EXPECT_EQ(dst.to_vector<float16>()[3].bits, 0x7bff);
+    EXPECT_EQ(dst.to_vector<float16>()[1].bits, 0x8000);
+    EXPECT_TRUE(std::isnan(dst.to_vector<float>()[2]));
+    Tensor rows = zeros({3, 2}, DType::bfloat16, d);
+    rows[1].copy_(cast(src[0], DType::bfloat16));  // into a view with an offset
+    EXPECT_EQ(rows.to_vector<float>(), (std::vector<float>{0, 0, 1.5f, -0.0f, 0, 0}));
+    EXPECT_TIDE_ERROR(rows.copy_(zeros({2}, DType::bfloat16, d)), "[copy_]", "broadcasting",
+                      "cast to float32 first");
+    EXPECT_TIDE_ERROR(dst.copy_(zeros({2, 2}, DType::float32, d)), "[copy_]", "dtypes differ");
+  }
+}
+
+// The op table's `half` column lists exactly the ops that move or convert elements without
+// arithmetic in the element type; a row that gains it must gain a test here too.
+TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
+  const std::set<OpId> accept = {OpId::zeros,     OpId::ones,  OpId::full,   OpId::arange,
+                                 OpId::from_data, OpId::clone, OpId::cast,   OpId::copy_,
+                                 OpId::reshape,   OpId::slice, OpId::select, OpId::flatten,
+                                 OpId::to};
+  for (const OpTraits& t : all_ops()) {
+    SCOPED_TRACE(std::string(t.name));
+    EXPECT_EQ(t.half, accept.count(t.id) == 1);
+    EXPECT_EQ(op_supports_dtype(t.id, DType::bfloat16), t.half);
+    EXPECT_EQ(op_supports_dtype(t.id, DType::float16), t.half);
+    EXPECT_TRUE(op_supports_dtype(t.id, DType::float32));
+  }
+}
+
+TEST(Half, OpsThatComputeRefuseThemAtTheCall) {
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    const std::string dt(name(t));
+    Tensor a = ones({2, 2}, t);
+    EXPECT_TIDE_ERROR(matmul(a, a), "[matmul]", dt + " is not supported yet",
+                      "cast to float32 first");
+    EXPECT_TIDE_ERROR(sum(a), "[sum]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(add(a, a), "[add]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(exp(a), "[exp]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(softmax(a), "[softmax]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(a.add_(a), "[add_]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(randn({2}, t), "[randn]", dt + " is not supported yet");
+    EXPECT_TIDE_ERROR(one_hot(from_vector<int64_t>({0, 1}, {2}), 2, t), "[one_hot]",
+                      dt + " is not supported yet");
+    // The refusal comes first, on the fake GPU too.
+    for (Device d : test::case_devices()) {
+      EXPECT_TIDE_ERROR(matmul(a.to(d), a.to(d)), "[matmul]", dt + " is not supported yet");
+      EXPECT_TIDE_ERROR(sum(a.to(d)), "[sum]", dt + " is not supported yet");
+    }
+    // The op table says so before the call.
+    EXPECT_FALSE(op_supports_dtype(OpId::matmul, t));
+    EXPECT_TRUE(op_supports_dtype(OpId::cast, t));
+    EXPECT_TRUE(op_supports_dtype(OpId::matmul, DType::float32));
+  }
+}
+
+}  // namespace
+}  // namespace tide
