@@ -22,7 +22,9 @@ MemoryPlan memory_plan(const Graph& g) {
     const size_t b = Allocator::round_size(v.bytes);
     switch (v.kind) {
       case ValueKind::input: p.inputs += b; break;
-      case ValueKind::capture: (leaves.count(v.storage.get()) ? p.parameters : p.captured) += b; break;
+      case ValueKind::capture:
+        (leaves.count(v.storage.get()) ? p.parameters : p.captured) += b;
+        break;
       case ValueKind::state: p.state += b; break;
       case ValueKind::constant: p.constants += b; break;
       case ValueKind::output: p.outputs += b; break;
@@ -39,10 +41,10 @@ std::string MemoryPlan::str() const {
     std::snprintf(buf, sizeof buf, "%.1f", double(b) / (1024.0 * 1024.0));
     return std::string(buf);
   };
-  return "parameters " + mb(parameters) + " MB, other captured " + mb(captured) +
-         " MB, state " + mb(state) + " MB, constants " + mb(constants) + " MB, arena " +
-         mb(arena) + " MB, inputs " + mb(inputs) + " MB, outputs " + mb(outputs) +
-         " MB; peak " + mb(peak()) + " MB";
+  return "parameters " + mb(parameters) + " MB, other captured " + mb(captured) + " MB, state " +
+         mb(state) + " MB, constants " + mb(constants) + " MB, arena " + mb(arena) +
+         " MB, inputs " + mb(inputs) + " MB, outputs " + mb(outputs) + " MB; peak " + mb(peak()) +
+         " MB";
 }
 
 }  // namespace tide::trace

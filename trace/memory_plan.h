@@ -23,7 +23,9 @@ struct MemoryPlan {
   size_t inputs = 0;
   size_t outputs = 0;
   // The sum: what a replay needs at its peak, the captured tensors included.
-  size_t peak() const { return parameters + captured + state + constants + arena + inputs + outputs; }
+  size_t peak() const {
+    return parameters + captured + state + constants + arena + inputs + outputs;
+  }
   // One line per role, with MB of 2^20 bytes.
   std::string str() const;
 };

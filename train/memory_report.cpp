@@ -284,7 +284,7 @@ std::string memory_timeline_svg(const MemoryTimeline& t, const MemoryReportOptio
     if (x - labelled_x < 7.0 * double(t.marks[i].second.size()) + 8) continue;
     labelled_x = x;
     o << "<text x=\"" << px(x + 2) << "\" y=\"" << px(top + 10) << "\" font-size=\"9\" "
-        << "fill=\"#555555\">" << escape(t.marks[i].second) << "</text>\n";
+      << "fill=\"#555555\">" << escape(t.marks[i].second) << "</text>\n";
   }
   // The peak.
   const double peak_x = sx(t.peak_t_s), peak_y = sy(double(t.peak_bytes));
