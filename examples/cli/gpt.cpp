@@ -15,6 +15,11 @@
 // over its steps. A validation loss (the mean over --eval-batches batches) every
 // --eval-every steps and at the end; then a sample of the model's text.
 //
+// --recompute runs each transformer block under checkpoint (ops/checkpoint.h): backward
+// recomputes a block instead of keeping its activations, with the same losses and weights
+// bit for bit. The summary splits the allocator's peak into the training state (parameters,
+// gradients, AdamW's two moments) and the rest, activations and temporaries.
+//
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
 // Under mpirun (`mpirun -np N tide gpt train`): data-parallel over the MPI world group. Each
@@ -75,6 +80,7 @@ struct TrainArgs {
   int64_t steps = 2000, batch = 12, ctx = 0, eval_every = 250, eval_batches = 20, warmup = 100;
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
+  bool recompute = false;
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -128,6 +134,8 @@ TrainArgs parse_train(const Args& args) {
       a.svg = take_output_option(args, i);
     } else if (o == "--json") {
       a.json = take_output_option(args, i);
+    } else if (o == "--recompute") {
+      a.recompute = true;
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
@@ -169,6 +177,17 @@ void write_text(const std::string& opt, const std::string& path, const std::stri
 
 double mb(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
+// The allocator bytes of the training state: each parameter's block and its gradient's, and
+// AdamW's two moments per parameter (blocks of the parameter's size; Adam keeps them private).
+size_t training_state_bytes(const nn::Module& model) {
+  size_t total = 0;
+  for (const Tensor& p : model.parameters()) {
+    total += 3 * p.storage()->bytes();
+    if (Tensor g = p.grad(); g.defined()) total += g.storage()->bytes();
+  }
+  return total;
+}
+
 // The 0-d losses as one 1-D tensor (queued copies into its rows), for one all-reduce.
 Tensor stack_losses(const std::vector<Tensor>& losses) {
   Tensor all = zeros({int64_t(losses.size())}, losses.front().dtype(), losses.front().device());
@@ -209,6 +228,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     throw UsageError("--ctx " + std::to_string(a.ctx) + " is longer than the " + a.preset +
                      " model's context of " + std::to_string(cfg.block_size) + " tokens");
   const int64_t ctx = a.ctx ? a.ctx : cfg.block_size;
+  cfg.recompute = a.recompute;
 
   Generator gen{uint64_t(a.seed)};
   nn::GPT model(cfg, gen);
@@ -234,7 +254,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
       << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
-      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << "\n";
+      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device)
+      << (a.recompute ? ", blocks recomputed in backward" : "") << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << a.batch / ranks << " per rank, gradients averaged after each backward\n";
@@ -316,6 +337,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const double half_s = seconds_since(t_half);
   bar.finish();
   const size_t peak = Allocator::get(device).stats().peak_bytes;
+  const size_t state = training_state_bytes(model);
+  const size_t activations = peak > state ? peak - state : 0;
   vals.emplace_back(a.steps, val_loss());
 
   // Every step's loss in one read; under mpirun averaged over the ranks (one all-reduce).
@@ -339,7 +362,9 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   out << "done: " << a.steps << " steps in " << format_fixed(train_s, 1) << " s, "
       << format_fixed(ms_per_step, 2) << " ms/step, " << format_fixed(tokens_per_s, 0)
       << " tokens/s, train loss " << format_fixed(train_loss, 4) << ", val loss "
-      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB\n";
+      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB ("
+      << format_fixed(mb(state), 1) << " MB parameters, gradients and AdamW state, "
+      << format_fixed(mb(activations), 1) << " MB activations and temporaries)\n";
   if (traced) {
     const trace::FunctionStats st = traced_step.stats();
     out << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
@@ -390,6 +415,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"train_loss", train_loss},
                         {"val_loss", vals.back().second},
                         {"peak_mb", mb(peak)},
+                        {"peak_bytes", peak},
+                        {"state_bytes", state},
+                        {"activation_peak_bytes", activations},
+                        {"recompute", a.recompute},
                         {"mode", a.mode},
                         {"device", device.str()},
                         {"steps", a.steps},
