@@ -17,8 +17,10 @@
 //
 // --recompute runs each transformer block under checkpoint (ops/checkpoint.h): backward
 // recomputes a block instead of keeping its activations, with the same losses and weights
-// bit for bit. The summary splits the allocator's peak into the training state (parameters,
-// gradients, AdamW's two moments) and the rest, activations and temporaries.
+// bit for bit. The summary gives the allocator's peak over the whole run and over the second
+// half (the steady state, past a traced step's warm-up and recording), and splits the
+// latter into the training state (parameters, gradients, AdamW's two moments) and the
+// rest, activations and temporaries; traced, also the plan's arena for intermediates.
 //
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
@@ -300,10 +302,13 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const auto t_start = Clock::now();
   auto t_half = t_start;
   double eval_s = 0;
+  size_t run_peak = 0;  // the first half's peak, kept when the second half's starts
   for (int64_t s = 0; s < a.steps; ++s) {
     if (s == a.steps / 2) {
       if (a.policy.kind != train::SyncPolicy::per_batch) wait_all();
       t_half = Clock::now();
+      run_peak = Allocator::get(device).stats().peak_bytes;
+      Allocator::get(device).reset_peak();
     }
     const auto t0 = Clock::now();
     train::Batch b = train_data->next();
@@ -336,9 +341,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const double train_s = seconds_since(t_start) - eval_s;
   const double half_s = seconds_since(t_half);
   bar.finish();
-  const size_t peak = Allocator::get(device).stats().peak_bytes;
+  const size_t steady_peak = Allocator::get(device).stats().peak_bytes;
+  const size_t peak = std::max(run_peak, steady_peak);
   const size_t state = training_state_bytes(model);
-  const size_t activations = peak > state ? peak - state : 0;
+  const size_t activations = steady_peak > state ? steady_peak - state : 0;
   vals.emplace_back(a.steps, val_loss());
 
   // Every step's loss in one read; under mpirun averaged over the ranks (one all-reduce).
@@ -362,13 +368,14 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   out << "done: " << a.steps << " steps in " << format_fixed(train_s, 1) << " s, "
       << format_fixed(ms_per_step, 2) << " ms/step, " << format_fixed(tokens_per_s, 0)
       << " tokens/s, train loss " << format_fixed(train_loss, 4) << ", val loss "
-      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB ("
-      << format_fixed(mb(state), 1) << " MB parameters, gradients and AdamW state, "
-      << format_fixed(mb(activations), 1) << " MB activations and temporaries)\n";
+      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB\n"
+      << "memory: second-half peak " << format_fixed(mb(steady_peak), 1)
+      << " MB = " << format_fixed(mb(state), 1) << " MB parameters, gradients and AdamW state + "
+      << format_fixed(mb(activations), 1) << " MB activations and temporaries\n";
   if (traced) {
     const trace::FunctionStats st = traced_step.stats();
     out << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
-        << " kernels per step\n";
+        << " kernels per step, arena " << format_fixed(mb(st.arena_bytes), 1) << " MB\n";
   }
 
   if (rank != 0) return 0;  // rank 0 alone samples and writes the outputs
@@ -416,6 +423,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"val_loss", vals.back().second},
                         {"peak_mb", mb(peak)},
                         {"peak_bytes", peak},
+                        {"steady_peak_bytes", steady_peak},
                         {"state_bytes", state},
                         {"activation_peak_bytes", activations},
                         {"recompute", a.recompute},
@@ -428,6 +436,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"batch", a.batch},
                         {"ctx", ctx},
                         {"parameters", model.num_parameters()}};
+    if (traced) j["trace_arena_bytes"] = traced_step.stats().arena_bytes;
     write_text("--json", a.json, j.dump() + "\n");
   }
   return 0;
