@@ -258,6 +258,11 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
       << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device)
       << (a.recompute ? ", blocks recomputed in backward" : "") << "\n";
+  if (a.recompute && a.mode == "eager" && !Engine::get().synchronous() &&
+      Engine::get().allocation() == Allocation::at_enqueue)
+    out << "note: with allocation at enqueue (the default) queued ops hold their storages until "
+           "they have run, which keeps the step's activations whether autograd does or not; "
+           "TIDE_ALLOC=execution or --mode traced lets --recompute lower the peak\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << a.batch / ranks << " per rank, gradients averaged after each backward\n";
