@@ -2,7 +2,7 @@
 // in training gives the same loss and gradients bit for bit; whole training steps (AdamW,
 // clipping, schedule) with dropout give the same losses and parameters, eager and traced, on
 // the CPU and on the fake GPU; and the allocator's peak during forward and backward of a few
-// blocks is lower by most of their activations.
+// blocks, and a traced training step's planned arena, are lower by most of the activations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -178,6 +178,31 @@ TEST(GPTRecompute, CheckpointedBlocksPeakLowerInBytes) {
   // The gradients of the parameters (about 50 KiB a block) are in both.
   EXPECT_GT(plain, size_t(4) << 20) << "four blocks' activations";
   EXPECT_LT(double(recomputed), 0.5 * double(plain))
+      << "plain " << plain << " bytes, recomputed " << recomputed << " bytes";
+}
+
+// A traced training step's plan: with the blocks recomputed, the forward's intermediates
+// die inside the forward, and the arena the planner lays out shrinks by most of them.
+size_t traced_arena(bool recompute) {
+  GPTConfig c = tiny(recompute);
+  c.n_layer = 4;
+  c.n_embd = 32;
+  c.block_size = 32;
+  test_util::GptRig rig(c, Device::cpu(), 5,
+                        WarmupCosineOptions().lr(1e-3).min_lr(1e-4).warmup(1).decay_steps(4));
+  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return rig.step(x, y); },
+                           {.name = "gpt_step", .warmup_calls = 1});
+  Generator data(2);
+  Tensor x = cast(mul(rand({8, 32}, DType::float32, data), 11.0), DType::int64);
+  for (int i = 0; i < 2; ++i) f(x, x).item<float>();
+  EXPECT_EQ(f.stats().traces, 1);
+  return f.stats().arena_bytes;
+}
+
+TEST(GPTRecompute, TracedStepsArenaIsSmallerInBytes) {
+  const size_t plain = traced_arena(false), recomputed = traced_arena(true);
+  EXPECT_GT(plain, size_t(1) << 20);
+  EXPECT_LT(double(recomputed), 0.6 * double(plain))
       << "plain " << plain << " bytes, recomputed " << recomputed << " bytes";
 }
 
