@@ -36,7 +36,8 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 // they only decide whether a node is needed when no input requires grad, so that the
 // parameters of a first layer fed with data still get their gradients.
 // Without recording (NoGrad) or when neither an input nor a param requires grad, it only
-// returns fn(inputs), with no node and no recompute.
+// returns fn(inputs), with no node and no recompute. Otherwise the node keeps a copy of fn
+// until backward: what fn captures by reference must live until then.
 // Throws "[checkpoint]" at the call for an empty fn, an undefined input, inputs on
 // different devices, or fn returning an undefined or non-floating tensor; fn's own errors
 // propagate. At backward (from Tensor::backward) it throws "[checkpoint]" when the recompute
