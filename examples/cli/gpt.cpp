@@ -17,9 +17,10 @@
 //
 // --recompute runs each transformer block under checkpoint (ops/checkpoint.h): backward
 // recomputes a block instead of keeping its activations, with the same losses and weights
-// bit for bit. The summary gives the allocator's peak over the whole run and over the second
-// half (the steady state, past a traced step's warm-up and recording), and splits the
-// latter into the training state (parameters, gradients, AdamW's two moments) and the
+// bit for bit; --recompute-keep-last recomputes all blocks but the last, whose activations
+// backward needs as soon as the forward ends. The summary gives the allocator's peak over the whole
+// run and over the second half (the steady state, past a traced step's warm-up and recording), and
+// splits the latter into the training state (parameters, gradients, AdamW's two moments) and the
 // rest, activations and temporaries; traced, also the plan's arena for intermediates.
 //
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
@@ -82,7 +83,7 @@ struct TrainArgs {
   int64_t steps = 2000, batch = 12, ctx = 0, eval_every = 250, eval_batches = 20, warmup = 100;
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
-  bool recompute = false;
+  bool recompute = false, keep_last = false;
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -138,6 +139,8 @@ TrainArgs parse_train(const Args& args) {
       a.json = take_output_option(args, i);
     } else if (o == "--recompute") {
       a.recompute = true;
+    } else if (o == "--recompute-keep-last") {
+      a.recompute = a.keep_last = true;
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
@@ -231,6 +234,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                      " model's context of " + std::to_string(cfg.block_size) + " tokens");
   const int64_t ctx = a.ctx ? a.ctx : cfg.block_size;
   cfg.recompute = a.recompute;
+  cfg.recompute_last_block = !a.keep_last;
 
   Generator gen{uint64_t(a.seed)};
   nn::GPT model(cfg, gen);
@@ -257,7 +261,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
       << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device)
-      << (a.recompute ? ", blocks recomputed in backward" : "") << "\n";
+      << (a.keep_last   ? ", blocks but the last recomputed in backward"
+          : a.recompute ? ", blocks recomputed in backward"
+                        : "")
+      << "\n";
   if (a.recompute && a.mode == "eager" && !Engine::get().synchronous() &&
       Engine::get().allocation() == Allocation::at_enqueue)
     out << "note: with allocation at enqueue (the default) queued ops hold their storages until "
@@ -442,6 +449,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"ctx", ctx},
                         {"parameters", model.num_parameters()}};
     if (traced) j["trace_arena_bytes"] = traced_step.stats().arena_bytes;
+    if (a.recompute) j["recompute_last_block"] = !a.keep_last;
     write_text("--json", a.json, j.dump() + "\n");
   }
   return 0;

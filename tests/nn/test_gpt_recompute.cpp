@@ -68,8 +68,9 @@ TEST(GPTRecompute, BlocksWithDropoutOnTheFakeGpu) {
   check_block_with_dropout(Device::cuda(8));
 }
 
-GPTConfig tiny(bool recompute) {
+GPTConfig tiny(bool recompute, bool last_block = true) {
   GPTConfig c;
+  c.recompute_last_block = last_block;
   c.vocab_size = 11;
   c.block_size = 8;
   c.n_layer = 2;
@@ -106,11 +107,16 @@ TEST(GPTRecompute, TheConfigFlagCheckpointsEveryBlock) {
   // Nothing of the blocks is recorded: the attention nodes are gone with them.
   EXPECT_EQ(count_nodes(loss, "scaled_dot_product_attention"), 0);
   EXPECT_EQ(count_nodes(plain.loss(x, x), "scaled_dot_product_attention"), 2);
+  // recompute_last_block = false: the last block records its ops as usual.
+  GPT keep_last(tiny(true, false));
+  Tensor l = keep_last.loss(x, x);
+  EXPECT_EQ(count_nodes(l, "checkpoint"), 1);
+  EXPECT_EQ(count_nodes(l, "scaled_dot_product_attention"), 1);
 }
 
 // Six AdamW steps (clipped, scheduled), each step's loss and then every parameter.
-std::vector<float> train(Device device, bool recompute, bool traced) {
-  test_util::GptRig rig(tiny(recompute), device, 11,
+std::vector<float> train(Device device, bool recompute, bool traced, bool last_block = true) {
+  test_util::GptRig rig(tiny(recompute, last_block), device, 11,
                         WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(6));
   auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
   auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
@@ -133,6 +139,7 @@ void check_training(Device device) {
   const std::vector<float> plain = train(device, false, false);
   EXPECT_TRUE(train(device, true, false) == plain) << "eager with recompute";
   EXPECT_TRUE(train(device, true, true) == plain) << "traced with recompute";
+  EXPECT_TRUE(train(device, true, true, false) == plain) << "traced, the last block kept";
 }
 
 TEST(GPTRecompute, TrainingStepsEagerAndTracedEqualThePlainStepsBitwise) {
