@@ -18,9 +18,9 @@ struct PhiloxCounter {
 };
 
 // The counters of a random op of `numel` elements drawing from `gen` on this thread
-// (outside a trace): from the innermost RandomScope when there is one, else
-// {gen.reserve(numel), gen.seed()}. Throws "[loop]" when a scope already bound to another
-// generator is asked (see RandomScope).
+// (outside a trace): inside a RandomTape (core/random_tape.h) as it says, else from the
+// innermost RandomScope when there is one, else {gen.reserve(numel), gen.seed()}. Throws "[loop]"
+// when a scope already bound to another generator is asked (see RandomScope).
 PhiloxCounter reserve_random(Generator& gen, uint64_t numel);
 
 namespace detail {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/random_scope.h"
+#include "core/random_tape.h"
 
 namespace tide {
 
@@ -41,8 +42,14 @@ PhiloxCounter RandomScope::draw(Generator& gen, uint64_t numel) {
 }  // namespace detail
 
 PhiloxCounter reserve_random(Generator& gen, uint64_t numel) {
-  if (detail::RandomScope* s = detail::tl_random_scope) return s->draw(gen, numel);
-  return {gen.reserve(numel), gen.seed()};
+  auto untaped = [&]() -> PhiloxCounter {
+    if (detail::RandomScope* s = detail::tl_random_scope) return s->draw(gen, numel);
+    return {gen.reserve(numel), gen.seed()};
+  };
+  // A checkpoint's first run records what it drew and its recompute draws it again.
+  if (detail::RandomTape* t = detail::RandomTape::current()) [[unlikely]]
+    return t->eager(gen, numel, untaped);
+  return untaped();
 }
 
 }  // namespace tide

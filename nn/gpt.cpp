@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "nn/checkpoint.h"
 #include "nn/loss.h"
 #include "ops/ops.h"
 
@@ -74,7 +75,11 @@ Tensor GPT::hidden(const Tensor& ids) {
              " tokens; the model takes 1 to ", config_.block_size, " (block_size)");
   // Token embeddings (B, T, C) plus the first T position embeddings (T, C), broadcast.
   Tensor x = add(wte_->forward(ids), wpe_->weight().slice(0, t));
-  for (auto& b : blocks_) x = b->forward(x);
+  for (auto& b : blocks_) {
+    const bool recompute =
+        config_.recompute && (config_.recompute_last_block || b != blocks_.back());
+    x = recompute ? checkpoint(b, x) : b->forward(x);
+  }
   return ln_f_->forward(x).reshape({-1, config_.n_embd});
 }
 

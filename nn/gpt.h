@@ -26,6 +26,14 @@ struct GPTConfig {
   double dropout = 0.0;
   bool bias = true;
   DType dtype = DType::float32;
+  // Activation recomputation: each block runs under nn::checkpoint (nn/checkpoint.h), so
+  // backward recomputes it instead of keeping its activations; the same results and
+  // gradients, bit for bit, for less memory and one more forward of the blocks.
+  bool recompute = false;
+  // With recompute, whether the last block is recomputed too. Its activations are used as
+  // soon as the forward ends, so keeping them (false) saves a quarter of a 4-layer model's
+  // recompute and adds one block's activations only to the peak at the head and loss.
+  bool recompute_last_block = true;
 
   // nanoGPT's small character model (4 layers, 4 heads, width 128, context 64) for a
   // vocabulary of `vocab` characters.

@@ -1,6 +1,7 @@
 // Everything in nn/: modules and layers, initialisers, losses, safetensors save/load.
 #pragma once
 
+#include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/embedding.h"
 #include "nn/gpt.h"

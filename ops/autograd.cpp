@@ -1,5 +1,6 @@
 #include "ops/autograd.h"
 
+#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -14,7 +15,10 @@ namespace tide::autograd {
 
 namespace {
 thread_local bool tl_grad_enabled = true;
-}
+std::atomic<uint64_t> g_node_seq{0};
+}  // namespace
+
+uint64_t detail::next_node_seq() { return g_node_seq.fetch_add(1, std::memory_order_relaxed); }
 
 bool grad_enabled() { return tl_grad_enabled; }
 // Blocks taken without recording are no op's saved activations: the memory recorder
@@ -25,6 +29,18 @@ NoGrad::NoGrad() : prev_(tl_grad_enabled) {
     memory::detail::forget_taken();
 }
 NoGrad::~NoGrad() {
+  tl_grad_enabled = prev_;
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::forget_taken();
+}
+// The same edges for the memory recorder: what was taken before recording turned on (a
+// backward pass's gradients) and what is left untaken by a recorded op is no activation.
+EnableGrad::EnableGrad() : prev_(tl_grad_enabled) {
+  tl_grad_enabled = true;
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::forget_taken();
+}
+EnableGrad::~EnableGrad() {
   tl_grad_enabled = prev_;
   if (memory::detail::on()) [[unlikely]]
     memory::detail::forget_taken();

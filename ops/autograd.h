@@ -4,6 +4,7 @@
 // reverse topological order and queues those ops; nothing here waits.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -23,8 +24,16 @@ struct Edge {
 // Gradients for each input, in order; an undefined Tensor means "no gradient".
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
 
+namespace detail {
+// A process-wide counter, one number per node made (relaxed atomic increment).
+uint64_t next_node_seq();
+}  // namespace detail
+
 struct Node {
   const char* op;
+  // When the node was made, in process order: a recompute (ops/checkpoint.h) tells the nodes
+  // it made from older ones by it.
+  uint64_t seq = detail::next_node_seq();
   std::vector<Edge> next;  // one per input (empty Edge for inputs that need no grad)
   BackwardFn backward;     // released after backward() unless retain_graph
   bool freed = false;
@@ -41,6 +50,19 @@ class NoGrad {
   ~NoGrad();
   NoGrad(const NoGrad&) = delete;
   NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Turns recording back on for this thread within its scope, inside a NoGrad or a backward
+// pass (checkpoint's recompute records the graph it back-propagates through).
+class EnableGrad {
+ public:
+  EnableGrad();
+  ~EnableGrad();
+  EnableGrad(const EnableGrad&) = delete;
+  EnableGrad& operator=(const EnableGrad&) = delete;
 
  private:
   bool prev_;

@@ -3,6 +3,7 @@
 
 #include "ops/attention.h"
 #include "ops/autograd.h"
+#include "ops/checkpoint.h"
 #include "ops/conv.h"
 #include "ops/creation.h"
 #include "ops/debug.h"

@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/random_tape.h"
 
 namespace tide::trace {
 
@@ -157,6 +158,14 @@ void Recorder::host_read(const char* op) {
 }
 
 const uint64_t* Recorder::random_counter(Generator& gen, uint64_t numel, Device device) {
+  // A checkpoint's recompute reads the slot its first run made (core/random_tape.h).
+  if (tide::detail::RandomTape* t = tide::detail::RandomTape::current())
+    return t->traced(gen, numel, static_cast<const tide::detail::CaptureSink*>(this),
+                     [&] { return new_random_counter(gen, numel, device); });
+  return new_random_counter(gen, numel, device);
+}
+
+const uint64_t* Recorder::new_random_counter(Generator& gen, uint64_t numel, Device device) {
   RandomCounter c;
   c.gen = &gen;
   c.numel = numel;

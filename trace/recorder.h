@@ -67,6 +67,7 @@ class Recorder final : public tide::detail::CaptureSink {
 
  private:
   int value_of(Storage* s);  // known id, or a new capture
+  const uint64_t* new_random_counter(Generator& gen, uint64_t numel, Device device);
 
   std::string what_;
   std::shared_ptr<Graph> g_;

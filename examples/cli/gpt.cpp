@@ -15,6 +15,14 @@
 // over its steps. A validation loss (the mean over --eval-batches batches) every
 // --eval-every steps and at the end; then a sample of the model's text.
 //
+// --recompute runs each transformer block under checkpoint (ops/checkpoint.h): backward
+// recomputes a block instead of keeping its activations, with the same losses and weights
+// bit for bit; --recompute-keep-last recomputes all blocks but the last, whose activations
+// backward needs as soon as the forward ends. The summary gives the allocator's peak over the whole
+// run and over the second half (the steady state, past a traced step's warm-up and recording), and
+// splits the latter into the training state (parameters, gradients, AdamW's two moments) and the
+// rest, activations and temporaries; traced, also the plan's arena for intermediates.
+//
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
 // Under mpirun (`mpirun -np N tide gpt train`): data-parallel over the MPI world group. Each
@@ -75,6 +83,7 @@ struct TrainArgs {
   int64_t steps = 2000, batch = 12, ctx = 0, eval_every = 250, eval_batches = 20, warmup = 100;
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
+  bool recompute = false, keep_last = false;
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -128,6 +137,10 @@ TrainArgs parse_train(const Args& args) {
       a.svg = take_output_option(args, i);
     } else if (o == "--json") {
       a.json = take_output_option(args, i);
+    } else if (o == "--recompute") {
+      a.recompute = true;
+    } else if (o == "--recompute-keep-last") {
+      a.recompute = a.keep_last = true;
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
@@ -169,6 +182,17 @@ void write_text(const std::string& opt, const std::string& path, const std::stri
 
 double mb(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
+// The allocator bytes of the training state: each parameter's block and its gradient's, and
+// AdamW's two moments per parameter (blocks of the parameter's size; Adam keeps them private).
+size_t training_state_bytes(const nn::Module& model) {
+  size_t total = 0;
+  for (const Tensor& p : model.parameters()) {
+    total += 3 * p.storage()->bytes();
+    if (Tensor g = p.grad(); g.defined()) total += g.storage()->bytes();
+  }
+  return total;
+}
+
 // The 0-d losses as one 1-D tensor (queued copies into its rows), for one all-reduce.
 Tensor stack_losses(const std::vector<Tensor>& losses) {
   Tensor all = zeros({int64_t(losses.size())}, losses.front().dtype(), losses.front().device());
@@ -209,6 +233,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     throw UsageError("--ctx " + std::to_string(a.ctx) + " is longer than the " + a.preset +
                      " model's context of " + std::to_string(cfg.block_size) + " tokens");
   const int64_t ctx = a.ctx ? a.ctx : cfg.block_size;
+  cfg.recompute = a.recompute;
+  cfg.recompute_last_block = !a.keep_last;
 
   Generator gen{uint64_t(a.seed)};
   nn::GPT model(cfg, gen);
@@ -234,7 +260,16 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
       << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
-      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << "\n";
+      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device)
+      << (a.keep_last   ? ", blocks but the last recomputed in backward"
+          : a.recompute ? ", blocks recomputed in backward"
+                        : "")
+      << "\n";
+  if (a.recompute && a.mode == "eager" && !Engine::get().synchronous() &&
+      Engine::get().allocation() == Allocation::at_enqueue)
+    out << "note: with allocation at enqueue (the default) queued ops hold their storages until "
+           "they have run, which keeps the step's activations whether autograd does or not; "
+           "TIDE_ALLOC=execution or --mode traced lets --recompute lower the peak\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << a.batch / ranks << " per rank, gradients averaged after each backward\n";
@@ -279,10 +314,13 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const auto t_start = Clock::now();
   auto t_half = t_start;
   double eval_s = 0;
+  size_t run_peak = 0;  // the first half's peak, kept when the second half's starts
   for (int64_t s = 0; s < a.steps; ++s) {
     if (s == a.steps / 2) {
       if (a.policy.kind != train::SyncPolicy::per_batch) wait_all();
       t_half = Clock::now();
+      run_peak = Allocator::get(device).stats().peak_bytes;
+      Allocator::get(device).reset_peak();
     }
     const auto t0 = Clock::now();
     train::Batch b = train_data->next();
@@ -315,7 +353,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const double train_s = seconds_since(t_start) - eval_s;
   const double half_s = seconds_since(t_half);
   bar.finish();
-  const size_t peak = Allocator::get(device).stats().peak_bytes;
+  const size_t steady_peak = Allocator::get(device).stats().peak_bytes;
+  const size_t peak = std::max(run_peak, steady_peak);
+  const size_t state = training_state_bytes(model);
+  const size_t activations = steady_peak > state ? steady_peak - state : 0;
   vals.emplace_back(a.steps, val_loss());
 
   // Every step's loss in one read; under mpirun averaged over the ranks (one all-reduce).
@@ -339,11 +380,14 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   out << "done: " << a.steps << " steps in " << format_fixed(train_s, 1) << " s, "
       << format_fixed(ms_per_step, 2) << " ms/step, " << format_fixed(tokens_per_s, 0)
       << " tokens/s, train loss " << format_fixed(train_loss, 4) << ", val loss "
-      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB\n";
+      << format_fixed(vals.back().second, 4) << ", peak " << format_fixed(mb(peak), 1) << " MB\n"
+      << "memory: second-half peak " << format_fixed(mb(steady_peak), 1)
+      << " MB = " << format_fixed(mb(state), 1) << " MB parameters, gradients and AdamW state + "
+      << format_fixed(mb(activations), 1) << " MB activations and temporaries\n";
   if (traced) {
     const trace::FunctionStats st = traced_step.stats();
     out << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
-        << " kernels per step\n";
+        << " kernels per step, arena " << format_fixed(mb(st.arena_bytes), 1) << " MB\n";
   }
 
   if (rank != 0) return 0;  // rank 0 alone samples and writes the outputs
@@ -390,6 +434,11 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"train_loss", train_loss},
                         {"val_loss", vals.back().second},
                         {"peak_mb", mb(peak)},
+                        {"peak_bytes", peak},
+                        {"steady_peak_bytes", steady_peak},
+                        {"state_bytes", state},
+                        {"activation_peak_bytes", activations},
+                        {"recompute", a.recompute},
                         {"mode", a.mode},
                         {"device", device.str()},
                         {"steps", a.steps},
@@ -399,6 +448,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"batch", a.batch},
                         {"ctx", ctx},
                         {"parameters", model.num_parameters()}};
+    if (traced) j["trace_arena_bytes"] = traced_step.stats().arena_bytes;
+    if (a.recompute) j["recompute_last_block"] = !a.keep_last;
     write_text("--json", a.json, j.dump() + "\n");
   }
   return 0;

@@ -83,7 +83,9 @@ const Command kCommands[] = {
     {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
-     "[--json F] | sample --load F [--prompt S] [--tokens N] [--temperature X] [--top-k K]",
+     "[--json F] [--recompute] [--recompute-keep-last] | sample --load F [--prompt S] [--tokens N] "
+     "[--temperature X] "
+     "[--top-k K]",
      "  train:\n"
      "  --preset P    char (default: 4 layers, 4 heads, width 128, context 64, a byte\n"
      "                vocabulary from the corpus) or gpt2-124m (GPT-2 124M, its BPE)\n"
@@ -96,6 +98,9 @@ const Command kCommands[] = {
      "  --warmup N    warmup steps (default 100)\n"
      "  --eval-every N  validation loss every N steps (default 250; 0: only at the end)\n"
      "  --eval-batches N  validation batches per evaluation (default 20)\n"
+     "  --recompute   recompute each block in backward instead of keeping its\n"
+     "                activations (less memory, the same results bit for bit)\n"
+     "  --recompute-keep-last  the same for every block but the last\n"
      "  --data FILE   UTF-8 text (default .data/text/shakespeare.txt:\n"
      "                bash scripts/fetch_text_data.sh)\n"
      "  --vocab DIR   GPT-2's encoder.json and vocab.bpe (default .data/text/gpt2)\n"

@@ -124,6 +124,39 @@ TEST(CudaTrace, GptCharStepIsOneGraphAndEqualsEager) {
   EXPECT_TRUE(ep == tp) << "parameters differ after 6 steps";
 }
 
+// The same step with dropout and every block checkpointed (GPTConfig::recompute): one CUDA
+// graph whose replays give the plain eager step's bits, as does the eager step with
+// recompute (the recompute's dropout reads the forward's counters: ops/checkpoint.h).
+TEST(CudaTrace, GptCharStepWithRecomputeIsOneGraphAndEqualsPlainEager) {
+  auto run = [&](bool traced, bool recompute) {
+    nn::GPTConfig cfg = nn::GPTConfig::char_model(65);
+    cfg.dropout = 0.1;
+    cfg.recompute = recompute;
+    test_util::GptRig rig(cfg, gpu(), 3, WarmupCosineOptions{1e-3, 1e-4, 2, 8});
+    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
+    auto f = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
+    Generator data(9);
+    std::vector<float> losses;
+    for (int i = 0; i < 6; ++i) {
+      Tensor x = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+      Tensor y = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+      losses.push_back((traced ? f(x, y) : step(x, y)).item<float>());
+    }
+    if (traced) {
+      EXPECT_EQ(f.stats().traces, 1);
+      EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the capture";
+    }
+    return std::pair{losses, rig.parameter_values()};
+  };
+  auto [plain_l, plain_p] = run(false, false);
+  auto [eager_l, eager_p] = run(false, true);
+  auto [traced_l, traced_p] = run(true, true);
+  EXPECT_EQ(plain_l, eager_l);
+  EXPECT_EQ(plain_l, traced_l);
+  EXPECT_TRUE(plain_p == eager_p) << "eager with recompute: parameters differ after 6 steps";
+  EXPECT_TRUE(plain_p == traced_p) << "traced with recompute: parameters differ after 6 steps";
+}
+
 // Programmatic edges between tide's kernels (the default; TIDE_CUDA_PDL=0 turns them off):
 // a kernel starts launching while the one before it runs and waits on the device for its
 // inputs. On for this test whatever the environment.
