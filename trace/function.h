@@ -278,19 +278,7 @@ class Function {
     Signature sig{detail::signature_of(args)...};
     std::vector<Tensor> tensors;
     (collect(tensors, args), ...);
-    auto body = [&](std::span<const Tensor> ts) -> std::vector<Tensor> {
-      size_t k = 0;
-      // A braced list evaluates left to right: tensor k goes to the k-th Tensor argument.
-      std::tuple<decltype(detail::substitute(args, ts, k))...> call_args{
-          detail::substitute(args, ts, k)...};
-      if constexpr (std::is_void_v<R>) {
-        std::apply(*f_, call_args);
-        return {};
-      } else {
-        return detail::Outputs<R>::flatten(std::apply(*f_, call_args));
-      }
-    };
-    std::vector<Tensor> out = core_->call(std::move(sig), tensors, body);
+    std::vector<Tensor> out = core_->call(std::move(sig), tensors, body_of(args...));
     if constexpr (!std::is_void_v<R>) return detail::Outputs<R>::unflatten(out);
   }
 
@@ -306,19 +294,7 @@ class Function {
     Signature sig{detail::signature_of(args)...};
     std::vector<Tensor> tensors;
     (collect(tensors, args), ...);
-    auto body = [&](std::span<const Tensor> ts) -> std::vector<Tensor> {
-      size_t k = 0;
-      std::tuple<decltype(detail::substitute(args, ts, k))...> call_args{
-          detail::substitute(args, ts, k)...};
-      using R = std::invoke_result_t<F&, Args&...>;
-      if constexpr (std::is_void_v<R>) {
-        std::apply(*f_, call_args);
-        return {};
-      } else {
-        return detail::Outputs<R>::flatten(std::apply(*f_, call_args));
-      }
-    };
-    return trace::memory_plan(*core_->prepare(sig, tensors, body));
+    return trace::memory_plan(*core_->prepare(sig, tensors, body_of(args...)));
   }
   // The graph cached for the signature of these arguments, or nullptr.
   template <class... Args>
@@ -327,6 +303,24 @@ class Function {
   }
 
  private:
+  // f called with the tensor arguments replaced by ts (placeholders while tracing, the
+  // arguments themselves for an eager call), its result flattened. Holds args by reference.
+  template <class... Args>
+  auto body_of(Args&... args) {
+    return [this, &args...](std::span<const Tensor> ts) -> std::vector<Tensor> {
+      using R = std::invoke_result_t<F&, Args&...>;
+      size_t k = 0;
+      // A braced list evaluates left to right: tensor k goes to the k-th Tensor argument.
+      std::tuple<decltype(detail::substitute(args, ts, k))...> call_args{
+          detail::substitute(args, ts, k)...};
+      if constexpr (std::is_void_v<R>) {
+        std::apply(*f_, call_args);
+        return {};
+      } else {
+        return detail::Outputs<R>::flatten(std::apply(*f_, call_args));
+      }
+    };
+  }
   template <class A>
   static void collect(std::vector<Tensor>& out, const A& a) {
     if constexpr (std::is_same_v<std::remove_cvref_t<A>, Tensor>) out.push_back(a);

@@ -35,6 +35,12 @@ class MemoryRecord : public EngineTest {
         return &b;
     return nullptr;
   }
+  // Bytes by role of the snapshot's live blocks.
+  static std::array<int64_t, memory::kNumRoles> live_by_role(const memory::Snapshot& s) {
+    std::array<int64_t, memory::kNumRoles> by{};
+    for (const memory::Block& b : s.blocks) by[size_t(b.role)] += int64_t(b.bytes);
+    return by;
+  }
   // Replays the events: bytes by role of what is live at the end.
   static std::array<int64_t, memory::kNumRoles> replay(const memory::Snapshot& s) {
     std::array<int64_t, memory::kNumRoles> by{};
@@ -138,8 +144,7 @@ TEST_F(MemoryRecord, TheEventsReplayToTheLiveBlocksByRole) {
   wait_all();
   Engine::get().reclaim();
   memory::Snapshot s = memory::snapshot();
-  std::array<int64_t, memory::kNumRoles> live{};
-  for (const memory::Block& b : s.blocks) live[size_t(b.role)] += int64_t(b.bytes);
+  const std::array<int64_t, memory::kNumRoles> live = live_by_role(s);
   EXPECT_EQ(replay(s), live);
   EXPECT_EQ(live[size_t(Role::parameter)], int64_t(Allocator::round_size(128 * 4)));
   EXPECT_GE(live[size_t(Role::temporary)], int64_t(7 * Allocator::round_size(400)));
@@ -236,8 +241,7 @@ TEST_F(MemoryRecord, ThreadsAllocateWhileAnotherTakesSnapshots) {
   wait_all();
   Engine::get().reclaim();
   memory::Snapshot s = memory::snapshot();
-  std::array<int64_t, memory::kNumRoles> live{};
-  for (const memory::Block& b : s.blocks) live[size_t(b.role)] += int64_t(b.bytes);
+  const std::array<int64_t, memory::kNumRoles> live = live_by_role(s);
   EXPECT_EQ(replay(s), live);
   EXPECT_GT(snaps, 0u);
 }
