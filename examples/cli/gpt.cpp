@@ -38,6 +38,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -83,7 +84,7 @@ struct TrainArgs {
   int64_t steps = 2000, batch = 12, ctx = 0, eval_every = 250, eval_batches = 20, warmup = 100;
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
-  bool recompute = false, keep_last = false;
+  bool recompute = false, keep_last = false, plan_only = false;
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -141,11 +142,14 @@ TrainArgs parse_train(const Args& args) {
       a.recompute = true;
     } else if (o == "--recompute-keep-last") {
       a.recompute = a.keep_last = true;
+    } else if (o == "--plan-only") {
+      a.plan_only = true;
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
   }
   if (a.warmup > a.steps) a.warmup = a.steps;
+  if (a.plan_only && a.mode != "traced") throw UsageError("--plan-only needs --mode traced");
   return a;
 }
 
@@ -315,6 +319,9 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   auto t_half = t_start;
   double eval_s = 0;
   size_t run_peak = 0;  // the first half's peak, kept when the second half's starts
+  // Traced: the step's memory by role as planned before its first replay (after the eager
+  // warm-up step), compared at the end with the second half's measured peak.
+  std::optional<trace::MemoryPlan> plan;
   for (int64_t s = 0; s < a.steps; ++s) {
     if (s == a.steps / 2) {
       if (a.policy.kind != train::SyncPolicy::per_batch) wait_all();
@@ -324,6 +331,12 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     }
     const auto t0 = Clock::now();
     train::Batch b = train_data->next();
+    if (traced && !plan && traced_step.stats().calls == 1) {
+      plan = traced_step.memory_plan(b.x, b.y);
+      std::cerr << (bar.enabled() ? "\n" : "");
+      out << "planned step: " << plan->str() << std::endl;
+      if (a.plan_only) return 0;
+    }
     Tensor loss = traced ? traced_step(b.x, b.y) : step(b.x, b.y);
     losses.push_back(loss);
     float shown = NAN;
@@ -388,6 +401,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     const trace::FunctionStats st = traced_step.stats();
     out << "trace: " << st.traces << " trace(s), " << st.replays << " replays, " << st.kernels
         << " kernels per step, arena " << format_fixed(mb(st.arena_bytes), 1) << " MB\n";
+    if (plan)
+      out << "memory: planned peak of a replay " << format_fixed(mb(plan->peak()), 1)
+          << " MB; measured second-half peak / planned "
+          << format_fixed(double(steady_peak) / double(plan->peak()), 3) << "\n";
   }
 
   if (rank != 0) return 0;  // rank 0 alone samples and writes the outputs
@@ -449,6 +466,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"ctx", ctx},
                         {"parameters", model.num_parameters()}};
     if (traced) j["trace_arena_bytes"] = traced_step.stats().arena_bytes;
+    if (plan) j["planned_peak_bytes"] = plan->peak();
     if (a.recompute) j["recompute_last_block"] = !a.keep_last;
     write_text("--json", a.json, j.dump() + "\n");
   }

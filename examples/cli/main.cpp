@@ -83,7 +83,8 @@ const Command kCommands[] = {
     {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
-     "[--json F] [--recompute] [--recompute-keep-last] | sample --load F [--prompt S] [--tokens N] "
+     "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] | sample --load F [--prompt "
+     "S] [--tokens N] "
      "[--temperature X] "
      "[--top-k K]",
      "  train:\n"
@@ -101,6 +102,8 @@ const Command kCommands[] = {
      "  --recompute   recompute each block in backward instead of keeping its\n"
      "                activations (less memory, the same results bit for bit)\n"
      "  --recompute-keep-last  the same for every block but the last\n"
+     "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
+     "                step's memory by role as planned before it runs, and stop\n"
      "  --data FILE   UTF-8 text (default .data/text/shakespeare.txt:\n"
      "                bash scripts/fetch_text_data.sh)\n"
      "  --vocab DIR   GPT-2's encoder.json and vocab.bpe (default .data/text/gpt2)\n"
