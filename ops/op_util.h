@@ -2,6 +2,7 @@
 // is queued) and the queueing shorthand. Not a public header.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/engine/engine.h"
@@ -14,6 +15,11 @@ namespace tide::detail {
 
 // Elementwise loops below this many elements run inline on the worker.
 inline constexpr int64_t kParallelGrain = 32768;
+// The parallel_for grain (items per task) for items of `work_per_item` elements each: about
+// kParallelGrain elements a task, and at least one item.
+inline int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, work_per_item));
+}
 
 inline std::string describe(const Tensor& t) {
   return t.shape().str() + " " + std::string(name(t.dtype()));

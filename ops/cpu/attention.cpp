@@ -22,15 +22,12 @@
 
 namespace tide::kernels::cpu {
 
+using tide::detail::grain_for;
 using tide::detail::isa_parallel_for;
 
 namespace {
 
 constexpr int64_t kRows = 32, kCols = 64;
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, tide::detail::kParallelGrain / std::max<int64_t>(1, work_per_item));
-}
 
 int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 

@@ -25,7 +25,7 @@
 
 namespace tide::kernels::cpu {
 
-using tide::detail::kParallelGrain;
+using tide::detail::grain_for;
 
 namespace {
 
@@ -41,10 +41,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   else
     cblas_dgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
                 beta, c, int(ldc));
-}
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, work_per_item));
 }
 
 // The outputs [lo, hi) of a row of `out` outputs whose input column o * stride - pad + off

@@ -18,6 +18,7 @@
 
 namespace tide::kernels::cpu {
 
+using tide::detail::grain_for;
 using tide::detail::kParallelGrain;
 
 namespace {
@@ -40,7 +41,7 @@ void cross_entropy_rows(const KernelContext&, const CrossEntropyRows<T, L>& c, c
   T *loss = c.loss.get(), *lse = c.lse.get();
   const int64_t n = c.classes;
   check_labels(labels, c.rows, n);
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  int64_t grain = grain_for(n);
   parallel_for(c.rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
@@ -62,7 +63,7 @@ void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>& c, c
   T* dx = c.dx.get();
   const int64_t n = c.classes;
   check_labels(labels, c.rows, n);
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  int64_t grain = grain_for(n);
   parallel_for(c.rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
@@ -80,7 +81,7 @@ void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra
   T* y = o.y.get();
   const int64_t rows = o.rows, classes = o.classes;
   check_labels(labels, rows, classes);
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes));
+  int64_t grain = grain_for(classes);
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* row = y + r * classes;
@@ -160,7 +161,7 @@ void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x
   const T* bias = gb.bias.get();
   const int64_t n = gb.g.n, ldc = gb.g.ldc;
   const bool relu = gb.relu;
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  int64_t grain = grain_for(n);
   parallel_for(gb.g.m, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* row = c + r * ldc;
@@ -211,7 +212,7 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
   T* y = s.y.get();
   const int64_t n = s.n;
   const bool log_out = s.log;
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
+  int64_t grain = grain_for(n);
   parallel_for(s.rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;

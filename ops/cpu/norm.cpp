@@ -13,13 +13,7 @@
 
 namespace tide::kernels::cpu {
 
-namespace {
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, tide::detail::kParallelGrain / std::max<int64_t>(1, work_per_item));
-}
-
-}  // namespace
+using tide::detail::grain_for;
 
 template <class T>
 void layer_norm(const KernelContext&, const LayerNorm<T>& a, const NoExtra&) {

@@ -13,7 +13,7 @@
 
 namespace tide::kernels::cpu {
 
-using tide::detail::kParallelGrain;
+using tide::detail::grain_for;
 
 namespace {
 
@@ -67,7 +67,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       return;
     }
     if (squares) throw std::runtime_error("[sum_squares] reduces all elements only");
-    int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.inner));
+    int64_t grain = grain_for(g.n * g.inner);
     if (g.inner == 1) {  // rows of n contiguous elements
       parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o) {
@@ -98,7 +98,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
     return;
   }
   // max / argmax: NaN wins (first NaN), else the first maximum.
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n));
+  int64_t grain = grain_for(g.n);
   parallel_for(g.outer * g.inner, grain, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       int64_t o = j / g.inner, i = j % g.inner;
