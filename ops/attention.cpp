@@ -140,6 +140,13 @@ void attention_grad_into(const AttentionGrads& g, const Tensor& dout, const Tens
   });
 }
 
+// The q, k and v slices of a packed (3, ...) tensor, as views of its storage.
+AttentionGrads packed_parts(const Tensor& t) {
+  std::vector<int64_t> part = t.shape().vec();
+  part.erase(part.begin());
+  return {t.slice(0, 1).reshape(part), t.slice(1, 2).reshape(part), t.slice(2, 3).reshape(part)};
+}
+
 void check_grad_args(OpId id, const Tensor& dout, const Tensor& q, const Tensor& out,
                      const Tensor& lse) {
   const char* op = op_name(id);
@@ -181,26 +188,20 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
   check_defined(qkv, op);
   TIDE_CHECK((qkv.ndim() == 4 || qkv.ndim() == 5) && qkv.size(0) == 3, op,
              "packed qkv must be (3, B, H, T, D) or (3, B*H, T, D), got ", describe(qkv));
-  std::vector<int64_t> part = qkv.shape().vec();
-  part.erase(part.begin());
   // Views of the three slices with no history: the node below is qkv's.
-  const Tensor base = qkv.detach();
-  auto slice = [&](int64_t i) { return base.slice(i, i + 1).reshape(part); };
-  const Tensor q = slice(0), k = slice(1), v = slice(2);
-  AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
+  const AttentionGrads in = packed_parts(qkv.detach());
+  AttentionForward f = scaled_dot_product_attention_forward(in.q, in.k, in.v, causal, scale, site);
+  const Dims dm = check_args(id, in.q, in.k, in.v, causal, scale);
   autograd::record(id, f.out, {&qkv},
-                   [q, k, v, out = f.out.detach(), lse = f.lse, causal, scale,
-                    shape = qkv.shape().vec(), site](const Tensor& g) {
+                   [in, out = f.out.detach(), lse = f.lse, causal, dm, shape = qkv.shape(),
+                    site](const Tensor& g) {
                      const OpId gid = OpId::scaled_dot_product_attention_grad;
-                     const Dims dm = check_args(gid, q, k, v, causal, scale);
-                     check_grad_args(gid, g, q, out, lse);
-                     Tensor d = Tensor::empty(Shape(shape), q.dtype(), q.device(), op_name(gid));
+                     check_grad_args(gid, g, in.q, out, lse);
                      if (dm.bh * dm.t == 0)
-                       return std::vector<Tensor>{zeros(Shape(shape), q.dtype(), q.device())};
-                     std::vector<int64_t> p(shape.begin() + 1, shape.end());
-                     AttentionGrads into{d.slice(0, 1).reshape(p), d.slice(1, 2).reshape(p),
-                                         d.slice(2, 3).reshape(p)};
-                     attention_grad_into(into, g, q, k, v, out, lse, causal, dm, site);
+                       return std::vector<Tensor>{zeros(shape, in.q.dtype(), in.q.device())};
+                     Tensor d = Tensor::empty(shape, in.q.dtype(), in.q.device(), op_name(gid));
+                     attention_grad_into(packed_parts(d), g, in.q, in.k, in.v, out, lse, causal, dm,
+                                         site);
                      return std::vector<Tensor>{d};
                    });
   return f.out;
