@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "train/text_file.h"
 
 namespace tide::train {
 
@@ -423,13 +423,10 @@ void write_memory_report(const std::string& path, const memory::Snapshot& s,
   const bool svg =
       options.format == F::svg || (options.format == F::by_extension && path.size() >= 4 &&
                                    path.compare(path.size() - 4, 4, ".svg") == 0);
-  const std::string doc = svg ? memory_timeline_svg(memory_timeline(s, options), options)
-                              : memory_report_html(s, options);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  TIDE_CHECK(f.is_open(), "memory_report", "cannot write ", path);
-  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
-  f.close();
-  TIDE_CHECK(!f.fail(), "memory_report", "cannot write ", path);
+  write_text_file(path,
+                  svg ? memory_timeline_svg(memory_timeline(s, options), options)
+                      : memory_report_html(s, options),
+                  "memory_report");
 }
 
 }  // namespace tide::train

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "train/text_file.h"
 
 namespace tide::train {
 namespace {
@@ -231,12 +231,7 @@ std::string svg(const std::vector<Chart>& charts) {
 }
 
 void write_svg(const std::string& path, const std::vector<Chart>& charts) {
-  std::string doc = svg(charts);  // validate before touching the file
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  TIDE_CHECK(f.is_open(), "plot", "cannot write ", path);
-  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
-  f.close();
-  TIDE_CHECK(!f.fail(), "plot", "cannot write ", path);
+  write_text_file(path, svg(charts), "plot");  // svg() validates before the file is touched
 }
 
 }  // namespace tide::train

@@ -15,7 +15,7 @@ namespace tide::train {
 struct Series {
   std::string name;
   std::vector<double> x, y;
-  std::string colour;  // a CSS colour; empty: the palette's colour of the series' position
+  std::string colour = {};  // a CSS colour; empty: the palette's colour of the series' position
 };
 
 // The palette's k-th colour (Tableau-10, repeating): a series keeps its colour across
