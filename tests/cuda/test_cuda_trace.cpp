@@ -96,30 +96,30 @@ TEST(CudaTrace, ClippedScheduledStepEqualsEagerBitwise) {
   }
 }
 
+// Six steps of a char-model GPT of `cfg` on random windows, eager or traced; traced, the
+// step must be one trace that CUDA captures.
+std::pair<std::vector<float>, std::vector<float>> gpt_char_steps(const nn::GPTConfig& cfg,
+                                                                 bool traced) {
+  Generator data(9);
+  test_util::GptSteps r = test_util::run_gpt_steps(
+      cfg, gpu(), 3, WarmupCosineOptions{1e-3, 1e-4, 2, 8}, 6, traced, [&](int) {
+        Tensor x = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+        Tensor y = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
+        return std::pair{x, y};
+      });
+  if (traced) {
+    EXPECT_EQ(r.stats.traces, 1);
+    EXPECT_EQ(r.stats.graph_fallback, "") << "CUDA must accept the capture";
+  }
+  return {r.losses, r.params};
+}
+
 // The char GPT's whole training step (embedding, layer norm, attention, GELU, tied head,
 // cross-entropy, backward, fused clipping, schedule, AdamW) as one CUDA graph: every
 // replay's loss and the final parameters equal eager's bits.
 TEST(CudaTrace, GptCharStepIsOneGraphAndEqualsEager) {
-  auto run = [&](bool traced) {
-    test_util::GptRig rig(nn::GPTConfig::char_model(65), gpu(), 3,
-                          WarmupCosineOptions{1e-3, 1e-4, 2, 8});
-    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
-    auto f = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
-    Generator data(9);
-    std::vector<float> losses;
-    for (int i = 0; i < 6; ++i) {
-      Tensor x = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
-      Tensor y = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
-      losses.push_back((traced ? f(x, y) : step(x, y)).item<float>());
-    }
-    if (traced) {
-      EXPECT_EQ(f.stats().traces, 1);
-      EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the capture";
-    }
-    return std::pair{losses, rig.parameter_values()};
-  };
-  auto [el, ep] = run(false);
-  auto [tl, tp] = run(true);
+  auto [el, ep] = gpt_char_steps(nn::GPTConfig::char_model(65), false);
+  auto [tl, tp] = gpt_char_steps(nn::GPTConfig::char_model(65), true);
   EXPECT_EQ(el, tl);
   EXPECT_TRUE(ep == tp) << "parameters differ after 6 steps";
 }
@@ -132,21 +132,7 @@ TEST(CudaTrace, GptCharStepWithRecomputeIsOneGraphAndEqualsPlainEager) {
     nn::GPTConfig cfg = nn::GPTConfig::char_model(65);
     cfg.dropout = 0.1;
     cfg.recompute = recompute;
-    test_util::GptRig rig(cfg, gpu(), 3, WarmupCosineOptions{1e-3, 1e-4, 2, 8});
-    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
-    auto f = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
-    Generator data(9);
-    std::vector<float> losses;
-    for (int i = 0; i < 6; ++i) {
-      Tensor x = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
-      Tensor y = cast(mul(rand({4, 64}, DType::float32, data, gpu()), 65.0), DType::int64);
-      losses.push_back((traced ? f(x, y) : step(x, y)).item<float>());
-    }
-    if (traced) {
-      EXPECT_EQ(f.stats().traces, 1);
-      EXPECT_EQ(f.stats().graph_fallback, "") << "CUDA must accept the capture";
-    }
-    return std::pair{losses, rig.parameter_values()};
+    return gpt_char_steps(cfg, traced);
   };
   auto [plain_l, plain_p] = run(false, false);
   auto [eager_l, eager_p] = run(false, true);

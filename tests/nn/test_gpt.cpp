@@ -20,16 +20,7 @@ namespace {
 const std::string kData = TIDE_TEST_DATA_DIR;
 
 // The tiny model of gen_gpt_parity.py.
-GPTConfig tiny(DType dtype = DType::float64) {
-  GPTConfig c;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dtype = dtype;
-  return c;
-}
+GPTConfig tiny(DType dtype = DType::float64) { return test_util::tiny_gpt_config(dtype); }
 
 // The batch file: ids, targets and PyTorch's loss, loaded as buffers of a plain module.
 struct Batch : Module {
@@ -141,20 +132,16 @@ TEST(GPTModel, ThreeClippedAdamWStepsMatchPyTorch) {
 // eager bit for bit, step after step, and the loss goes down.
 void check_traced_step(Device device) {
   auto run = [&](bool traced) {
-    test_util::GptRig rig(tiny(DType::float32), device, 11,
-                          WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(8));
-    auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
-    auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
-    Tensor x = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, {2, 6}, device);
-    Tensor y = from_vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2}, {2, 6}, device);
-    std::vector<float> losses;
-    for (int i = 0; i < 8; ++i)
-      losses.push_back((traced ? traced_step(x, y) : step(x, y)).item<float>());
+    const auto batch = test_util::fixed_tiny_batch(device);
+    test_util::GptSteps r = test_util::run_gpt_steps(
+        tiny(DType::float32), device, 11,
+        WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(8), 8, traced,
+        [&](int) { return batch; });
     if (traced) {
-      EXPECT_EQ(traced_step.stats().traces, 1);
-      EXPECT_EQ(traced_step.stats().replays, 7);  // the call that traced replays too
+      EXPECT_EQ(r.stats.traces, 1);
+      EXPECT_EQ(r.stats.replays, 7);  // the call that traced replays too
     }
-    return std::pair{losses, rig.parameter_values()};
+    return std::pair{r.losses, r.params};
   };
   auto [eager_losses, eager_params] = run(false);
   auto [traced_losses, traced_params] = run(true);

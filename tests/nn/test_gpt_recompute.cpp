@@ -69,13 +69,8 @@ TEST(GPTRecompute, BlocksWithDropoutOnTheFakeGpu) {
 }
 
 GPTConfig tiny(bool recompute, bool last_block = true) {
-  GPTConfig c;
+  GPTConfig c = test_util::tiny_gpt_config(DType::float32);
   c.recompute_last_block = last_block;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
   c.dropout = 0.1;
   c.recompute = recompute;
   return c;
@@ -116,22 +111,18 @@ TEST(GPTRecompute, TheConfigFlagCheckpointsEveryBlock) {
 
 // Six AdamW steps (clipped, scheduled), each step's loss and then every parameter.
 std::vector<float> train(Device device, bool recompute, bool traced, bool last_block = true) {
-  test_util::GptRig rig(tiny(recompute, last_block), device, 11,
-                        WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(6));
-  auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
-  auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
-  Tensor x = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, {2, 6}, device);
-  Tensor y = from_vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2}, {2, 6}, device);
-  std::vector<float> out;
-  for (int i = 0; i < 6; ++i)
-    out.push_back((traced ? traced_step(x, y) : step(x, y)).item<float>());
+  const auto batch = test_util::fixed_tiny_batch(device);
+  test_util::GptSteps r =
+      test_util::run_gpt_steps(tiny(recompute, last_block), device, 11,
+                               WarmupCosineOptions().lr(3e-3).min_lr(3e-4).warmup(2).decay_steps(6),
+                               6, traced, [&](int) { return batch; });
   if (traced) {
-    EXPECT_EQ(traced_step.stats().traces, 1);
-    EXPECT_EQ(traced_step.stats().replays, 5);
+    EXPECT_EQ(r.stats.traces, 1);
+    EXPECT_EQ(r.stats.replays, 5);
   }
-  EXPECT_LT(out.back(), out.front());
-  std::vector<float> p = rig.parameter_values();
-  out.insert(out.end(), p.begin(), p.end());
+  EXPECT_LT(r.losses.back(), r.losses.front());
+  std::vector<float> out = r.losses;
+  out.insert(out.end(), r.params.begin(), r.params.end());
   return out;
 }
 
