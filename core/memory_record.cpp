@@ -155,7 +155,6 @@ bool recording() { return detail::on(); }
 Snapshot snapshot() {
   Snapshot s;
   Recorder& r = rec();
-  std::vector<const Storage*> storages;
   // The engine's lock first (see the top): under it, which blocks queued work holds is
   // stable, and no storage of the table can be freed while the table is read.
   Engine::get().run_locked([&] {
@@ -234,7 +233,7 @@ void on_take(const Storage* s, size_t requested, const char* op, bool workspace)
   Event e = event_of(b, EventKind::take, b.t_ns);
   e.queued_bytes = queued;
   e.cached_bytes = cached;
-  e.site = uint32_t(b.site < 0 ? 0 : b.site);
+  e.site = b.site < 0 ? kNoSite : uint32_t(b.site);
   r.push(e);
   if (tl_since_recorded.size() >= kMaxSinceRecorded) tl_since_recorded.clear();
   tl_since_recorded.push_back({s, b.id});

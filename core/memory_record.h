@@ -52,13 +52,16 @@ enum class EventKind : uint8_t {
   mark,      // a label on the timeline (the trainer's sync points): `site` indexes marks
 };
 
+inline constexpr uint32_t kNoSite = UINT32_MAX;
+
 struct Event {
   int64_t t_ns = 0;  // since start()
   uint64_t block = 0;
   uint64_t bytes = 0;         // the block's (a size class: what the allocator counts)
   uint64_t queued_bytes = 0;  // bytes held by queued work (all devices): take, free, site, mark
   uint64_t cached_bytes = 0;  // the block's allocator's cached bytes after it happened
-  uint32_t site = 0;          // kind site: index into Snapshot::sites; mark: into marks
+  // take and site: index into Snapshot::sites (kNoSite: none known); mark: into marks.
+  uint32_t site = kNoSite;
   EventKind kind = EventKind::take;
   Role role = Role::temporary;
   Role from = Role::temporary;  // retag only

@@ -164,6 +164,8 @@ TEST_F(MemoryRecord, ATagRecordsABlockTakenBeforeTheRecordingStarted) {
   EXPECT_EQ(s.blocks[0].role, Role::parameter);
   EXPECT_EQ(s.blocks[0].bytes, w.storage()->bytes());
   EXPECT_EQ(s.blocks[0].site, -1);
+  ASSERT_EQ(s.events.size(), 1u);
+  EXPECT_EQ(s.events[0].site, memory::kNoSite) << "no site is known for it";
   w = Tensor();
   Engine::get().reclaim();
   EXPECT_TRUE(memory::snapshot().blocks.empty());
