@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "ops/attention_kernels.h"
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/kernel_entry.h"
@@ -93,6 +94,8 @@ AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Ten
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     std::optional<double> scale, Site site) {
+  if (Tensor lq = q, lk = k, lv = v; autocast::lower({&lq, &lk, &lv}, site))
+    return scaled_dot_product_attention(lq, lk, lv, causal, scale, site);
   AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
   autograd::record(OpId::scaled_dot_product_attention, f.out, {&q, &k, &v},
                    [q = q.detach(), k = k.detach(), v = v.detach(), out = f.out.detach(),
@@ -183,6 +186,8 @@ AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tenso
 
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
                                            std::optional<double> scale, Site site) {
+  if (Tensor l = qkv; autocast::lower({&l}, site))
+    return scaled_dot_product_attention_packed(l, causal, scale, site);
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   check_defined(qkv, op);

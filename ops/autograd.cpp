@@ -8,6 +8,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/memory_record.h"
+#include "ops/autocast.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 
@@ -152,6 +153,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     TIDE_CHECK(numel() == 1, "backward",
                "needs a gradient argument for a non-scalar output of shape ", shape().str());
   autograd::NoGrad no_grad;
+  // Gradients keep the forward's dtypes: the ops of the backward see no autocast policy.
+  autocast::Suspend no_autocast;
   if (is_leaf()) {
     // A caller's gradient is copied (the temporary copy of it makes two references).
     autograd::accumulate(impl_ptr(), grad.defined() ? grad : ones(shape(), dtype(), device()), 1);

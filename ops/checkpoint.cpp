@@ -4,11 +4,13 @@
 #include "ops/checkpoint.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
 #include "core/error.h"
 #include "core/random_tape.h"
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/op_util.h"
 
@@ -50,6 +52,7 @@ struct Saved {
   DType dtype;
   Device device;
   std::vector<RandomDraw> draws;
+  std::optional<DType> autocast;  // the first run's policy (ops/autocast.h)
 };
 
 // Throws unless every node the recompute's graph reaches from `out` was made by the recompute
@@ -93,6 +96,8 @@ std::vector<Tensor> recompute_backward(Saved& s, const Tensor& grad_out) {
   }
   Tensor out;
   {
+    // The first run's autocast policy (backward() suspended the caller's).
+    autocast::Restore policy(s.autocast);
     RandomTape tape(s.draws, RandomTape::Mode::replay, kOp);
     out = s.fn(args);
     tape.check_spent();
@@ -129,6 +134,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
     RandomTape tape(saved->draws, RandomTape::Mode::record, kOp);
     out = fn(inputs);
   }
+  saved->autocast = autocast::active();
   check_output(out);
   // A fresh handle for the node: fn may return one of its inputs or a captured tensor.
   out = out.detach();

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/conv_kernels.h"
 #include "ops/kernel_entry.h"
@@ -106,6 +107,8 @@ kernels::PoolGeom pool_geom(const char* op, const Shape& xs, const Pool2dOptions
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt,
               Site site) {
+  if (Tensor lx = x, lw = w, lb = bias; autocast::lower({&lx, &lw, &lb}, site))
+    return conv2d(lx, lw, lb, opt, site);
   const OpId id = OpId::conv2d;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -299,6 +302,8 @@ void check_channel_vector(OpId id, const Tensor& x, const Tensor& t, const char*
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps, Site site) {
+  if (Tensor fx = x, fw = weight, fb = bias; autocast::raise({&fx, &fw, &fb}, site))
+    return batch_norm(fx, fw, fb, running_mean, running_var, training, momentum, eps, site);
   const OpId id = OpId::batch_norm;
   const char* op = op_name(id);
   check_defined(x, op);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/creation_kernels.h"
@@ -199,6 +200,8 @@ Tensor ge_mask(const Tensor& a, const Tensor& b) { return rsub(1.0, lt(a, b)); }
 // ---- binary ----------------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, Site site) {
+  // Autocast (ops/autocast.h): two floating dtypes meet at the wider, before the node.
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return add(pa, pb, site);
   Tensor y = binary_op(OpId::add, fn::Add{}, a, b, site);
   autograd::record(OpId::add, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(g, sb)};
@@ -207,6 +210,7 @@ Tensor add(const Tensor& a, const Tensor& b, Site site) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return sub(pa, pb, site);
   Tensor y = binary_op(OpId::sub, fn::Sub{}, a, b, site);
   autograd::record(OpId::sub, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
@@ -215,6 +219,7 @@ Tensor sub(const Tensor& a, const Tensor& b, Site site) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return mul(pa, pb, site);
   Tensor y = binary_op(OpId::mul, fn::Mul{}, a, b, site);
   autograd::record(OpId::mul, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
@@ -223,6 +228,7 @@ Tensor mul(const Tensor& a, const Tensor& b, Site site) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return div(pa, pb, site);
   Tensor y = binary_op(OpId::div, fn::Div{}, a, b, site);
   autograd::record(OpId::div, y, {&a, &b},
                    [sa = a.shape(), b = b.detach(), y = y.detach()](const Tensor& g) {
@@ -233,6 +239,7 @@ Tensor div(const Tensor& a, const Tensor& b, Site site) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return maximum(pa, pb, site);
   Tensor y = binary_op(OpId::maximum, fn::Maximum{}, a, b, site);
   autograd::record(OpId::maximum, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     Tensor m = ge_mask(a, b);
@@ -242,12 +249,15 @@ Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
 }
 
 Tensor eq(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return eq(pa, pb, site);
   return binary_op(OpId::eq, fn::Eq{}, a, b, site);
 }
 Tensor gt(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return gt(pa, pb, site);
   return binary_op(OpId::gt, fn::Gt{}, a, b, site);
 }
 Tensor lt(const Tensor& a, const Tensor& b, Site site) {
+  if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return lt(pa, pb, site);
   return binary_op(OpId::lt, fn::Lt{}, a, b, site);
 }
 
@@ -309,11 +319,13 @@ Tensor neg(const Tensor& a, Site site) {
   return y;
 }
 Tensor exp(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return exp(f, site);
   Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site);
   autograd::record(OpId::exp, y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
   return y;
 }
 Tensor log(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return log(f, site);
   Tensor y = unary_op(OpId::log, fn::Log{}, a, site);
   autograd::record(OpId::log, y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
   return y;
@@ -366,6 +378,7 @@ Tensor gelu_grad(const Tensor& g, const Tensor& a, GeluApprox approx, Site site)
   return binary_op(OpId::gelu_tanh_grad, fn::GeluTanhGrad{}, g, a, site);
 }
 Tensor pow(const Tensor& a, double p, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return pow(f, p, site);
   Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site);
   autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};
@@ -432,6 +445,7 @@ void check_alpha(const Tensor& self, double alpha, OpId id) {
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
+  if (Tensor o = other; autocast::match(*this, o, site)) return add_(o, alpha, site);
   check_in_place(*this, &other, OpId::add_);
   check_alpha(*this, alpha, OpId::add_);
   if (alpha == 1.0) queue_binary(OpId::add_, fn::Add{}, *this, other, *this, site);
@@ -440,6 +454,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
 }
 
 Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
+  if (Tensor o = other; autocast::match(*this, o, site)) return sub_(o, alpha, site);
   check_in_place(*this, &other, OpId::sub_);
   check_alpha(*this, alpha, OpId::sub_);
   if (alpha == 1.0) queue_binary(OpId::sub_, fn::Sub{}, *this, other, *this, site);
@@ -448,6 +463,7 @@ Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
 }
 
 Tensor& Tensor::mul_(const Tensor& other, Site site) {
+  if (Tensor o = other; autocast::match(*this, o, site)) return mul_(o, site);
   check_in_place(*this, &other, OpId::mul_);
   queue_binary(OpId::mul_, fn::Mul{}, *this, other, *this, site);
   return *this;

@@ -354,7 +354,14 @@ TIDE_HOST_DEVICE O convert(T a) {
 // from t).
 // A grad scale (clip_grad_norm's min(1, max_norm / (norm + 1e-6)), read from its tensor when the
 // kernel runs) multiplies the gradient first, rounded to T, as an in-place g.mul_(scale) would:
-// the update then matches a clip that rewrites the gradients bit for bit.
+// the update then matches a clip that rewrites the gradients bit for bit. A scale that is not
+// finite (a GradScaler's overflow, a NaN norm) sets `skip`: the kernels then write nothing.
+
+// Whether a grad scale skips the update: not finite (x * 0 is 0 only for finite x).
+template <class T>
+TIDE_HOST_DEVICE bool skips_update(const T* grad_scale) {
+  return grad_scale && !(*grad_scale * T(0) == T(0));
+}
 
 // SGD with momentum, dampening, Nesterov and weight decay (PyTorch's formulas).
 struct SgdUpdate {
@@ -367,6 +374,7 @@ struct SgdUpdate {
     T lr, momentum, one_minus_dampening, weight_decay;
     T grad_scale;  // 1 unless scaled
     bool with_momentum, with_decay, nesterov, fresh, scaled;
+    bool skip;  // the grad scale is not finite: no update at all
   };
   // grad_scale: nullptr, or the one element the gradient is multiplied by.
   template <class T>
@@ -380,7 +388,8 @@ struct SgdUpdate {
             weight_decay != 0,
             nesterov,
             fresh,
-            grad_scale != nullptr};
+            grad_scale != nullptr,
+            skips_update(grad_scale)};
   }
   template <class T>
   TIDE_HOST_DEVICE void operator()(T& p, T g, T& buf, const Factors<T>& k) const {
@@ -408,6 +417,7 @@ struct AdamUpdate {
     T sqrt_bc2;    // sqrt(1 - beta2^t)
     T grad_scale;  // 1 unless scaled
     bool with_decay, decoupled, fresh, scaled;
+    bool skip;  // the grad scale is not finite: no update at all
   };
   // t >= 1: the number of this update. grad_scale: nullptr, or the one element the gradient
   // is multiplied by.
@@ -428,7 +438,8 @@ struct AdamUpdate {
             weight_decay != 0,
             decoupled,
             fresh,
-            grad_scale != nullptr};
+            grad_scale != nullptr,
+            skips_update(grad_scale)};
   }
   template <class T>
   TIDE_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, const Factors<T>& k) const {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/kernel_entry.h"
@@ -164,6 +165,8 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
+  // Autocast (ops/autocast.h): GEMMs run in the low dtype.
+  if (Tensor la = a, lb = b; autocast::lower({&la, &lb}, site)) return matmul(la, lb, opt, site);
   const char* op = op_name(OpId::matmul);
   check_same(a, b, OpId::matmul);
   check_floating(a, op);
@@ -211,6 +214,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site site) {
+  if (Tensor lx = x, lw = w, lb = b; autocast::lower({&lx, &lw, &lb}, site))
+    return linear(lx, lw, lb, relu, site);
   const OpId id = OpId::linear;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -307,6 +312,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
 }  // namespace
 
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char* op, Site site) {
+  if (Tensor f = logits; autocast::raise({&f}, site))
+    return cross_entropy_rows(f, labels, op, site);
   check_defined(logits, op);
   check_defined(labels, op);
   check_supported(logits, OpId::cross_entropy);
@@ -417,6 +424,7 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
 }  // namespace
 
 Tensor softmax(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return softmax(f, site);
   Tensor y = softmax_impl(a, false, site);
   autograd::record(OpId::softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{y * (g - sum(g * y, -1, true))};
@@ -425,6 +433,7 @@ Tensor softmax(const Tensor& a, Site site) {
 }
 
 Tensor log_softmax(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return log_softmax(f, site);
   Tensor y = softmax_impl(a, true, site);
   autograd::record(OpId::log_softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{g - exp(y) * sum(g, -1, true)};

@@ -3,6 +3,7 @@
 // Not here: the kernels, RMS norm, or a normalized_shape of more than one dimension.
 #include "ops/norm.h"
 
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/kernel_entry.h"
 #include "ops/norm_kernels.h"
@@ -34,6 +35,8 @@ void check_rank(const char* op, const Tensor& x) {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   Site site) {
+  if (Tensor fx = x, fw = weight, fb = bias; autocast::raise({&fx, &fw, &fb}, site))
+    return layer_norm(fx, fw, fb, eps, site);
   const OpId id = OpId::layer_norm;
   const char* op = op_name(id);
   check_defined(x, op);

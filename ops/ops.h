@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/attention.h"
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/checkpoint.h"
 #include "ops/conv.h"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
@@ -92,6 +93,7 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 }  // namespace
 
 Tensor sum_squares(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return sum_squares(f, site);
   Tensor y = reduce(Kind::sum_squares, OpId::sum_squares, a, 0, true, false, site);
   autograd::record(OpId::sum_squares, y, {&a}, [x = a.detach()](const Tensor& g) {
     return std::vector<Tensor>{mul(mul(x, 2.0), g)};
@@ -100,6 +102,7 @@ Tensor sum_squares(const Tensor& a, Site site) {
 }
 
 Tensor sum(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, site);
   Tensor y = reduce(Kind::sum, OpId::sum, a, 0, true, false, site);
   autograd::record(OpId::sum, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g, s)};
@@ -108,6 +111,7 @@ Tensor sum(const Tensor& a, Site site) {
 }
 
 Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, axis, keepdim, site);
   Tensor y = reduce(Kind::sum, OpId::sum, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "sum");
   autograd::record(OpId::sum, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
@@ -117,6 +121,7 @@ Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
 }
 
 Tensor mean(const Tensor& a, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, site);
   Tensor y = reduce(Kind::mean, OpId::mean, a, 0, true, false, site);
   autograd::record(OpId::mean, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g / double(std::max<int64_t>(1, s.numel())), s)};
@@ -125,6 +130,7 @@ Tensor mean(const Tensor& a, Site site) {
 }
 
 Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
+  if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, axis, keepdim, site);
   Tensor y = reduce(Kind::mean, OpId::mean, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "mean");
   autograd::record(OpId::mean, y, {&a}, [s = a.shape(), ax](const Tensor& g) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/memory_record.h"
 #include "nn/module.h"
+#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
@@ -81,13 +82,69 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::string name
     }
   }
   check_lr(lr, name_);
+  masters_.resize(params_.size());
   lr_host_ = lr;
   lr_ = scalar(lr);
 }
 
+DType Optimizer::state_dtype() const {
+  return is_half(params_[0].dtype()) ? DType::float32 : params_[0].dtype();
+}
+
 Tensor Optimizer::scalar(double v) const {
   memory::RoleScope role(memory::Role::optimizer_state);  // the learning rate, kept all run
-  return full(Shape{}, v, params_[0].dtype(), params_[0].device());
+  return full(Shape{}, v, state_dtype(), params_[0].device());
+}
+
+Tensor& Optimizer::update_target(size_t i) {
+  Tensor& p = params_[i];
+  if (!is_half(p.dtype())) return p;
+  if (!masters_[i].defined()) {
+    memory::RoleScope role(memory::Role::optimizer_state);
+    masters_[i] = cast(p, DType::float32);
+  }
+  return masters_[i];
+}
+
+Tensor Optimizer::update_grad(size_t i, const Tensor& g) const {
+  const DType want = state_dtype();
+  return g.dtype() == want || !is_half(params_[i].dtype()) ? g : cast(g, want);
+}
+
+void Optimizer::write_back(size_t i) {
+  if (is_half(params_[i].dtype())) params_[i].copy_(cast(masters_[i], params_[i].dtype()));
+}
+
+Tensor Optimizer::new_state(size_t i, const char* tag, bool& fresh) const {
+  memory::RoleScope role(memory::Role::optimizer_state);
+  const Tensor& p = params_[i];
+  fresh = !zero_state_;
+  if (zero_state_) return zeros(p.shape(), state_dtype(), p.device());
+  return Tensor::empty(p.shape(), state_dtype(), p.device(), tag);
+}
+
+void Optimizer::advance_step(const Tensor& scale) {
+  if (!may_skip_ || !scale.defined()) {
+    increment_(step_);
+    return;
+  }
+  // +1 when scale is finite (scale * 0 == 0), +0 when the updates skip.
+  step_.add_(cast(eq(mul(scale, 0.0), 0.0), DType::int64));
+}
+
+void Optimizer::scale_next_step(const Tensor& scale) {
+  TIDE_CHECK(scale.defined() && scale.ndim() == 0 && is_floating(scale.dtype()) &&
+                 scale.device() == params_[0].device(),
+             name_, "the grad scale must be a 0-d floating tensor on ", params_[0].device().str(),
+             ", got ",
+             scale.defined() ? scale.shape().str() + " " + std::string(tide::name(scale.dtype())) +
+                                   " on " + scale.device().str()
+                             : std::string("an undefined tensor"));
+  NoGrad no_grad;
+  Tensor s = scale.dtype() == state_dtype() ? scale : cast(scale, state_dtype());
+  grad_scale_ = grad_scale_.defined() ? mul(grad_scale_, s) : s;
+  may_skip_ = true;
+  zero_state_ = true;
 }
 
 double Optimizer::weight_decay_of(size_t i, double fallback) const {
@@ -97,6 +154,7 @@ double Optimizer::weight_decay_of(size_t i, double fallback) const {
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
   grad_scale_ = Tensor();
+  may_skip_ = false;
 }
 
 const Tensor& Optimizer::step_tensor() {
@@ -109,8 +167,14 @@ const Tensor& Optimizer::step_tensor() {
 
 Tensor Optimizer::clip_grad_norm(double max_norm) {
   TIDE_CHECK(max_norm > 0, name_, "invalid max_norm ", max_norm, " (expected a value > 0)");
+  NoGrad no_grad;
   Tensor norm = grad_norm(params_);
-  grad_scale_ = clip_scale(norm, max_norm);
+  if (norm.dtype() != state_dtype()) norm = cast(norm, state_dtype());
+  // A pending scale (a GradScaler's 1 / scale) applies first: the norm of the unscaled
+  // gradients decides the clip.
+  if (grad_scale_.defined()) norm = mul(norm, grad_scale_);
+  Tensor clip = clip_scale(norm, max_norm);
+  grad_scale_ = grad_scale_.defined() ? mul(grad_scale_, clip) : clip;
   return norm;
 }
 
@@ -154,27 +218,26 @@ void SGD::check_options() {
 
 void SGD::step() {
   NoGrad no_grad;
-  // Counted on the device only once something reads the count (step_tensor()).
-  if (step_.defined()) increment_(step_);
+  autocast::clear_cache();  // the weights change
   const Tensor scale = take_grad_scale();
+  // Counted on the device only once something reads the count (step_tensor()).
+  if (step_.defined()) advance_step(scale);
   SgdUpdateOptions o = SgdUpdateOptions()
                            .momentum(opt_.momentum_)
                            .dampening(opt_.dampening_)
                            .nesterov(opt_.nesterov_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = p.grad();
+    Tensor g = params_[i].grad();
     if (!g.defined()) continue;
+    Tensor& p = update_target(i);
     Tensor& buf = buf_[i];
-    bool fresh = opt_.momentum_ != 0 && !buf.defined();
-    if (fresh) {
-      memory::RoleScope role(memory::Role::optimizer_state);
-      buf = Tensor::empty(p.shape(), p.dtype(), p.device(), "sgd");
-    }
-    sgd_update_(p, g, buf, lr_, scale,
+    bool fresh = false;
+    if (opt_.momentum_ != 0 && !buf.defined()) buf = new_state(i, "sgd", fresh);
+    sgd_update_(p, update_grad(i, g), buf, lr_, scale,
                 SgdUpdateOptions(o)
                     .weight_decay(weight_decay_of(i, opt_.weight_decay_))
                     .fresh_state(fresh));
+    write_back(i);
   }
   ++steps_;
 }
@@ -204,26 +267,27 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled,
 
 void Adam::step() {
   NoGrad no_grad;
-  // t lives in memory and is advanced by a queued op; the kernels read it when they run.
-  increment_(step_);
+  autocast::clear_cache();  // the weights change
   const Tensor scale = take_grad_scale();
+  // t lives in memory and is advanced by a queued op; the kernels read it when they run.
+  advance_step(scale);
   AdamUpdateOptions o =
       AdamUpdateOptions().betas(opt_.beta1_, opt_.beta2_).eps(opt_.eps_).decoupled(decoupled_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = p.grad();
+    Tensor g = params_[i].grad();
     if (!g.defined()) continue;
-    bool fresh = !m_[i].defined();
-    if (fresh) {
+    Tensor& p = update_target(i);
+    bool fresh = false;
+    if (!m_[i].defined()) {
       const char* tag = decoupled_ ? "adamw" : "adam";  // a literal: allocation hooks may keep it
-      memory::RoleScope role(memory::Role::optimizer_state);
-      m_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
-      v_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), tag);
+      m_[i] = new_state(i, tag, fresh);
+      v_[i] = new_state(i, tag, fresh);
     }
-    adam_update_(p, g, m_[i], v_[i], lr_, step_, scale,
+    adam_update_(p, update_grad(i, g), m_[i], v_[i], lr_, step_, scale,
                  AdamUpdateOptions(o)
                      .weight_decay(weight_decay_of(i, opt_.weight_decay_))
                      .fresh_state(fresh));
+    write_back(i);
   }
   ++steps_;
 }

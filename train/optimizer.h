@@ -1,6 +1,7 @@
 // Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW over a list of leaf
-// parameters, or over parameter groups with their own weight decay. Each step queues one
-// fused in-place update per parameter that has a gradient (ops/optim.h: sgd_update_,
+// parameters, or over parameter groups with their own weight decay. bfloat16 / float16
+// parameters are updated through float32 master copies with float32 state (DESIGN §12). Each step
+// queues one fused in-place update per parameter that has a gradient (ops/optim.h: sgd_update_,
 // adam_update_), plus, for Adam, one increment_ of the step counter; all under NoGrad, and a
 // step never waits.
 //
@@ -100,13 +101,43 @@ class Optimizer {
   // Throws "[<name>]" for a max_norm that is not > 0.
   Tensor clip_grad_norm(double max_norm);
 
+  // Loss scaling (train/grad_scaler.h): the next step() multiplies every gradient by
+  // `scale` (a 0-d tensor, read when the updates run; with a pending clip the two multiply)
+  // and skips all its updates, leaving parameters, state and step_tensor() as they were,
+  // when the product is not finite. Once called, new optimizer state starts at zero instead
+  // of unset, so a skipped first update leaves nothing unset (SGD's first momentum step then
+  // uses (1 - dampening) * g where PyTorch uses g; the same when dampening is 0). Queues
+  // only; does not wait. Throws "[<name>]" for a scale that is not a 0-d floating tensor on
+  // the parameters' device.
+  void scale_next_step(const Tensor& scale);
+
+  // The dtype of the learning rate, the state and the updates: float32 for 16-bit
+  // parameters (kept as float32 master copies: master()), the parameters' dtype otherwise.
+  DType state_dtype() const;
+  // Parameter i's float32 master copy (16-bit parameters, from their first update on), or
+  // an undefined tensor. Each update changes the master and then rounds it into the
+  // parameter (a queued cast and copy).
+  const Tensor& master(size_t i) const { return masters_[i]; }
+
  protected:
   // A 0-d tensor of the parameters' dtype holding v (queued fill).
   Tensor scalar(double v) const;
   // Parameter i's group weight decay, or `fallback` (the options') when its group has none.
   double weight_decay_of(size_t i, double fallback) const;
-  // The scale of a pending clip_grad_norm, handed over to this step (undefined: none).
+  // The scale of a pending clip_grad_norm / scale_next_step, in state_dtype(), handed over
+  // to this step (undefined: none).
   Tensor take_grad_scale();
+  // Queues step_ += 1, or, when `scale` may skip this step, += 1 only if it is finite.
+  void advance_step(const Tensor& scale);
+  // What parameter i's update writes: its master copy (made at the first call) for a 16-bit
+  // parameter, the parameter otherwise; and its gradient in that tensor's dtype.
+  Tensor& update_target(size_t i);
+  Tensor update_grad(size_t i, const Tensor& g) const;
+  // After the update of a 16-bit parameter's master: rounds it into the parameter (queued).
+  void write_back(size_t i);
+  // New optimizer state for parameter i: unset (the update's fresh_state), or zeros after
+  // scale_next_step (fresh_state then false). Sets `fresh` accordingly.
+  Tensor new_state(size_t i, const char* tag, bool& fresh) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_of_;  // per parameter of params_
@@ -115,6 +146,9 @@ class Optimizer {
   Tensor lr_;
   Tensor step_;  // Adam: from construction; SGD: once step_tensor() made it
   Tensor grad_scale_;
+  std::vector<Tensor> masters_;  // float32 copies of 16-bit parameters
+  bool may_skip_ = false;        // a pending scale may be non-finite (scale_next_step)
+  bool zero_state_ = false;      // scale_next_step was called: new state starts at zero
   double lr_host_ = 0;
   int64_t steps_ = 0;
 };

@@ -28,6 +28,7 @@ template <class T>
 void sgd(const KernelContext&, const Sgd<T>& a, const fn::SgdUpdate& f) {
   // lr is read when the kernel runs, not at enqueue.
   const fn::SgdUpdate::Factors<T> k = f.factors(*a.lr.get(), a.scale.s ? a.scale.get() : nullptr);
+  if (k.skip) return;  // a non-finite grad scale: nothing changes
   T* pp = a.p.get();
   const T* gg = a.g.get();
   T* bb = a.buf.s ? a.buf.get() : nullptr;
@@ -53,14 +54,16 @@ template <class T>
 void adam(const KernelContext&, const Adam<T>& a, const fn::AdamUpdate& f) {
   check_not_failed(a.m.s, "m");
   check_not_failed(a.v.s, "v");
+  const T* scale = a.scale.s ? a.scale.get() : nullptr;
+  // A non-finite grad scale: nothing changes, and a skipped first step leaves t at 0.
+  if (fn::skips_update(scale)) return;
   const int64_t t = *a.step.get();  // read when the kernel runs, not at enqueue
   // Kernel errors are plain exceptions: the engine prefixes "[adam_update_]" and the site.
   if (t < 1)
     throw std::runtime_error("step count " + std::to_string(t) +
                              " < 1 (expected the number of this update; queue "
                              "increment_(step) first)");
-  const fn::AdamUpdate::Factors<T> k =
-      f.factors(*a.lr.get(), t, a.scale.s ? a.scale.get() : nullptr);
+  const fn::AdamUpdate::Factors<T> k = f.factors(*a.lr.get(), t, scale);
   T* pp = a.p.get();
   const T* gg = a.g.get();
   T* mm = a.m.get();

@@ -36,6 +36,7 @@ __global__ void sgd_kernel(T* p, const T* g, T* buf, const T* lr, const T* scale
                            fn::SgdUpdate f) {
   tide::cuda::await_prerequisite_grids();
   const fn::SgdUpdate::Factors<T> k = f.factors(*lr, scale);
+  if (k.skip) return;  // a non-finite grad scale: nothing changes
   if (buf) {
     for (int64_t i = global_index(); i < n; i += grid_stride()) f(p[i], g[i], buf[i], k);
   } else {
@@ -60,6 +61,7 @@ __global__ void adam_kernel(T* p, const T* g, T* m, T* v, const T* lr, const int
   }
   __syncthreads();
   const fn::AdamUpdate::Factors<T> k = shared_k;
+  if (k.skip) return;  // a non-finite grad scale: nothing changes
   for (int64_t i = global_index(); i < n; i += grid_stride()) f(p[i], g[i], m[i], v[i], k);
 }
 
