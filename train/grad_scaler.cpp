@@ -18,13 +18,12 @@ namespace {
 constexpr const char* kOp = "grad_scaler";
 }  // namespace
 
-GradScaler::GradScaler(Device device, GradScalerOptions options)
-    : opt_(options), device_(device) {
+GradScaler::GradScaler(Device device, GradScalerOptions options) : opt_(options), device_(device) {
   const GradScalerOptions& o = opt_;
   TIDE_CHECK(std::isfinite(o.init_scale_) && o.init_scale_ > 0, kOp, "invalid init_scale ",
              o.init_scale_, " (expected a finite value > 0)");
-  TIDE_CHECK(std::isfinite(o.growth_factor_) && o.growth_factor_ > 1, kOp,
-             "invalid growth_factor ", o.growth_factor_, " (expected a finite value > 1)");
+  TIDE_CHECK(std::isfinite(o.growth_factor_) && o.growth_factor_ > 1, kOp, "invalid growth_factor ",
+             o.growth_factor_, " (expected a finite value > 1)");
   TIDE_CHECK(o.backoff_factor_ > 0 && o.backoff_factor_ < 1, kOp, "invalid backoff_factor ",
              o.backoff_factor_, " (expected 0 < backoff_factor < 1)");
   // The tracker counts in float32, exact up to 2^24.
@@ -84,8 +83,8 @@ void GradScaler::update() {
   Tensor run = mul(add(tracker_, 1.0), ok);
   Tensor grow = eq(run, double(opt_.growth_interval_));
   // ok * (1 + grow * (growth - 1)) + found * backoff: exactly 1, growth or backoff.
-  Tensor factor = add(mul(ok, add(mul(grow, opt_.growth_factor_ - 1), 1.0)),
-                      mul(found, opt_.backoff_factor_));
+  Tensor factor =
+      add(mul(ok, add(mul(grow, opt_.growth_factor_ - 1), 1.0)), mul(found, opt_.backoff_factor_));
   scale_.copy_(mul(scale_, factor));
   tracker_.copy_(mul(run, rsub(1.0, grow)));
   found_inf_.copy_(found);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/memory_probe.h"
 #include "core/memory_record.h"
+#include "ops/autocast.h"
 
 namespace tide::train {
 
@@ -145,13 +146,30 @@ const char* alloc_name(Allocation a) {
   return a == Allocation::at_enqueue ? "enqueue" : "execution";
 }
 
+void Trainer::set_autocast(std::optional<DType> low) {
+  if (low) Autocast check(*low);  // refuses a dtype that is not 16-bit
+  autocast_ = low;
+  scaler_.reset();
+  if (low == DType::float16) scaler_ = std::make_unique<GradScaler>(device());
+}
+
 Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   opt_.zero_grad();
-  Tensor pred = model_(x);
-  Tensor loss = loss_(pred, y);
-  loss.backward();
+  Tensor loss;
+  {
+    std::optional<Autocast> amp;
+    if (autocast_) amp.emplace(*autocast_);
+    loss = loss_(model_(x), y);
+  }
+  if (scaler_) scaler_->scale(loss).backward();
+  else loss.backward();
   if (after_backward_) after_backward_();
-  opt_.step();
+  if (scaler_) {
+    scaler_->step(opt_);
+    scaler_->update();
+  } else {
+    opt_.step();
+  }
   return loss;
 }
 

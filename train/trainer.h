@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "nn/module.h"
 #include "trace/function.h"
 #include "train/data.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 
 namespace tide::train {
@@ -151,6 +154,15 @@ class Trainer {
   // nothing. Set it before the first traced run: a step already traced keeps what it saw.
   void set_after_backward(std::function<void()> f) { after_backward_ = std::move(f); }
 
+  // Mixed precision (DESIGN §12): each step's forward and loss run under Autocast(low)
+  // (ops/autocast.h); float16 also scales the loss with a GradScaler (train/grad_scaler.h),
+  // whose skipped steps are device ops. nullopt (the default): float32 as the model is.
+  // Throws "[autocast]" for a low dtype other than bfloat16 or float16. Set it before the
+  // first traced run, as set_after_backward.
+  void set_autocast(std::optional<DType> low);
+  // The scaler of a float16 autocast, or nullptr.
+  const GradScaler* grad_scaler() const { return scaler_.get(); }
+
   // The traced step's statistics (traces, replays, planned bytes); zeros before a traced
   // run.
   trace::FunctionStats traced_stats() const;
@@ -171,6 +183,8 @@ class Trainer {
   std::function<Tensor(const Tensor&, const Tensor&)> traced_;
   std::function<trace::FunctionStats()> traced_stats_;
   std::function<void()> after_backward_;
+  std::optional<DType> autocast_;
+  std::unique_ptr<GradScaler> scaler_;
 };
 
 }  // namespace tide::train

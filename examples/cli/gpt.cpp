@@ -46,6 +46,7 @@
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/precision.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
 #include "text/read_file.h"
@@ -85,6 +86,7 @@ struct TrainArgs {
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
   bool recompute = false, keep_last = false, plan_only = false;
+  std::optional<DType> autocast;  // --dtype bfloat16 / float16
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -144,6 +146,8 @@ TrainArgs parse_train(const Args& args) {
       a.recompute = a.keep_last = true;
     } else if (o == "--plan-only") {
       a.plan_only = true;
+    } else if (o == "--dtype") {
+      a.autocast = take_dtype_option(args, i);
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
@@ -264,7 +268,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << " train, " << corpus->size() - corpus->train_size() << " validation)\n"
       << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
-      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device)
+      << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << ", "
+      << precision_label(a.autocast)
       << (a.keep_last   ? ", blocks but the last recomputed in backward"
           : a.recompute ? ", blocks recomputed in backward"
                         : "")
@@ -278,14 +283,27 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << a.batch / ranks << " per rank, gradients averaged after each backward\n";
 
+  std::unique_ptr<train::GradScaler> scaler = scaler_for(a.autocast, device);
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
-    Tensor loss = model.loss(x, y);
-    loss.backward();
-    if (ddp) ddp->reduce_gradients();  // queued: the update waits for it by hazard tracking
+    Tensor loss;
+    {
+      std::optional<Autocast> amp;
+      if (a.autocast) amp.emplace(*a.autocast);
+      loss = model.loss(x, y);
+    }
+    if (scaler) scaler->scale(loss).backward();
+    else loss.backward();
+    if (ddp) ddp->reduce_gradients();   // queued: the update waits for it by hazard tracking
+    if (scaler) scaler->unscale_(opt);  // the clip sees the unscaled gradients
     opt.clip_grad_norm(kMaxNorm);
     sched.step();
-    opt.step();
+    if (scaler) {
+      scaler->step(opt);  // skipped on the device after an overflow
+      scaler->update();
+    } else {
+      opt.step();
+    }
     return loss.detach();
   };
   auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
@@ -297,6 +315,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     Tensor total = zeros(Shape{}, cfg.dtype, device);
     {
       NoGrad ng;
+      std::optional<Autocast> amp;  // evaluated in the precision it trains in
+      if (a.autocast) amp.emplace(*a.autocast);
       for (int64_t i = 0; i < a.eval_batches; ++i) {
         train::Batch b = val->next();
         total.add_(model.loss(b.x, b.y));
@@ -456,6 +476,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"state_bytes", state},
                         {"activation_peak_bytes", activations},
                         {"recompute", a.recompute},
+                        {"dtype", a.autocast ? std::string(name(*a.autocast)) : "float32"},
                         {"mode", a.mode},
                         {"device", device.str()},
                         {"steps", a.steps},

@@ -14,6 +14,7 @@
 
 #include "core/cuda/runtime.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/precision.h"
 #include "tide.h"
 #include "train/memory_report.h"
 
@@ -43,7 +44,8 @@ const Command kCommands[] = {
      loop_main},
     {"mlp-memory", "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
      "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] "
-     "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F]",
+     "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F] "
+     "[--dtype float32|bfloat16|float16]",
      "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
          ") or all (default; bounded:2)\n"
          "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
@@ -54,11 +56,13 @@ const Command kCommands[] = {
          " (default 100; under none\n"
          "                memory grows with every minibatch queued)\n"
          "  --csv F       write every minibatch's record (one policy column)\n"
-         "  --svg F       write memory and time-per-minibatch charts\n",
+         "  --svg F       write memory and time-per-minibatch charts\n" +
+         std::string(kDtypeHelp),
      mlp_memory_main},
     {"train", "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
      "fashion-mnist [--model mlp|cnn] [--mode eager|traced] [--epochs N] [--data DIR] "
-     "[--save F] [--batch N] [--lr X] [--seed S] [--plan-only]",
+     "[--save F] [--batch N] [--lr X] [--seed S] [--plan-only] "
+     "[--dtype float32|bfloat16|float16]",
      "  --model M     mlp (default: 784-256-128-10, ReLU) or cnn (two conv 3x3 / batch norm /\n"
      "                ReLU / max-pool blocks of 32 and 64 channels, then 3136-128-10)\n"
      "  --mode M      eager (default) or traced (the training step and the test forward\n"
@@ -78,12 +82,14 @@ const Command kCommands[] = {
          num(kMaxSeed) +
          " (default 0)\n"
          "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
-         "                step's memory by role as planned before it runs, and stop\n",
+         "                step's memory by role as planned before it runs, and stop\n" +
+         std::string(kDtypeHelp),
      train_fashion_main},
     {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
-     "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] | sample --load F [--prompt "
+     "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] "
+     "[--dtype float32|bfloat16|float16] | sample --load F [--prompt "
      "S] [--tokens N] "
      "[--temperature X] "
      "[--top-k K]",
@@ -103,17 +109,18 @@ const Command kCommands[] = {
      "                activations (less memory, the same results bit for bit)\n"
      "  --recompute-keep-last  the same for every block but the last\n"
      "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
-     "                step's memory by role as planned before it runs, and stop\n"
-     "  --data FILE   UTF-8 text (default .data/text/shakespeare.txt:\n"
-     "                bash scripts/fetch_text_data.sh)\n"
-     "  --vocab DIR   GPT-2's encoder.json and vocab.bpe (default .data/text/gpt2)\n"
-     "  --save F      write the weights (safetensors) and F.json (sizes, tokenizer)\n"
-     "  --csv F, --svg F, --json F  per-step losses and times; the loss chart; a summary\n"
-     "  --seed S, --sample-tokens N  (defaults 0, 200)\n"
-     "  sample:\n"
-     "  --load F      a model written by train --save\n"
-     "  --prompt S    the text to continue (default a newline)\n"
-     "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n",
+     "                step's memory by role as planned before it runs, and stop\n" +
+         std::string(kDtypeHelp) +
+         "  --data FILE   UTF-8 text (default .data/text/shakespeare.txt:\n"
+         "                bash scripts/fetch_text_data.sh)\n"
+         "  --vocab DIR   GPT-2's encoder.json and vocab.bpe (default .data/text/gpt2)\n"
+         "  --save F      write the weights (safetensors) and F.json (sizes, tokenizer)\n"
+         "  --csv F, --svg F, --json F  per-step losses and times; the loss chart; a summary\n"
+         "  --seed S, --sample-tokens N  (defaults 0, 200)\n"
+         "  sample:\n"
+         "  --load F      a model written by train --save\n"
+         "  --prompt S    the text to continue (default a newline)\n"
+         "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n",
      gpt_main},
 };
 

@@ -39,6 +39,7 @@
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/precision.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
 #include "tide.h"
@@ -87,7 +88,7 @@ struct Experiment {
 
   // group: under mpirun, each rank's data is its own (seeded by rank) and of batch
   // 1024 / ranks, and the trainer averages the gradients over the group.
-  Experiment(Device device, dist::ProcessGroup* group)
+  Experiment(Device device, dist::ProcessGroup* group, std::optional<DType> autocast)
       : data(train::SyntheticOptions()
                  .examples(1024 / (group ? group->size() : 1))
                  .features(512)
@@ -103,6 +104,7 @@ struct Experiment {
     net->to(device);  // before the optimizer, whose state is made where the parameters are
     opt = std::make_unique<train::SGD>(net->parameters(), train::SGDOptions(0.005));
     trainer = std::make_unique<train::Trainer>(*net, nn::l2_loss, *opt, source);
+    trainer->set_autocast(autocast);
     if (group) {
       dp = std::make_unique<dist::DataParallel>(*net, *group);
       trainer->set_after_backward([d = dp.get()] { d->reduce_gradients(); });
@@ -167,9 +169,12 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   const Device device = global.device;
   std::string policy_arg = "all", mode_arg = "eager", alloc_arg = "all", csv, svg;
   long long batches = 100;
+  std::optional<DType> autocast;  // --dtype bfloat16 / float16
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--batches") {
+    if (a == "--dtype") {
+      autocast = take_dtype_option(args, i);
+    } else if (a == "--batches") {
       batches = take_int_option(args, i, 1, kMaxBatches);
     } else if (a == "--policy") {
       policy_arg = take_option_value(args, i);
@@ -227,7 +232,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   std::ostream& out = rank == 0 ? std::cout : silent;
 
   out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, " << batches
-      << " minibatches, device: " << device_label(device) << "\n";
+      << " minibatches, device: " << device_label(device) << ", " << precision_label(autocast)
+      << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << 1024 / ranks << " per rank, gradients averaged after each backward; memory "
@@ -241,7 +247,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   for (train::Mode m : modes)
     for (Allocation a : allocs) {
       AllocationScope scope(a);
-      Experiment probe(device, group);
+      Experiment probe(device, group, autocast);
       step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
       if (a == Allocation::at_execution)
         step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
@@ -263,8 +269,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     for (Allocation alloc : allocs)
       for (const train::Policy& p : policies) {
         AllocationScope scope(alloc);
-        Experiment ex(device,
-                      group);  // same seeds: every run starts from the same weights and data
+        // The same seeds: every run starts from the same weights and data.
+        Experiment ex(device, group, autocast);
         train::TrainerOptions o;
         o.batches = n;
         o.policy = p;

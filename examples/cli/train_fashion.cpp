@@ -44,6 +44,7 @@
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/fashion_cnn.h"
+#include "examples/cli/precision.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
 #include "tide.h"
@@ -95,6 +96,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   long long epochs = 15, batch = 128, seed = 0;
   double lr = 1e-3;
   bool plan_only = false;
+  std::optional<DType> autocast;  // --dtype bfloat16 / float16
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--epochs") {
@@ -119,6 +121,8 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
         throw UsageError("--mode needs eager or traced, got '" + mode + "'");
     } else if (a == "--plan-only") {
       plan_only = true;
+    } else if (a == "--dtype") {
+      autocast = take_dtype_option(args, i);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
@@ -168,7 +172,8 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
               : "MLP " + std::to_string(features) + "-256-128-10 (ReLU)")
       << ", cross-entropy, Adam lr " << lr << " (halved after 1/2 and 3/4 of the epochs)"
       << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n"
-      << "device: " << device_label(device) << ", " << mode << "\n";
+      << "device: " << device_label(device) << ", " << mode << ", " << precision_label(autocast)
+      << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << batch / ranks << " per rank, gradients averaged after each backward\n";
@@ -187,18 +192,32 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
 
   // One training step and the test forward; with --mode traced each is captured once per
   // minibatch shape and replayed.
+  std::unique_ptr<train::GradScaler> scaler = scaler_for(autocast, device);
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
-    Tensor logits = forward(x);
-    Tensor loss = nn::cross_entropy(logits, y);
-    loss.backward();
+    Tensor logits, loss;
+    {
+      std::optional<Autocast> amp;
+      if (autocast) amp.emplace(*autocast);
+      logits = forward(x);
+      loss = nn::cross_entropy(logits, y);
+    }
+    if (scaler) scaler->scale(loss).backward();
+    else loss.backward();
     if (ddp) ddp->reduce_gradients();  // queued: the step waits for it by hazard tracking
-    opt.step();
+    if (scaler) {
+      scaler->step(opt);  // skipped on the device after an overflow
+      scaler->update();
+    } else {
+      opt.step();
+    }
     NoGrad no_grad;
     return std::pair<Tensor, Tensor>{loss.detach(), sum(eq(argmax(logits.detach(), 1), y))};
   };
   auto test_step = [&](const Tensor& x, const Tensor& y) {
     NoGrad no_grad;
+    std::optional<Autocast> amp;
+    if (autocast) amp.emplace(*autocast);
     return sum(eq(argmax(forward(x), 1), y));
   };
   const bool traced = mode == "traced";

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "error_of.h"
-#include "tests/ops/op_harness.h"
 #include "nn/loss.h"
+#include "tests/ops/op_harness.h"
 #include "tide.h"
 
 namespace tide {
@@ -73,8 +73,7 @@ TEST(Autocast, FloatOpsRunInFloat32) {
     Tensor x = on({0.5, -1.0, 2.0, 0.25, 1.5, -0.75}, {2, 3}, DType::bfloat16, d);
     Tensor xf = cast(x, DType::float32);
     Autocast amp(DType::bfloat16);
-    for (auto [name, got, want] :
-         std::vector<std::tuple<const char*, Tensor, Tensor>>{
+    for (auto [name, got, want] : std::vector<std::tuple<const char*, Tensor, Tensor>>{
              {"softmax", softmax(x), softmax(xf)},
              {"log_softmax", log_softmax(x), log_softmax(xf)},
              {"sum", sum(x), sum(xf)},

@@ -53,8 +53,7 @@ TEST(GradScaler, RefusesBadOptionsAndLosses) {
   EXPECT_TIDE_ERROR(GradScaler(Device::cpu(), GradScalerOptions().growth_interval(0)),
                     "[grad_scaler]", "growth_interval");
   GradScaler scaler;
-  EXPECT_TIDE_ERROR(scaler.scale(zeros({}, DType::float64)), "[grad_scaler]", "float32",
-                    "float64");
+  EXPECT_TIDE_ERROR(scaler.scale(zeros({}, DType::float64)), "[grad_scaler]", "float32", "float64");
   EXPECT_EQ(scalar(scaler.scale(full({}, 3.0))), 3.0f * 65536.0f);
   GradScaler off(Device::cpu(), GradScalerOptions().enabled(false));
   EXPECT_EQ(scalar(off.scale(full({}, 3.0))), 3.0f);
@@ -175,9 +174,8 @@ TEST(GradScaler, ATracedScaledStepEqualsEagerThroughAnOverflow) {
     return loss;
   };
   // The first call runs eagerly (fresh state); the second traces; the rest replay.
-  auto step = trace::function(
-      [&](const Tensor& x) { return run(b, traced_opt, traced_scaler, x); },
-      {.name = "scaled_step", .warmup_calls = 1});
+  auto step = trace::function([&](const Tensor& x) { return run(b, traced_opt, traced_scaler, x); },
+                              {.name = "scaled_step", .warmup_calls = 1});
   for (int s = 0; s < 7; ++s) {
     Tensor x = s == 4 ? overflow_x() : clean_x();
     run(a, eager_opt, eager_scaler, x);
