@@ -1,5 +1,6 @@
 #include "trace/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
@@ -15,9 +16,20 @@ MemoryPlan memory_plan(const Graph& g) {
   for (const Graph::GradBinding& b : g.grad_bindings)
     if (std::shared_ptr<TensorImpl> leaf = b.leaf.lock()) leaves.insert(leaf->storage.get());
   MemoryPlan p;
+  // Where the last output is first written: intermediates last used before it are done
+  // when the outputs can be read.
+  int outputs_at = -1;
+  for (const Graph::Output& o : g.outputs)
+    if (o.value >= 0) outputs_at = std::max(outputs_at, g.values[size_t(o.value)].first);
   std::unordered_set<const Storage*> seen;  // a storage two values share counts once
   for (const Value& v : g.values) {
-    if (v.kind == ValueKind::intermediate || v.kind == ValueKind::dead || v.bytes == 0) continue;
+    if (v.bytes == 0) continue;
+    if (v.kind == ValueKind::intermediate || v.kind == ValueKind::dead) {
+      const size_t b = Allocator::round_size(v.bytes);
+      p.unshared += b;
+      if (v.last > outputs_at) p.unshared_after_outputs += b;
+      continue;
+    }
     if (v.storage && !seen.insert(v.storage.get()).second) continue;
     const size_t b = Allocator::round_size(v.bytes);
     switch (v.kind) {
@@ -44,7 +56,7 @@ std::string MemoryPlan::str() const {
   return "parameters " + mb(parameters) + " MB, other captured " + mb(captured) + " MB, state " +
          mb(state) + " MB, constants " + mb(constants) + " MB, arena " + mb(arena) +
          " MB, inputs " + mb(inputs) + " MB, outputs " + mb(outputs) + " MB; peak " + mb(peak()) +
-         " MB";
+         " MB (eager, one step queued ahead: " + mb(eager_peak(1)) + " MB)";
 }
 
 }  // namespace tide::trace

@@ -22,9 +22,33 @@ struct MemoryPlan {
   // Per replay: the arguments (the caller's tensors) and the fresh outputs.
   size_t inputs = 0;
   size_t outputs = 0;
+  // The intermediates without sharing, each at its block size: what the same step run
+  // eagerly holds when it is queued whole before its ops run (outputs allocated at enqueue,
+  // freed only as the worker catches up).
+  size_t unshared = 0;
+  // Of those, the ones still needed once every output has been computed (all but the
+  // intermediates whose last use comes before the last output's first write): what an eager
+  // step still holds when its result is read, e.g. a training step's backward and update
+  // after its loss.
+  size_t unshared_after_outputs = 0;
   // The sum: what a replay needs at its peak, the captured tensors included.
   size_t peak() const {
     return parameters + captured + state + constants + arena + inputs + outputs;
+  }
+  // The same step run eagerly with `in_flight` steps queued ahead of the worker (1 under
+  // per_batch, K under bounded:K) and outputs allocated at enqueue: what stays plus each
+  // queued step's intermediates, arguments and outputs. An upper bound: the worker frees
+  // what it has finished meanwhile.
+  size_t eager_peak(int in_flight) const {
+    return parameters + captured + state + constants +
+           size_t(in_flight) * (unshared + inputs + outputs);
+  }
+  // The same when a sync point reads each step's outputs `lag` steps after queueing it
+  // (per_batch: 0; bounded:K: K), so that the next step is queued while the read step's
+  // remainder (unshared_after_outputs) may not have run: lag + 1 whole steps and one
+  // remainder.
+  size_t eager_peak_reading(int lag) const {
+    return eager_peak(lag + 1) + unshared_after_outputs;
   }
   // One line per role, with MB of 2^20 bytes.
   std::string str() const;

@@ -86,5 +86,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global);
 int train_fashion_main(const Args& args, const GlobalOptions& global);
 int loop_main(const Args& args, const GlobalOptions& global);
 int gpt_main(const Args& args, const GlobalOptions& global);
+// `tide gpt memory` (gpt_memory.cpp), which gpt_main dispatches to.
+int gpt_memory(const Args& args, const GlobalOptions& global);
 
 }  // namespace tide::cli

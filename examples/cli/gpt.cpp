@@ -548,9 +548,10 @@ int gpt_sample(const Args& args, const GlobalOptions& global) {
 }
 
 int gpt_main(const Args& args, const GlobalOptions& global) {
-  if (args.empty() || (args[0] != "train" && args[0] != "sample"))
-    throw UsageError(args.empty() ? "which action? (train or sample)"
-                                  : "unknown action '" + args[0] + "' (train or sample)");
+  if (args.empty() || (args[0] != "train" && args[0] != "sample" && args[0] != "memory"))
+    throw UsageError(args.empty() ? "which action? (train, sample or memory)"
+                                  : "unknown action '" + args[0] + "' (train, sample or memory)");
+  if (args[0] == "memory") return gpt_memory(args, global);
   return args[0] == "train" ? gpt_train(args, global) : gpt_sample(args, global);
 }
 

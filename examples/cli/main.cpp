@@ -92,7 +92,8 @@ const Command kCommands[] = {
      "[--dtype float32|bfloat16|float16] | sample --load F [--prompt "
      "S] [--tokens N] "
      "[--temperature X] "
-     "[--top-k K]",
+     "[--top-k K] | memory [--contexts 64,128,...] [--policies per_batch,bounded:K] [--batch B] "
+     "[--steps N] [--csv F] [--svg F]",
      "  train:\n"
      "  --preset P    char (default: 4 layers, 4 heads, width 128, context 64, a byte\n"
      "                vocabulary from the corpus) or gpt2-124m (GPT-2 124M, its BPE)\n"
@@ -120,7 +121,13 @@ const Command kCommands[] = {
          "  sample:\n"
          "  --load F      a model written by train --save\n"
          "  --prompt S    the text to continue (default a newline)\n"
-         "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n",
+         "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n"
+     "  memory (the step's memory by context and sync policy, predicted and measured):\n"
+     "  --contexts L  context lengths (default 64,128,256,512,1024)\n"
+     "  --policies P  per_batch and/or bounded:K, K up to 16 (default per_batch,bounded:2)\n"
+     "  --batch B, --steps N  windows per step; measured steps after 2 warm-up, at least\n"
+     "                K + 4 (defaults 8, 8)\n"
+     "  --csv F, --svg F  every row; the peaks by context\n",
      gpt_main},
 };
 

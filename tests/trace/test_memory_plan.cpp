@@ -71,5 +71,32 @@ TEST(MemoryPlan, RefusedBeforeTheWarmUpCalls) {
   EXPECT_EQ(step.stats().traces, 0);
 }
 
+// The eager prediction: every intermediate unshared, and of those the ones still needed
+// after the output is written. a is read after the output (by c), b only by the output's
+// node, c after it: unshared = a + b + c, after the outputs = a + c.
+TEST(MemoryPlan, TheEagerStepsIntermediatesAndWhatOutlivesItsOutput) {
+  Tensor keep = zeros({1000});
+  auto f = trace::function(
+      [&](const Tensor& x) {
+        Tensor a = mul(x, 2.0);
+        Tensor b = add(a, 1.0);
+        Tensor y = mul(b, 3.0);
+        keep.copy_(mul(a, 4.0));
+        return y;
+      },
+      {.name = "after_output"});
+  const Tensor x = randn({1000});
+  const trace::MemoryPlan plan = f.memory_plan(x);
+  const size_t one = Allocator::round_size(1000 * sizeof(float));
+  EXPECT_EQ(plan.unshared, 3 * one);
+  EXPECT_EQ(plan.unshared_after_outputs, 2 * one);
+  const size_t held = plan.parameters + plan.captured + plan.state + plan.constants;
+  EXPECT_EQ(held, one) << "keep";
+  EXPECT_EQ(plan.eager_peak(2), held + 2 * (3 * one + plan.inputs + plan.outputs));
+  EXPECT_EQ(plan.eager_peak_reading(0), plan.eager_peak(1) + 2 * one);
+  EXPECT_EQ(plan.eager_peak_reading(3), plan.eager_peak(4) + 2 * one);
+  EXPECT_NE(plan.str().find("eager"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tide
