@@ -10,6 +10,7 @@
 #include "trace/backend.h"
 #include "trace/planner.h"
 #include "trace/recorder.h"
+#include "trace/remat.h"
 #include "trace/replay.h"
 
 namespace tide::trace {
@@ -39,6 +40,7 @@ struct FunctionCore::Entry {
   std::shared_ptr<Graph> graph;
   PlanSummary plan;
   int fused = 0;
+  RematReport remat;
 };
 
 namespace {
@@ -130,6 +132,8 @@ std::shared_ptr<Graph> FunctionCore::trace(const Signature& sig, std::span<const
   if (opt_.verify) g->reference = g->nodes;
   e->fused = fuse(*g, opt_.fusion);
   g->streams = opt_.streams;
+  if (opt_.memory_budget) e->remat = fit_budget(*g, opt_.memory_budget);
+  stats_.remat = e->remat;  // memory_plan() reports it before any call
   e->plan = plan(*g);
   prepare_replay(*g);
   backend_for(g->device).prepare(*g, backend_state_);
@@ -220,6 +224,7 @@ std::vector<Tensor> FunctionCore::call(Signature sig, std::span<const Tensor> ar
   stats_.output_bytes = e.plan.output_bytes;
   stats_.persistent_bytes = e.plan.persistent_bytes;
   stats_.critical_path = g->deps.critical_path;
+  stats_.remat = e.remat;
   const Backend& backend = backend_for(g->device);
   if (backend.runs_eagerly(*g, args)) {
     ++stats_.eager_calls;

@@ -25,6 +25,7 @@
 #include "core/tensor.h"
 #include "trace/fusion.h"
 #include "trace/memory_plan.h"
+#include "trace/remat.h"
 
 namespace tide::trace {
 
@@ -56,6 +57,12 @@ struct Options {
   // are the same whatever it is. At most 1024: each iteration is a copy of the body's
   // nodes in the graph. Loops on the CPU, and fused one-kernel loops, ignore it.
   int loop_unroll = 0;
+  // Bytes the planned peak (MemoryPlan::peak()) should fit in; 0: no budget. Over it, the
+  // planner recomputes cheap elementwise activations before their backward uses instead of
+  // keeping them (trace/remat.h: the heuristic), with the same results bit for bit;
+  // stats().remat says what it chose and whether the budget was met. Sequential CPU traces
+  // only (streams = 1); elsewhere it is ignored and stats().remat says so.
+  size_t memory_budget = 0;
 };
 
 // One argument of a signature.
@@ -108,6 +115,9 @@ struct FunctionStats {
   // everything; read it after a sync.
   size_t measured_call_bytes = 0;
   int critical_path = 0;  // kernels on the longest chain of dependencies
+  // With Options::memory_budget: what the planner recomputed for the last traced signature,
+  // its planned peak before and after, and whether the budget was met (trace/remat.h).
+  RematReport remat;
   // On a GPU, the CUDA graph of the last call's signature, once its first replay ran (read
   // after a sync): its nodes (kernels plus input and output copies; 0 when none was
   // built), and why the nodes are launched one by one instead ("" when the graph runs).

@@ -60,6 +60,9 @@ struct Node {
   // On a GPU, a node that adds its own nodes to the CUDA graph instead of being captured
   // (a loop: a WHILE node and its body; trace/cuda/device_graph.h).
   std::shared_ptr<GraphPiece> piece;
+  // A copy of an earlier node placed by the memory budget (trace/remat.h): it writes this
+  // value again, which is dead between its previous accesses and here. -1 for the others.
+  int recomputes = -1;
 };
 
 // Philox counters a random op reads at run time: refreshed from `gen` on every replay.

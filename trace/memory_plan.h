@@ -47,9 +47,7 @@ struct MemoryPlan {
   // (per_batch: 0; bounded:K: K), so that the next step is queued while the read step's
   // remainder (unshared_after_outputs) may not have run: lag + 1 whole steps and one
   // remainder.
-  size_t eager_peak_reading(int lag) const {
-    return eager_peak(lag + 1) + unshared_after_outputs;
-  }
+  size_t eager_peak_reading(int lag) const { return eager_peak(lag + 1) + unshared_after_outputs; }
   // One line per role, with MB of 2^20 bytes.
   std::string str() const;
 };

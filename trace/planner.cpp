@@ -15,13 +15,21 @@ namespace tide::trace {
 namespace {
 constexpr size_t kAlign = 64;
 size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-bool overlaps(const Value& a, const Value& b) { return a.first <= b.last && b.first <= a.last; }
+using Spans = std::vector<std::pair<int, int>>;
+bool overlaps(const Spans& a, const Spans& b) {
+  for (auto [f, l] : a)
+    for (auto [f2, l2] : b)
+      if (f <= l2 && f2 <= l) return true;
+  return false;
+}
 }  // namespace
 
-PlanSummary plan(Graph& g) {
+PlanSummary layout(Graph& g) {
   g.deps = dependencies(g);
-  // Lifetimes: the first and last node touching each value.
+  // Lifetimes: the first and last node touching each value, and the spans between them in
+  // which it is alive (a value the memory budget recomputes is dead in between).
   const std::vector<std::vector<int>> acc = accessors(g);
+  const std::vector<Spans> spans = live_spans(g, acc);
   for (size_t i = 0; i < g.values.size(); ++i) {
     g.values[i].first = acc[i].empty() ? -1 : acc[i].front();
     g.values[i].last = acc[i].empty() ? -1 : acc[i].back();
@@ -55,9 +63,9 @@ PlanSummary plan(Graph& g) {
     return true;
   };
   auto conflict = [&](int a, int b) {
-    const Value &v = g.values[size_t(a)], &w = g.values[size_t(b)];
-    if (!reach) return overlaps(v, w);
-    return overlaps(v, w) || !(before(a, b) || before(b, a));
+    const bool both = overlaps(spans[size_t(a)], spans[size_t(b)]);
+    if (!reach) return both;
+    return both || !(before(a, b) || before(b, a));
   };
   std::vector<int> placed;
   for (int id : order) {
@@ -83,16 +91,19 @@ PlanSummary plan(Graph& g) {
   s.intermediates = int(order.size());
   g.arena_bytes = s.arena_bytes;
   g.unplanned_bytes = s.unplanned_bytes;
+  return s;
+}
+
+PlanSummary plan(Graph& g) {
+  PlanSummary s = layout(g);
   if (s.arena_bytes) {
     tide::detail::CapturePause pause;
     memory::RoleScope role(memory::Role::trace_arena);
     g.arena = Allocator::get(g.device).allocate(s.arena_bytes, "trace");
   }
   auto* base = g.arena ? static_cast<unsigned char*>(g.arena->data()) : nullptr;
-  for (int id : order) {
-    Value& v = g.values[size_t(id)];
-    v.storage->rebind(base + v.offset);
-  }
+  for (Value& v : g.values)
+    if (v.kind == ValueKind::intermediate && v.first >= 0) v.storage->rebind(base + v.offset);
   return s;
 }
 
@@ -142,34 +153,28 @@ std::string check_parallel_sharing(const Graph& g) {
 }  // namespace
 
 std::string check_plan(const Graph& g) {
-  // Lifetimes again, from the nodes.
-  std::vector<int> first(g.values.size(), -1), last(g.values.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    auto touch = [&](int id) {
-      if (first[size_t(id)] < 0) first[size_t(id)] = int(i);
-      last[size_t(id)] = int(i);
-    };
-    for (int id : g.nodes[i].reads) touch(id);
-    for (int id : g.nodes[i].writes) touch(id);
-  }
-  std::vector<int> live;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    std::erase_if(live, [&](int id) { return last[size_t(id)] < int(i); });
-    for (size_t id = 0; id < g.values.size(); ++id) {
-      const Value& v = g.values[id];
-      if (v.kind != ValueKind::intermediate || first[id] != int(i)) continue;
-      if (v.offset < 0 || size_t(v.offset) + v.bytes > g.arena_bytes)
-        return "value " + std::to_string(id) + " lies outside the arena";
-      for (int w : live) {
-        const Value& o = g.values[size_t(w)];
-        bool disjoint = size_t(v.offset) + v.bytes <= size_t(o.offset) ||
-                        size_t(o.offset) + o.bytes <= size_t(v.offset);
-        if (!disjoint)
-          return "values " + std::to_string(w) + " and " + std::to_string(id) +
-                 " are alive together at node " + std::to_string(i) + " but share bytes";
-      }
-      live.push_back(int(id));
+  // Lifetimes again, from the nodes: each intermediate's live spans, swept in program order.
+  const std::vector<Spans> spans = live_spans(g, accessors(g));
+  std::vector<std::pair<std::pair<int, int>, int>> starts;  // {span, value}
+  for (size_t id = 0; id < g.values.size(); ++id)
+    if (g.values[id].kind == ValueKind::intermediate)
+      for (auto span : spans[id]) starts.push_back({span, int(id)});
+  std::sort(starts.begin(), starts.end());
+  std::vector<std::pair<int, int>> live;  // {last, value}
+  for (auto [span, id] : starts) {
+    std::erase_if(live, [&](const std::pair<int, int>& l) { return l.first < span.first; });
+    const Value& v = g.values[size_t(id)];
+    if (v.offset < 0 || size_t(v.offset) + v.bytes > g.arena_bytes)
+      return "value " + std::to_string(id) + " lies outside the arena";
+    for (auto [last, w] : live) {
+      const Value& o = g.values[size_t(w)];
+      bool disjoint = size_t(v.offset) + v.bytes <= size_t(o.offset) ||
+                      size_t(o.offset) + o.bytes <= size_t(v.offset);
+      if (!disjoint && w != id)
+        return "values " + std::to_string(w) + " and " + std::to_string(id) +
+               " are alive together at node " + std::to_string(span.first) + " but share bytes";
     }
+    live.push_back({span.second, id});
   }
   if (g.concurrent()) return check_parallel_sharing(g);
   return {};

@@ -25,6 +25,9 @@ struct PlanSummary {
 // parallel branches never write each other's buffers (the arena may grow). Throws
 // "[trace]" if the arena cannot be allocated.
 PlanSummary plan(Graph& g);
+// The same without allocating or binding the arena: sets the lifetimes, the offsets and
+// g.arena_bytes (the memory budget tries layouts: trace/remat.h).
+PlanSummary layout(Graph& g);
 
 // An independent check of a plan: walks the program, tracks which intermediates are alive
 // at each node (from the nodes' reads and writes, not from the stored lifetimes) and

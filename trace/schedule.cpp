@@ -63,4 +63,23 @@ std::vector<std::vector<int>> accessors(const Graph& g) {
   return acc;
 }
 
+std::vector<std::vector<std::pair<int, int>>> live_spans(const Graph& g,
+                                                         const std::vector<std::vector<int>>& acc) {
+  std::vector<std::vector<std::pair<int, int>>> spans(acc.size());
+  for (size_t v = 0; v < acc.size(); ++v) {
+    const std::vector<int>& a = acc[v];
+    if (a.empty()) continue;
+    int start = a.front(), prev = a.front();
+    for (size_t k = 1; k < a.size(); ++k) {
+      if (g.nodes[size_t(a[k])].recomputes == int(v)) {
+        spans[v].push_back({start, prev});
+        start = a[k];
+      }
+      prev = a[k];
+    }
+    spans[v].push_back({start, prev});
+  }
+  return spans;
+}
+
 }  // namespace tide::trace

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "trace/graph.h"
@@ -37,5 +38,11 @@ class Reachability {
 
 // The nodes that touch each value, in program order.
 std::vector<std::vector<int>> accessors(const Graph& g);
+
+// Each value's live spans {first, last} in program order, from its accessors `acc`: one
+// span from its first to its last access, split before every node that recomputes it
+// (Node::recomputes), where it is dead in between. Empty for a value no node touches.
+std::vector<std::vector<std::pair<int, int>>> live_spans(const Graph& g,
+                                                         const std::vector<std::vector<int>>& acc);
 
 }  // namespace tide::trace

@@ -87,6 +87,7 @@ struct TrainArgs {
   double lr = 1e-3;
   bool recompute = false, keep_last = false, plan_only = false;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
+  int64_t memory_budget_mb = 0;   // --memory-budget (traced): 0 none
 };
 
 TrainArgs parse_train(const Args& args) {
@@ -148,12 +149,16 @@ TrainArgs parse_train(const Args& args) {
       a.plan_only = true;
     } else if (o == "--dtype") {
       a.autocast = take_dtype_option(args, i);
+    } else if (o == "--memory-budget") {
+      a.memory_budget_mb = take_int_option(args, i, 1, 1 << 24);
     } else {
       throw UsageError("unknown option '" + o + "'");
     }
   }
   if (a.warmup > a.steps) a.warmup = a.steps;
   if (a.plan_only && a.mode != "traced") throw UsageError("--plan-only needs --mode traced");
+  if (a.memory_budget_mb && a.mode != "traced")
+    throw UsageError("--memory-budget needs --mode traced (eager: --recompute)");
   return a;
 }
 
@@ -306,7 +311,10 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     }
     return loss.detach();
   };
-  auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
+  auto traced_step =
+      trace::function(step, {.name = "gpt_step",
+                             .warmup_calls = 1,
+                             .memory_budget = size_t(a.memory_budget_mb) * 1024 * 1024});
   const bool traced = a.mode == "traced";
 
   auto val_loss = [&] {
@@ -355,6 +363,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       plan = traced_step.memory_plan(b.x, b.y);
       std::cerr << (bar.enabled() ? "\n" : "");
       out << "planned step: " << plan->str() << std::endl;
+      if (a.memory_budget_mb) out << traced_step.stats().remat.str() << std::endl;
       if (a.plan_only) return 0;
     }
     Tensor loss = traced ? traced_step(b.x, b.y) : step(b.x, b.y);
@@ -477,6 +486,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"activation_peak_bytes", activations},
                         {"recompute", a.recompute},
                         {"dtype", a.autocast ? std::string(name(*a.autocast)) : "float32"},
+                        {"memory_budget_mb", a.memory_budget_mb},
                         {"mode", a.mode},
                         {"device", device.str()},
                         {"steps", a.steps},

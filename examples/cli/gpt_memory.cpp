@@ -68,8 +68,9 @@ MemoryArgs parse_memory(const Args& args) {
           throw UsageError(std::string("--policies: ") + e.what());
         }
         if (a.policies.back().kind == train::SyncPolicy::none)
-          throw UsageError("--policies: none grows with every step queued; use per_batch or "
-                           "bounded:K");
+          throw UsageError(
+              "--policies: none grows with every step queued; use per_batch or "
+              "bounded:K");
         if (a.policies.back().kind == train::SyncPolicy::bounded && a.policies.back().k > 16)
           throw UsageError("--policies: bounded:K needs K from 1 to 16");
       }
@@ -90,7 +91,8 @@ MemoryArgs parse_memory(const Args& args) {
     if (p.kind == train::SyncPolicy::bounded && a.steps < p.k + 4)
       throw UsageError("--steps " + std::to_string(a.steps) + " is too few for " + p.str() +
                        ": the measured steps reach their steady state after K + 2 steps "
-                       "(use --steps " + std::to_string(p.k + 4) + " or more)");
+                       "(use --steps " +
+                       std::to_string(p.k + 4) + " or more)");
   return a;
 }
 
@@ -146,13 +148,13 @@ trace::MemoryPlan plan_at(int64_t block, int64_t b, int64_t t, Device device) {
 }
 
 struct Measured {
-  size_t peak = 0;     // the allocator's peak after the warm-up steps
+  size_t peak = 0;    // the allocator's peak after the warm-up steps
   size_t queued = 0;  // the most bytes held by queued work, sampled after each step
 };
 
 // Trains `steps` eager steps after the warm-up under the policy's loss reads.
-Measured measure_at(int64_t block, int64_t b, int64_t t, const train::Policy& policy,
-                    int64_t steps, Device device) {
+Measured measure_at(int64_t block, int64_t b, int64_t t, const train::Policy& policy, int64_t steps,
+                    Device device) {
   Run r(block, device);
   Allocator& alloc = Allocator::get(device);
   std::vector<Tensor> losses;
@@ -194,8 +196,8 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
                  "allocated at execution, a queued step holds almost nothing\n";
 
   Table table("gpt memory: predicted (from the recorded step, before running) and measured",
-              {"context", "policy", "peak MB predicted", "measured", "ratio",
-               "queued MB predicted", "measured", "ratio", "step MB", "traced MB"});
+              {"context", "policy", "peak MB predicted", "measured", "ratio", "queued MB predicted",
+               "measured", "ratio", "step MB", "traced MB"});
   std::string csv =
       "context,policy,predicted_peak_bytes,measured_peak_bytes,predicted_queued_bytes,"
       "measured_queued_bytes,state_bytes,step_bytes,traced_bytes\n";
@@ -231,13 +233,15 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
       measured[k].y.push_back(mb(m.peak));
     }
   }
-  table.note("predicted: the training state (parameters, gradients, AdamW's moments) plus, "
-             "for a policy that reads each step's loss L steps after queueing it (per_batch 0, "
-             "bounded:K K), L + 1 whole steps (step MB: every intermediate, unshared) and the "
-             "part of the read step still needed after its loss");
-  table.note("queued: the bytes of the storages queued ops reference (the engine's count, "
-             "sampled after each step is queued); predicted as the peak, since the queued steps "
-             "read every parameter and write every gradient and moment");
+  table.note(
+      "predicted: the training state (parameters, gradients, AdamW's moments) plus, "
+      "for a policy that reads each step's loss L steps after queueing it (per_batch 0, "
+      "bounded:K K), L + 1 whole steps (step MB: every intermediate, unshared) and the "
+      "part of the read step still needed after its loss");
+  table.note(
+      "queued: the bytes of the storages queued ops reference (the engine's count, "
+      "sampled after each step is queued); predicted as the peak, since the queued steps "
+      "read every parameter and write every gradient and moment");
   table.note("measured peak: the allocator's, over the steps after the warm-up");
   table.note("traced MB: the same step traced (its planned peak, shared arena), for comparison");
   table.print(std::cout);

@@ -89,7 +89,7 @@ const Command kCommands[] = {
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
      "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] "
-     "[--dtype float32|bfloat16|float16] | sample --load F [--prompt "
+     "[--dtype float32|bfloat16|float16] [--memory-budget MB] | sample --load F [--prompt "
      "S] [--tokens N] "
      "[--temperature X] "
      "[--top-k K] | memory [--contexts 64,128,...] [--policies per_batch,bounded:K] [--batch B] "
@@ -109,6 +109,8 @@ const Command kCommands[] = {
      "  --recompute   recompute each block in backward instead of keeping its\n"
      "                activations (less memory, the same results bit for bit)\n"
      "  --recompute-keep-last  the same for every block but the last\n"
+     "  --memory-budget MB  with --mode traced: the planner recomputes cheap elementwise\n"
+     "                activations until the step's planned peak fits in MB (same results)\n"
      "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
      "                step's memory by role as planned before it runs, and stop\n" +
          std::string(kDtypeHelp) +
@@ -122,12 +124,12 @@ const Command kCommands[] = {
          "  --load F      a model written by train --save\n"
          "  --prompt S    the text to continue (default a newline)\n"
          "  --tokens N, --temperature X, --top-k K, --seed S  (defaults 200, 1.0, 0 = all, 0)\n"
-     "  memory (the step's memory by context and sync policy, predicted and measured):\n"
-     "  --contexts L  context lengths (default 64,128,256,512,1024)\n"
-     "  --policies P  per_batch and/or bounded:K, K up to 16 (default per_batch,bounded:2)\n"
-     "  --batch B, --steps N  windows per step; measured steps after 2 warm-up, at least\n"
-     "                K + 4 (defaults 8, 8)\n"
-     "  --csv F, --svg F  every row; the peaks by context\n",
+         "  memory (the step's memory by context and sync policy, predicted and measured):\n"
+         "  --contexts L  context lengths (default 64,128,256,512,1024)\n"
+         "  --policies P  per_batch and/or bounded:K, K up to 16 (default per_batch,bounded:2)\n"
+         "  --batch B, --steps N  windows per step; measured steps after 2 warm-up, at least\n"
+         "                K + 4 (defaults 8, 8)\n"
+         "  --csv F, --svg F  every row; the peaks by context\n",
      gpt_main},
 };
 
