@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import time
 
@@ -63,12 +64,23 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
+    checkpoint = False  # each block under torch.utils.checkpoint
+
     def forward(self, ids, targets):
         x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
         for b in self.h:
-            x = b(x)
+            if self.checkpoint and self.training:
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+            else:
+                x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.T
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def rss_now_mb():
+    """The process's resident set now (Linux /proc), in MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def lr_at(it, lr, min_lr, warmup, decay):
@@ -94,6 +106,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="run each block under torch.utils.checkpoint (recomputed in backward)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(os.cpu_count())
@@ -123,6 +137,7 @@ def main():
         return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
     model = GPT(n_vocab, block, layers, heads, width).to(dev)
+    model.checkpoint = a.checkpoint
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -136,6 +151,7 @@ def main():
         model.train()
         return v
 
+    rss_start_mb = rss_now_mb()
     times, losses, vl, train_s = [], [], None, 0.0
     for it in range(a.steps):
         for g in opt.param_groups:
@@ -162,7 +178,9 @@ def main():
                       "steps": a.steps, "ms_per_step": ms,
                       "tokens_per_s": a.batch * a.ctx / (ms / 1e3),
                       "train_loss": statistics.fmean(losses[-50:]), "val_loss": vl,
-                      "train_seconds": train_s, "threads": torch.get_num_threads()}))
+                      "train_seconds": train_s, "threads": torch.get_num_threads(),
+                      "checkpoint": a.checkpoint, "rss_start_mb": rss_start_mb,
+                      "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 if __name__ == "__main__":

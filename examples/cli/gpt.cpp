@@ -43,6 +43,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include "core/memory_probe.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
@@ -195,6 +198,13 @@ void write_text(const std::string& opt, const std::string& path, const std::stri
 
 double mb(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
+// The process's highest resident set so far (getrusage; Linux reports KiB).
+size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return size_t(u.ru_maxrss) * 1024;
+}
+
 // The allocator bytes of the training state: each parameter's block and its gradient's, and
 // AdamW's two moments per parameter (blocks of the parameter's size; Adam keeps them private).
 size_t training_state_bytes(const nn::Module& model) {
@@ -343,6 +353,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   auto bar_ptr = rank == 0 ? std::make_unique<train::ProgressBar>("train", a.steps)
                            : std::make_unique<train::ProgressBar>("train", a.steps, silent, false);
   train::ProgressBar& bar = *bar_ptr;
+  const size_t rss_start = process_rss_bytes();  // for the peers' RSS comparisons
   const auto t_start = Clock::now();
   auto t_half = t_start;
   double eval_s = 0;
@@ -481,6 +492,8 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"val_loss", vals.back().second},
                         {"peak_mb", mb(peak)},
                         {"peak_bytes", peak},
+                        {"rss_start_bytes", rss_start},
+                        {"rss_peak_bytes", peak_rss_bytes()},
                         {"steady_peak_bytes", steady_peak},
                         {"state_bytes", state},
                         {"activation_peak_bytes", activations},
