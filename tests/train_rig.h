@@ -3,16 +3,40 @@
 // traced training steps against eager on each device (tests/trace, tests/cuda).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <vector>
 
 #include "nn/nn.h"
+#include "ops/creation.h"
+#include "ops/debug.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
 namespace tide::test_util {
+
+// Runs `queue` with the worker held by a gate queued first, then opens the gate and waits for
+// everything: true when `queue` returned without waiting for queued work. Had a call waited,
+// it would have waited for the gate, whose body gives up after 20 s: false, not a hang. Needs
+// the asynchronous engine (SynchronousGuard(false)).
+inline bool queues_without_waiting(const std::function<void()>& queue) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> timed_out{false};
+  Tensor hold = tide::zeros({1});
+  debug::gate(hold, [&] {
+    if (released.wait_for(std::chrono::seconds(20)) != std::future_status::ready) timed_out = true;
+  });
+  queue();
+  release.set_value();
+  wait_all();
+  return !timed_out;
+}
 
 struct TrainRig {
   std::shared_ptr<nn::Sequential> model;

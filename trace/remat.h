@@ -24,8 +24,8 @@ namespace tide::trace {
 struct Graph;
 
 struct RematReport {
-  size_t budget = 0;     // 0: no budget was asked for
-  bool applied = false;  // false on a concurrent graph, which is left as it is
+  size_t budget = 0;                       // 0: no budget was asked for
+  bool applied = false;                    // false on a concurrent graph, which is left as it is
   size_t peak_before = 0, peak_after = 0;  // the planned peak (MemoryPlan::peak())
   int recomputed = 0;                      // nodes added
   size_t bytes = 0;                        // the recomputed values' bytes

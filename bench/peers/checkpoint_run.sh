@@ -49,10 +49,7 @@ run_one() {  # config round -> one JSON line appended to $out/results.jsonl
   echo "   round $2: $c done"
 }
 
-n=${#configs[@]}
-for ((r = 1; r <= rounds; r++)); do
-  for ((i = 0; i < n; i++)); do run_one "${configs[$(((i + r) % n))]}" "$r"; done
-done
+peers_rotated_rounds "$rounds" "${configs[@]}"
 "$py" - "$out/results.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

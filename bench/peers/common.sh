@@ -65,3 +65,14 @@ peers_context() {
     printf '%s\n' "$@"
   } | tee "$out/context.txt"
 }
+
+# Runs `run_one CONFIG ROUND` for every config in every round, the order rotated by one per
+# round so that no config always runs first. Usage: peers_rotated_rounds ROUNDS CONFIG...
+peers_rotated_rounds() {
+  local rounds=$1 r i
+  shift
+  local configs=("$@") n=$#
+  for ((r = 1; r <= rounds; r++)); do
+    for ((i = 0; i < n; i++)); do run_one "${configs[$(((i + r) % n))]}" "$r"; done
+  done
+}

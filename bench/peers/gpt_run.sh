@@ -46,10 +46,7 @@ run_one() {  # mode -> one JSON line appended to $out/results.jsonl
   echo "{\"round\": $2, \"config\": \"$mode\", \"result\": $line}" | tee -a "$out/results.jsonl"
 }
 
-n=${#modes[@]}
-for ((r = 1; r <= rounds; r++)); do
-  for ((i = 0; i < n; i++)); do run_one "${modes[$(((i + r) % n))]}" "$r"; done
-done
+peers_rotated_rounds "$rounds" "${modes[@]}"
 "$py" - "$out/results.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

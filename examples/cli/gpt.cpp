@@ -30,6 +30,8 @@
 // averages the gradients after each backward (inside the traced step with --mode traced),
 // and the losses printed are means over the ranks; rank 0 alone prints, samples and saves.
 // Not done here: checkpoints during training, resuming.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -42,8 +44,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <sys/resource.h>
 
 #include "core/memory_probe.h"
 #include "dist/data_parallel.h"

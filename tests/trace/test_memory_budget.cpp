@@ -92,9 +92,9 @@ TEST(MemoryBudget, ABudgetedGptStepEqualsEager) {
     plain_peak = f.memory_plan(x, y).peak();
   }
   test_util::GptRig rig(cfg, Device::cpu(), 7, sched);
-  auto f = trace::function([&](const Tensor& x, const Tensor& y) { return rig.step(x, y); },
-                           {.name = "gpt_budget", .warmup_calls = 1,
-                            .memory_budget = plain_peak * 9 / 10});
+  auto f = trace::function(
+      [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); },
+      {.name = "gpt_budget", .warmup_calls = 1, .memory_budget = plain_peak * 9 / 10});
   std::vector<float> losses;
   for (int i = 0; i < 5; ++i) {
     auto [x, y] = batch(i);
