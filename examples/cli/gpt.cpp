@@ -371,6 +371,9 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     const auto t0 = Clock::now();
     train::Batch b = train_data->next();
     if (traced && !plan && traced_step.stats().calls == 1) {
+      // The warm-up step's backward may still be queued: let it finish first, so that the
+      // recording reuses its freed blocks instead of adding to them.
+      wait_all();
       plan = traced_step.memory_plan(b.x, b.y);
       std::cerr << (bar.enabled() ? "\n" : "");
       out << "planned step: " << plan->str() << std::endl;
