@@ -43,13 +43,14 @@ struct HazardState {
 
 class Storage {
  public:
-  // The memory. A deferred storage without a block yet takes one now (see materialize);
-  // every other storage just returns its pointer (a slot's may be null until bound).
+  // The memory. A deferred storage without a block yet takes one now (see materialize), and
+  // so does a slot's lazy backing (own_lazy_backing); every other storage just returns its
+  // pointer (a slot's may be null until bound).
   void* data() const {
     void* p = data_.load(std::memory_order_relaxed);
-    if (p || !is_deferred()) [[likely]]
+    if (p || size_class_ >= 0) [[likely]]
       return p;
-    return materialize(nullptr, !running_a_task());
+    return is_deferred() ? materialize(nullptr, !running_a_task()) : slot_backing_data();
   }
   // A deferred storage (Engine::set_allocation(Allocation::at_execution)): made by
   // Allocator::allocate_deferred with no memory, it takes its block from its allocator on
@@ -85,6 +86,10 @@ class Storage {
     owned_.store(block, std::memory_order_relaxed);
     data_.store(block->data(), std::memory_order_relaxed);
   }
+  // Slots only: makes `block` (a deferred allocator storage: Allocator::allocate_deferred)
+  // this slot's memory without taking it yet: the first data() call takes it (a host fill
+  // while a trace records), and a slot no one reads the memory of never holds any.
+  void own_lazy_backing(Storage* block) { owned_.store(block, std::memory_order_relaxed); }
   // Slots and deferred storages: the block they own, or nullptr.
   const Storage* backing() const { return owned_.load(std::memory_order_acquire); }
   // Slots only: gives up the owned block (returns it, with its reference, or nullptr).
@@ -129,6 +134,14 @@ class Storage {
   // True on a thread running a task (a worker, or a waiter running one): materialize may
   // not wait there.
   static bool running_a_task();
+  // A slot's data() before it is bound: its lazy backing's memory (taken now), or nullptr.
+  void* slot_backing_data() const {
+    Storage* b = owned_.load(std::memory_order_acquire);
+    if (!b) return nullptr;
+    void* p = b->data();
+    data_.store(p, std::memory_order_relaxed);
+    return p;
+  }
   static constexpr int kSlot = -1;
   static constexpr int kDeferred = -2;
 

@@ -22,17 +22,6 @@ const char* name(ValueKind k) {
   return "?";
 }
 
-namespace {
-constexpr unsigned char kUnfilled = 0xA5;  // recording-time memory no host code wrote
-
-bool host_filled(const Storage& backing, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(backing.data());
-  for (size_t i = 0; i < bytes; ++i)
-    if (p[i] != kUnfilled) return true;
-  return false;
-}
-}  // namespace
-
 Recorder::Recorder(std::string what) : what_(std::move(what)), g_(std::make_shared<Graph>()) {}
 
 Recorder::~Recorder() = default;
@@ -89,13 +78,14 @@ StorageRef Recorder::allocate(size_t bytes, Device device, const char* op) {
   StorageRef block;
   {
     tide::detail::CapturePause pause;  // the recorder's own memory is a real allocation
-    block = Allocator::get(device).allocate(bytes, op);
+    // Deferred: no memory until host code touches the tensor's bytes while recording (a
+    // fill from host data); the values only ops touch never take any, so recording a step
+    // costs next to nothing.
+    block = Allocator::get(device).allocate_deferred(bytes, op);
   }
-  // Poison the recording-time memory so finish() can tell what host code filled (see there).
-  if (device.is_cpu() && bytes) std::memset(block->data(), kUnfilled, bytes);
   Storage* slot = Storage::make_slot(bytes, device);
   block->retain();  // the slot owns one reference until finish() decides
-  slot->own_backing(block.get());
+  slot->own_lazy_backing(block.get());
   StorageRef ref = StorageRef::adopt(slot);
   ids_.emplace(slot, int(g_->values.size()));
   Value v;
@@ -214,16 +204,12 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
     for (int v : n.reads) ++g.values[size_t(v)].num_readers;
     for (int v : n.writes) ++g.values[size_t(v)].num_writers;
   }
-  // Per value: the first node touching it, and whether that node reads it.
+  // Per value: the first node touching it.
   std::vector<int> first(g.values.size(), -1);
-  std::vector<bool> read_first(g.values.size(), false);
   for (size_t n = 0; n < g.nodes.size(); ++n)
     for (const std::vector<int>* list : {&g.nodes[n].reads, &g.nodes[n].writes})
       for (int v : *list)
-        if (first[size_t(v)] < 0 || first[size_t(v)] == int(n)) {
-          first[size_t(v)] = int(n);
-          if (list == &g.nodes[n].reads) read_first[size_t(v)] = true;
-        }
+        if (first[size_t(v)] < 0) first[size_t(v)] = int(n);
   std::vector<std::vector<Node>> inits(g.nodes.size());  // per node: to run before it
   for (size_t i = 0; i < g.values.size(); ++i) {
     Value& v = g.values[i];
@@ -244,10 +230,11 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
       // range or a fresh output buffer per call), so a replay would see whatever that
       // memory held. Keep a private copy of the trace-time bytes and copy it into the
       // value's buffer, on every replay, just before the first node touching it: as
-      // eager does, where the fill runs on every call. Host-filled: the first node reads
-      // the value, or its memory is no longer all kUnfilled (a partial first write).
-      if (b && v.bytes > 0 && v.kind != ValueKind::dead && first[i] >= 0 && b->device().is_cpu() &&
-          (read_first[i] || host_filled(*b, v.bytes))) {
+      // eager does, where the fill runs on every call. Host-filled: its lazy backing holds
+      // memory, which only host code touching the bytes takes (Recorder::allocate); a
+      // value the first node reads without any host fill was never defined, in eager too.
+      if (b && b->resident() && v.bytes > 0 && v.kind != ValueKind::dead && first[i] >= 0 &&
+          b->device().is_cpu()) {
         auto bytes = std::make_shared<std::vector<unsigned char>>(
             static_cast<const unsigned char*>(b->data()),
             static_cast<const unsigned char*>(b->data()) + v.bytes);
@@ -264,6 +251,8 @@ std::shared_ptr<Graph> Recorder::finish(std::vector<Tensor> outputs) {
       }
       if (b) b->release();
       v.storage->rebind(nullptr);
+    } else {
+      v.storage->data();  // state and constants keep their memory: take it now if not yet
     }
   }
   if (std::any_of(inits.begin(), inits.end(), [](auto& l) { return !l.empty(); })) {

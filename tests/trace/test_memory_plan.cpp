@@ -60,6 +60,32 @@ TEST(MemoryPlan, ATrainingStepByRoleBeforeItsFirstReplay) {
   EXPECT_NEAR(measured / planned, 1.0, 0.05) << "measured " << measured << " planned " << planned;
 }
 
+// Recording takes no memory for values only ops touch (Recorder::allocate's lazy backing):
+// tracing and planning a training step takes what the plan keeps (the arena and the state
+// the step makes), not every intermediate the step records.
+TEST(MemoryPlan, RecordingTakesOnlyWhatThePlanKeeps) {
+  test_util::TrainRig r =
+      test_util::make_rig({.sizes = {64, 512, 512, 512, 512, 512, 512, 8}, .adam = true});
+  const Tensor x = randn({1024, 64}), y = randn({1024, 8});
+  auto step = trace::function(
+      [&](const Tensor& a, const Tensor& b) { return test_util::train_step(r, a, b); },
+      {.name = "lazy_recording", .warmup_calls = 1});
+  step(x, y).item<float>();
+  wait_all();
+  Engine::get().reclaim();
+  Allocator& al = Allocator::get();
+  al.empty_cache();
+  const size_t before = al.stats().active_bytes;
+  al.reset_peak();
+  const trace::MemoryPlan plan = step.memory_plan(x, y);
+  const size_t taken = al.stats().peak_bytes - before;
+  EXPECT_LE(taken, plan.arena + plan.state + plan.outputs + plan.constants)
+      << "recording took " << taken << " bytes; the plan keeps " << plan.arena << " + "
+      << plan.state;
+  // What recording took before its values had lazy memory: every intermediate.
+  EXPECT_GT(plan.unshared, plan.arena + plan.state + plan.outputs + plan.constants);
+}
+
 TEST(MemoryPlan, RefusedBeforeTheWarmUpCalls) {
   test_util::TrainRig r = test_util::make_rig({.sizes = {8, 4}, .adam = true});
   const Tensor x = randn({2, 8}), y = randn({2, 4});
