@@ -161,7 +161,9 @@ std::string check_plan(const Graph& g) {
       for (auto span : spans[id]) starts.push_back({span, int(id)});
   std::sort(starts.begin(), starts.end());
   std::vector<std::pair<int, int>> live;  // {last, value}
-  for (auto [span, id] : starts) {
+  for (const auto& start : starts) {
+    const std::pair<int, int> span = start.first;
+    const int id = start.second;
     std::erase_if(live, [&](const std::pair<int, int>& l) { return l.first < span.first; });
     const Value& v = g.values[size_t(id)];
     if (v.offset < 0 || size_t(v.offset) + v.bytes > g.arena_bytes)
