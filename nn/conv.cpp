@@ -46,8 +46,8 @@ Conv2d::Conv2d(const Conv2dOptions& opt, Generator& gen) : opt_(opt) {
 Tensor Conv2d::forward(const Tensor& x) {
   TIDE_CHECK(x.ndim() == 4 && x.size(1) == opt_.in_channels, "Conv2d", "expected input (N, ",
              opt_.in_channels, ", H, W), got ", x.shape());
-  TIDE_CHECK(x.dtype() == opt_.param_dtype, "Conv2d", "input dtype ", x.dtype(),
-             " differs from the parameters' ", opt_.param_dtype);
+  TIDE_CHECK(x.dtype() == opt_.param_dtype || autocast::active(), "Conv2d", "input dtype ",
+             x.dtype(), " differs from the parameters' ", opt_.param_dtype);
   return conv2d(x, weight_, bias_, opt_.conv);
 }
 
@@ -70,8 +70,8 @@ BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& opt) : opt_(opt) {
 Tensor BatchNorm2d::forward(const Tensor& x) {
   TIDE_CHECK(x.ndim() == 4 && x.size(1) == opt_.num_features, "BatchNorm2d", "expected input (N, ",
              opt_.num_features, ", H, W), got ", x.shape());
-  TIDE_CHECK(x.dtype() == opt_.param_dtype, "BatchNorm2d", "input dtype ", x.dtype(),
-             " differs from the parameters' ", opt_.param_dtype);
+  TIDE_CHECK(x.dtype() == opt_.param_dtype || autocast::active(), "BatchNorm2d", "input dtype ",
+             x.dtype(), " differs from the parameters' ", opt_.param_dtype);
   const bool training = is_training();
   Tensor y = batch_norm(x, weight_, bias_, running_mean_, running_var_, training, opt_.momentum_,
                         opt_.epsilon);

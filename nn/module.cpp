@@ -156,8 +156,8 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
 Tensor Linear::forward_fused(const Tensor& x, bool relu_after) {
   TIDE_CHECK(x.ndim() == 2 && x.size(1) == opt_.in_features, "Linear", "expected input (N, ",
              opt_.in_features, "), got ", x.shape());
-  TIDE_CHECK(x.dtype() == opt_.param_dtype, "Linear", "input dtype ", x.dtype(),
-             " differs from the parameters' ", opt_.param_dtype);
+  TIDE_CHECK(x.dtype() == opt_.param_dtype || autocast::active(), "Linear", "input dtype ",
+             x.dtype(), " differs from the parameters' ", opt_.param_dtype);
   // The bias (and a following ReLU) ride on the GEMM: cuBLASLt's epilogues on a GPU, one
   // pass over the output right after OpenBLAS's GEMM on the CPU. Either saves a kernel, a
   // pass over the output and an intermediate tensor.

@@ -23,8 +23,8 @@ LayerNorm::LayerNorm(const LayerNormOptions& opt) : opt_(opt) {
 Tensor LayerNorm::forward(const Tensor& x) {
   TIDE_CHECK(x.ndim() >= 1 && x.size(x.ndim() - 1) == opt_.normalized_features, "LayerNorm",
              "expected input (..., ", opt_.normalized_features, "), got ", x.shape());
-  TIDE_CHECK(x.dtype() == opt_.param_dtype, "LayerNorm", "input dtype ", x.dtype(),
-             " differs from the parameters' ", opt_.param_dtype);
+  TIDE_CHECK(x.dtype() == opt_.param_dtype || autocast::active(), "LayerNorm", "input dtype ",
+             x.dtype(), " differs from the parameters' ", opt_.param_dtype);
   return layer_norm(x, weight_, bias_, opt_.epsilon);
 }
 

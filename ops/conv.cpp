@@ -9,6 +9,7 @@
 #include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/conv_kernels.h"
+#include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
@@ -109,6 +110,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
               Site site) {
   if (Tensor lx = x, lw = w, lb = bias; autocast::lower({&lx, &lw, &lb}, site))
     return conv2d(lx, lw, lb, opt, site);
+  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
+  if (DType h = detail::shared_half({&x, &w, &bias}); h != DType::float32) {
+    autocast::Suspend float32_path;  // the policy already chose this op's dtype
+    return detail::down(conv2d(detail::up(x), detail::up(w), detail::up(bias), opt, site), h);
+  }
   const OpId id = OpId::conv2d;
   const char* op = op_name(id);
   check_same(x, w, id);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -229,12 +230,36 @@ TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
 }
 
 // The op table's `half` column lists exactly the ops that move or convert elements without
-// arithmetic in the element type; a row that gains it must gain a test here too.
+// arithmetic in the element type, and those that compute through their float32 path
+// (ops/half_compute.h); a row that gains it must gain a test here too.
 TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
-  const std::set<OpId> accept = {OpId::zeros,     OpId::ones,  OpId::full,   OpId::arange,
-                                 OpId::from_data, OpId::clone, OpId::cast,   OpId::copy_,
-                                 OpId::reshape,   OpId::slice, OpId::select, OpId::flatten,
-                                 OpId::to};
+  const std::set<OpId> accept = {OpId::zeros,       OpId::ones,
+                                 OpId::full,        OpId::arange,
+                                 OpId::from_data,   OpId::clone,
+                                 OpId::cast,        OpId::copy_,
+                                 OpId::reshape,     OpId::slice,
+                                 OpId::select,      OpId::flatten,
+                                 OpId::to,          OpId::add,
+                                 OpId::sub,         OpId::mul,
+                                 OpId::div,         OpId::maximum,
+                                 OpId::eq,          OpId::gt,
+                                 OpId::lt,          OpId::relu_grad,
+                                 OpId::gelu_grad,   OpId::gelu_tanh_grad,
+                                 OpId::neg,         OpId::exp,
+                                 OpId::log,         OpId::sqrt,
+                                 OpId::abs,         OpId::pow,
+                                 OpId::relu,        OpId::sigmoid,
+                                 OpId::tanh,        OpId::gelu,
+                                 OpId::gelu_tanh,   OpId::add_,
+                                 OpId::sub_,        OpId::mul_,
+                                 OpId::sum,         OpId::mean,
+                                 OpId::max,         OpId::argmax,
+                                 OpId::sum_squares, OpId::matmul,
+                                 OpId::transpose,   OpId::swap_axes,
+                                 OpId::softmax,     OpId::log_softmax,
+                                 OpId::linear,      OpId::cross_entropy,
+                                 OpId::take_rows,   OpId::conv2d,
+                                 OpId::layer_norm,  OpId::scaled_dot_product_attention};
   for (const OpTraits& t : all_ops()) {
     SCOPED_TRACE(std::string(t.name));
     EXPECT_EQ(t.half, accept.count(t.id) == 1);
@@ -244,29 +269,91 @@ TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
   }
 }
 
-TEST(Half, OpsThatComputeRefuseThemAtTheCall) {
+TEST(Half, OpsWithoutAFloat32PathRefuseThemAtTheCall) {
   for (DType t : {DType::bfloat16, DType::float16}) {
     const std::string dt(name(t));
     Tensor a = ones({2, 2}, t);
-    EXPECT_TIDE_ERROR(matmul(a, a), "[matmul]", dt + " is not supported yet",
-                      "cast to float32 first");
-    EXPECT_TIDE_ERROR(sum(a), "[sum]", dt + " is not supported yet");
-    EXPECT_TIDE_ERROR(add(a, a), "[add]", dt + " is not supported yet");
-    EXPECT_TIDE_ERROR(exp(a), "[exp]", dt + " is not supported yet");
-    EXPECT_TIDE_ERROR(softmax(a), "[softmax]", dt + " is not supported yet");
-    EXPECT_TIDE_ERROR(a.add_(a), "[add_]", dt + " is not supported yet");
     EXPECT_TIDE_ERROR(randn({2}, t), "[randn]", dt + " is not supported yet");
     EXPECT_TIDE_ERROR(one_hot(from_vector<int64_t>({0, 1}, {2}), 2, t), "[one_hot]",
-                      dt + " is not supported yet");
+                      dt + " is not supported yet", "cast to float32 first");
     // The refusal comes first, on the fake GPU too.
-    for (Device d : test::case_devices()) {
-      EXPECT_TIDE_ERROR(matmul(a.to(d), a.to(d)), "[matmul]", dt + " is not supported yet");
-      EXPECT_TIDE_ERROR(sum(a.to(d)), "[sum]", dt + " is not supported yet");
-    }
+    for (Device d : test::case_devices())
+      EXPECT_TIDE_ERROR(one_hot(from_vector<int64_t>({0, 1}, {2}).to(d), 2, t), "[one_hot]",
+                        dt + " is not supported yet");
     // The op table says so before the call.
-    EXPECT_FALSE(op_supports_dtype(OpId::matmul, t));
+    EXPECT_FALSE(op_supports_dtype(OpId::one_hot, t));
+    EXPECT_TRUE(op_supports_dtype(OpId::matmul, t));
     EXPECT_TRUE(op_supports_dtype(OpId::cast, t));
-    EXPECT_TRUE(op_supports_dtype(OpId::matmul, DType::float32));
+  }
+}
+
+// Each computing op on 16-bit tensors is its float32 self between casts: the same bits as
+// cast(op(cast(x, float32)), dtype), on the CPU and the fake GPU; within the type's rounding
+// of the double result; and gradients reach 16-bit leaves in their dtype.
+TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
+  using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<const char*, Op>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"exp", [](const Tensor& a, const Tensor&) { return exp(a); }},
+      {"gelu", [](const Tensor& a, const Tensor&) { return gelu(a, GeluApprox::tanh); }},
+      {"relu", [](const Tensor& a, const Tensor&) { return relu(a); }},
+      {"scalar mul", [](const Tensor& a, const Tensor&) { return mul(a, 0.3); }},
+      {"sum", [](const Tensor& a, const Tensor&) { return sum(a); }},
+      {"mean rows", [](const Tensor& a, const Tensor&) { return mean(a, 1); }},
+      {"max rows", [](const Tensor& a, const Tensor&) { return max(a, 1); }},
+      {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a); }},
+      {"matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
+      {"matmul^T",
+       [](const Tensor& a, const Tensor& b) {
+         return matmul(a, b, {false, true});
+       }},
+      {"transpose", [](const Tensor& a, const Tensor&) { return transpose(a); }},
+  };
+  std::vector<double> va(16), vb(16);
+  for (size_t i = 0; i < va.size(); ++i) {
+    va[i] = std::sin(double(i) * 1.7) * 3.0;
+    vb[i] = std::cos(double(i) * 0.9) * 2.0 + 2.5;
+  }
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      Tensor a = from_data(va, {4, 4}, t).to(d), b = from_data(vb, {4, 4}, t).to(d);
+      Tensor fa = cast(a, DType::float32), fb = cast(b, DType::float32);
+      for (const auto& [name, op] : ops) {
+        SCOPED_TRACE(std::string(name) + " " + std::string(tide::name(t)) + " on " + d.str());
+        Tensor got = op(a, b);
+        EXPECT_EQ(got.dtype(), t);
+        EXPECT_EQ(bytes_of(got), bytes_of(cast(op(fa, fb), t)));
+      }
+    }
+    // Rounded once: matmul against the double product of the rounded inputs, within half an
+    // ulp of the type at the result's magnitude (plus float32's summation error).
+    Tensor a = from_data(va, {4, 4}, t), b = from_data(vb, {4, 4}, t);
+    std::vector<float> ra = a.to_vector<float>(), rb = b.to_vector<float>();
+    std::vector<float> got = matmul(a, b).to_vector<float>();
+    const double ulp = t == DType::bfloat16 ? 1.0 / 128 : 1.0 / 1024;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        double want = 0;
+        for (int k = 0; k < 4; ++k) want += double(ra[size_t(i * 4 + k)]) * rb[size_t(k * 4 + j)];
+        EXPECT_NEAR(got[size_t(i * 4 + j)], want, std::abs(want) * ulp * 0.5 + 1e-5)
+            << i << "," << j;
+      }
+    // Gradients land on 16-bit leaves in their dtype.
+    Tensor w = from_data(va, {4, 4}, t);
+    w.requires_grad_();
+    sum(mul(matmul(w, b), 0.5)).backward();
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(w.grad().dtype(), t);
+    // d/dw sum(0.5 * w @ b) = 0.5 * rowsum(b) along each row.
+    std::vector<float> g = w.grad().to_vector<float>();
+    for (int k = 0; k < 4; ++k) {
+      double want = 0;
+      for (int j = 0; j < 4; ++j) want += 0.5 * rb[size_t(k * 4 + j)];
+      EXPECT_NEAR(g[size_t(k)], want, std::abs(want) * ulp + 1e-5);
+    }
   }
 }
 
