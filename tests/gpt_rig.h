@@ -4,12 +4,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "nn/gpt.h"
 #include "ops/ops.h"
 #include "trace/function.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -39,14 +42,33 @@ struct GptRig {
         sched(opt, schedule) {}
 
   // One training step: forward, loss, backward, clip, schedule, AdamW. Returns the loss.
+  // With `autocast` set, the forward and loss run under Autocast(*autocast), and float16
+  // scales the loss with `scaler` (made by use_autocast).
   Tensor step(const Tensor& x, const Tensor& y) {
     opt.zero_grad();
-    Tensor loss = model.loss(x, y);
-    loss.backward();
+    Tensor loss;
+    {
+      std::optional<Autocast> amp;
+      if (autocast) amp.emplace(*autocast);
+      loss = model.loss(x, y);
+    }
+    if (scaler) scaler->scale(loss).backward();
+    else loss.backward();
+    if (scaler) scaler->unscale_(opt);
     opt.clip_grad_norm(1.0);
     sched.step();
-    opt.step();
+    if (scaler) {
+      scaler->step(opt);
+      scaler->update();
+    } else {
+      opt.step();
+    }
     return loss.detach();
+  }
+  // Mixed precision for step(): nullopt (float32), bfloat16 or float16 (with a GradScaler).
+  void use_autocast(std::optional<DType> low, Device device) {
+    autocast = low;
+    if (low == DType::float16) scaler = std::make_unique<train::GradScaler>(device);
   }
 
   // Every parameter's values, in order, read back to the host (waits).
@@ -63,6 +85,8 @@ struct GptRig {
   nn::GPT model;
   train::AdamW opt;
   train::WarmupCosine sched;
+  std::optional<DType> autocast;
+  std::unique_ptr<train::GradScaler> scaler;
 
  private:
   static nn::GPT& moved(nn::GPT& m, Device device) {
@@ -79,11 +103,14 @@ struct GptSteps {
 };
 
 // `steps` training steps of a fresh GptRig(config, device, seed, schedule), step i on the
-// batch batch(i), eager or traced (trace::function, one warm-up call). Reads each loss.
+// batch batch(i), eager or traced (trace::function, one warm-up call), in float32 or under
+// `autocast`. Reads each loss.
 inline GptSteps run_gpt_steps(const nn::GPTConfig& config, Device device, uint64_t seed,
                               const WarmupCosineOptions& schedule, int steps, bool traced,
-                              const std::function<std::pair<Tensor, Tensor>(int)>& batch) {
+                              const std::function<std::pair<Tensor, Tensor>(int)>& batch,
+                              std::optional<DType> autocast = std::nullopt) {
   GptRig rig(config, device, seed, schedule);
+  rig.use_autocast(autocast, device);
   auto step = [&](const Tensor& x, const Tensor& y) { return rig.step(x, y); };
   auto traced_step = trace::function(step, {.name = "gpt_step", .warmup_calls = 1});
   GptSteps out;
