@@ -8,7 +8,10 @@ namespace tide::nn {
 namespace {
 
 // target reshaped to pred's shape (Gluon's reshape_like), after the checks.
-Tensor diff(const Tensor& pred, const Tensor& target, const char* op) {
+Tensor diff(const Tensor& pred_in, const Tensor& target_in, const char* op) {
+  // Under autocast a loss runs in float32 (ops/autocast.h).
+  Tensor pred = pred_in, target = target_in;
+  autocast::raise({&pred, &target});
   TIDE_CHECK(pred.numel() == target.numel(), op, "pred ", pred.shape(), " and target ",
              target.shape(), " have different numbers of elements");
   TIDE_CHECK(pred.dtype() == target.dtype(), op, "pred dtype ", pred.dtype(),

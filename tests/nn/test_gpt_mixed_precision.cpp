@@ -34,7 +34,9 @@ void check(Device d, DType low) {
   EXPECT_NE(eager.losses, f32.losses) << "autocast changed nothing";
 }
 
-TEST(GPTMixedPrecision, Bfloat16TracedEqualsEagerAndLearns) { check(Device::cpu(), DType::bfloat16); }
+TEST(GPTMixedPrecision, Bfloat16TracedEqualsEagerAndLearns) {
+  check(Device::cpu(), DType::bfloat16);
+}
 
 TEST(GPTMixedPrecision, Float16WithLossScalingTracedEqualsEagerAndLearns) {
   check(Device::cpu(), DType::float16);
