@@ -98,12 +98,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (Tensor lq = q, lk = k, lv = v; autocast::lower({&lq, &lk, &lv}, site))
     return scaled_dot_product_attention(lq, lk, lv, causal, scale, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&q, &k, &v}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(scaled_dot_product_attention(detail::up(q), detail::up(k), detail::up(v),
-                                                     causal, scale, site),
-                        h);
-  }
+  if (DType h = detail::shared_half({&q, &k, &v}); h != DType::float32)
+    return detail::in_float32(h, [&] {
+      return scaled_dot_product_attention(detail::up(q), detail::up(k), detail::up(v), causal,
+                                          scale, site);
+    });
   AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
   autograd::record(OpId::scaled_dot_product_attention, f.out, {&q, &k, &v},
                    [q = q.detach(), k = k.detach(), v = v.detach(), out = f.out.detach(),
@@ -196,11 +195,10 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
                                            std::optional<double> scale, Site site) {
   if (Tensor l = qkv; autocast::lower({&l}, site))
     return scaled_dot_product_attention_packed(l, causal, scale, site);
-  if (DType h = detail::shared_half({&qkv}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(scaled_dot_product_attention_packed(detail::up(qkv), causal, scale, site),
-                        h);
-  }
+  if (DType h = detail::shared_half({&qkv}); h != DType::float32)
+    return detail::in_float32(h, [&] {
+      return scaled_dot_product_attention_packed(detail::up(qkv), causal, scale, site);
+    });
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   check_defined(qkv, op);

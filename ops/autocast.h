@@ -64,8 +64,8 @@ void clear_cache();
 // bfloat16 give float32).
 DType promoted(DType a, DType b);
 
-// Suspends the policy within its scope (backward(), optimizer steps, checkpoint's saved
-// state); keeps the cache.
+// Suspends the policy within its scope (backward(), and the float32 path of 16-bit operands:
+// ops/half_compute.h); keeps the cache.
 class Suspend {
  public:
   Suspend();

@@ -111,10 +111,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   if (Tensor lx = x, lw = w, lb = bias; autocast::lower({&lx, &lw, &lb}, site))
     return conv2d(lx, lw, lb, opt, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&x, &w, &bias}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(conv2d(detail::up(x), detail::up(w), detail::up(bias), opt, site), h);
-  }
+  if (DType h = detail::shared_half({&x, &w, &bias}); h != DType::float32)
+    return detail::in_float32(
+        h, [&] { return conv2d(detail::up(x), detail::up(w), detail::up(bias), opt, site); });
   const OpId id = OpId::conv2d;
   const char* op = op_name(id);
   check_same(x, w, id);

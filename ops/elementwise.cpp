@@ -204,10 +204,8 @@ Tensor add(const Tensor& a, const Tensor& b, Site site) {
   // Autocast (ops/autocast.h): two floating dtypes meet at the wider, before the node.
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return add(pa, pb, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(add(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return add(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::add, fn::Add{}, a, b, site);
   autograd::record(OpId::add, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(g, sb)};
@@ -217,10 +215,8 @@ Tensor add(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor sub(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return sub(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sub(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sub(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::sub, fn::Sub{}, a, b, site);
   autograd::record(OpId::sub, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
@@ -230,10 +226,8 @@ Tensor sub(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor mul(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return mul(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(mul(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return mul(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::mul, fn::Mul{}, a, b, site);
   autograd::record(OpId::mul, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
@@ -243,10 +237,8 @@ Tensor mul(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor div(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return div(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(div(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return div(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::div, fn::Div{}, a, b, site);
   autograd::record(OpId::div, y, {&a, &b},
                    [sa = a.shape(), b = b.detach(), y = y.detach()](const Tensor& g) {
@@ -258,10 +250,8 @@ Tensor div(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return maximum(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(maximum(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return maximum(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::maximum, fn::Maximum{}, a, b, site);
   autograd::record(OpId::maximum, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     Tensor m = ge_mask(a, b);
@@ -272,81 +262,63 @@ Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor eq(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return eq(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(eq(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return eq(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::eq, fn::Eq{}, a, b, site);
 }
 Tensor gt(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return gt(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(gt(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return gt(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::gt, fn::Gt{}, a, b, site);
 }
 Tensor lt(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return lt(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(lt(detail::up(a), detail::up(b), site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return lt(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::lt, fn::Lt{}, a, b, site);
 }
 
 // ---- tensor-scalar ---------------------------------------------------------------------
 
 Tensor add(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(add(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return add(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::add, fn::Add{}, a, s, false, site);
   autograd::record(OpId::add, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor sub(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sub(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sub(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, false, site);
   autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor rsub(double s, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(rsub(s, detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return rsub(s, detail::up(a), site); });
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, true, site);
   autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor mul(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(mul(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return mul(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::mul, fn::Mul{}, a, s, false, site);
   autograd::record(OpId::mul, y, {&a}, [s](const Tensor& g) { return Grads{mul(g, s)}; });
   return y;
 }
 Tensor div(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(div(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return div(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, false, site);
   autograd::record(OpId::div, y, {&a}, [s](const Tensor& g) { return Grads{div(g, s)}; });
   return y;
 }
 Tensor rdiv(double s, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(rdiv(s, detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return rdiv(s, detail::up(a), site); });
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, true, site);
   autograd::record(OpId::div, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     return Grads{neg(g * y / a)};
@@ -354,83 +326,65 @@ Tensor rdiv(double s, const Tensor& a, Site site) {
   return y;
 }
 Tensor maximum(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(maximum(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return maximum(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::maximum, fn::Maximum{}, a, s, false, site);
   autograd::record(OpId::maximum, y, {&a},
                    [a = a.detach(), s](const Tensor& g) { return Grads{g * rsub(1.0, lt(a, s))}; });
   return y;
 }
 Tensor eq(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(eq(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return eq(detail::up(a), s, site); });
   return scalar_op(OpId::eq, fn::Eq{}, a, s, false, site);
 }
 Tensor gt(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(gt(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return gt(detail::up(a), s, site); });
   return scalar_op(OpId::gt, fn::Gt{}, a, s, false, site);
 }
 Tensor lt(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(lt(detail::up(a), s, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return lt(detail::up(a), s, site); });
   return scalar_op(OpId::lt, fn::Lt{}, a, s, false, site);
 }
 
 // ---- unary -----------------------------------------------------------------------------
 
 Tensor neg(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(neg(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return neg(detail::up(a), site); });
   Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site);
   autograd::record(OpId::neg, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor exp(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return exp(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(exp(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return exp(detail::up(a), site); });
   Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site);
   autograd::record(OpId::exp, y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
   return y;
 }
 Tensor log(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return log(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(log(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return log(detail::up(a), site); });
   Tensor y = unary_op(OpId::log, fn::Log{}, a, site);
   autograd::record(OpId::log, y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
   return y;
 }
 Tensor sqrt(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sqrt(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sqrt(detail::up(a), site); });
   Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site);
   autograd::record(OpId::sqrt, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * 0.5 / y}; });
   return y;
 }
 Tensor abs(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(abs(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return abs(detail::up(a), site); });
   Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site);
   autograd::record(OpId::abs, y, {&a}, [a = a.detach()](const Tensor& g) {
     return Grads{g * (gt(a, 0.0) - lt(a, 0.0))};
@@ -438,47 +392,37 @@ Tensor abs(const Tensor& a, Site site) {
   return y;
 }
 Tensor relu(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(relu(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return relu(detail::up(a), site); });
   Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site);
   autograd::record(OpId::relu, y, {&a},
                    [a = a.detach()](const Tensor& g) { return Grads{relu_grad(g, a)}; });
   return y;
 }
 Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&g, &a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(relu_grad(detail::up(g), detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&g, &a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return relu_grad(detail::up(g), detail::up(a), site); });
   return binary_op(OpId::relu_grad, fn::ReluGrad{}, g, a, site);
 }
 Tensor sigmoid(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sigmoid(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sigmoid(detail::up(a), site); });
   Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site);
   autograd::record(OpId::sigmoid, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * y * rsub(1.0, y)}; });
   return y;
 }
 Tensor tanh(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(tanh(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return tanh(detail::up(a), site); });
   Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site);
   autograd::record(OpId::tanh, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * rsub(1.0, y * y)}; });
   return y;
 }
 Tensor gelu(const Tensor& a, GeluApprox approx, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(gelu(detail::up(a), approx, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return gelu(detail::up(a), approx, site); });
   const bool exact = approx == GeluApprox::none;
   const OpId id = exact ? OpId::gelu : OpId::gelu_tanh;
   Tensor y = exact ? unary_op(id, fn::GeluErf{}, a, site) : unary_op(id, fn::GeluTanh{}, a, site);
@@ -488,19 +432,16 @@ Tensor gelu(const Tensor& a, GeluApprox approx, Site site) {
   return y;
 }
 Tensor gelu_grad(const Tensor& g, const Tensor& a, GeluApprox approx, Site site) {
-  if (DType h = detail::shared_half({&g, &a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(gelu_grad(detail::up(g), detail::up(a), approx, site), h);
-  }
+  if (DType h = detail::shared_half({&g, &a}); h != DType::float32)
+    return detail::in_float32(
+        h, [&] { return gelu_grad(detail::up(g), detail::up(a), approx, site); });
   if (approx == GeluApprox::none) return binary_op(OpId::gelu_grad, fn::GeluErfGrad{}, g, a, site);
   return binary_op(OpId::gelu_tanh_grad, fn::GeluTanhGrad{}, g, a, site);
 }
 Tensor pow(const Tensor& a, double p, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return pow(f, p, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(pow(detail::up(a), p, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return pow(detail::up(a), p, site); });
   Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site);
   autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};

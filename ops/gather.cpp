@@ -2,7 +2,6 @@
 // are ops/cpu/gather.cpp and ops/cuda/gather.cu.
 #include "ops/gather.h"
 
-#include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/gather_kernels.h"
 #include "ops/half_compute.h"
@@ -54,10 +53,8 @@ void queue_rows(OpId id, const Tensor& in, const Tensor& rows, const Tensor& y, 
 
 Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&src}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(take_rows(detail::up(src), rows, site), h);
-  }
+  if (DType h = detail::shared_half({&src}); h != DType::float32)
+    return detail::in_float32(h, [&] { return take_rows(detail::up(src), rows, site); });
   const char* op = op_name(OpId::take_rows);
   check_defined(src, op);
   check_supported(src, OpId::take_rows);

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/autocast.h"
 #include "ops/creation.h"
 
 namespace tide::detail {
@@ -36,6 +37,15 @@ inline Tensor up(const Tensor& t) {
 // A floating float32 result cast back to `half`; anything else (an int64 index) as it is.
 inline Tensor down(const Tensor& t, DType half) {
   return t.defined() && t.dtype() == DType::float32 ? cast(t, half) : t;
+}
+
+// The op's float32 self, run by `f` on up()-cast operands, its result cast back to `half`.
+// An autocast policy is suspended meanwhile: it already chose this op's dtype, and lowering
+// the float32 operands again would come straight back here.
+template <class F>
+Tensor in_float32(DType half, F&& f) {
+  autocast::Suspend float32_path;
+  return down(f(), half);
 }
 
 }  // namespace tide::detail

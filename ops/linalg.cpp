@@ -169,10 +169,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   // Autocast (ops/autocast.h): GEMMs run in the low dtype.
   if (Tensor la = a, lb = b; autocast::lower({&la, &lb}, site)) return matmul(la, lb, opt, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(matmul(detail::up(a), detail::up(b), opt, site), h);
-  }
+  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
+    return detail::in_float32(h, [&] { return matmul(detail::up(a), detail::up(b), opt, site); });
   const char* op = op_name(OpId::matmul);
   check_same(a, b, OpId::matmul);
   check_floating(a, op);
@@ -222,10 +220,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site site) {
   if (Tensor lx = x, lw = w, lb = b; autocast::lower({&lx, &lw, &lb}, site))
     return linear(lx, lw, lb, relu, site);
-  if (DType h = detail::shared_half({&x, &w, &b}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(linear(detail::up(x), detail::up(w), detail::up(b), relu, site), h);
-  }
+  if (DType h = detail::shared_half({&x, &w, &b}); h != DType::float32)
+    return detail::in_float32(
+        h, [&] { return linear(detail::up(x), detail::up(w), detail::up(b), relu, site); });
   const OpId id = OpId::linear;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -324,10 +321,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char* op, Site site) {
   if (Tensor f = logits; autocast::raise({&f}, site))
     return cross_entropy_rows(f, labels, op, site);
-  if (DType h = detail::shared_half({&logits}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(cross_entropy_rows(detail::up(logits), labels, op, site), h);
-  }
+  if (DType h = detail::shared_half({&logits}); h != DType::float32)
+    return detail::in_float32(
+        h, [&] { return cross_entropy_rows(detail::up(logits), labels, op, site); });
   check_defined(logits, op);
   check_defined(labels, op);
   check_supported(logits, OpId::cross_entropy);
@@ -364,10 +360,8 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char
 }
 
 Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(swap_axes(detail::up(a), dim0, dim1, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return swap_axes(detail::up(a), dim0, dim1, site); });
   const char* op = op_name(OpId::swap_axes);
   check_defined(a, op);
   check_supported(a, OpId::swap_axes);
@@ -401,10 +395,8 @@ Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
 }
 
 Tensor transpose(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(transpose(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return transpose(detail::up(a), site); });
   const char* op = op_name(OpId::transpose);
   check_defined(a, op);
   check_supported(a, OpId::transpose);
@@ -447,10 +439,8 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
 
 Tensor softmax(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return softmax(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(softmax(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return softmax(detail::up(a), site); });
   Tensor y = softmax_impl(a, false, site);
   autograd::record(OpId::softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{y * (g - sum(g * y, -1, true))};
@@ -460,10 +450,8 @@ Tensor softmax(const Tensor& a, Site site) {
 
 Tensor log_softmax(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return log_softmax(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(log_softmax(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return log_softmax(detail::up(a), site); });
   Tensor y = softmax_impl(a, true, site);
   autograd::record(OpId::log_softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
     return Grads{g - exp(y) * sum(g, -1, true)};

@@ -39,11 +39,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (Tensor fx = x, fw = weight, fb = bias; autocast::raise({&fx, &fw, &fb}, site))
     return layer_norm(fx, fw, fb, eps, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&x, &weight, &bias}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(layer_norm(detail::up(x), detail::up(weight), detail::up(bias), eps, site),
-                        h);
-  }
+  if (DType h = detail::shared_half({&x, &weight, &bias}); h != DType::float32)
+    return detail::in_float32(h, [&] {
+      return layer_norm(detail::up(x), detail::up(weight), detail::up(bias), eps, site);
+    });
   const OpId id = OpId::layer_norm;
   const char* op = op_name(id);
   check_defined(x, op);

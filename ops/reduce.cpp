@@ -96,10 +96,8 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 Tensor sum_squares(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum_squares(f, site);
   // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sum_squares(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sum_squares(detail::up(a), site); });
   Tensor y = reduce(Kind::sum_squares, OpId::sum_squares, a, 0, true, false, site);
   autograd::record(OpId::sum_squares, y, {&a}, [x = a.detach()](const Tensor& g) {
     return std::vector<Tensor>{mul(mul(x, 2.0), g)};
@@ -109,10 +107,8 @@ Tensor sum_squares(const Tensor& a, Site site) {
 
 Tensor sum(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sum(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sum(detail::up(a), site); });
   Tensor y = reduce(Kind::sum, OpId::sum, a, 0, true, false, site);
   autograd::record(OpId::sum, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g, s)};
@@ -122,10 +118,8 @@ Tensor sum(const Tensor& a, Site site) {
 
 Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, axis, keepdim, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sum(detail::up(a), axis, keepdim, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sum(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::sum, OpId::sum, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "sum");
   autograd::record(OpId::sum, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
@@ -136,10 +130,8 @@ Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
 
 Tensor mean(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(mean(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return mean(detail::up(a), site); });
   Tensor y = reduce(Kind::mean, OpId::mean, a, 0, true, false, site);
   autograd::record(OpId::mean, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g / double(std::max<int64_t>(1, s.numel())), s)};
@@ -149,10 +141,8 @@ Tensor mean(const Tensor& a, Site site) {
 
 Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, axis, keepdim, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(mean(detail::up(a), axis, keepdim, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return mean(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::mean, OpId::mean, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "mean");
   autograd::record(OpId::mean, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
@@ -163,10 +153,8 @@ Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
 }
 
 Tensor max(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(max(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return max(detail::up(a), site); });
   Tensor y = reduce(Kind::max, OpId::max, a, 0, true, false, site);
   autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     Tensor mask = eq(a, expand_to(y, a.shape()));
@@ -176,10 +164,8 @@ Tensor max(const Tensor& a, Site site) {
 }
 
 Tensor max(const Tensor& a, int axis, bool keepdim, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(max(detail::up(a), axis, keepdim, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return max(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::max, OpId::max, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "max");
   autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach(), ax](const Tensor& g) {
@@ -192,25 +178,19 @@ Tensor max(const Tensor& a, int axis, bool keepdim, Site site) {
 }
 
 Tensor argmax(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(argmax(detail::up(a), site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return argmax(detail::up(a), site); });
   return reduce(Kind::argmax, OpId::argmax, a, 0, true, false, site);
 }
 Tensor argmax(const Tensor& a, int axis, bool keepdim, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(argmax(detail::up(a), axis, keepdim, site), h);
-  }
+  if (DType h = detail::shared_half({&a}); h != DType::float32)
+    return detail::in_float32(h, [&] { return argmax(detail::up(a), axis, keepdim, site); });
   return reduce(Kind::argmax, OpId::argmax, a, axis, false, keepdim, site);
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape, Site site) {
-  if (DType h = detail::shared_half({&g}); h != DType::float32) {
-    autocast::Suspend float32_path;  // the policy already chose this op's dtype
-    return detail::down(sum_to(detail::up(g), shape, site), h);
-  }
+  if (DType h = detail::shared_half({&g}); h != DType::float32)
+    return detail::in_float32(h, [&] { return sum_to(detail::up(g), shape, site); });
   if (g.shape() == shape) return g;
   const char* op = "sum_to";
   TIDE_CHECK(broadcast_shapes(g.shape(), shape, op) == g.shape(), op, "cannot sum ",
