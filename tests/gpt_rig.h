@@ -52,23 +52,17 @@ struct GptRig {
       if (autocast) amp.emplace(*autocast);
       loss = model.loss(x, y);
     }
-    if (scaler) scaler->scale(loss).backward();
-    else loss.backward();
+    train::scaled_backward(loss, scaler.get());
     if (scaler) scaler->unscale_(opt);
     opt.clip_grad_norm(1.0);
     sched.step();
-    if (scaler) {
-      scaler->step(opt);
-      scaler->update();
-    } else {
-      opt.step();
-    }
+    train::scaled_step(opt, scaler.get());
     return loss.detach();
   }
   // Mixed precision for step(): nullopt (float32), bfloat16 or float16 (with a GradScaler).
   void use_autocast(std::optional<DType> low, Device device) {
     autocast = low;
-    if (low == DType::float16) scaler = std::make_unique<train::GradScaler>(device);
+    scaler = train::scaler_for(low, device);
   }
 
   // Every parameter's values, in order, read back to the host (waits).

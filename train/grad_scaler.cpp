@@ -92,4 +92,22 @@ void GradScaler::update() {
   unscaled_.clear();
 }
 
+std::unique_ptr<GradScaler> scaler_for(std::optional<DType> low, Device device) {
+  if (low != DType::float16) return nullptr;
+  return std::make_unique<GradScaler>(device);
+}
+
+void scaled_backward(const Tensor& loss, GradScaler* scaler) {
+  (scaler ? scaler->scale(loss) : loss).backward();
+}
+
+void scaled_step(Optimizer& opt, GradScaler* scaler) {
+  if (!scaler) {
+    opt.step();
+    return;
+  }
+  scaler->step(opt);
+  scaler->update();
+}
+
 }  // namespace tide::train

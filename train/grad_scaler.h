@@ -18,9 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/options.h"
 #include "core/tensor.h"
 #include "train/optimizer.h"
@@ -71,5 +74,13 @@ class GradScaler {
   Tensor sums_;  // this step's checks: 0 when every gradient was finite, else inf or NaN
   std::vector<const Optimizer*> unscaled_;
 };
+
+// The scaler a step under Autocast(low) needs: one on `device` for float16; nullptr for
+// bfloat16 and for no autocast (nullopt), which need no loss scaling.
+std::unique_ptr<GradScaler> scaler_for(std::optional<DType> low, Device device);
+// loss.backward(), of scaler->scale(loss) when `scaler` is set. Does not wait.
+void scaled_backward(const Tensor& loss, GradScaler* scaler);
+// opt.step(), or with `scaler` set scaler->step(opt) then scaler->update(). Does not wait.
+void scaled_step(Optimizer& opt, GradScaler* scaler);
 
 }  // namespace tide::train

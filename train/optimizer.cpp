@@ -106,9 +106,8 @@ Tensor& Optimizer::update_target(size_t i) {
   return masters_[i];
 }
 
-Tensor Optimizer::update_grad(size_t i, const Tensor& g) const {
-  const DType want = state_dtype();
-  return g.dtype() == want || !is_half(params_[i].dtype()) ? g : cast(g, want);
+Tensor Optimizer::update_grad(const Tensor& g) const {
+  return g.dtype() == state_dtype() ? g : cast(g, state_dtype());
 }
 
 void Optimizer::write_back(size_t i) {
@@ -233,7 +232,7 @@ void SGD::step() {
     Tensor& buf = buf_[i];
     bool fresh = false;
     if (opt_.momentum_ != 0 && !buf.defined()) buf = new_state(i, "sgd", fresh);
-    sgd_update_(p, update_grad(i, g), buf, lr_, scale,
+    sgd_update_(p, update_grad(g), buf, lr_, scale,
                 SgdUpdateOptions(o)
                     .weight_decay(weight_decay_of(i, opt_.weight_decay_))
                     .fresh_state(fresh));
@@ -283,7 +282,7 @@ void Adam::step() {
       m_[i] = new_state(i, tag, fresh);
       v_[i] = new_state(i, tag, fresh);
     }
-    adam_update_(p, update_grad(i, g), m_[i], v_[i], lr_, step_, scale,
+    adam_update_(p, update_grad(g), m_[i], v_[i], lr_, step_, scale,
                  AdamUpdateOptions(o)
                      .weight_decay(weight_decay_of(i, opt_.weight_decay_))
                      .fresh_state(fresh));

@@ -130,9 +130,9 @@ class Optimizer {
   // Queues step_ += 1, or, when `scale` may skip this step, += 1 only if it is finite.
   void advance_step(const Tensor& scale);
   // What parameter i's update writes: its master copy (made at the first call) for a 16-bit
-  // parameter, the parameter otherwise; and its gradient in that tensor's dtype.
+  // parameter, the parameter otherwise; and a gradient in that tensor's dtype (state_dtype()).
   Tensor& update_target(size_t i);
-  Tensor update_grad(size_t i, const Tensor& g) const;
+  Tensor update_grad(const Tensor& g) const;
   // After the update of a 16-bit parameter's master: rounds it into the parameter (queued).
   void write_back(size_t i);
   // New optimizer state for parameter i: unset (the update's fresh_state), or zeros after

@@ -149,8 +149,7 @@ const char* alloc_name(Allocation a) {
 void Trainer::set_autocast(std::optional<DType> low) {
   if (low) Autocast check(*low);  // refuses a dtype that is not 16-bit
   autocast_ = low;
-  scaler_.reset();
-  if (low == DType::float16) scaler_ = std::make_unique<GradScaler>(device());
+  scaler_ = scaler_for(low, device());
 }
 
 Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
@@ -161,15 +160,9 @@ Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
     if (autocast_) amp.emplace(*autocast_);
     loss = loss_(model_(x), y);
   }
-  if (scaler_) scaler_->scale(loss).backward();
-  else loss.backward();
+  scaled_backward(loss, scaler_.get());
   if (after_backward_) after_backward_();
-  if (scaler_) {
-    scaler_->step(opt_);
-    scaler_->update();
-  } else {
-    opt_.step();
-  }
+  scaled_step(opt_, scaler_.get());
   return loss;
 }
 

@@ -55,6 +55,7 @@
 #include "text/read_file.h"
 #include "text/text.h"
 #include "tide.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 #include "train/plot.h"
 #include "train/progress.h"
@@ -298,7 +299,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << a.batch / ranks << " per rank, gradients averaged after each backward\n";
 
-  std::unique_ptr<train::GradScaler> scaler = scaler_for(a.autocast, device);
+  std::unique_ptr<train::GradScaler> scaler = train::scaler_for(a.autocast, device);
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss;
@@ -307,18 +308,12 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       if (a.autocast) amp.emplace(*a.autocast);
       loss = model.loss(x, y);
     }
-    if (scaler) scaler->scale(loss).backward();
-    else loss.backward();
+    train::scaled_backward(loss, scaler.get());
     if (ddp) ddp->reduce_gradients();   // queued: the update waits for it by hazard tracking
     if (scaler) scaler->unscale_(opt);  // the clip sees the unscaled gradients
     opt.clip_grad_norm(kMaxNorm);
     sched.step();
-    if (scaler) {
-      scaler->step(opt);  // skipped on the device after an overflow
-      scaler->update();
-    } else {
-      opt.step();
-    }
+    train::scaled_step(opt, scaler.get());  // skipped on the device after an overflow
     return loss.detach();
   };
   auto traced_step =

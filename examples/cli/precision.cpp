@@ -17,9 +17,4 @@ std::string precision_label(std::optional<DType> low) {
          (*low == DType::float16 ? " autocast with loss scaling" : " autocast");
 }
 
-std::unique_ptr<train::GradScaler> scaler_for(std::optional<DType> low, Device device) {
-  if (low != DType::float16) return nullptr;
-  return std::make_unique<train::GradScaler>(device);
-}
-
 }  // namespace tide::cli

@@ -5,14 +5,11 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <optional>
 #include <string>
 
-#include "core/device.h"
 #include "core/dtype.h"
 #include "examples/cli/commands.h"
-#include "train/grad_scaler.h"
 
 namespace tide::cli {
 
@@ -28,8 +25,5 @@ std::optional<DType> take_dtype_option(const Args& args, size_t& i);
 
 // "float32" or "bfloat16 autocast" / "float16 autocast with loss scaling", for headings.
 std::string precision_label(std::optional<DType> low);
-
-// A GradScaler on `device` for a float16 autocast, else nullptr.
-std::unique_ptr<train::GradScaler> scaler_for(std::optional<DType> low, Device device);
 
 }  // namespace tide::cli

@@ -49,6 +49,7 @@
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
 
@@ -192,7 +193,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
 
   // One training step and the test forward; with --mode traced each is captured once per
   // minibatch shape and replayed.
-  std::unique_ptr<train::GradScaler> scaler = scaler_for(autocast, device);
+  std::unique_ptr<train::GradScaler> scaler = train::scaler_for(autocast, device);
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor logits, loss;
@@ -202,15 +203,9 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       logits = forward(x);
       loss = nn::cross_entropy(logits, y);
     }
-    if (scaler) scaler->scale(loss).backward();
-    else loss.backward();
-    if (ddp) ddp->reduce_gradients();  // queued: the step waits for it by hazard tracking
-    if (scaler) {
-      scaler->step(opt);  // skipped on the device after an overflow
-      scaler->update();
-    } else {
-      opt.step();
-    }
+    train::scaled_backward(loss, scaler.get());
+    if (ddp) ddp->reduce_gradients();       // queued: the step waits for it by hazard tracking
+    train::scaled_step(opt, scaler.get());  // skipped on the device after an overflow
     NoGrad no_grad;
     return std::pair<Tensor, Tensor>{loss.detach(), sum(eq(argmax(logits.detach(), 1), y))};
   };

@@ -6,6 +6,8 @@
 // master copies.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "error_of.h"
@@ -55,6 +57,23 @@ TEST(GradScaler, RefusesBadOptionsAndLosses) {
   EXPECT_EQ(scalar(scaler.scale(full({}, 3.0))), 3.0f * 65536.0f);
   GradScaler off(Device::cpu(), GradScalerOptions().enabled(false));
   EXPECT_EQ(scalar(off.scale(full({}, 3.0))), 3.0f);
+}
+
+// Only float16 needs a scaler; without one the helpers are the plain calls.
+TEST(GradScaler, ScalerForAutocastAndTheHelpers) {
+  EXPECT_EQ(scaler_for(std::nullopt, Device::cpu()), nullptr);
+  EXPECT_EQ(scaler_for(DType::bfloat16, Device::cpu()), nullptr);
+  std::unique_ptr<GradScaler> s = scaler_for(DType::float16, Device::cpu());
+  ASSERT_NE(s, nullptr);
+  Tensor a = make_w(), b = make_w();
+  SGD plain({a}, SGDOptions(0.1)), scaled({b}, SGDOptions(0.1));
+  scaled_backward(loss_of(a, clean_x()), nullptr);
+  scaled_step(plain, nullptr);
+  scaled_backward(loss_of(b, overflow_x()), s.get());  // skipped, the scale backs off
+  scaled_step(scaled, s.get());
+  EXPECT_NE(a.to_vector<float>(), make_w().to_vector<float>());
+  EXPECT_EQ(b.to_vector<float>(), make_w().to_vector<float>());
+  EXPECT_EQ(scalar(s->scale_tensor()), 32768.0f);
 }
 
 TEST(GradScaler, CleanStepsEqualUnscaledStepsBitwiseAndTheScaleGrows) {
