@@ -47,12 +47,14 @@ MemoryPlan memory_plan(const Graph& g) {
   return p;
 }
 
+std::string mb_text(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
 std::string MemoryPlan::str() const {
-  auto mb = [](size_t b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", double(b) / (1024.0 * 1024.0));
-    return std::string(buf);
-  };
+  auto mb = mb_text;
   return "parameters " + mb(parameters) + " MB, other captured " + mb(captured) + " MB, state " +
          mb(state) + " MB, constants " + mb(constants) + " MB, arena " + mb(arena) +
          " MB, inputs " + mb(inputs) + " MB, outputs " + mb(outputs) + " MB; peak " + mb(peak()) +

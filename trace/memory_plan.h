@@ -55,4 +55,7 @@ struct MemoryPlan {
 // The plan of a planned graph (after trace/planner.h's plan()).
 MemoryPlan memory_plan(const Graph& g);
 
+// bytes in MB of 2^20 with one decimal ("40.4"), as the plans and reports print them.
+std::string mb_text(size_t bytes);
+
 }  // namespace tide::trace

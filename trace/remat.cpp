@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 
 #include "ops/op_traits.h"
 #include "trace/graph.h"
@@ -108,11 +107,7 @@ Candidate choose(const Graph& g) {
 }  // namespace
 
 std::string RematReport::str() const {
-  auto mb = [](size_t b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", double(b) / (1024.0 * 1024.0));
-    return std::string(buf);
-  };
+  auto mb = mb_text;
   std::string s = "memory budget " + mb(budget) + " MB: planned peak " + mb(peak_before) +
                   " MB -> " + mb(peak_after) + " MB, " + std::to_string(recomputed) +
                   " values recomputed (" + mb(bytes) + " MB)";
