@@ -8,7 +8,6 @@
 // part of the read step still needed after its loss (MemoryPlan::eager_peak_reading).
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -21,6 +20,7 @@
 #include "tide.h"
 #include "train/optimizer.h"
 #include "train/plot.h"
+#include "train/text_file.h"
 #include "train/trainer.h"
 
 namespace tide::cli {
@@ -246,12 +246,8 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
   table.note("traced MB: the same step traced (its planned peak, shared arena), for comparison");
   table.print(std::cout);
   if (!a.csv.empty())
-    write_output("--csv", a.csv, [&](const std::string& tmp) {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << csv;
-      f.close();
-      if (f.fail()) throw std::runtime_error("write failed");
-    });
+    write_output("--csv", a.csv,
+                 [&](const std::string& tmp) { train::write_text_file(tmp, csv, "gpt memory"); });
   if (!a.svg.empty()) {
     train::Chart chart{{"GPT step memory by context: predicted and measured peaks",
                         "context (tokens)", "peak (MB)"},
