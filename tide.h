@@ -5,6 +5,7 @@
 #include "core/determinism.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/matmul_precision.h"
 #include "core/memory_probe.h"
 #include "core/memory_record.h"
 #include "core/profiler.h"

@@ -57,6 +57,7 @@ if(NOT _tide_cblas_dir)
 endif()
 set(TIDE_CBLAS_INCLUDE_DIR ${_tide_cblas_dir})  # for BLIS, shadows the OpenBLAS entry
 # oneDNN: DNNL::dnnl, which the caller links; TIDE_SGEMM_ONEDNN tells ops/cpu/linalg.cpp.
+# (TIDE_BF16_GEMM, below, may use oneDNN too.)
 set(TIDE_SGEMM_ONEDNN OFF)
 if(TIDE_BLAS STREQUAL "onednn")
   find_package(dnnl CONFIG)
@@ -68,6 +69,40 @@ if(TIDE_BLAS STREQUAL "onednn")
   message(STATUS "tide BLAS: float GEMMs through oneDNN ${dnnl_VERSION}, the rest OpenBLAS")
 endif()
 message(STATUS "tide BLAS: ${TIDE_BLAS} (${BLAS_LIBRARIES}; ${TIDE_CBLAS_INCLUDE_DIR}/cblas.h)")
+# The CPU's bfloat16 GEMMs (ops/cpu/half_gemm.cpp; float16's always take the float32 path):
+#   TIDE_BF16_GEMM=auto     (default) oneDNN's matmul when oneDNN is installed (libdnnl-dev,
+#                           which scripts/deps.sh installs), else float32
+#   TIDE_BF16_GEMM=onednn   oneDNN's matmul: AMX or AVX512_BF16 where the CPU has them, with
+#                           float32 accumulation; fails to configure without oneDNN
+#   TIDE_BF16_GEMM=float32  the operands widened to float32, the float32 GEMM, one rounding
+# Measured in bench/RESULTS.md ("bfloat16 GEMMs on the CPU").
+set(TIDE_BF16_GEMM auto CACHE STRING "CPU bfloat16 GEMMs: auto, onednn or float32")
+set_property(CACHE TIDE_BF16_GEMM PROPERTY STRINGS auto onednn float32)
+set(TIDE_BF16_GEMM_ONEDNN OFF)
+if(TIDE_BF16_GEMM STREQUAL "auto" OR TIDE_BF16_GEMM STREQUAL "onednn")
+  if(NOT dnnl_FOUND)
+    find_package(dnnl CONFIG QUIET)
+  endif()
+  if(dnnl_FOUND)
+    set(TIDE_BF16_GEMM_ONEDNN ON)
+  elseif(TIDE_BF16_GEMM STREQUAL "onednn")
+    message(FATAL_ERROR "TIDE_BF16_GEMM=onednn: oneDNN not found (Debian: apt-get install "
+                        "libdnnl-dev), or set dnnl_DIR to its cmake folder")
+  endif()
+elseif(NOT TIDE_BF16_GEMM STREQUAL "float32")
+  message(FATAL_ERROR "TIDE_BF16_GEMM='${TIDE_BF16_GEMM}': expected auto, onednn or float32")
+endif()
+if(TIDE_BF16_GEMM_ONEDNN)
+  message(STATUS "tide bfloat16 GEMMs: oneDNN ${dnnl_VERSION}'s matmul")
+else()
+  message(STATUS "tide bfloat16 GEMMs: through the float32 GEMM")
+endif()
+# Whether tide links oneDNN at all (tideConfig.cmake finds it for a static tide's users).
+if(TIDE_SGEMM_ONEDNN OR TIDE_BF16_GEMM_ONEDNN)
+  set(TIDE_USES_ONEDNN ON)
+else()
+  set(TIDE_USES_ONEDNN OFF)
+endif()
 unset(_tide_cblas_dir)
 unset(_tide_cblas_suffixes)
 unset(_tide_blas_package)

@@ -8,9 +8,11 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/matmul_precision.h"
 #include "ops/autocast.h"
 #include "ops/autograd.h"
 #include "ops/elementwise.h"
@@ -26,6 +28,26 @@ using namespace detail;
 using Grads = std::vector<Tensor>;
 
 namespace {
+
+// Whether a GEMM of T queued now on `d` may use TF32 (core/matmul_precision.h): float32 on a
+// GPU only (the CPU computes in full precision; its entry emulates TF32 for the host-kernel
+// fake GPU, which reaches it with the flag set).
+template <class T>
+bool tf32_now(Device d) {
+  return std::is_same_v<T, float> && !d.is_cpu() &&
+         float32_matmul_precision() == MatmulPrecision::high;
+}
+
+// f(T{}) for a GEMM's operand dtype: float, double, or a 16-bit type, whose GEMMs take the
+// 16-bit operands directly and accumulate in float32 (ops/cpu/half_gemm.h, cuBLASLt on CUDA).
+template <class F>
+void dispatch_gemm(DType t, F&& f) {
+  switch (t) {
+    case DType::bfloat16: f(bfloat16{}); return;
+    case DType::float16: f(float16{}); return;
+    default: dispatch_floating(t, f);
+  }
+}
 
 // cblas_?gemm takes int sizes (and the plan cache and heuristics of cuBLASLt are only
 // exercised with them): a product whose sizes or row strides pass 2^31 - 1 is refused at
@@ -120,10 +142,11 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
              desc(), " (reshape or expand first)");
   Tensor y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
   if (y.numel() > 0)
-    dispatch_floating(a.dtype(), [&](auto z) {
+    dispatch_gemm(a.dtype(), [&](auto z) {
       using T = decltype(z);
-      const kernels::Gemm<T> g{a.ref<T>(), b.ref<T>(), y.ref<T>(), rows,        n,          k,
-                               lda,        ldb,        ldc,        opt.trans_a, opt.trans_b};
+      const kernels::Gemm<T> g{a.ref<T>(), b.ref<T>(),  y.ref<T>(),  rows,
+                               n,          k,           lda,         ldb,
+                               ldc,        opt.trans_a, opt.trans_b, tf32_now<T>(a.device())};
       if (fold || merged.empty()) {
         kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
                        &kernels::cpu::gemm<T>, g, kernels::NoExtra{}, site);
@@ -168,9 +191,6 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   // Autocast (ops/autocast.h): GEMMs run in the low dtype.
   if (Tensor la = a, lb = b; autocast::lower({&la, &lb}, site)) return matmul(la, lb, opt, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return matmul(detail::up(a), detail::up(b), opt, site); });
   const char* op = op_name(OpId::matmul);
   check_same(a, b, OpId::matmul);
   check_floating(a, op);
@@ -194,12 +214,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
                      desc);
   Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
   if (m * n > 0) {
-    dispatch_floating(a.dtype(), [&](auto z) {
+    dispatch_gemm(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
                      &kernels::cpu::gemm<T>,
                      kernels::Gemm<T>{a.ref<T>(), b.ref<T>(), y.ref<T>(), m, n, k, lda, ldb, ldc,
-                                      opt.trans_a, opt.trans_b},
+                                      opt.trans_a, opt.trans_b, tf32_now<T>(a.device())},
                      kernels::NoExtra{}, site);
     });
   }
@@ -220,9 +240,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site site) {
   if (Tensor lx = x, lw = w, lb = b; autocast::lower({&lx, &lw, &lb}, site))
     return linear(lx, lw, lb, relu, site);
-  if (DType h = detail::shared_half({&x, &w, &b}); h != DType::float32)
-    return detail::in_float32(
-        h, [&] { return linear(detail::up(x), detail::up(w), detail::up(b), relu, site); });
   const OpId id = OpId::linear;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -238,7 +255,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                      [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
   Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
   if (m * n > 0)
-    dispatch_floating(x.dtype(), [&](auto z) {
+    dispatch_gemm(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::Gemm<T> g{x.ref<T>(),
                          w.ref<T>(),
@@ -250,7 +267,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                          std::max<int64_t>(1, n),
                          std::max<int64_t>(1, n),
                          false,
-                         false};
+                         false,
+                         tf32_now<T>(x.device())};
       kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()}, {y.storage()},
                      &kernels::cpu::gemm_bias<T>, kernels::GemmBias<T>{g, b.ref<T>(), relu},
                      kernels::NoExtra{}, site);

@@ -20,6 +20,9 @@ struct Gemm {
   DataRef<T> a, b, c;
   int64_t m = 0, n = 0, k = 0, lda = 1, ldb = 1, ldc = 1;
   bool ta = false, tb = false;
+  // float32 on a GPU only: the float32 matmul precision was `high` when the GEMM was queued
+  // (core/matmul_precision.h), so CUDA may round the operands to TF32.
+  bool tf32 = false;
 };
 // The batches of a batched GEMM (the Extra of the batched entry, with a Gemm<T> whose a, b
 // and c are batch 0's): `outer` x `count` products; product (o, i) reads a at

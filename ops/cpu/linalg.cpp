@@ -9,11 +9,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include "core/blas_threads.h"
+#include "core/float16.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/blas_gemm.h"
+#include "ops/cpu/half_gemm.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -91,30 +97,73 @@ void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra
   });
 }
 
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float* c, int64_t ldc) {
+#if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
+  if (k == 0) {        // oneDNN leaves C as it was; beta = 0 means zeros, as cblas gives
+    for (int64_t r = 0; r < m; ++r) std::fill_n(c + r * ldc, n, 0.0f);
+    return;
+  }
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (st != dnnl_success)
+    throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ", m,
+                                         "x", k, " @ ", k, "x", n));
+#else
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
+#endif
+}
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+}
+
+namespace {
+
+// x rounded to TF32 (10 mantissa bits) to nearest, ties away from zero: CUDA's
+// cvt.rna.tf32.f32, which tensor cores apply to float32 operands. inf and NaN stay.
+float round_to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  u = (u + 0x1000u) & ~0x1fffu;
+  std::memcpy(&x, &u, sizeof u);
+  return x;
+}
+
+// The rows x cols matrix at p (row stride ld), each element rounded to TF32, packed.
+std::vector<float> tf32_copy(const float* p, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = round_to_tf32(p[r * ld + j]);
+  return out;
+}
+
+}  // namespace
+
 template <class T>
 void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
-  CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE tb = g.tb ? CblasTrans : CblasNoTrans;
-#if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
-  if constexpr (std::is_same_v<T, float>) {
-    if (g.k == 0) {  // oneDNN leaves C as it was; beta = 0 means zeros, as cblas gives
-      for (int64_t r = 0; r < g.m; ++r) std::fill_n(g.c.get() + r * g.ldc, g.n, 0.0f);
-      return;
+  if constexpr (is_half_v<T>) {
+    half_gemm(g);
+  } else {
+    if constexpr (std::is_same_v<T, float>) {
+      // Set only for a GPU (ops/linalg.cpp), so here only on the recording fake: the product
+      // of the TF32-rounded operands, as a GPU's tensor cores take them.
+      if (g.tf32) {
+        const int64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k;
+        const int64_t br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+        const std::vector<float> a = tf32_copy(g.a.get(), ar, ac, g.lda);
+        const std::vector<float> b = tf32_copy(g.b.get(), br, bc, g.ldb);
+        blas_gemm(g.ta, g.tb, g.m, g.n, g.k, a.data(), std::max<int64_t>(1, ac), b.data(),
+                  std::max<int64_t>(1, bc), g.c.get(), g.ldc);
+        return;
+      }
     }
-    const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
-                                        g.a.get(), g.lda, g.b.get(), g.ldb, 0.0f, g.c.get(), g.ldc);
-    if (st != dnnl_success)
-      throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ", g.m,
-                                           "x", g.k, " @ ", g.k, "x", g.n));
+    blas_gemm(g.ta, g.tb, g.m, g.n, g.k, g.a.get(), g.lda, g.b.get(), g.ldb, g.c.get(), g.ldc);
   }
-#else
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0f, g.a.get(), int(g.lda),
-                g.b.get(), int(g.ldb), 0.0f, g.c.get(), int(g.ldc));
-#endif
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, int(g.m), int(g.n), int(g.k), 1.0, g.a.get(), int(g.lda),
-                g.b.get(), int(g.ldb), 0.0, g.c.get(), int(g.ldc));
 }
 
 // Products this small run on the calling thread in OpenBLAS (its multithreading threshold
@@ -133,8 +182,10 @@ bool parallel_batches() {
   return ok;
 }
 
+namespace {
+
 template <class T>
-void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
+void blas_gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
   const int64_t total = bt.outer * bt.count, block = g.m * g.ldc;
   auto one = [&](int64_t i) {
     const int64_t o = i / bt.count, j = i % bt.count;
@@ -155,7 +206,7 @@ void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& b
 }
 
 template <class T>
-void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
+void blas_gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
   gemm(ctx, gb.g, x);
   T* c = gb.g.c.get();
   const T* bias = gb.bias.get();
@@ -171,6 +222,20 @@ void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x
       }
     }
   });
+}
+
+}  // namespace
+
+template <class T>
+void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
+  if constexpr (is_half_v<T>) half_gemm_batched(g, bt);
+  else blas_gemm_batched(ctx, g, bt);
+}
+
+template <class T>
+void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
+  if constexpr (is_half_v<T>) half_gemm_bias(gb);
+  else blas_gemm_bias(ctx, gb, x);
 }
 
 template <class T>
@@ -249,6 +314,12 @@ template void gemm_batched<float>(const KernelContext&, const Gemm<float>&, cons
 template void gemm_batched<double>(const KernelContext&, const Gemm<double>&, const GemmBatch&);
 template void gemm_bias<float>(const KernelContext&, const GemmBias<float>&, const NoExtra&);
 template void gemm_bias<double>(const KernelContext&, const GemmBias<double>&, const NoExtra&);
+template void gemm<bfloat16>(const KernelContext&, const Gemm<bfloat16>&, const NoExtra&);
+template void gemm<float16>(const KernelContext&, const Gemm<float16>&, const NoExtra&);
+template void gemm_batched<bfloat16>(const KernelContext&, const Gemm<bfloat16>&, const GemmBatch&);
+template void gemm_batched<float16>(const KernelContext&, const Gemm<float16>&, const GemmBatch&);
+template void gemm_bias<bfloat16>(const KernelContext&, const GemmBias<bfloat16>&, const NoExtra&);
+template void gemm_bias<float16>(const KernelContext&, const GemmBias<float16>&, const NoExtra&);
 template void transpose<float>(const KernelContext&, const Transpose<float>&, const NoExtra&);
 template void transpose<double>(const KernelContext&, const Transpose<double>&, const NoExtra&);
 template void transpose<int32_t>(const KernelContext&, const Transpose<int32_t>&, const NoExtra&);

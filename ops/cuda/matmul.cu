@@ -1,14 +1,16 @@
-// CUDA launcher of the GEMM entry (ops/linalg_kernels.h) through cuBLASLt, float and
-// double, full-precision compute (CUBLAS_COMPUTE_32F never uses TF32; results are compared
-// with the CPU's OpenBLAS at tight tolerances). The algorithm is chosen once per shape,
-// strides, pointer alignments and epilogue by cuBLASLt's heuristic and cached for the
-// process. The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the
-// Linear layer is one kernel. Batched products (GemmBatch) are cuBLASLt's strided
-// batches, one call per outer batch; a broadcast operand has batch stride 0 (the layout
-// attribute's documented default, i.e. every batch reads the same matrix). Does not
-// autotune by timing, does not synchronize. Sizes past 2^31 - 1 never reach it (the front-ends
-// refuse them, as on the CPU). Also here: the one-hot rows of a classification loss (one small
-// kernel).
+// CUDA launcher of the GEMM entry (ops/linalg_kernels.h) through cuBLASLt: bfloat16 and
+// float16 (16-bit operands and output, float32 accumulation and scale), float and double.
+// float32 GEMMs compute in full precision (CUBLAS_COMPUTE_32F never uses TF32; results are
+// compared with the CPU's OpenBLAS at tight tolerances) unless they were queued under the
+// `high` float32 matmul precision (Gemm::tf32, core/matmul_precision.h):
+// CUBLAS_COMPUTE_32F_FAST_TF32. The algorithm is chosen once per shape, strides, pointer
+// alignments, compute type and epilogue by cuBLASLt's heuristic and cached for the process.
+// The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the Linear layer is
+// one kernel. Batched products (GemmBatch) are cuBLASLt's strided batches, one call per outer
+// batch; a broadcast operand has batch stride 0 (the layout attribute's documented default,
+// i.e. every batch reads the same matrix). Does not autotune by timing, does not synchronize.
+// Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the CPU). Also here:
+// the one-hot rows of a classification loss (one small kernel).
 #include <math_constants.h>
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include "core/cuda/call_name.h"
 #include "core/cuda/check.h"
 #include "core/cuda/cublaslt.h"
+#include "core/float16.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/linalg_kernels.h"
@@ -70,7 +73,7 @@ struct PlanKey {
   cudaDataType_t type;
   int device;
   int64_t m, n, k, lda, ldb, ldc;
-  bool ta, tb;
+  bool ta, tb, tf32;
   Epilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
   size_t workspace_bytes;
@@ -85,7 +88,7 @@ struct PlanKeyHash {
     mix(uint64_t(k.type));
     mix(uint64_t(k.device));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
-    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.epilogue) << 2);
+    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.tf32) << 2 | uint64_t(k.epilogue) << 3);
     mix(uint64_t(k.align_a) | uint64_t(k.align_b) << 16 | uint64_t(k.align_c) << 32 |
         uint64_t(k.align_bias) << 48);
     mix(uint64_t(k.workspace_bytes));
@@ -115,8 +118,15 @@ std::unordered_map<PlanKey, Plan, PlanKeyHash> g_plans;
 
 template <class T>
 constexpr cudaDataType_t data_type() {
-  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
+  if constexpr (std::is_same_v<T, bfloat16>) return CUDA_R_16BF;
+  else if constexpr (std::is_same_v<T, float16>) return CUDA_R_16F;
+  else return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
 }
+
+// The type of alpha and beta (cuBLASLt's scale type): float for float and the 16-bit types,
+// whose products accumulate in float32, double for double.
+template <class T>
+using Scale = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 cublasLtEpilogue_t to_cublas(Epilogue e) {
   switch (e) {
@@ -129,8 +139,11 @@ cublasLtEpilogue_t to_cublas(Epilogue e) {
 
 // The matmul descriptor of key, in caller-provided storage.
 void init_desc(cublasLtMatmulDescOpaque_t* desc, const PlanKey& key, const void* bias) {
-  cublasComputeType_t compute = key.type == CUDA_R_32F ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F;
-  TIDE_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, compute, key.type));
+  const bool f64 = key.type == CUDA_R_64F;
+  const cublasComputeType_t compute = f64        ? CUBLAS_COMPUTE_64F
+                                      : key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                 : CUBLAS_COMPUTE_32F;
+  TIDE_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
   // The operand swap (see gemm_with_epilogue): cuBLASLt's A is tide's b, so transa = tb.
   cublasOperation_t transa = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t transb = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -262,6 +275,7 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
               g.ldc,
               g.ta,
               g.tb,
+              std::is_same_v<T, float> && g.tf32,
               epilogue,
               batch_alignment(a, stride_a),
               batch_alignment(b, stride_b),
@@ -276,7 +290,7 @@ void gemm_with_epilogue(const KernelContext& ctx, const Gemm<T>& g, Epilogue epi
   Layouts l;
   init_layouts(&l, key);
   Plan plan = plan_for(handle, key, &desc, &l);
-  const T alpha = 1, beta = 0;  // beta = 0: c (uninitialised) is not read
+  const Scale<T> alpha = 1, beta = 0;  // beta = 0: c (uninitialised) is not read
   TIDE_CUBLAS_CHECK(cublasLtMatmul(handle, &desc, &alpha, b, &l.a, a, &l.b, &beta, c, &l.c, c, &l.c,
                                    &plan.algo, use_workspace(ctx, plan.workspace_bytes),
                                    plan.workspace_bytes ? ws_bytes : 0, stream_of(ctx)));
@@ -306,8 +320,8 @@ __global__ void fill_rows_with_bias(T* c, const T* bias, int64_t m, int64_t n, i
                                     bool relu) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < m * n; i += grid_stride()) {
-    T v = bias[i % n];
-    c[(i / n) * ldc + i % n] = relu && v < T(0) ? T(0) : v;
+    const Scale<T> v = Scale<T>(bias[i % n]);  // exact: a 16-bit value widened
+    c[(i / n) * ldc + i % n] = T(relu && v < Scale<T>(0) ? Scale<T>(0) : v);
   }
 }
 
@@ -356,6 +370,12 @@ void register_matmul(OpList& ops) {
   CudaKernel<Gemm<double>, GemmBatch>::fn = &gemm_batched<double>;
   CudaKernel<GemmBias<float>, NoExtra>::fn = &gemm_bias<float>;
   CudaKernel<GemmBias<double>, NoExtra>::fn = &gemm_bias<double>;
+  CudaKernel<Gemm<bfloat16>, NoExtra>::fn = &gemm<bfloat16>;
+  CudaKernel<Gemm<float16>, NoExtra>::fn = &gemm<float16>;
+  CudaKernel<Gemm<bfloat16>, GemmBatch>::fn = &gemm_batched<bfloat16>;
+  CudaKernel<Gemm<float16>, GemmBatch>::fn = &gemm_batched<float16>;
+  CudaKernel<GemmBias<bfloat16>, NoExtra>::fn = &gemm_bias<bfloat16>;
+  CudaKernel<GemmBias<float16>, NoExtra>::fn = &gemm_bias<float16>;
   ops[size_t(OpId::matmul)] = true;
   ops[size_t(OpId::linear)] = true;
   ops[size_t(OpId::one_hot)] = true;

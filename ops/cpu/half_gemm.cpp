@@ -1,0 +1,228 @@
+// The CPU's 16-bit GEMMs (ops/cpu/half_gemm.h): oneDNN's bfloat16 matmul where the build has
+// it, else the float32 GEMM between a widening and one rounding.
+#include "ops/cpu/half_gemm.h"
+
+#if TIDE_BF16_GEMM_ONEDNN
+#include <dlfcn.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/float16.h"
+#include "ops/cpu/blas_gemm.h"
+
+namespace tide::kernels::cpu {
+
+namespace {
+
+// The float32 scratch of the widening path, kept per thread: a GEMM allocates nothing once its
+// shapes have been seen.
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The rows x cols matrix at p (row stride ld) widened into out, packed (row stride cols).
+template <class H>
+void widen(const H* p, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = float(p[r * ld + j]);
+}
+
+// g's product through the float32 GEMM: op(a) and op(b) widened (exactly), one float32 GEMM,
+// then + bias and ReLU in float32 when asked, and one rounding into c.
+template <class H>
+void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
+  Scratch& s = scratch();
+  const int64_t ac = g.ta ? g.m : g.k, bc = g.tb ? g.k : g.n;
+  widen(g.a.get(), g.ta ? g.k : g.m, ac, g.lda, s.a);
+  widen(g.b.get(), g.tb ? g.n : g.k, bc, g.ldb, s.b);
+  s.c.resize(size_t(g.m * g.n));
+  blas_gemm(g.ta, g.tb, g.m, g.n, g.k, s.a.data(), std::max<int64_t>(1, ac), s.b.data(),
+            std::max<int64_t>(1, bc), s.c.data(), std::max<int64_t>(1, g.n));
+  H* c = g.c.get();
+  for (int64_t r = 0; r < g.m; ++r)
+    for (int64_t j = 0; j < g.n; ++j) {
+      float v = s.c[size_t(r * g.n + j)];
+      if (bias) v += float(bias[j]);
+      if (relu) v = v > 0.0f ? v : 0.0f;
+      c[r * g.ldc + j] = H(v);
+    }
+}
+
+#if TIDE_BF16_GEMM_ONEDNN
+
+// oneDNN's OpenMP threads are not used: each GEMM runs on the calling stream worker alone.
+// oneDNN 2.6.3's multi-threaded bfloat16 matmul returns wrong products for some shapes with
+// a transposed operand (e.g. 12 x 32 @ (50 x 32)^T on 2 threads; 1 thread is right), and one
+// thread also keeps the products' bits independent of the core count and leaves the other
+// cores to tide's other streams and its pool. The OpenMP calls are looked up at run time
+// (libgomp comes with oneDNN) so that tide does not link OpenMP; a oneDNN built on another
+// threading runtime has none, and then runs its own way.
+class OneOpenMpThread {
+ public:
+  OneOpenMpThread() {
+    if (fns().set && fns().get) {
+      before_ = fns().get();
+      fns().set(1);
+    }
+  }
+  ~OneOpenMpThread() {
+    if (before_ > 0) fns().set(before_);
+  }
+  OneOpenMpThread(const OneOpenMpThread&) = delete;
+  OneOpenMpThread& operator=(const OneOpenMpThread&) = delete;
+
+ private:
+  struct Fns {
+    void (*set)(int) = nullptr;
+    int (*get)() = nullptr;
+  };
+  static const Fns& fns() {
+    static const Fns f{reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")),
+                       reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"))};
+    return f;
+  }
+  int before_ = 0;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// The descriptor of `batch` matrices op(x), each rows x cols, `batch_stride` elements apart
+// (0: one matrix that every batch reads, oneDNN's broadcast batch of 1). x is stored
+// transposed (cols x rows, row stride ld) when trans, else rows x cols.
+dnnl::memory::desc matrices(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols,
+                            bool trans, int64_t ld) {
+  using dnnl::memory;
+  const bool broadcast = batch_stride == 0;
+  const memory::dims dims{broadcast ? 1 : batch, rows, cols};
+  const memory::dims strides{broadcast ? rows * cols : batch_stride, trans ? 1 : ld,
+                             trans ? ld : 1};
+  return memory::desc(dims, memory::data_type::bf16, strides);
+}
+
+// c's `batch` blocks (each m x n at row stride ldc, m * ldc apart) = op(a) @ op(b) (+ bias,
+// ReLU) by oneDNN's matmul, the primitive taken from oneDNN's cache after a shape's first call.
+// False, having written nothing, when oneDNN offers only its reference kernel (a CPU without
+// AVX-512, or strides its fast kernels do not take): the float32 path is faster then.
+bool onednn_gemm(const Gemm<bfloat16>& g, int64_t batch, int64_t stride_a, int64_t stride_b,
+                 const bfloat16* bias, bool relu) {
+  using dnnl::memory;
+  try {
+    const OneOpenMpThread one_thread;  // before the primitive: its thread count is part of it
+    dnnl::engine& eng = cpu_engine();
+    const memory::desc a = matrices(batch, stride_a, g.m, g.k, g.ta, g.lda);
+    const memory::desc b = matrices(batch, stride_b, g.k, g.n, g.tb, g.ldb);
+    const memory::desc c = matrices(batch, g.m * g.ldc, g.m, g.n, false, g.ldc);
+    const memory::desc bias_md({1, 1, g.n}, memory::data_type::bf16, memory::dims{g.n, g.n, 1});
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc =
+        bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, eng);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return false;
+    const dnnl::matmul prim(pd);
+    thread_local dnnl::stream stream(eng);
+    // oneDNN takes non-const handles; it only reads the source, weights and bias.
+    memory am(a, eng, const_cast<bfloat16*>(g.a.get()));
+    memory bm(b, eng, const_cast<bfloat16*>(g.b.get()));
+    memory cm(c, eng, g.c.get());
+    if (bias) {
+      memory biasm(bias_md, eng, const_cast<bfloat16*>(bias));
+      prim.execute(stream, {{DNNL_ARG_SRC, am},
+                            {DNNL_ARG_WEIGHTS, bm},
+                            {DNNL_ARG_BIAS, biasm},
+                            {DNNL_ARG_DST, cm}});
+    } else {
+      prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    }
+    stream.wait();
+    return true;
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error(std::string("oneDNN's bfloat16 matmul failed: ") + e.what() +
+                             " (status " + std::to_string(int(e.status)) + ")");
+  }
+}
+
+#endif  // TIDE_BF16_GEMM_ONEDNN
+
+// One product or a strided batch of them (c contiguous when batch > 1), by oneDNN when it
+// applies, else product by product through float32.
+template <class H>
+void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, const H* bias,
+         bool relu) {
+  if (g.m == 0 || g.n == 0 || batch == 0) return;
+#if TIDE_BF16_GEMM_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>) {
+    // k = 0 (c = bias or 0) is left to the float32 path, which writes it.
+    if (g.k > 0 && onednn_gemm(g, batch, stride_a, stride_b, bias, relu)) return;
+  }
+#endif
+  for (int64_t i = 0; i < batch; ++i) {
+    Gemm<H> s = g;
+    s.a.offset += i * stride_a;
+    s.b.offset += i * stride_b;
+    s.c.offset += i * g.m * g.ldc;
+    float32_gemm(s, bias, relu);
+  }
+}
+
+}  // namespace
+
+template <class H>
+void half_gemm(const Gemm<H>& g) {
+  run<H>(g, 1, 0, 0, nullptr, false);
+}
+
+template <class H>
+void half_gemm_batched(const Gemm<H>& g, const GemmBatch& bt) {
+  const int64_t block = g.m * g.ldc;
+  for (int64_t o = 0; o < bt.outer; ++o) {
+    Gemm<H> s = g;
+    s.a.offset += o * bt.outer_a;
+    s.b.offset += o * bt.outer_b;
+    s.c.offset += o * bt.count * block;
+    run<H>(s, bt.count, bt.stride_a, bt.stride_b, nullptr, false);
+  }
+}
+
+template <class H>
+void half_gemm_bias(const GemmBias<H>& gb) {
+  run<H>(gb.g, 1, 0, 0, gb.bias.get(), gb.relu);
+}
+
+std::string bf16_gemm_library() {
+#if TIDE_BF16_GEMM_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (matmul)";
+#else
+  return "the float32 GEMM";
+#endif
+}
+
+template void half_gemm<bfloat16>(const Gemm<bfloat16>&);
+template void half_gemm<float16>(const Gemm<float16>&);
+template void half_gemm_batched<bfloat16>(const Gemm<bfloat16>&, const GemmBatch&);
+template void half_gemm_batched<float16>(const Gemm<float16>&, const GemmBatch&);
+template void half_gemm_bias<bfloat16>(const GemmBias<bfloat16>&);
+template void half_gemm_bias<float16>(const GemmBias<float16>&);
+
+}  // namespace tide::kernels::cpu
