@@ -91,6 +91,7 @@ struct TrainArgs {
   double lr = 1e-3;
   bool recompute = false, keep_last = false, plan_only = false;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
+  bool tf32 = false;              // --tf32
   int64_t memory_budget_mb = 0;   // --memory-budget (traced): 0 none
 };
 
@@ -153,6 +154,8 @@ TrainArgs parse_train(const Args& args) {
       a.plan_only = true;
     } else if (o == "--dtype") {
       a.autocast = take_dtype_option(args, i);
+    } else if (o == "--tf32") {
+      a.tf32 = true;
     } else if (o == "--memory-budget") {
       a.memory_budget_mb = take_int_option(args, i, 1, 1 << 24);
     } else {
@@ -229,6 +232,7 @@ Tensor stack_losses(const std::vector<Tensor>& losses) {
 
 int gpt_train(const Args& args, const GlobalOptions& global) {
   const TrainArgs a = parse_train(args);
+  const Float32MatmulPrecisionGuard matmul_precision(matmul_precision_for(a.tf32));
   const Device device = global.device;
   // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" without it).
   dist::ProcessGroup* group = nullptr;
@@ -285,7 +289,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << "train: " << a.steps << " steps of batch " << a.batch << ", AdamW lr " << a.lr
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
       << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << ", "
-      << precision_label(a.autocast)
+      << precision_label(a.autocast, a.tf32)
       << (a.keep_last   ? ", blocks but the last recomputed in backward"
           : a.recompute ? ", blocks recomputed in backward"
                         : "")
@@ -497,6 +501,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
                         {"activation_peak_bytes", activations},
                         {"recompute", a.recompute},
                         {"dtype", a.autocast ? std::string(name(*a.autocast)) : "float32"},
+                        {"matmul_precision", name(matmul_precision_for(a.tf32))},
                         {"memory_budget_mb", a.memory_budget_mb},
                         {"mode", a.mode},
                         {"device", device.str()},

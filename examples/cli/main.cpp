@@ -45,7 +45,7 @@ const Command kCommands[] = {
     {"mlp-memory", "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
      "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] "
      "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F] "
-     "[--dtype float32|bfloat16|float16]",
+     "[--dtype float32|bfloat16|float16] [--tf32]",
      "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
          ") or all (default; bounded:2)\n"
          "  --mode M      eager (default), traced (the whole step captured and replayed) or all\n"
@@ -62,7 +62,7 @@ const Command kCommands[] = {
     {"train", "train an MLP or a CNN on Fashion-MNIST (Adam) and report test accuracy",
      "fashion-mnist [--model mlp|cnn] [--mode eager|traced] [--epochs N] [--data DIR] "
      "[--save F] [--batch N] [--lr X] [--seed S] [--plan-only] "
-     "[--dtype float32|bfloat16|float16]",
+     "[--dtype float32|bfloat16|float16] [--tf32]",
      "  --model M     mlp (default: 784-256-128-10, ReLU) or cnn (two conv 3x3 / batch norm /\n"
      "                ReLU / max-pool blocks of 32 and 64 channels, then 3136-128-10)\n"
      "  --mode M      eager (default) or traced (the training step and the test forward\n"
@@ -89,7 +89,7 @@ const Command kCommands[] = {
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
      "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] "
-     "[--dtype float32|bfloat16|float16] [--memory-budget MB] | sample --load F [--prompt "
+     "[--dtype float32|bfloat16|float16] [--tf32] [--memory-budget MB] | sample --load F [--prompt "
      "S] [--tokens N] "
      "[--temperature X] "
      "[--top-k K] | memory [--contexts 64,128,...] [--policies per_batch,bounded:K] [--batch B] "

@@ -170,10 +170,13 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   std::string policy_arg = "all", mode_arg = "eager", alloc_arg = "all", csv, svg;
   long long batches = 100;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
+  bool tf32 = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--dtype") {
       autocast = take_dtype_option(args, i);
+    } else if (a == "--tf32") {
+      tf32 = true;
     } else if (a == "--batches") {
       batches = take_int_option(args, i, 1, kMaxBatches);
     } else if (a == "--policy") {
@@ -190,6 +193,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       throw UsageError("unknown option '" + a + "'");
     }
   }
+  const Float32MatmulPrecisionGuard matmul_precision(matmul_precision_for(tf32));
   std::vector<train::Policy> policies;
   if (policy_arg == "all") {
     policies = {train::Policy::per_batch(), train::Policy::none(), train::Policy::bounded(2)};
@@ -232,7 +236,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   std::ostream& out = rank == 0 ? std::cout : silent;
 
   out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, " << batches
-      << " minibatches, device: " << device_label(device) << ", " << precision_label(autocast)
+      << " minibatches, device: " << device_label(device) << ", " << precision_label(autocast, tf32)
       << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "

@@ -98,6 +98,7 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
   double lr = 1e-3;
   bool plan_only = false;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
+  bool tf32 = false;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--epochs") {
@@ -124,12 +125,15 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
       plan_only = true;
     } else if (a == "--dtype") {
       autocast = take_dtype_option(args, i);
+    } else if (a == "--tf32") {
+      tf32 = true;
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
   }
 
   if (plan_only && mode != "traced") throw UsageError("--plan-only needs --mode traced");
+  const Float32MatmulPrecisionGuard matmul_precision(matmul_precision_for(tf32));
 
   // Under mpirun, the MPI world group (throws "[dist] tide was built without MPI" when this
   // build has none); one rank is the plain single-process run.
@@ -173,8 +177,8 @@ int train_fashion_main(const Args& args, const GlobalOptions& global) {
               : "MLP " + std::to_string(features) + "-256-128-10 (ReLU)")
       << ", cross-entropy, Adam lr " << lr << " (halved after 1/2 and 3/4 of the epochs)"
       << ", batch " << batch << ", " << epochs << " epochs, seed " << seed << "\n"
-      << "device: " << device_label(device) << ", " << mode << ", " << precision_label(autocast)
-      << "\n";
+      << "device: " << device_label(device) << ", " << mode << ", "
+      << precision_label(autocast, tf32) << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
         << batch / ranks << " per rank, gradients averaged after each backward\n";

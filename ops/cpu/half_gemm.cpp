@@ -146,10 +146,9 @@ bool onednn_gemm(const Gemm<bfloat16>& g, int64_t batch, int64_t stride_a, int64
     memory cm(c, eng, g.c.get());
     if (bias) {
       memory biasm(bias_md, eng, const_cast<bfloat16*>(bias));
-      prim.execute(stream, {{DNNL_ARG_SRC, am},
-                            {DNNL_ARG_WEIGHTS, bm},
-                            {DNNL_ARG_BIAS, biasm},
-                            {DNNL_ARG_DST, cm}});
+      prim.execute(
+          stream,
+          {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
     } else {
       prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     }

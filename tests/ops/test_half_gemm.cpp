@@ -67,22 +67,21 @@ TEST(HalfGemm, MatmulUnderEveryTransposeRoundsOnce) {
   // Odd sizes, which no kernel's tile divides; and a shape oneDNN 2.6.3 multiplies wrongly on
   // two OpenMP threads with a transposed b (ops/cpu/half_gemm.cpp runs it on one).
   for (auto [m, k, n] : {std::array<int64_t, 3>{37, 70, 45}, std::array<int64_t, 3>{12, 32, 50}})
-  for (DType t : {DType::bfloat16, DType::float16})
-    for (Device d : devices())
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          SCOPED_TRACE(std::string(name(t)) + " on " + d.str() + " " + std::to_string(m) + "x" +
-                       std::to_string(k) + "x" + std::to_string(n) + (ta ? " a^T" : "") +
-                       (tb ? " b^T" : ""));
-          Tensor a = from_data(values(m * k, 0.1), ta ? Shape{k, m} : Shape{m, k}, t).to(d);
-          Tensor b = from_data(values(k * n, 0.7), tb ? Shape{n, k} : Shape{k, n}, t).to(d);
-          Tensor y = matmul(a, b, {ta, tb});
-          EXPECT_EQ(y.dtype(), t);
-          EXPECT_EQ(y.shape(), (Shape{m, n}));
-          const Product p =
-              product(a.to_vector<float>(), b.to_vector<float>(), m, k, n, ta, tb);
-          expect_rounded_once(y.to_vector<float>(), p.want, p.abs_sum, k, t);
-        }
+    for (DType t : {DType::bfloat16, DType::float16})
+      for (Device d : devices())
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            SCOPED_TRACE(std::string(name(t)) + " on " + d.str() + " " + std::to_string(m) + "x" +
+                         std::to_string(k) + "x" + std::to_string(n) + (ta ? " a^T" : "") +
+                         (tb ? " b^T" : ""));
+            Tensor a = from_data(values(m * k, 0.1), ta ? Shape{k, m} : Shape{m, k}, t).to(d);
+            Tensor b = from_data(values(k * n, 0.7), tb ? Shape{n, k} : Shape{k, n}, t).to(d);
+            Tensor y = matmul(a, b, {ta, tb});
+            EXPECT_EQ(y.dtype(), t);
+            EXPECT_EQ(y.shape(), (Shape{m, n}));
+            const Product p = product(a.to_vector<float>(), b.to_vector<float>(), m, k, n, ta, tb);
+            expect_rounded_once(y.to_vector<float>(), p.want, p.abs_sum, k, t);
+          }
 }
 
 TEST(HalfGemm, BatchedMatmulWithABroadcastOperand) {
