@@ -95,9 +95,11 @@ std::vector<StepGemm> char_step_gemms() {
   return g;
 }
 
-// Args: through tide (1) or cblas_sgemm directly (0).
+// Args: through tide (1), through tide in bfloat16 (2: operands cast once, outside the loop;
+// ops/cpu/half_gemm.h) or cblas_sgemm directly (0).
 void BM_GptCharGemms(benchmark::State& state) {
   const bool through_tide = state.range(0) != 0;
+  const bool bf16 = state.range(0) == 2;
   const std::vector<StepGemm> gemms = char_step_gemms();
   tide::Generator gen(2);
   std::vector<Tensor> as, bs;
@@ -110,6 +112,10 @@ void BM_GptCharGemms(benchmark::State& state) {
     bs.push_back(tide::mul(tide::randn(sb, tide::DType::float32, gen), 0.1));
     ha.push_back(as.back().to_vector<float>());
     hb.push_back(bs.back().to_vector<float>());
+    if (bf16) {
+      as.back() = tide::cast(as.back(), tide::DType::bfloat16);
+      bs.back() = tide::cast(bs.back(), tide::DType::bfloat16);
+    }
     hc.emplace_back(size_t(g.m) * size_t(g.n));
     flops += 2.0 * g.m * g.n * g.k;
   }
@@ -133,12 +139,13 @@ void BM_GptCharGemms(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemms"] = double(gemms.size());
-  state.SetLabel(through_tide ? "tide matmul" : "cblas_sgemm");
+  state.SetLabel(bf16 ? "tide matmul bfloat16" : through_tide ? "tide matmul" : "cblas_sgemm");
 }
 BENCHMARK(BM_GptCharGemms)
     ->ArgName("tide")
     ->Arg(0)
     ->Arg(1)
+    ->Arg(2)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

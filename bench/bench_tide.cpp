@@ -232,6 +232,29 @@ void BM_Matmul1000(benchmark::State& state) {
 }
 BENCHMARK(BM_Matmul1000)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// tide::matmul of two n x n tensors of one dtype (Args: n, 0 float32 / 1 bfloat16 / 2
+// float16), waited for: the CPU's 16-bit GEMMs (ops/cpu/half_gemm.h: oneDNN's bfloat16
+// matmul, or float32 between a widening and a rounding) beside float32's, same run.
+void BM_MatmulDtype(benchmark::State& state) {
+  const int n = int(state.range(0));
+  const tide::DType dtypes[] = {tide::DType::float32, tide::DType::bfloat16, tide::DType::float16};
+  const tide::DType t = dtypes[state.range(1)];
+  Tensor a = tide::cast(tide::randn({n, n}), t), b = tide::cast(tide::randn({n, n}), t);
+  Tensor y;
+  tide::wait_all();
+  for (auto _ : state) {
+    y = tide::matmul(a, b);
+    y.wait_to_read();
+  }
+  set_gflops(state, n);
+  state.SetLabel(std::string(tide::name(t)));
+}
+BENCHMARK(BM_MatmulDtype)
+    ->ArgNames({"n", "dtype"})
+    ->ArgsProduct({{128, 512, 2048}, {0, 1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // The anchor: the same sgemm called directly on the benchmark thread.
 void BM_CblasSgemm1000(benchmark::State& state) {
   std::vector<float> a(size_t(kN) * kN), b(size_t(kN) * kN), c(size_t(kN) * kN);
