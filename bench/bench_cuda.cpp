@@ -7,6 +7,7 @@
 //               throughput (PyTorch eager's is in bench/torch_cuda_anchor.py);
 //   matmul      4096^3 float32 through tide against a direct cublasSgemm on a stream, same
 //               random operands; one product per wait, and eight per wait (the kernels' rate);
+//               TF32, bfloat16 and float16 (eight per wait) against cublasGemmEx;
 //   bandwidth   add of 64M floats (12 bytes per element moved) against a device-to-device
 //               copy of 64M floats (8 bytes per element);
 //   MLP step    the textbook MLP (bench_mlp.cpp's sizes) on cuda:0, eager and traced (one
@@ -163,6 +164,87 @@ void BM_CublasSgemm4096(benchmark::State& state) { cublas_sgemm_4096(state, 1); 
 void BM_CublasSgemm4096x8(benchmark::State& state) { cublas_sgemm_4096(state, kQueued); }
 BENCHMARK(BM_CublasSgemm4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CublasSgemm4096x8)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The fast precisions, eight products per wait (Arg: 0 float32 at the `high` matmul precision,
+// i.e. TF32; 1 bfloat16; 2 float16, each with float32 accumulation), through tide and through
+// cublasGemmEx called directly with the same types and compute type (cuBLAS picks its
+// cuBLASLt kernel by heuristic, as tide does).
+struct FastGemm {
+  DType dtype;
+  cudaDataType_t cuda_type;
+  cublasComputeType_t compute;
+  const char* label;
+};
+constexpr FastGemm kFastGemms[] = {
+    {DType::float32, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, "tf32"},
+    {DType::bfloat16, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bfloat16"},
+    {DType::float16, CUDA_R_16F, CUBLAS_COMPUTE_32F, "float16"},
+};
+
+void set_flops_x8(benchmark::State& state) {
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * 1e-12 * kQueued * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+void BM_CudaMatmul4096Fastx8(benchmark::State& state) {
+  const FastGemm& f = kFastGemms[state.range(0)];
+  tide::Float32MatmulPrecisionGuard precision(tide::MatmulPrecision::high);
+  tide::Generator gen(1);
+  Tensor a = tide::cast(tide::randn({kN, kN}, DType::float32, gen, kGpu), f.dtype);
+  Tensor b = tide::cast(tide::randn({kN, kN}, DType::float32, gen, kGpu), f.dtype);
+  Tensor c = tide::matmul(a, b);
+  c.wait_to_read();
+  for (auto _ : state) {
+    for (int i = 0; i < kQueued; ++i) c = tide::matmul(a, b);
+    c.wait_to_read();
+  }
+  set_flops_x8(state);
+  state.SetLabel(f.label);
+}
+BENCHMARK(BM_CudaMatmul4096Fastx8)
+    ->ArgName("type")
+    ->DenseRange(0, 2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_CublasGemmEx4096Fastx8(benchmark::State& state) {
+  const FastGemm& f = kFastGemms[state.range(0)];
+  tide::Generator gen(1);
+  Tensor ta = tide::cast(tide::randn({kN, kN}, DType::float32, gen, kGpu), f.dtype);
+  Tensor tb = tide::cast(tide::randn({kN, kN}, DType::float32, gen, kGpu), f.dtype);
+  Tensor tc = tide::cast(tide::zeros({kN, kN}, DType::float32, kGpu), f.dtype);
+  tc.wait_to_read();
+  const void* a = ta.storage()->data();
+  const void* b = tb.storage()->data();
+  void* c = tc.storage()->data();
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, s);
+  const float one = 1, zero = 0;
+  auto gemm = [&] {  // row-major c = a @ b as column-major c^T = b^T a^T
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(kN), int(kN), int(kN), &one, b, f.cuda_type,
+                 int(kN), a, f.cuda_type, int(kN), &zero, c, f.cuda_type, int(kN), f.compute,
+                 CUBLAS_GEMM_DEFAULT);
+  };
+  gemm();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (auto _ : state) {
+    for (int i = 0; i < kQueued; ++i) gemm();
+    CHECK_CUDA(cudaStreamSynchronize(s));
+  }
+  set_flops_x8(state);
+  state.SetLabel(f.label);
+  cublasDestroy(h);
+  cudaStreamDestroy(s);
+}
+BENCHMARK(BM_CublasGemmEx4096Fastx8)
+    ->ArgName("type")
+    ->DenseRange(0, 2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---- bandwidth: 64M floats -----------------------------------------------------------------
 

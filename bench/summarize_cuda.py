@@ -129,6 +129,16 @@ def main():
         r = ms("BM_CublasSgemm4096x8") / ms("BM_CudaMatmul4096x8")
         rows.append(("  the same, 8 products per wait (the kernels' rate)", f"{r:.3f}",
                      "reported", None))
+    # TF32, bfloat16, float16 (bench_cuda.cpp's kFastGemms), 8 per wait, against cublasGemmEx.
+    for arg, label in enumerate(["tf32", "bfloat16", "float16"]):
+        mine = f"BM_CudaMatmul4096Fastx8/type:{arg}"
+        anchor = f"BM_CublasGemmEx4096Fastx8/type:{arg}"
+        if mine in tb and anchor in tb:
+            r = ms(anchor) / ms(mine)
+            tflops = tb[mine].get("TFLOP/s", 0)
+            rows.append((f"matmul 4096^3 {label}, tide / direct cublasGemmEx",
+                         f"{r:.3f} ({tflops:.0f} TFLOP/s)", ">= 0.95" if label == "bfloat16"
+                         else "reported", r >= 0.95 if label == "bfloat16" else None))
     if "BM_CudaAdd64M" in tb and "BM_CudaCopyD2D64M" in tb:
         add_bw = 64 * 2**20 * 12 / (ms("BM_CudaAdd64M") / 1e3)
         copy_bw = 64 * 2**20 * 8 / (ms("BM_CudaCopyD2D64M") / 1e3)

@@ -177,7 +177,7 @@ cudnn_path() {
 
 # Builds tide_bench_cuda alone when the build stage has not run (a fresh machine: about
 # 1 min on 16 cores), so `bash scripts/gpu_check.sh bench` is enough for the numbers.
-# Time: tide_bench_cuda has 48 benchmarks (bench_cuda.cpp 19; bench_cuda_cnn.cpp: 9 tide
+# Time: tide_bench_cuda has 54 benchmarks (bench_cuda.cpp 25; bench_cuda_cnn.cpp: 9 tide
 # convolutions, 18 cuDNN ones, 2 CNN steps); at 0.2 s per repetition, 5 repetitions, with
 # set-up (cuDNN's first handle, traces), expect 1.5-3 min, then about 1 min for the PyTorch
 # anchors: well inside a device command's 10 minutes.
@@ -219,6 +219,8 @@ QUICK_MEMCHECK=(
   'Optim.WarmupCosine*'
   'CudaTrace.ClippedScheduledStepEqualsEagerBitwise'
   'CudaTrace.GptCharStepIsOneGraphAndEqualsEager'
+  'HalfGemm.*'
+  'MatmulPrecision.*'
 )
 
 # boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report). quick's
