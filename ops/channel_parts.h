@@ -1,9 +1,9 @@
 // How a reduction over groups of m elements is split for a GPU (batch norm's per-channel
-// sums, a sum down long strided columns): each group's elements in `parts` consecutive
-// chunks of `chunk`, each chunk added by one block (or thread) into a partial sum, then the
-// partials added per group in chunk order. The split depends only on the shape, so the sums
-// take the same tree, and give the same bits, on every run and every GPU. Shared with the
-// CPU tests, which check it covers each element once.
+// sums, sums and max/argmax down long strided columns or along a few long rows): each group's
+// elements in `parts` consecutive chunks of `chunk`, each chunk added by one block (or thread) into
+// a partial sum, then the partials added per group in chunk order. The split depends only on the
+// shape, so the sums take the same tree, and give the same bits, on every run and every GPU. Shared
+// with the CPU tests, which check it covers each element once.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +46,33 @@ inline constexpr int64_t kColumnThreads = 65536, kMinColumnChunk = 256, kMaxColu
 TIDE_HOST_DEVICE constexpr ChannelParts column_parts(int64_t n, int64_t outputs) {
   return split_parts(n, outputs, kColumnThreads, kMinColumnChunk, kMaxColumnParts);
 }
+
+// A reduction over a few long contiguous rows (inner == 1, each output over n consecutive
+// elements): each row cut into chunks, one CUB segment each, about kRowSegments segments
+// in all, then each row's partial results combined in chunk order. Without the cut CUB's
+// segmented reduction gives each row one block, a few blocks on a GPU of a hundred SMs.
+inline constexpr int64_t kRowSegments = 1024, kMinRowChunk = 16384, kMaxRowParts = 1024;
+TIDE_HOST_DEVICE constexpr ChannelParts row_parts(int64_t n, int64_t rows) {
+  return split_parts(n, rows, kRowSegments, kMinRowChunk, kMaxRowParts);
+}
+
+// Segment s of rows of n elements cut by `split` (row s / parts, chunk s % parts): its first
+// element and one past its last, flat in the input. For CUB's offset iterators.
+struct ChunkBegin {
+  int64_t n;
+  ChannelParts split;
+  TIDE_HOST_DEVICE int64_t operator()(int64_t s) const {
+    return (s / split.parts) * n + (s % split.parts) * split.chunk;
+  }
+};
+struct ChunkEnd {
+  int64_t n;
+  ChannelParts split;
+  TIDE_HOST_DEVICE int64_t operator()(int64_t s) const {
+    const int64_t row_end = (s / split.parts + 1) * n;
+    const int64_t end = ChunkBegin{n, split}(s) + split.chunk;
+    return end < row_end ? end : row_end;
+  }
+};
 
 }  // namespace tide::kernels

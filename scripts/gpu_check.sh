@@ -221,6 +221,7 @@ QUICK_MEMCHECK=(
   'CudaTrace.GptCharStepIsOneGraphAndEqualsEager'
   'HalfGemm.*'
   'MatmulPrecision.*'
+  'Reduce.*'
 )
 
 # boxed SECONDS NAME CMD...: run, killed after SECONDS (exit 124 in the report). quick's

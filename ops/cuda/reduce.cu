@@ -1,12 +1,14 @@
 // CUDA launcher of the reduction entry (ops/reduce_kernels.h). The input is [outer, n,
 // inner], reduced over n. Contiguous rows of at least kMinCubRow elements (inner == 1) go
 // to CUB: DeviceReduce for a full reduction, DeviceSegmentedReduce (one segment per outer
-// row) otherwise. Everything else (inner > 1, short rows, n == 0) runs one thread per
-// output that loops over k in order, exactly as the CPU does, except long sums below. No atomics
-// anywhere, so the result depends only on the shape and the device. Sums down long strided columns
-// (inner > 1 with few outputs) split each column over several threads (ops/channel_parts.h) and add
-// the parts in order. Not split yet: max/argmax down such columns, and CUB's segmented
-// reduction of a few very long rows (one block per row).
+// row) otherwise, and a few long rows are cut into chunks, one segment each, whose partial
+// results are then combined per row in chunk order (ops/channel_parts.h, row_parts).
+// Everything else (inner > 1, short rows, n == 0) runs one thread per output that loops
+// over k in order, exactly as the CPU does, except long columns: with few outputs each
+// column is split over several threads (column_parts) and the parts combined in order.
+// max/argmax combine with MaxFirst (ops/max_first.h), whose total order makes any split
+// give the CPU's first NaN, else first maximum. No atomics anywhere, so the result depends
+// only on the shape and the device.
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
@@ -26,6 +28,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"
+#include "ops/max_first.h"
 #include "ops/reduce_kernels.h"
 
 namespace tide::kernels::cuda {
@@ -37,12 +40,6 @@ constexpr int64_t kMinCubRow = 128;
 
 template <class T>
 using Acc = SumAcc<T>;
-
-template <class T>
-__host__ __device__ __forceinline__ bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
-}
 
 // ---- functors for CUB -----------------------------------------------------------------
 
@@ -72,42 +69,10 @@ struct FinishSum {
 
 // An element and its flat index in the input.
 template <class T>
-struct ValIdx {
-  T v;
-  int64_t i;
-};
-
-template <class T>
 struct MakeValIdx {
   const T* x;
   __host__ __device__ ValIdx<T> operator()(int64_t j) const { return {x[j], j}; }
 };
-
-// The greater of two (value, index) pairs in the order "NaN above every number, larger
-// value above smaller, then lower index above higher". A total order, so the operation is
-// associative and commutative: any tree gives the CPU's "first NaN, else first maximum".
-struct MaxFirst {
-  template <class T>
-  __host__ __device__ ValIdx<T> operator()(const ValIdx<T>& a, const ValIdx<T>& b) const {
-    const bool an = is_nan(a.v), bn = is_nan(b.v);
-    if (an || bn) {
-      if (an && bn) return a.i < b.i ? a : b;
-      return an ? a : b;
-    }
-    if (a.v > b.v) return a;
-    if (b.v > a.v) return b;
-    return a.i < b.i ? a : b;
-  }
-};
-
-// The identity of MaxFirst: below every element (the lowest value ties, then loses on the
-// index).
-template <class T>
-ValIdx<T> max_identity() {
-  if constexpr (std::is_floating_point_v<T>)
-    return {-std::numeric_limits<T>::infinity(), INT64_MAX};
-  else return {std::numeric_limits<T>::lowest(), INT64_MAX};
-}
 
 // Writes row o's result: the value (max) or its index within the row (argmax).
 template <class T, class O>
@@ -149,9 +114,9 @@ __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
     const T* p = x + o * g.n * g.inner + i;
     T best = p[0];
     int64_t at = 0;
-    for (int64_t k = 1; k < g.n && !is_nan(best); ++k) {
+    for (int64_t k = 1; k < g.n && !is_nan_value(best); ++k) {
       T v = p[k * g.inner];
-      if (v > best || is_nan(v)) {
+      if (v > best || is_nan_value(v)) {
         best = v;
         at = k;
       }
@@ -188,6 +153,63 @@ __global__ void column_finish(const Acc<T>* partial, O* y, int64_t outputs, int6
     Acc<T> s = 0;
     for (int64_t p = 0; p < parts; ++p) s += partial[p * outputs + j];
     y[j] = mean ? O(acc_to_double(s) * scale) : O(s);
+  }
+}
+
+// max/argmax down long strided columns: thread (p, j) finds chunk p's first NaN, else first
+// maximum, of output j's column (index k within the column), then one thread per output
+// combines its parts with MaxFirst and writes the value or the index.
+template <class T>
+__global__ void column_partial_max(const T* x, ValIdx<T>* partial, ReduceGeometry g,
+                                   ChannelParts split) {
+  tide::cuda::await_prerequisite_grids();
+  const int64_t outputs = g.outer * g.inner, total = outputs * split.parts;
+  for (int64_t t = global_index(); t < total; t += grid_stride()) {
+    const int64_t p = t / outputs, j = t - p * outputs;
+    const int64_t o = j / g.inner, i = j - o * g.inner;
+    const int64_t lo = p * split.chunk, hi = lo + split.chunk < g.n ? lo + split.chunk : g.n;
+    const T* col = x + o * g.n * g.inner + i;
+    ValIdx<T> best{col[lo * g.inner], lo};
+    for (int64_t k = lo + 1; k < hi && !is_nan_value(best.v); ++k) {
+      const T v = col[k * g.inner];
+      if (v > best.v || is_nan_value(v)) best = {v, k};
+    }
+    partial[t] = best;
+  }
+}
+
+template <class T, class O>
+__global__ void column_finish_max(const ValIdx<T>* partial, O* y, int64_t outputs, int64_t parts,
+                                  bool arg) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
+    ValIdx<T> best = partial[j];
+    for (int64_t p = 1; p < parts; ++p) best = MaxFirst{}(best, partial[p * outputs + j]);
+    y[j] = arg ? O(best.i) : O(best.v);
+  }
+}
+
+// The rows' partial results (row-major: row r's parts at r * parts ...), combined per row in
+// chunk order: sums added (then FinishSum), max/argmax by MaxFirst (then StoreMax).
+template <class A, class O>
+__global__ void row_finish_sum(const A* partial, O* y, int64_t rows, int64_t parts,
+                               FinishSum<A, O> finish) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t r = global_index(); r < rows; r += grid_stride()) {
+    A s = partial[r * parts];
+    for (int64_t p = 1; p < parts; ++p) s += partial[r * parts + p];
+    y[r] = finish(s);
+  }
+}
+
+template <class T, class O>
+__global__ void row_finish_max(const ValIdx<T>* partial, int64_t rows, int64_t parts,
+                               StoreMax<T, O> store) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t r = global_index(); r < rows; r += grid_stride()) {
+    ValIdx<T> best = partial[r * parts];
+    for (int64_t p = 1; p < parts; ++p) best = MaxFirst{}(best, partial[r * parts + p]);
+    store(r, best);
   }
 }
 
@@ -253,6 +275,23 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
     });
     return;
   }
+  if (const ChannelParts split = row_parts(g.n, g.outer); split.parts > 1) {
+    // A few long rows: one segment per chunk into partial sums, then each row's in order.
+    const int64_t segments = g.outer * split.parts;
+    StorageRef keep;
+    auto* partial = static_cast<A*>(scratch(ctx, size_t(segments) * sizeof(A), keep, op));
+    thrust::transform_iterator<ChunkBegin, thrust::counting_iterator<int64_t>> chunk_begin(
+        thrust::counting_iterator<int64_t>(0), ChunkBegin{g.n, split});
+    thrust::transform_iterator<ChunkEnd, thrust::counting_iterator<int64_t>> chunk_end(
+        thrust::counting_iterator<int64_t>(0), ChunkEnd{g.n, split});
+    run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunk_begin,
+                                                chunk_end, Plus<A>{}, A(0), s);
+    });
+    row_finish_sum<A, O><<<blocks_for(g.outer), kThreads, 0, s>>>(partial, y, g.outer, split.parts,
+                                                                  FinishSum<A, O>{mean, scale});
+    return;
+  }
   thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(
       thrust::counting_iterator<int64_t>(0), RowStart{g.n});
   run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
@@ -269,8 +308,22 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
   O* y = a.y.get();
   cudaStream_t s = stream_of(ctx);
   const char* op = kind_name(a.kind);
+  const int64_t outputs = g.outer * g.inner;
+  if (g.inner != 1 && outputs < kFewColumns) {
+    const ChannelParts split = column_parts(g.n, outputs);
+    if (split.parts > 1) {
+      StorageRef keep;
+      auto* partial = static_cast<ValIdx<T>*>(
+          scratch(ctx, size_t(outputs * split.parts) * sizeof(ValIdx<T>), keep, op));
+      column_partial_max<T>
+          <<<blocks_for(outputs * split.parts), kThreads, 0, s>>>(x, partial, g, split);
+      column_finish_max<T, O>
+          <<<blocks_for(outputs), kThreads, 0, s>>>(partial, y, outputs, split.parts, arg);
+      return;
+    }
+  }
   if (g.inner != 1 || g.n < kMinCubRow) {
-    max_kernel<T, O><<<blocks_for(g.outer * g.inner), kThreads, 0, s>>>(x, y, g, arg);
+    max_kernel<T, O><<<blocks_for(outputs), kThreads, 0, s>>>(x, y, g, arg);
     return;
   }
   thrust::transform_iterator<MakeValIdx<T>, thrust::counting_iterator<int64_t>> in(
@@ -281,6 +334,24 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
     run_cub(ctx, op, "cub::DeviceReduce::Reduce", [&](void* tmp, size_t& bytes) {
       return cub::DeviceReduce::Reduce(tmp, bytes, in, out, g.n, MaxFirst{}, init, s);
     });
+    return;
+  }
+  if (const ChannelParts split = row_parts(g.n, g.outer); split.parts > 1) {
+    // A few long rows: each chunk's pair (flat index) into partials, then each row's.
+    const int64_t segments = g.outer * split.parts;
+    StorageRef keep;
+    auto* partial =
+        static_cast<ValIdx<T>*>(scratch(ctx, size_t(segments) * sizeof(ValIdx<T>), keep, op));
+    thrust::transform_iterator<ChunkBegin, thrust::counting_iterator<int64_t>> chunk_begin(
+        thrust::counting_iterator<int64_t>(0), ChunkBegin{g.n, split});
+    thrust::transform_iterator<ChunkEnd, thrust::counting_iterator<int64_t>> chunk_end(
+        thrust::counting_iterator<int64_t>(0), ChunkEnd{g.n, split});
+    run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunk_begin,
+                                                chunk_end, MaxFirst{}, init, s);
+    });
+    row_finish_max<T, O><<<blocks_for(g.outer), kThreads, 0, s>>>(partial, g.outer, split.parts,
+                                                                  StoreMax<T, O>{y, g.n, arg});
     return;
   }
   thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(

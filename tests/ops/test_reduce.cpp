@@ -2,12 +2,15 @@
 // axis (negative axes, keepdim), empty and size-1 extents, integer inputs; sum_to; gradients
 // of sum, mean and max (distinct values, so max has no kink inside the step); errors; and
 // thread-count independence of the result. Not here: softmax (test_linalg.cpp).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include "core/thread_pool.h"
 #include "error_of.h"
+#include "ops/channel_parts.h"
+#include "ops/max_first.h"
 #include "tests/ops/op_harness.h"
 
 namespace tide {
@@ -70,7 +73,8 @@ std::vector<ShapeSet> axis_shapes(std::mt19937& rng) {
           {Shape{1, 5}},
           {Shape{5, 1}},
           {Shape{7, 6000}},    // parallel over rows on one axis, over columns on the other
-          {Shape{20000, 3}}};  // axis 0: three long strided columns, split on a GPU
+          {Shape{20000, 3}},   // axis 0: three long strided columns, split on a GPU
+          {Shape{2, 40000}}};  // axis 1: two long rows, each cut into 3 CUB segments on a GPU
 }
 
 // Max and argmax throw on an empty reduction: leave those sets out (tested separately).
@@ -303,6 +307,79 @@ TEST(Reduce, MaxGradientSplitsTies) {
   Tensor y = from_data({2, 7, 7}, Shape{3}, DType::float64).requires_grad_();
   max(y).backward();
   EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{0, 0.5, 0.5}));
+}
+
+// A GPU's split max/argmax (ops/cuda/reduce.cu): each chunk's first NaN, else first maximum,
+// found in order, then the chunks' pairs combined with MaxFirst (ops/max_first.h), in chunk
+// order or any other, give the sequential loop's value and index, NaNs and ties included.
+TEST(Reduce, SplitMaxFirstGivesTheSequentialAnswer) {
+  using kernels::MaxFirst;
+  using kernels::ValIdx;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t state = 12345;
+  auto next = [&] {  // a small LCG: values from a few levels, so ties are common
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return int((state >> 33) % 1000);
+  };
+  for (int64_t n : {1, 2, 7, 100, 1000})
+    for (int nans : {0, 1, 3})
+      for (int64_t chunk : {1, 3, 7, 50, 2000}) {
+        std::vector<double> v(static_cast<size_t>(n), 0.0);
+        for (double& x : v) x = double(next() % 9);
+        for (int k = 0; k < nans; ++k) v[size_t(next() % n)] = nan;
+        // The CPU's loop.
+        ValIdx<double> want{v[0], 0};
+        for (int64_t k = 1; k < n && !std::isnan(want.v); ++k)
+          if (v[size_t(k)] > want.v || std::isnan(v[size_t(k)])) want = {v[size_t(k)], k};
+        // The split: each chunk in order, as column_partial_max does.
+        std::vector<ValIdx<double>> parts;
+        for (int64_t lo = 0; lo < n; lo += chunk) {
+          const int64_t hi = std::min(n, lo + chunk);
+          ValIdx<double> best{v[size_t(lo)], lo};
+          for (int64_t k = lo + 1; k < hi && !kernels::is_nan_value(best.v); ++k)
+            if (v[size_t(k)] > best.v || kernels::is_nan_value(v[size_t(k)]))
+              best = {v[size_t(k)], k};
+          parts.push_back(best);
+        }
+        ValIdx<double> forward = kernels::max_identity<double>(), backward = forward;
+        for (const auto& p : parts) forward = MaxFirst{}(forward, p);
+        for (auto it = parts.rbegin(); it != parts.rend(); ++it)
+          backward = MaxFirst{}(*it, backward);
+        SCOPED_TRACE(testing::Message() << "n " << n << ", NaNs " << nans << ", chunk " << chunk);
+        EXPECT_EQ(forward.i, want.i);
+        EXPECT_EQ(backward.i, want.i);
+        if (std::isnan(want.v)) EXPECT_TRUE(std::isnan(forward.v));
+        else EXPECT_EQ(forward.v, want.v);
+      }
+}
+
+// The cut of a few long rows into CUB segments (ops/channel_parts.h, row_parts): each row's
+// segments cover its n elements once, in order, none empty; rows long enough are cut (4 rows
+// of 2^20: 64 segments each), short or many rows are not.
+TEST(Reduce, RowChunksCoverEachRowOnceInOrder) {
+  for (int64_t n : {int64_t(1), int64_t(128), int64_t(16384), int64_t(100000), int64_t(1) << 20,
+                    int64_t(3) << 22})
+    for (int64_t rows : {2, 3, 4, 100, 5000}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << ", rows " << rows);
+      const kernels::ChannelParts split = kernels::row_parts(n, rows);
+      ASSERT_GE(split.parts, 1);
+      EXPECT_LE(split.parts, kernels::kMaxRowParts);
+      const kernels::ChunkBegin begin{n, split};
+      const kernels::ChunkEnd end{n, split};
+      for (int64_t r : {int64_t(0), rows - 1}) {
+        int64_t at = r * n;
+        for (int64_t p = 0; p < split.parts; ++p) {
+          const int64_t seg = r * split.parts + p;
+          EXPECT_EQ(begin(seg), at);
+          EXPECT_GT(end(seg), begin(seg)) << "no empty segment";
+          at = end(seg);
+        }
+        EXPECT_EQ(at, (r + 1) * n);
+      }
+    }
+  EXPECT_EQ(kernels::row_parts(int64_t(1) << 20, 4).parts, 64);
+  EXPECT_EQ(kernels::row_parts(100000, 5000).parts, 1) << "many rows: one segment each";
+  EXPECT_EQ(kernels::row_parts(10000, 2).parts, 1) << "short rows stay whole";
 }
 
 }  // namespace
