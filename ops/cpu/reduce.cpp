@@ -77,22 +77,26 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       });
       return;
     }
-    parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
-      // Accumulators on the stack for the common small case; the heap for wide rows.
-      constexpr int64_t kStack = 256;
-      Acc<T> local[kStack];
-      std::vector<Acc<T>> heap(size_t(g.inner > kStack ? g.inner : 0));
-      Acc<T>* acc = g.inner > kStack ? heap.data() : local;
-      for (int64_t o = o0; o < o1; ++o) {
-        const T* base = x + o * g.n * g.inner;
-        std::fill(acc, acc + g.inner, Acc<T>(0));
+    // Columns (inner > 1): tasks of up to kColumns adjacent columns of one outer slice, so
+    // that a bias gradient (outer 1: one slice of n rows) spreads over the threads too. Each
+    // column still adds its rows in order k = 0, 1, ...: the same bits for any split.
+    constexpr int64_t kColumns = 256;
+    const int64_t blocks = (g.inner + kColumns - 1) / kColumns;
+    const int64_t task_grain = grain_for(g.n * kColumns);
+    parallel_for(g.outer * blocks, task_grain, [&](int64_t t0, int64_t t1) {
+      Acc<T> acc[kColumns];
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t o = t / blocks, i0 = (t % blocks) * kColumns;
+        const int64_t w = std::min(kColumns, g.inner - i0);
+        const T* base = x + o * g.n * g.inner + i0;
+        std::fill(acc, acc + w, Acc<T>(0));
         for (int64_t k = 0; k < g.n; ++k) {
           const T* row = base + k * g.inner;
-          for (int64_t i = 0; i < g.inner; ++i) acc[i] += Acc<T>(row[i]);
+          for (int64_t i = 0; i < w; ++i) acc[i] += Acc<T>(row[i]);
         }
-        for (int64_t i = 0; i < g.inner; ++i)
-          y[o * g.inner + i] =
-              kind == ReduceKind::mean ? O(acc_to_double(acc[i]) * scale) : O(acc[i]);
+        O* out = y + o * g.inner + i0;
+        for (int64_t i = 0; i < w; ++i)
+          out[i] = kind == ReduceKind::mean ? O(acc_to_double(acc[i]) * scale) : O(acc[i]);
       }
     });
     return;
