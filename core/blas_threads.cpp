@@ -110,12 +110,17 @@ BlasThreadsInfo configure_library() {
   return info;
 }
 
-// oneDNN's float GEMMs run on its OpenMP threads: as many as OMP_NUM_THREADS, else cores.
+// With -DTIDE_BLAS=onednn, float GEMMs run on oneDNN's OpenMP threads (as many as
+// OMP_NUM_THREADS, else cores). oneDNN linked for bfloat16 GEMMs only (TIDE_BF16_GEMM) runs
+// those on the calling thread (ops/cpu/half_gemm.cpp).
 std::string onednn_config() {
   if (!dnnl_version) return "";
   const TideDnnlVersion* v = dnnl_version();
-  return "; float GEMMs: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
-         "." + std::to_string(v->patch) + " (OpenMP threads)";
+  const std::string version =
+      std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  if (std::string(TIDE_BLAS_NAME) == "onednn")
+    return "; float GEMMs: oneDNN " + version + " (OpenMP threads)";
+  return "; bfloat16 GEMMs: oneDNN " + version + " (one thread per GEMM)";
 }
 
 BlasThreadsInfo configure_once() {

@@ -41,7 +41,8 @@ struct BlasThreadsInfo {
   bool from_env = false;    // a variable listed above was set: tide left the count as is
   std::string config;       // OpenBLAS: openblas_get_config() and core; BLIS: version, the
                             // kernel set it picked (bli_arch) and its threading model; then
-                            // "; float GEMMs: oneDNN x.y.z" when oneDNN is linked
+                            // "; float GEMMs: oneDNN x.y.z" (TIDE_BLAS=onednn) or
+                            // "; bfloat16 GEMMs: oneDNN x.y.z" when only those use it
 };
 
 // Cores this process may run on: its CPU affinity mask (taskset, cpusets), else
