@@ -6,18 +6,23 @@
 // graph alone (trace/memory_plan.h: its shapes and lifetimes, nothing run): the training
 // state plus, per step queued ahead of the worker, every intermediate of the step, and the
 // part of the read step still needed after its loss (MemoryPlan::eager_peak_reading).
+// --dtype bfloat16 / float16 runs (and records) the step under autocast, as `tide gpt train
+// --dtype` does (float16 with a GradScaler): the same table in that precision.
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "examples/cli/commands.h"
+#include "examples/cli/precision.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
 #include "tide.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 #include "train/plot.h"
 #include "train/text_file.h"
@@ -36,6 +41,7 @@ struct MemoryArgs {
   std::vector<train::Policy> policies = {train::Policy::per_batch(), train::Policy::bounded(2)};
   int64_t batch = 8, steps = 8;
   std::string csv, svg;
+  std::optional<DType> autocast;  // --dtype bfloat16 / float16
 };
 
 std::vector<int64_t> parse_contexts(const std::string& s) {
@@ -79,6 +85,8 @@ MemoryArgs parse_memory(const Args& args) {
       a.batch = take_int_option(args, i, 1, 1024);
     } else if (o == "--steps") {
       a.steps = take_int_option(args, i, 1, 1000);
+    } else if (o == "--dtype") {
+      a.autocast = take_dtype_option(args, i);
     } else if (o == "--csv") {
       a.csv = take_output_option(args, i);
     } else if (o == "--svg") {
@@ -96,27 +104,36 @@ MemoryArgs parse_memory(const Args& args) {
   return a;
 }
 
-// The model, its optimizer and the training step of `tide gpt train`.
+// The model, its optimizer and the training step of `tide gpt train` (in its precision).
 struct Run {
-  Run(int64_t block, Device device) : gen(0) {
+  Run(int64_t block, Device device, std::optional<DType> autocast) : gen(0), low(autocast) {
     nn::GPTConfig cfg = nn::GPTConfig::char_model(kVocab);
     cfg.block_size = block;
     model = std::make_unique<nn::GPT>(cfg, gen);
     model->to(device);
     opt = std::make_unique<train::AdamW>(train::decay_groups(*model, 0.1),
                                          train::AdamOptions(1e-3).betas(0.9, 0.99));
+    scaler = train::scaler_for(low, device);
   }
   Tensor step(const Tensor& x, const Tensor& y) {
     opt->zero_grad();
-    Tensor loss = model->loss(x, y);
-    loss.backward();
+    Tensor loss;
+    {
+      std::optional<Autocast> amp;
+      if (low) amp.emplace(*low);
+      loss = model->loss(x, y);
+    }
+    train::scaled_backward(loss, scaler.get());
+    if (scaler) scaler->unscale_(*opt);
     opt->clip_grad_norm(kMaxNorm);
-    opt->step();
+    train::scaled_step(*opt, scaler.get());
     return loss.detach();
   }
   Generator gen;
+  std::optional<DType> low;
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<train::AdamW> opt;
+  std::unique_ptr<train::GradScaler> scaler;
 };
 
 // Random token ids (B, T) and their targets: the memory does not depend on the text.
@@ -136,8 +153,9 @@ int lag_of(const train::Policy& p) { return p.kind == train::SyncPolicy::bounded
 
 // Plans the step at context t: one eager warm-up call (it makes AdamW's state), then the
 // traced step's graph, recorded and planned without running.
-trace::MemoryPlan plan_at(int64_t block, int64_t b, int64_t t, Device device) {
-  Run r(block, device);
+trace::MemoryPlan plan_at(int64_t block, int64_t b, int64_t t, Device device,
+                          std::optional<DType> autocast) {
+  Run r(block, device, autocast);
   auto f = trace::function([&](const Tensor& x, const Tensor& y) { return r.step(x, y); },
                            {.name = "gpt_memory_step", .warmup_calls = 1});
   auto [x, y] = batch_of(b, t, 1, device);
@@ -154,8 +172,8 @@ struct Measured {
 
 // Trains `steps` eager steps after the warm-up under the policy's loss reads.
 Measured measure_at(int64_t block, int64_t b, int64_t t, const train::Policy& policy, int64_t steps,
-                    Device device) {
-  Run r(block, device);
+                    Device device, std::optional<DType> autocast) {
+  Run r(block, device, autocast);
   Allocator& alloc = Allocator::get(device);
   std::vector<Tensor> losses;
   Measured m;
@@ -188,9 +206,9 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
   const int64_t block = *std::max_element(a.contexts.begin(), a.contexts.end());
   std::cout << "gpt memory: the character model's sizes (4 layers, 4 heads, width 128, vocabulary "
             << kVocab << "), context up to " << block << ", batch " << a.batch << ", AdamW, "
-            << kWarmup << " warm-up + " << a.steps << " eager steps per run, device "
-            << device_label(device) << ", outputs allocated at "
-            << train::alloc_name(Engine::get().allocation()) << "\n";
+            << kWarmup << " warm-up + " << a.steps << " eager steps per run, "
+            << precision_label(a.autocast, false) << ", device " << device_label(device)
+            << ", outputs allocated at " << train::alloc_name(Engine::get().allocation()) << "\n";
   if (Engine::get().allocation() == Allocation::at_execution)
     std::cout << "note: the prediction assumes outputs allocated at enqueue (the default): "
                  "allocated at execution, a queued step holds almost nothing\n";
@@ -207,7 +225,7 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
     measured[k].name = a.policies[k].str() + " measured";
   }
   for (int64_t t : a.contexts) {
-    const trace::MemoryPlan plan = plan_at(block, a.batch, t, device);
+    const trace::MemoryPlan plan = plan_at(block, a.batch, t, device, a.autocast);
     const size_t state = plan.parameters + plan.captured + plan.state + plan.constants;
     for (size_t k = 0; k < a.policies.size(); ++k) {
       const train::Policy& p = a.policies[k];
@@ -215,7 +233,7 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
       // At the peak whole steps are queued, and their ops read every parameter and write
       // every gradient and moment: the engine counts the training state as held by them too.
       const size_t want_queued = want;
-      const Measured m = measure_at(block, a.batch, t, p, a.steps, device);
+      const Measured m = measure_at(block, a.batch, t, p, a.steps, device, a.autocast);
       auto ratio = [](size_t got, size_t w) {
         return format_fixed(w ? double(got) / double(w) : 0.0, 3);
       };

@@ -93,7 +93,7 @@ const Command kCommands[] = {
      "S] [--tokens N] "
      "[--temperature X] "
      "[--top-k K] | memory [--contexts 64,128,...] [--policies per_batch,bounded:K] [--batch B] "
-     "[--steps N] [--csv F] [--svg F]",
+     "[--steps N] [--dtype float32|bfloat16|float16] [--csv F] [--svg F]",
      "  train:\n"
      "  --preset P    char (default: 4 layers, 4 heads, width 128, context 64, a byte\n"
      "                vocabulary from the corpus) or gpt2-124m (GPT-2 124M, its BPE)\n"
@@ -129,6 +129,7 @@ const Command kCommands[] = {
          "  --policies P  per_batch and/or bounded:K, K up to 16 (default per_batch,bounded:2)\n"
          "  --batch B, --steps N  windows per step; measured steps after 2 warm-up, at least\n"
          "                K + 4 (defaults 8, 8)\n"
+         "  --dtype D     the step under autocast, as train's --dtype (float32 default)\n"
          "  --csv F, --svg F  every row; the peaks by context\n",
      gpt_main},
 };
