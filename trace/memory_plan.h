@@ -35,19 +35,28 @@ struct MemoryPlan {
   size_t peak() const {
     return parameters + captured + state + constants + arena + inputs + outputs;
   }
+  // What one eager step queued whole holds: its intermediates, arguments and outputs, and
+  // the state it makes. That state is made afresh by every call (a training step's
+  // gradients, which zero_grad() dropped: a traced replay rebinds them, an eager step
+  // allocates new ones while the previous step's queued update still reads its own).
+  size_t eager_step() const { return unshared + inputs + outputs + state; }
   // The same step run eagerly with `in_flight` steps queued ahead of the worker (1 under
   // per_batch, K under bounded:K) and outputs allocated at enqueue: what stays plus each
-  // queued step's intermediates, arguments and outputs. An upper bound: the worker frees
-  // what it has finished meanwhile.
+  // queued step. An upper bound: the worker frees what it has finished meanwhile.
   size_t eager_peak(int in_flight) const {
-    return parameters + captured + state + constants +
-           size_t(in_flight) * (unshared + inputs + outputs);
+    return parameters + captured + constants + size_t(in_flight) * eager_step();
   }
   // The same when a sync point reads each step's outputs `lag` steps after queueing it
   // (per_batch: 0; bounded:K: K), so that the next step is queued while the read step's
-  // remainder (unshared_after_outputs) may not have run: lag + 1 whole steps and one
-  // remainder.
-  size_t eager_peak_reading(int lag) const { return eager_peak(lag + 1) + unshared_after_outputs; }
+  // remainder may not have run: lag + 1 whole steps, and the read step's intermediates
+  // still needed after its outputs (unshared_after_outputs) with the state it made.
+  size_t eager_peak_reading(int lag) const {
+    return eager_peak(lag + 1) + unshared_after_outputs + state;
+  }
+  // The same when the engine bounds the queued ops to `k` steps' worth and nothing is read
+  // meanwhile (train::Trainer's bounded:K): k whole steps, and what an earlier, mostly run
+  // step still holds after its outputs.
+  size_t eager_peak_op_bound(int k) const { return eager_peak(k) + unshared_after_outputs; }
   // One line per role, with MB of 2^20 bytes.
   std::string str() const;
 };

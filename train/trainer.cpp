@@ -166,21 +166,39 @@ Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   return loss;
 }
 
-Tensor Trainer::step(Mode mode) {
+Batch Trainer::next_batch() {
   std::optional<Batch> b = source_.next_batch();
   if (!b) {
     source_.reset(++epoch_);
     b = source_.next_batch();
     if (!b) throw Error("trainer", "the data source yields no batches");
   }
-  if (mode == Mode::eager) return compute(b->x, b->y);
-  if (!traced_) {
-    auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
-                             {.name = "train_step", .warmup_calls = 1});
-    traced_ = f;
-    traced_stats_ = [f] { return f.stats(); };
-  }
-  return traced_(b->x, b->y);
+  return std::move(*b);
+}
+
+void Trainer::make_traced() {
+  if (traced_) return;
+  auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
+                           {.name = "train_step", .warmup_calls = 1});
+  traced_ = f;
+  traced_stats_ = [f] { return f.stats(); };
+  traced_plan_ = [f](const Tensor& x, const Tensor& y) mutable { return f.memory_plan(x, y); };
+}
+
+Tensor Trainer::step(Mode mode) {
+  const Batch b = next_batch();
+  if (mode == Mode::eager) return compute(b.x, b.y);
+  make_traced();
+  return traced_(b.x, b.y);
+}
+
+trace::MemoryPlan Trainer::memory_plan() {
+  make_traced();
+  if (traced_stats().calls == 0) step(Mode::traced);  // the eager warm-up call
+  const Batch b = next_batch();
+  trace::MemoryPlan plan = traced_plan_(b.x, b.y);
+  Engine::get().wait_all();
+  return plan;
 }
 
 trace::FunctionStats Trainer::traced_stats() const {

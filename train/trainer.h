@@ -145,6 +145,14 @@ class Trainer {
   // running ahead costs on top of it. Resets the allocator's peak. Traced: as above.
   size_t measure_step_peak(Mode mode = Mode::eager);
 
+  // The training step's memory as planned before it runs (trace/memory_plan.h), by role,
+  // from the step recorded on the next minibatch; MemoryPlan::eager_peak_reading(L)
+  // predicts an eager run's peak under a policy that reads each loss L steps late. The
+  // traced step's eager warm-up runs first when it has not (it makes the gradients and the
+  // optimizer's state): trains one step, so use a throwaway model as for
+  // measure_step_bytes. Waits. Throws as trace::Function::memory_plan does.
+  trace::MemoryPlan memory_plan();
+
   // The device the model lives on now: its first parameter's (the CPU without parameters).
   Device device() const;
 
@@ -170,6 +178,8 @@ class Trainer {
  private:
   Tensor step(Mode mode = Mode::eager);
   Tensor compute(const Tensor& x, const Tensor& y);
+  Batch next_batch();  // the source's next, starting a new epoch when it runs out
+  void make_traced();  // traced_ and its views, once
   // Before a measurement: checks the mode, runs a traced mode's warm-up and trace (two
   // steps), waits for all work and reclaims it. Returns the model's device.
   Device settle(Mode mode);
@@ -182,6 +192,7 @@ class Trainer {
   // The traced step, made on the first traced run.
   std::function<Tensor(const Tensor&, const Tensor&)> traced_;
   std::function<trace::FunctionStats()> traced_stats_;
+  std::function<trace::MemoryPlan(const Tensor&, const Tensor&)> traced_plan_;
   std::function<void()> after_backward_;
   std::optional<DType> autocast_;
   std::unique_ptr<GradScaler> scaler_;

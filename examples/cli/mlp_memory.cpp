@@ -358,6 +358,45 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       "running step's peak plus what executed work holds until it is reclaimed");
   pred.print(out);
 
+  // The peak predicted before anything runs, from the recorded step alone (its shapes and
+  // lifetimes: trace/memory_plan.h), for the eager runs with outputs allocated at enqueue.
+  const bool eager_at_enqueue =
+      std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end() &&
+      std::find(allocs.begin(), allocs.end(), Allocation::at_enqueue) != allocs.end();
+  if (eager_at_enqueue) {
+    trace::MemoryPlan plan;
+    {
+      AllocationScope scope(Allocation::at_enqueue);
+      Experiment probe(device, group, autocast);
+      plan = probe.trainer->memory_plan();
+    }
+    Table peak("peak predicted from the recorded step vs measured (eager, allocated at enqueue, " +
+                   device.str() + ")",
+               {"policy", "predicted MB", "measured MB", "measured / predicted"});
+    for (const train::TrainResult& r : results) {
+      if (r.mode != train::Mode::eager || r.allocation != Allocation::at_enqueue) continue;
+      if (r.policy.kind == train::SyncPolicy::none) {
+        peak.row({label(r), "-", mb(double(r.peak_active)),
+                  "not predicted: the queue grows without bound"});
+        continue;
+      }
+      const size_t want = r.policy.kind == train::SyncPolicy::bounded
+                              ? plan.eager_peak_op_bound(r.policy.k)
+                              : plan.eager_peak_reading(0);
+      peak.row({label(r), mb(double(want)), mb(double(r.peak_active)),
+                format_fixed(want ? double(r.peak_active) / double(want) : 0.0, 3)});
+    }
+    peak.note("predicted: the parameters plus, per step in flight, " +
+              mb(double(plan.eager_step())) +
+              " MB (its intermediates, batch and loss, and the gradients it makes afresh); "
+              "per_batch: the step queued while the read step's backward and update (" +
+              mb(double(plan.unshared_after_outputs + plan.state)) +
+              " MB) have not run; bounded:K: K steps of ops queued (the engine's bound) and an "
+              "earlier step's remainder (trace/memory_plan.h: eager_peak_reading(0), "
+              "eager_peak_op_bound(K)). Measured: the allocator's peak over the run");
+    peak.print(out);
+  }
+
   if (group) {
     Table per_rank("memory per rank (" + std::to_string(ranks) + " ranks, " + device.str() + ")",
                    {"run", "alloc at", "rank", "peak queued MB", "+alloc MB", "+RSS MB"});

@@ -124,5 +124,39 @@ TEST(MemoryPlan, TheEagerStepsIntermediatesAndWhatOutlivesItsOutput) {
   EXPECT_NE(plan.str().find("eager"), std::string::npos);
 }
 
+// A training step makes its gradients afresh (zero_grad() dropped the last ones): the plan
+// counts them as state, and an eager step queued whole holds its own set beside the
+// previous step's, which its queued update still reads. Measured: two steps queued behind
+// a held worker take what eager_step() says each (the arguments aside: the caller's).
+TEST(MemoryPlan, AnEagerStepHoldsTheGradientsItMakes) {
+  test_util::TrainRig r = test_util::make_rig({.sizes = {64, 256, 32}});
+  const Tensor x = randn({128, 64}), y = randn({128, 32});
+  auto step = trace::function(
+      [&](const Tensor& a, const Tensor& b) { return test_util::train_step(r, a, b); },
+      {.name = "fresh_gradients", .warmup_calls = 1});
+  step(x, y);  // the eager warm-up: makes the gradients
+  const trace::MemoryPlan plan = step.memory_plan(x, y);
+  size_t grads = 0;
+  for (const Tensor& p : r.model->parameters())
+    grads += Allocator::round_size(size_t(p.numel()) * sizeof(float));
+  EXPECT_EQ(plan.state, grads);
+  EXPECT_EQ(plan.eager_step(), plan.unshared + plan.inputs + plan.outputs + grads);
+  EXPECT_EQ(plan.eager_peak(2) - plan.eager_peak(1), plan.eager_step());
+  EXPECT_EQ(plan.eager_peak_reading(0),
+            plan.eager_peak(1) + plan.unshared_after_outputs + plan.state);
+  EXPECT_EQ(plan.eager_peak_op_bound(3), plan.eager_peak(3) + plan.unshared_after_outputs);
+  wait_all();
+  Allocator& alloc = Allocator::get();
+  const size_t before = alloc.stats().active_bytes;
+  size_t held = 0;
+  ASSERT_TRUE(test_util::queues_without_waiting([&] {
+    for (int i = 0; i < 2; ++i) test_util::train_step(r, x, y);
+    held = alloc.stats().active_bytes - before;
+  }));
+  wait_all();
+  const double want = 2.0 * double(plan.eager_step() - plan.inputs);
+  EXPECT_NEAR(double(held), want, 0.02 * want);
+}
+
 }  // namespace
 }  // namespace tide
