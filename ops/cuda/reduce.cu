@@ -90,6 +90,16 @@ struct RowStart {
   __host__ __device__ int64_t operator()(int64_t o) const { return o * n; }
 };
 
+// CUB's segment offsets for rows of n elements cut by `split` (ops/channel_parts.h).
+struct ChunkOffsets {
+  thrust::transform_iterator<ChunkBegin, thrust::counting_iterator<int64_t>> begin;
+  thrust::transform_iterator<ChunkEnd, thrust::counting_iterator<int64_t>> end;
+};
+ChunkOffsets chunk_offsets(int64_t n, ChannelParts split) {
+  return {{thrust::counting_iterator<int64_t>(0), ChunkBegin{n, split}},
+          {thrust::counting_iterator<int64_t>(0), ChunkEnd{n, split}}};
+}
+
 // ---- per-thread kernels (any geometry; the CPU's loops) -------------------------------
 
 template <class T, class O>
@@ -129,18 +139,29 @@ __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
 // output j's column in order into partial[p * outputs + j] (adjacent threads read adjacent
 // columns), then one thread per output adds its partials in chunk order. A fixed tree: the
 // same bits every run (not the CPU's single pass: within rounding of it).
+// Thread t's chunk of a split column (t = p * outputs + j: chunk p of output j): the
+// offset of the column's first element, and the chunk's range [lo, hi) along n.
+struct ColumnChunk {
+  int64_t column, lo, hi;
+};
+__device__ __forceinline__ ColumnChunk column_chunk(int64_t t, int64_t outputs, ReduceGeometry g,
+                                                    ChannelParts split) {
+  const int64_t p = t / outputs, j = t - p * outputs;
+  const int64_t o = j / g.inner, i = j - o * g.inner;
+  const int64_t lo = p * split.chunk, hi = lo + split.chunk < g.n ? lo + split.chunk : g.n;
+  return {o * g.n * g.inner + i, lo, hi};
+}
+
 template <class T>
 __global__ void column_partial_sums(const T* x, Acc<T>* partial, ReduceGeometry g,
                                     ChannelParts split) {
   tide::cuda::await_prerequisite_grids();
   const int64_t outputs = g.outer * g.inner, total = outputs * split.parts;
   for (int64_t t = global_index(); t < total; t += grid_stride()) {
-    const int64_t p = t / outputs, j = t - p * outputs;
-    const int64_t o = j / g.inner, i = j - o * g.inner;
-    const int64_t lo = p * split.chunk, hi = lo + split.chunk < g.n ? lo + split.chunk : g.n;
-    const T* col = x + o * g.n * g.inner + i;
+    const ColumnChunk c = column_chunk(t, outputs, g, split);
+    const T* col = x + c.column;
     Acc<T> s = 0;
-    for (int64_t k = lo; k < hi; ++k) s += Acc<T>(col[k * g.inner]);
+    for (int64_t k = c.lo; k < c.hi; ++k) s += Acc<T>(col[k * g.inner]);
     partial[t] = s;
   }
 }
@@ -165,12 +186,10 @@ __global__ void column_partial_max(const T* x, ValIdx<T>* partial, ReduceGeometr
   tide::cuda::await_prerequisite_grids();
   const int64_t outputs = g.outer * g.inner, total = outputs * split.parts;
   for (int64_t t = global_index(); t < total; t += grid_stride()) {
-    const int64_t p = t / outputs, j = t - p * outputs;
-    const int64_t o = j / g.inner, i = j - o * g.inner;
-    const int64_t lo = p * split.chunk, hi = lo + split.chunk < g.n ? lo + split.chunk : g.n;
-    const T* col = x + o * g.n * g.inner + i;
-    ValIdx<T> best{col[lo * g.inner], lo};
-    for (int64_t k = lo + 1; k < hi && !is_nan_value(best.v); ++k) {
+    const ColumnChunk c = column_chunk(t, outputs, g, split);
+    const T* col = x + c.column;
+    ValIdx<T> best{col[c.lo * g.inner], c.lo};
+    for (int64_t k = c.lo + 1; k < c.hi && !is_nan_value(best.v); ++k) {
       const T v = col[k * g.inner];
       if (v > best.v || is_nan_value(v)) best = {v, k};
     }
@@ -280,13 +299,10 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
     const int64_t segments = g.outer * split.parts;
     StorageRef keep;
     auto* partial = static_cast<A*>(scratch(ctx, size_t(segments) * sizeof(A), keep, op));
-    thrust::transform_iterator<ChunkBegin, thrust::counting_iterator<int64_t>> chunk_begin(
-        thrust::counting_iterator<int64_t>(0), ChunkBegin{g.n, split});
-    thrust::transform_iterator<ChunkEnd, thrust::counting_iterator<int64_t>> chunk_end(
-        thrust::counting_iterator<int64_t>(0), ChunkEnd{g.n, split});
+    const ChunkOffsets chunks = chunk_offsets(g.n, split);
     run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
-      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunk_begin,
-                                                chunk_end, Plus<A>{}, A(0), s);
+      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunks.begin,
+                                                chunks.end, Plus<A>{}, A(0), s);
     });
     row_finish_sum<A, O><<<blocks_for(g.outer), kThreads, 0, s>>>(partial, y, g.outer, split.parts,
                                                                   FinishSum<A, O>{mean, scale});
@@ -342,13 +358,10 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
     StorageRef keep;
     auto* partial =
         static_cast<ValIdx<T>*>(scratch(ctx, size_t(segments) * sizeof(ValIdx<T>), keep, op));
-    thrust::transform_iterator<ChunkBegin, thrust::counting_iterator<int64_t>> chunk_begin(
-        thrust::counting_iterator<int64_t>(0), ChunkBegin{g.n, split});
-    thrust::transform_iterator<ChunkEnd, thrust::counting_iterator<int64_t>> chunk_end(
-        thrust::counting_iterator<int64_t>(0), ChunkEnd{g.n, split});
+    const ChunkOffsets chunks = chunk_offsets(g.n, split);
     run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
-      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunk_begin,
-                                                chunk_end, MaxFirst{}, init, s);
+      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunks.begin,
+                                                chunks.end, MaxFirst{}, init, s);
     });
     row_finish_max<T, O><<<blocks_for(g.outer), kThreads, 0, s>>>(partial, g.outer, split.parts,
                                                                   StoreMax<T, O>{y, g.n, arg});
