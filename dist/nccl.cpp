@@ -8,15 +8,21 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/cuda/call_name.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/shared_library.h"
 #include "dist/mpi.h"
+#include "dist/watchdog.h"
 
 namespace tide::dist {
 namespace {
@@ -99,10 +105,24 @@ class SelfCommunicator final : public Communicator {
   }
 };
 
+// The world communicator's watchdog (dist/watchdog.h): its completions are marked from host
+// functions on the communication stream, which take the ticket as their argument.
+CollectiveWatchdog* g_watchdog = nullptr;
+void CUDART_CB mark_done(void* ticket) { g_watchdog->done(uint64_t(uintptr_t(ticket))); }
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, Communicator& host, Device device)
-      : comm_(comm), host_(host), device_(device) {}
+      : comm_(comm),
+        host_(host),
+        device_(device),
+        watchdog_(host.rank(), CollectiveWatchdog::timeout_from_env()) {
+    g_watchdog = &watchdog_;
+    // Polls for late collectives and NCCL's asynchronous errors; it aborts the communicator
+    // (which ends this rank's waiting kernels, so a host wait returns) and stops. Detached:
+    // the world communicator lives until exit.
+    std::thread([this] { watch(); }).detach();
+  }
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   const char* backend() const override { return "nccl"; }
@@ -114,38 +134,85 @@ class NcclCommunicator final : public Communicator {
                            red == ReduceOp::average ? ncclAvg : ncclSum, comm_,
                            static_cast<cudaStream_t>(stream)),
           comm_, "ncclAllReduce", op);
+    watch_completion(static_cast<cudaStream_t>(stream), "all_reduce");
   }
   void broadcast(void* data, int64_t count, DType dtype, int root, void* stream,
                  const char* op) override {
     check(nccl().Broadcast(data, data, size_t(count), nccl_type(dtype), root, comm_,
                            static_cast<cudaStream_t>(stream)),
           comm_, "ncclBroadcast", op);
+    watch_completion(static_cast<cudaStream_t>(stream), "broadcast");
   }
   void barrier(const char* op) override { host_.barrier(op); }
   void all_gather(std::span<const int64_t> in, std::span<int64_t> out, const char* op) override {
     host_.all_gather(in, out, op);
   }
-  // An asynchronous error (a failed kernel, a peer gone) leaves this rank's and the others'
-  // NCCL kernels waiting for ever: the communicator is aborted, which ends them, and this
-  // and every later call say why.
+  // An asynchronous error (a failed kernel, a peer gone) or a collective past
+  // TIDE_NCCL_TIMEOUT leaves this rank's and the others' NCCL kernels waiting for ever: the
+  // communicator is aborted, which ends them, and this and every later call say why.
   void check_health(const char* op) override {
-    if (aborted_.empty()) {
-      ncclResult_t async = ncclSuccess;
-      check(nccl().CommGetAsyncError(comm_, &async), comm_, "ncclCommGetAsyncError", op);
-      if (async == ncclSuccess || async == ncclInProgress) return;
-      aborted_ = std::string("NCCL reported an asynchronous error on rank ") +
-                 std::to_string(rank()) + " (" + nccl().GetErrorString(async) +
-                 "); the communicator was aborted (ncclCommAbort), make a new group to go on";
-      (void)nccl().CommAbort(comm_);
-    }
-    throw Error(op, aborted_);
+    std::string why = async_error();
+    if (!why.empty()) abort_with(why);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.empty()) throw Error(op, aborted_);
   }
 
  private:
-  std::string aborted_;  // why the communicator was aborted ("" while it works)
+  // The message of NCCL's asynchronous error, "" while there is none.
+  std::string async_error() {
+    ncclResult_t async = ncclSuccess;
+    if (nccl().CommGetAsyncError(comm_, &async) != ncclSuccess) return "";
+    if (async == ncclSuccess || async == ncclInProgress) return "";
+    return std::string("NCCL reported an asynchronous error on rank ") + std::to_string(rank()) +
+           " (" + nccl().GetErrorString(async) +
+           "); the communicator was aborted (ncclCommAbort), make a new group to go on";
+  }
+  // Aborts the communicator once, keeping why; reports it on stderr too, since the call
+  // that fails next may be long after.
+  void abort_with(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.empty()) return;
+    aborted_ = why;
+    std::fprintf(stderr, "tide [dist]: %s\n", why.c_str());
+    (void)nccl().CommAbort(comm_);
+  }
+  // A deadline for the collective just queued on s, and a host function after it that marks
+  // it done. Not inside a CUDA graph's capture (a replay would run the host function without
+  // a deadline): there only the asynchronous errors are watched.
+  void watch_completion(cudaStream_t s, const char* op) {
+    if (watchdog_.timeout().count() == 0) return;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess ||
+        capturing != cudaStreamCaptureStatusNone)
+      return;
+    const uint64_t ticket = watchdog_.queued(op, CollectiveWatchdog::Clock::now());
+    if (cudaLaunchHostFunc(s, mark_done, reinterpret_cast<void*>(uintptr_t(ticket))) != cudaSuccess)
+      watchdog_.done(ticket);  // the stream failed: the error surfaces there, not as a timeout
+  }
+  void watch() {
+    const auto period =
+        std::chrono::milliseconds(std::clamp<int64_t>(watchdog_.timeout().count() / 4, 100, 1000));
+    for (;;) {
+      std::this_thread::sleep_for(period);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!aborted_.empty()) return;
+      }
+      std::string why = watchdog_.check(CollectiveWatchdog::Clock::now());
+      if (why.empty()) why = async_error();
+      if (!why.empty()) {
+        abort_with(why);
+        return;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::string aborted_;  // why the communicator was aborted ("" while it works); under mu_
   ncclComm_t comm_;      // never destroyed: the world group lives until exit
   Communicator& host_;
   Device device_;
+  CollectiveWatchdog watchdog_;
 };
 
 // The launcher's local rank (ranks on this machine), 0 without a launcher.
