@@ -146,6 +146,14 @@ TEST(MemoryPlan, AnEagerStepHoldsTheGradientsItMakes) {
             plan.eager_peak(1) + plan.unshared_after_outputs + plan.state);
   EXPECT_EQ(plan.eager_peak_op_bound(3), plan.eager_peak(3) + plan.unshared_after_outputs);
   wait_all();
+  // The prediction is for outputs allocated at enqueue (CI also runs the suite with
+  // TIDE_ALLOC=execution): measured under that setting, then the setting put back.
+  const Allocation setting = Engine::get().allocation();
+  Engine::get().set_allocation(Allocation::at_enqueue);
+  struct Restore {
+    Allocation a;
+    ~Restore() { Engine::get().set_allocation(a); }
+  } restore{setting};
   Allocator& alloc = Allocator::get();
   const size_t before = alloc.stats().active_bytes;
   size_t held = 0;
