@@ -44,7 +44,7 @@ const Command kCommands[] = {
      loop_main},
     {"mlp-memory", "the textbook MLP's memory under each sync policy (per_batch, none, bounded:K)",
      "[--policy per_batch|none|bounded:K|all] [--mode eager|traced|all] "
-     "[--alloc enqueue|execution|all] [--batches N] [--csv F] [--svg F] "
+     "[--alloc enqueue|execution|all] [--batches N] [--model mlp|cnn] [--csv F] [--svg F] "
      "[--dtype float32|bfloat16|float16] [--tf32]",
      "  --policy P    per_batch, none, bounded:K (K = 1 to " + num(kMaxBatches) +
          ") or all (default; bounded:2)\n"
@@ -55,6 +55,7 @@ const Command kCommands[] = {
          num(kMaxBatches) +
          " (default 100; under none\n"
          "                memory grows with every minibatch queued)\n"
+         "  --model M     mlp (default) or cnn (train's CNN, batch 128 of synthetic 28x28 images)\n"
          "  --csv F       write every minibatch's record (one policy column)\n"
          "  --svg F       write memory and time-per-minibatch charts\n" +
          std::string(kDtypeHelp),

@@ -23,6 +23,9 @@
 // for its own memory, and then a table with a line per rank and run: each rank's peak
 // queued bytes and memory growth (gathered with one all-reduce per run).
 //
+// --model cnn: the same experiment on the CNN of `tide train --model cnn` (batch 128 of
+// synthetic 28 x 28 images, the same L2 loss against y = 1).
+//
 // Progress: on a terminal (stderr), a bar per policy counts the minibatches the frontend has
 // queued; it is driven from the data source (the Trainer calls next_batch once per
 // minibatch on the calling thread) and reads no tensor, so it adds no sync. Under `none` it
@@ -39,6 +42,7 @@
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/fashion_cnn.h"
 #include "examples/cli/precision.h"
 #include "examples/cli/report.h"
 #include "nn/nn.h"
@@ -75,6 +79,19 @@ class CountingSource : public train::DataSource {
   train::DataSource& inner_;
 };
 
+// The Fashion-MNIST CNN's images from the synthetic source's flat rows.
+class Images : public nn::Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.reshape({x.size(0), 1, 28, 28}); }
+  std::string name() const override { return "Images"; }
+};
+
+// The model of a run: the textbook MLP, or (--model cnn) the CNN of `tide train --model cnn`
+// on synthetic 28 x 28 images with the same L2 loss against y = 1 (broadcast over its ten
+// outputs): the memory experiment needs the step, not the data's meaning.
+enum class Model { mlp, cnn };
+int64_t batch_of(Model m) { return m == Model::mlp ? 1024 : 128; }
+
 // The model, data, optimizer and trainer of one run, on `device` (the same weights and data
 // on every device: the initialisation draws on the CPU and is copied, the data is Philox).
 struct Experiment {
@@ -87,23 +104,35 @@ struct Experiment {
   std::unique_ptr<train::Trainer> trainer;
 
   // group: under mpirun, each rank's data is its own (seeded by rank) and of batch
-  // 1024 / ranks, and the trainer averages the gradients over the group.
-  Experiment(Device device, dist::ProcessGroup* group, std::optional<DType> autocast)
+  // batch_of(model) / ranks, and the trainer averages the gradients over the group.
+  Experiment(Device device, dist::ProcessGroup* group, std::optional<DType> autocast,
+             Model model = Model::mlp)
       : data(train::SyntheticOptions()
-                 .examples(1024 / (group ? group->size() : 1))
-                 .features(512)
-                 .batch_size(1024 / (group ? group->size() : 1))
+                 .examples(batch_of(model) / (group ? group->size() : 1))
+                 .features(model == Model::mlp ? 512 : 28 * 28)
+                 .batch_size(batch_of(model) / (group ? group->size() : 1))
                  .seed(group ? uint64_t(group->rank()) : 0)
                  .device(device)) {
-    net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
-        std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen),
-        std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen)});
+    if (model == Model::mlp) {
+      net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+          std::make_shared<nn::Linear>(nn::LinearOptions(512, 2048), gen),
+          std::make_shared<nn::ReLU>(),
+          std::make_shared<nn::Linear>(nn::LinearOptions(2048, 512), gen),
+          std::make_shared<nn::ReLU>(),
+          std::make_shared<nn::Linear>(nn::LinearOptions(512, 1), gen)});
+    } else {
+      net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+          std::make_shared<Images>(), examples::fashion_cnn(28, 28, gen)});
+    }
     net->to(device);  // before the optimizer, whose state is made where the parameters are
     opt = std::make_unique<train::SGD>(net->parameters(), train::SGDOptions(0.005));
-    trainer = std::make_unique<train::Trainer>(*net, nn::l2_loss, *opt, source);
+    // The CNN's ten outputs against y (batch, 1), broadcast: l2_loss refuses the shapes.
+    train::LossFn cnn_loss = [](const Tensor& pred, const Tensor& y) {
+      const Tensor d = sub(pred, y);
+      return mean(mul(mul(d, d), 0.5));
+    };
+    trainer = std::make_unique<train::Trainer>(
+        *net, model == Model::mlp ? train::LossFn(nn::l2_loss) : cnn_loss, *opt, source);
     trainer->set_autocast(autocast);
     if (group) {
       dp = std::make_unique<dist::DataParallel>(*net, *group);
@@ -171,10 +200,15 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   long long batches = 100;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
   bool tf32 = false;
+  Model model = Model::mlp;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--dtype") {
       autocast = take_dtype_option(args, i);
+    } else if (a == "--model") {
+      const std::string m = take_option_value(args, i);
+      if (m != "mlp" && m != "cnn") throw UsageError("--model needs mlp or cnn, got '" + m + "'");
+      model = m == "mlp" ? Model::mlp : Model::cnn;
     } else if (a == "--tf32") {
       tf32 = true;
     } else if (a == "--batches") {
@@ -229,18 +263,22 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   dist::ProcessGroup* group = nullptr;
   if (!dist::launched_by_mpirun().empty()) group = &dist::mpi_world();
   const int ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
-  if (1024 % ranks != 0)
-    throw UsageError("the batch of 1024 must split evenly over the ranks, got " +
-                     std::to_string(ranks) + " ranks");
+  const int64_t batch = batch_of(model);
+  if (batch % ranks != 0)
+    throw UsageError("the batch of " + std::to_string(batch) +
+                     " must split evenly over the ranks, got " + std::to_string(ranks) + " ranks");
   std::ostringstream silent;  // only rank 0 prints
   std::ostream& out = rank == 0 ? std::cout : silent;
 
-  out << "tide mlp-memory: MLP 512-2048-512-1, L2 loss, SGD lr 0.005, batch 1024, " << batches
+  out << "tide mlp-memory: "
+      << (model == Model::mlp ? "MLP 512-2048-512-1"
+                              : "CNN (conv 32 + conv 64, batch norm, 3136-128-10) on 28x28 images")
+      << ", L2 loss, SGD lr 0.005, batch " << batch << ", " << batches
       << " minibatches, device: " << device_label(device) << ", " << precision_label(autocast, tf32)
       << "\n";
   if (group)
     out << "data parallel: " << ranks << " ranks (" << group->backend() << "), batch "
-        << 1024 / ranks << " per rank, gradients averaged after each backward; memory "
+        << batch / ranks << " per rank, gradients averaged after each backward; memory "
         << "figures are rank 0's, every rank's in the last table\n";
   out << "\n";
 
@@ -251,7 +289,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   for (train::Mode m : modes)
     for (Allocation a : allocs) {
       AllocationScope scope(a);
-      Experiment probe(device, group, autocast);
+      Experiment probe(device, group, autocast, model);
       step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
       if (a == Allocation::at_execution)
         step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
@@ -274,7 +312,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       for (const train::Policy& p : policies) {
         AllocationScope scope(alloc);
         // The same seeds: every run starts from the same weights and data.
-        Experiment ex(device, group, autocast);
+        Experiment ex(device, group, autocast, model);
         train::TrainerOptions o;
         o.batches = n;
         o.policy = p;
@@ -367,7 +405,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
     trace::MemoryPlan plan;
     {
       AllocationScope scope(Allocation::at_enqueue);
-      Experiment probe(device, group, autocast);
+      Experiment probe(device, group, autocast, model);
       plan = probe.trainer->memory_plan();
     }
     Table peak("peak predicted from the recorded step vs measured (eager, allocated at enqueue, " +
