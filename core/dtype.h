@@ -115,5 +115,22 @@ decltype(auto) dispatch_storage(DType t, F&& f) {
     default: return dispatch_dtype(t, std::forward<F>(f));
   }
 }
+// Every dtype, for kernels that compute in compute_t<T> (core/float16.h): the 16-bit types
+// are loaded with widen(), computed in float and stored back (the ops whose row says `half`).
+template <class F>
+decltype(auto) dispatch_with_half(DType t, F&& f) {
+  return dispatch_storage(t, std::forward<F>(f));
+}
+// float32, float64 and the 16-bit types (computing in float); integer types are the caller's
+// error to check first (they get float's instantiation, as in dispatch_floating).
+template <class F>
+decltype(auto) dispatch_floating_with_half(DType t, F&& f) {
+  switch (t) {
+    case DType::bfloat16: return f(bfloat16{});
+    case DType::float16: return f(float16{});
+    case DType::float64: return f(double{});
+    default: return f(float{});
+  }
+}
 
 }  // namespace tide

@@ -142,6 +142,16 @@ static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
 template <class T>
 inline constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
 
+// The type kernels compute a T in: float for the 16-bit storage types, T itself otherwise
+// (DESIGN.md, Mixed precision: load in 16 bits, compute in float32, store in 16 bits).
+template <class T>
+using compute_t = std::conditional_t<is_half_v<T>, float, T>;
+// a in its compute type: a no-op but for the 16-bit types, which it converts exactly.
+template <class T>
+TIDE_HOST_DEVICE compute_t<T> widen(T a) {
+  return compute_t<T>(a);
+}
+
 // `a` as a To, where one side may be a 16-bit type: through float (so double -> bfloat16
 // rounds twice, as PyTorch's conversion does). Between other types, C++'s conversion.
 template <class To, class From>

@@ -13,7 +13,6 @@
 #include "ops/elementwise_desc.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
-#include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
@@ -82,7 +81,7 @@ template <class O, class T, class F>
 // fn::binary_out_t<F, T> (masks of integers are float).
 template <class F>
 void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& out, Site site) {
-  dispatch_dtype(a.dtype(), [&](auto za) {
+  dispatch_with_half(a.dtype(), [&](auto za) {
     using T = decltype(za);
     using O = fn::binary_out_t<F, T>;
     DataRef<T> ra = a.ref<T>(), rb = b.ref<T>();
@@ -90,8 +89,9 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
     int64_t n = out.numel(), na = a.numel(), nb = b.numel();
     if ((na == n || na == 1) && (nb == n || nb == 1)) {
       int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
-      if (CaptureSink* c = capturing()) [[unlikely]]
-        describe_flat<O, T>(c, id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
+      if constexpr (!is_half_v<T>)  // 16-bit nodes are not fused (trace/fusion.h)
+        if (CaptureSink* c = capturing()) [[unlikely]]
+          describe_flat<O, T>(c, id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
       kernels::queue(id, out.device(), {a.storage(), b.storage()}, {out.storage()},
                      &kernels::cpu::binary_flat<O, T, F>,
                      kernels::BinaryFlat<O, T>{ra, rb, ro, n, sa, sb}, f, site);
@@ -109,17 +109,19 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
 template <class F>
 void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first, const Tensor& out,
                   Site site) {
-  dispatch_dtype(a.dtype(), [&](auto za) {
+  dispatch_with_half(a.dtype(), [&](auto za) {
     using T = decltype(za);
     using O = fn::binary_out_t<F, T>;
     DataRef<T> ra = a.ref<T>();
     DataRef<O> ro = out.ref<O>();
     int64_t n = out.numel();
-    T sv = T(s);
-    if (CaptureSink* c = capturing()) [[unlikely]] {
-      if (scalar_first)
-        describe_flat<O, T>(c, id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
-      else describe_flat<O, T>(c, id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+    const compute_t<T> sv = compute_t<T>(s);  // a 16-bit tensor's scalar stays a float
+    if constexpr (!is_half_v<T>) {
+      if (CaptureSink* c = capturing()) [[unlikely]] {
+        if (scalar_first)
+          describe_flat<O, T>(c, id, f, scalar_operand(sv), tensor_operand(ra, 1), ro, n);
+        else describe_flat<O, T>(c, id, f, tensor_operand(ra, 1), scalar_operand(sv), ro, n);
+      }
     }
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::scalar_flat<O, T, F>,
@@ -129,12 +131,13 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first, co
 
 template <class F>
 void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
-  dispatch_dtype(a.dtype(), [&](auto za) {
+  dispatch_with_half(a.dtype(), [&](auto za) {
     using T = decltype(za);
     DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
-    if (CaptureSink* c = capturing()) [[unlikely]]
-      describe_flat<T, T>(c, id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
+    if constexpr (!is_half_v<T>)
+      if (CaptureSink* c = capturing()) [[unlikely]]
+        describe_flat<T, T>(c, id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::unary_flat<T, F>, kernels::UnaryFlat<T>{ra, ro, n}, f, site);
   });
@@ -203,9 +206,6 @@ Tensor ge_mask(const Tensor& a, const Tensor& b) { return rsub(1.0, lt(a, b)); }
 Tensor add(const Tensor& a, const Tensor& b, Site site) {
   // Autocast (ops/autocast.h): two floating dtypes meet at the wider, before the node.
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return add(pa, pb, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return add(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::add, fn::Add{}, a, b, site);
   autograd::record(OpId::add, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(g, sb)};
@@ -215,8 +215,6 @@ Tensor add(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor sub(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return sub(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sub(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::sub, fn::Sub{}, a, b, site);
   autograd::record(OpId::sub, y, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
@@ -226,8 +224,6 @@ Tensor sub(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor mul(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return mul(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return mul(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::mul, fn::Mul{}, a, b, site);
   autograd::record(OpId::mul, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
@@ -237,8 +233,6 @@ Tensor mul(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor div(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return div(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return div(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::div, fn::Div{}, a, b, site);
   autograd::record(OpId::div, y, {&a, &b},
                    [sa = a.shape(), b = b.detach(), y = y.detach()](const Tensor& g) {
@@ -250,8 +244,6 @@ Tensor div(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return maximum(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return maximum(detail::up(a), detail::up(b), site); });
   Tensor y = binary_op(OpId::maximum, fn::Maximum{}, a, b, site);
   autograd::record(OpId::maximum, y, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
     Tensor m = ge_mask(a, b);
@@ -262,63 +254,45 @@ Tensor maximum(const Tensor& a, const Tensor& b, Site site) {
 
 Tensor eq(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return eq(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return eq(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::eq, fn::Eq{}, a, b, site);
 }
 Tensor gt(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return gt(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return gt(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::gt, fn::Gt{}, a, b, site);
 }
 Tensor lt(const Tensor& a, const Tensor& b, Site site) {
   if (Tensor pa = a, pb = b; autocast::promote(pa, pb, site)) return lt(pa, pb, site);
-  if (DType h = detail::shared_half({&a, &b}); h != DType::float32)
-    return detail::in_float32(h, [&] { return lt(detail::up(a), detail::up(b), site); });
   return binary_op(OpId::lt, fn::Lt{}, a, b, site);
 }
 
 // ---- tensor-scalar ---------------------------------------------------------------------
 
 Tensor add(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return add(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::add, fn::Add{}, a, s, false, site);
   autograd::record(OpId::add, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor sub(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sub(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, false, site);
   autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{g}; });
   return y;
 }
 Tensor rsub(double s, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return rsub(s, detail::up(a), site); });
   Tensor y = scalar_op(OpId::sub, fn::Sub{}, a, s, true, site);
   autograd::record(OpId::sub, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor mul(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return mul(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::mul, fn::Mul{}, a, s, false, site);
   autograd::record(OpId::mul, y, {&a}, [s](const Tensor& g) { return Grads{mul(g, s)}; });
   return y;
 }
 Tensor div(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return div(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, false, site);
   autograd::record(OpId::div, y, {&a}, [s](const Tensor& g) { return Grads{div(g, s)}; });
   return y;
 }
 Tensor rdiv(double s, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return rdiv(s, detail::up(a), site); });
   Tensor y = scalar_op(OpId::div, fn::Div{}, a, s, true, site);
   autograd::record(OpId::div, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     return Grads{neg(g * y / a)};
@@ -326,65 +300,47 @@ Tensor rdiv(double s, const Tensor& a, Site site) {
   return y;
 }
 Tensor maximum(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return maximum(detail::up(a), s, site); });
   Tensor y = scalar_op(OpId::maximum, fn::Maximum{}, a, s, false, site);
   autograd::record(OpId::maximum, y, {&a},
                    [a = a.detach(), s](const Tensor& g) { return Grads{g * rsub(1.0, lt(a, s))}; });
   return y;
 }
 Tensor eq(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return eq(detail::up(a), s, site); });
   return scalar_op(OpId::eq, fn::Eq{}, a, s, false, site);
 }
 Tensor gt(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return gt(detail::up(a), s, site); });
   return scalar_op(OpId::gt, fn::Gt{}, a, s, false, site);
 }
 Tensor lt(const Tensor& a, double s, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return lt(detail::up(a), s, site); });
   return scalar_op(OpId::lt, fn::Lt{}, a, s, false, site);
 }
 
 // ---- unary -----------------------------------------------------------------------------
 
 Tensor neg(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return neg(detail::up(a), site); });
   Tensor y = unary_op(OpId::neg, fn::Neg{}, a, site);
   autograd::record(OpId::neg, y, {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
   return y;
 }
 Tensor exp(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return exp(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return exp(detail::up(a), site); });
   Tensor y = unary_op(OpId::exp, fn::Exp{}, a, site);
   autograd::record(OpId::exp, y, {&a}, [y = y.detach()](const Tensor& g) { return Grads{g * y}; });
   return y;
 }
 Tensor log(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return log(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return log(detail::up(a), site); });
   Tensor y = unary_op(OpId::log, fn::Log{}, a, site);
   autograd::record(OpId::log, y, {&a}, [a = a.detach()](const Tensor& g) { return Grads{g / a}; });
   return y;
 }
 Tensor sqrt(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sqrt(detail::up(a), site); });
   Tensor y = unary_op(OpId::sqrt, fn::Sqrt{}, a, site);
   autograd::record(OpId::sqrt, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * 0.5 / y}; });
   return y;
 }
 Tensor abs(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return abs(detail::up(a), site); });
   Tensor y = unary_op(OpId::abs, fn::Abs{}, a, site);
   autograd::record(OpId::abs, y, {&a}, [a = a.detach()](const Tensor& g) {
     return Grads{g * (gt(a, 0.0) - lt(a, 0.0))};
@@ -392,37 +348,27 @@ Tensor abs(const Tensor& a, Site site) {
   return y;
 }
 Tensor relu(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return relu(detail::up(a), site); });
   Tensor y = unary_op(OpId::relu, fn::Relu{}, a, site);
   autograd::record(OpId::relu, y, {&a},
                    [a = a.detach()](const Tensor& g) { return Grads{relu_grad(g, a)}; });
   return y;
 }
 Tensor relu_grad(const Tensor& g, const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&g, &a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return relu_grad(detail::up(g), detail::up(a), site); });
   return binary_op(OpId::relu_grad, fn::ReluGrad{}, g, a, site);
 }
 Tensor sigmoid(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sigmoid(detail::up(a), site); });
   Tensor y = unary_op(OpId::sigmoid, fn::Sigmoid{}, a, site);
   autograd::record(OpId::sigmoid, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * y * rsub(1.0, y)}; });
   return y;
 }
 Tensor tanh(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return tanh(detail::up(a), site); });
   Tensor y = unary_op(OpId::tanh, fn::Tanh{}, a, site);
   autograd::record(OpId::tanh, y, {&a},
                    [y = y.detach()](const Tensor& g) { return Grads{g * rsub(1.0, y * y)}; });
   return y;
 }
 Tensor gelu(const Tensor& a, GeluApprox approx, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return gelu(detail::up(a), approx, site); });
   const bool exact = approx == GeluApprox::none;
   const OpId id = exact ? OpId::gelu : OpId::gelu_tanh;
   Tensor y = exact ? unary_op(id, fn::GeluErf{}, a, site) : unary_op(id, fn::GeluTanh{}, a, site);
@@ -432,16 +378,11 @@ Tensor gelu(const Tensor& a, GeluApprox approx, Site site) {
   return y;
 }
 Tensor gelu_grad(const Tensor& g, const Tensor& a, GeluApprox approx, Site site) {
-  if (DType h = detail::shared_half({&g, &a}); h != DType::float32)
-    return detail::in_float32(
-        h, [&] { return gelu_grad(detail::up(g), detail::up(a), approx, site); });
   if (approx == GeluApprox::none) return binary_op(OpId::gelu_grad, fn::GeluErfGrad{}, g, a, site);
   return binary_op(OpId::gelu_tanh_grad, fn::GeluTanhGrad{}, g, a, site);
 }
 Tensor pow(const Tensor& a, double p, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return pow(f, p, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return pow(detail::up(a), p, site); });
   Tensor y = unary_op(OpId::pow, fn::Pow{p}, a, site);
   autograd::record(OpId::pow, y, {&a}, [a = a.detach(), p](const Tensor& g) {
     return Grads{g * (pow(a, p - 1.0) * p)};
@@ -509,11 +450,6 @@ void check_alpha(const Tensor& self, double alpha, OpId id) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
   if (Tensor o = other; autocast::match(*this, o, site)) return add_(o, alpha, site);
-  if (detail::shared_half({this, &other}) != DType::float32) {
-    Tensor f = detail::up(*this);  // a float32 copy: the op runs there, then rounds back in
-    f.add_(detail::up(other), alpha, site);
-    return copy_(detail::down(f, dtype()), site);
-  }
   check_in_place(*this, &other, OpId::add_);
   check_alpha(*this, alpha, OpId::add_);
   if (alpha == 1.0) queue_binary(OpId::add_, fn::Add{}, *this, other, *this, site);
@@ -523,11 +459,6 @@ Tensor& Tensor::add_(const Tensor& other, double alpha, Site site) {
 
 Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
   if (Tensor o = other; autocast::match(*this, o, site)) return sub_(o, alpha, site);
-  if (detail::shared_half({this, &other}) != DType::float32) {
-    Tensor f = detail::up(*this);  // a float32 copy: the op runs there, then rounds back in
-    f.sub_(detail::up(other), alpha, site);
-    return copy_(detail::down(f, dtype()), site);
-  }
   check_in_place(*this, &other, OpId::sub_);
   check_alpha(*this, alpha, OpId::sub_);
   if (alpha == 1.0) queue_binary(OpId::sub_, fn::Sub{}, *this, other, *this, site);
@@ -537,22 +468,12 @@ Tensor& Tensor::sub_(const Tensor& other, double alpha, Site site) {
 
 Tensor& Tensor::mul_(const Tensor& other, Site site) {
   if (Tensor o = other; autocast::match(*this, o, site)) return mul_(o, site);
-  if (detail::shared_half({this, &other}) != DType::float32) {
-    Tensor f = detail::up(*this);  // a float32 copy: the op runs there, then rounds back in
-    f.mul_(detail::up(other), site);
-    return copy_(detail::down(f, dtype()), site);
-  }
   check_in_place(*this, &other, OpId::mul_);
   queue_binary(OpId::mul_, fn::Mul{}, *this, other, *this, site);
   return *this;
 }
 
 Tensor& Tensor::mul_(double s, Site site) {
-  if (is_half(dtype())) {
-    Tensor f = detail::up(*this);
-    f.mul_(s, site);
-    return copy_(detail::down(f, dtype()), site);
-  }
   check_in_place(*this, nullptr, OpId::mul_);
   if (!is_floating(dtype()))
     check_scalar_fits(s, dtype(), op_name(OpId::mul_), "scalar", true, for_tensor(*this));
@@ -567,12 +488,9 @@ Tensor& Tensor::copy_(const Tensor& src, Site site) {
   const bool whole =
       offset() == 0 && nbytes() == storage()->requested_bytes() && src.storage() != storage();
   ReplacingWrite replacing(whole);
-  if (is_half(dtype())) {
-    // The 16-bit storage types have no elementwise kernels yet: a same-shape copy moves the
-    // bytes (what nn::load needs); broadcasting one is refused.
-    TIDE_CHECK(src.shape() == shape(), op_name(OpId::copy_), "broadcasting ", describe(src),
-               " into ", describe(*this), " is not supported yet for ", dtype(),
-               ": cast to float32 first");
+  if (is_half(dtype()) && src.shape() == shape()) {
+    // A same-shape 16-bit copy moves the bytes (a broadcast one goes through float, which
+    // keeps every bit pattern too).
     if (src.storage() == storage() && src.offset() == offset()) return *this;  // itself
     kernels::queue(OpId::copy_, device(), {src.storage()}, {storage()}, &kernels::cpu::copy_bytes,
                    kernels::CopyBytes{{src.storage(), src.offset() * int64_t(size_of(dtype()))},

@@ -1,11 +1,15 @@
 // The elementwise family's kernel entries (ops/kernel_entry.h): their arguments and the
 // CPU implementations' declarations (ops/cpu/elementwise.cpp). CUDA's launchers are in
 // ops/cuda/elementwise.cu. Every entry is instantiated for every functor of the lists in
-// ops/functors.h and every dtype; O = fn::binary_out_t<F, T> for binary entries.
+// ops/functors.h and every dtype; O = fn::binary_out_t<F, T> for binary entries. A 16-bit T is
+// loaded as float, computed in float and stored back (widen, core/float16.h), one rounding per
+// op: the bits of the float32 op between casts. A scalar operand is held in the type the
+// kernel computes in (float for the 16-bit types, as PyTorch keeps them), not rounded to T.
 #pragma once
 
 #include <cstdint>
 
+#include "core/float16.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
 #include "ops/broadcast.h"
@@ -33,7 +37,7 @@ struct ScalarFlat {
   DataRef<T> a;
   DataRef<O> out;
   int64_t n = 0;
-  T s{};
+  compute_t<T> s{};
   bool scalar_first = false;
 };
 // out[i] = f(a[i]).

@@ -3,6 +3,8 @@
 // ones (a); parameters (a scalar exponent, alpha) are members. Comparison functors are
 // masks (kMask): their output is mask_t<T>. Transcendental functors on integer types
 // compute in double (front-ends refuse integers for them; the kernels still compile).
+// Functors never see the 16-bit storage types: kernels call them on widen(x), in float, and
+// round the result to the 16-bit type (core/float16.h, compute_t).
 //
 // The lists at the end name every functor: the CPU and CUDA kernel files instantiate their
 // entries for each one, so a new elementwise op adds its functor here and nothing else in
@@ -475,7 +477,8 @@ struct WarmupCosine {
 
 // ---- traits and lists ----------------------------------------------------------------------
 
-// Masks (comparisons) give 0/1 in the input's dtype, float for integer inputs.
+// Masks (comparisons) give 0/1 in the input's dtype (the 16-bit ones included), float for
+// integer inputs.
 template <class F, class = void>
 struct is_mask : std::false_type {};
 template <class F>
@@ -483,8 +486,9 @@ struct is_mask<F, std::void_t<decltype(F::kMask)>> : std::bool_constant<F::kMask
 template <class F>
 inline constexpr bool is_mask_v = is_mask<F>::value;
 template <class T>
-using mask_t = std::conditional_t<std::is_floating_point_v<T>, T, float>;
-// The output element type of binary functor F on inputs of type T.
+using mask_t = std::conditional_t<std::is_floating_point_v<T> || is_half_v<T>, T, float>;
+// The output element type of binary functor F on inputs of type T (stored as T; a 16-bit T
+// is loaded with widen() and the functor computes in float).
 template <class F, class T>
 using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
 
@@ -503,5 +507,6 @@ using binary_out_t = std::conditional_t<is_mask_v<F>, mask_t<T>, T>;
 // Every element type kernels compute in: X(T) per C++ type of tide's dtypes but the 16-bit
 // storage types.
 #define TIDE_DTYPES(X) X(float) X(double) X(int32_t) X(int64_t)
-// Every element type, the storage types included: for conversions and fills only.
+// Every element type, the 16-bit storage types included: for conversions and fills, and for the
+// kernels that load a 16-bit T with widen() and compute in float (compute_t, core/float16.h).
 #define TIDE_STORAGE_DTYPES(X) TIDE_DTYPES(X) X(bfloat16) X(float16)

@@ -1,6 +1,6 @@
 // CPU implementations of the elementwise kernel entries (ops/elementwise_kernels.h): the
 // loops of elementwise_loops.h over the functors of ops/functors.h, instantiated for every
-// functor of its lists and every dtype; the conversions also for the 16-bit storage types.
+// functor of its lists and every dtype (the 16-bit ones computing in float).
 #include "ops/cpu/elementwise_loops.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
@@ -21,7 +21,7 @@ void binary_broadcast(const KernelContext&, const BinaryBroadcast<O, T>& a, cons
 
 template <class O, class T, class F>
 void scalar_flat(const KernelContext&, const ScalarFlat<O, T>& a, const F& f) {
-  const T s = a.s;
+  const compute_t<T> s = a.s;
   if (a.scalar_first) tide::detail::binary_flat(&s, 0, a.a.get(), 1, a.out.get(), a.n, f);
   else tide::detail::binary_flat(a.a.get(), 1, &s, 0, a.out.get(), a.n, f);
 }
@@ -49,21 +49,21 @@ void convert(const KernelContext&, const Convert<O, T>& a, const NoExtra&) {
       const KernelContext&, const BinaryBroadcast<fn::binary_out_t<fn::F, T>, T>&, const fn::F&); \
   template void scalar_flat<fn::binary_out_t<fn::F, T>, T, fn::F>(                                \
       const KernelContext&, const ScalarFlat<fn::binary_out_t<fn::F, T>, T>&, const fn::F&);
-#define TIDE_BINARY(F)        \
-  TIDE_BINARY_FOR_T(float, F) \
-  TIDE_BINARY_FOR_T(double, F) TIDE_BINARY_FOR_T(int32_t, F) TIDE_BINARY_FOR_T(int64_t, F)
+// clang-format off
+#define TIDE_BINARY(F) \
+  TIDE_BINARY_FOR_T(float, F) TIDE_BINARY_FOR_T(double, F) TIDE_BINARY_FOR_T(int32_t, F) \
+  TIDE_BINARY_FOR_T(int64_t, F) TIDE_BINARY_FOR_T(bfloat16, F) TIDE_BINARY_FOR_T(float16, F)
+// clang-format on
 TIDE_BINARY_FUNCTORS(TIDE_BINARY)
 TIDE_MASK_FUNCTORS(TIDE_BINARY)
 
-#define TIDE_UNARY(F)                                                                       \
-  template void unary_flat<float, fn::F>(const KernelContext&, const UnaryFlat<float>&,     \
-                                         const fn::F&);                                     \
-  template void unary_flat<double, fn::F>(const KernelContext&, const UnaryFlat<double>&,   \
-                                          const fn::F&);                                    \
-  template void unary_flat<int32_t, fn::F>(const KernelContext&, const UnaryFlat<int32_t>&, \
-                                           const fn::F&);                                   \
-  template void unary_flat<int64_t, fn::F>(const KernelContext&, const UnaryFlat<int64_t>&, \
-                                           const fn::F&);
+#define TIDE_UNARY_FOR_T(T, F) \
+  template void unary_flat<T, fn::F>(const KernelContext&, const UnaryFlat<T>&, const fn::F&);
+// clang-format off
+#define TIDE_UNARY(F) \
+  TIDE_UNARY_FOR_T(float, F) TIDE_UNARY_FOR_T(double, F) TIDE_UNARY_FOR_T(int32_t, F) \
+  TIDE_UNARY_FOR_T(int64_t, F) TIDE_UNARY_FOR_T(bfloat16, F) TIDE_UNARY_FOR_T(float16, F)
+// clang-format on
 TIDE_UNARY_FUNCTORS(TIDE_UNARY)
 
 #define TIDE_CONVERT_TO(O, T) \

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/float16.h"
 #include "core/shape.h"
 #include "core/thread_pool.h"
 #include "ops/broadcast.h"
@@ -13,18 +14,21 @@
 namespace tide::detail {
 
 // o[i] = f(a[i*sa], b[i*sb]) for i < n, with sa, sb in {0, 1} specialised for vectorising.
-template <class O, class T, class F>
-inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n, F f) {
+// A 16-bit element is converted to float and the result back in the loop (widen, O(...)):
+// the conversions are integer bit operations that vectorise with the functor. a and b may
+// differ in type: a 16-bit tensor's scalar operand is a float (ScalarFlat).
+template <class O, class A, class B, class F>
+inline void binary_row(const A* a, int64_t sa, const B* b, int64_t sb, O* o, int64_t n, F f) {
   if (sa == 1 && sb == 1)
-    for (int64_t i = 0; i < n; ++i) o[i] = O(f(a[i], b[i]));
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(widen(a[i]), widen(b[i])));
   else if (sa == 1 && sb == 0) {
-    T bv = *b;
-    for (int64_t i = 0; i < n; ++i) o[i] = O(f(a[i], bv));
+    const auto bv = widen(*b);
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(widen(a[i]), bv));
   } else if (sa == 0 && sb == 1) {
-    T av = *a;
-    for (int64_t i = 0; i < n; ++i) o[i] = O(f(av, b[i]));
+    const auto av = widen(*a);
+    for (int64_t i = 0; i < n; ++i) o[i] = O(f(av, widen(b[i])));
   } else {
-    O v = O(f(*a, *b));
+    O v = O(f(widen(*a), widen(*b)));
     for (int64_t i = 0; i < n; ++i) o[i] = v;
   }
 }
@@ -56,8 +60,8 @@ void binary_broadcast(const T* a, const T* b, O* o, const kernels::BroadcastGeom
 }
 
 // Contiguous: a and b each either n elements or one.
-template <class O, class T, class F>
-void binary_flat(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n, F f) {
+template <class O, class A, class B, class F>
+void binary_flat(const A* a, int64_t sa, const B* b, int64_t sb, O* o, int64_t n, F f) {
   parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
     binary_row(a + lo * sa, sa, b + lo * sb, sb, o + lo, hi - lo, f);
   });
@@ -66,7 +70,7 @@ void binary_flat(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n
 template <class O, class T, class F>
 void unary_flat(const T* a, O* o, int64_t n, F f) {
   parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) o[i] = O(f(a[i]));
+    for (int64_t i = lo; i < hi; ++i) o[i] = O(f(widen(a[i])));
   });
 }
 

@@ -1,8 +1,8 @@
 // CUDA launchers of the elementwise entries (ops/elementwise_kernels.h): one kernel
 // template per entry over the functors of ops/functors.h, registered for every functor
-// of its lists and every dtype. The dense paths load and store 16 bytes per access when
-// the pointers allow it (contiguous tensors from tide's allocator always do, but views
-// with an offset may not).
+// of its lists and every dtype (a 16-bit one loaded as float, computed in float, stored back). The
+// dense paths load and store 16 bytes per access when the pointers allow it (contiguous tensors
+// from tide's allocator always do, but views with an offset may not).
 #include "core/cuda/await_grids.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
@@ -40,7 +40,7 @@ __global__ void binary_dense_vec(const T* a, const T* b, O* out, int64_t packs, 
     Pack<T, N> y = reinterpret_cast<const Pack<T, N>*>(b)[p];
     O r[N];
 #pragma unroll
-    for (int j = 0; j < N; ++j) r[j] = O(f(x.v[j], y.v[j]));
+    for (int j = 0; j < N; ++j) r[j] = O(f(widen(x.v[j]), widen(y.v[j])));
 #pragma unroll
     for (int j = 0; j < N; ++j) out[p * N + j] = r[j];
   }
@@ -51,7 +51,7 @@ __global__ void binary_strided(const T* a, int64_t sa, const T* b, int64_t sb, O
                                int64_t begin, int64_t n, F f) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t i = begin + global_index(); i < n; i += grid_stride())
-    out[i] = O(f(a[i * sa], b[i * sb]));
+    out[i] = O(f(widen(a[i * sa]), widen(b[i * sb])));
 }
 
 template <class O, class T, class F>
@@ -68,15 +68,15 @@ __global__ void binary_bcast(const T* a, const T* b, O* out, BroadcastGeometry g
       oa += idx * sa[d];
       ob += idx * sb[d];
     }
-    out[i] = O(f(a[oa], b[ob]));
+    out[i] = O(f(widen(a[oa]), widen(b[ob])));
   }
 }
 
 template <class O, class T, class F, bool kScalarFirst>
-__global__ void scalar_kernel(const T* a, T s, O* out, int64_t n, F f) {
+__global__ void scalar_kernel(const T* a, compute_t<T> s, O* out, int64_t n, F f) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t i = global_index(); i < n; i += grid_stride())
-    out[i] = kScalarFirst ? O(f(s, a[i])) : O(f(a[i], s));
+    out[i] = kScalarFirst ? O(f(s, widen(a[i]))) : O(f(widen(a[i]), s));
 }
 
 template <class T, class F, int N>
@@ -86,7 +86,7 @@ __global__ void unary_dense_vec(const T* a, T* out, int64_t packs, F f) {
     Pack<T, N> x = reinterpret_cast<const Pack<T, N>*>(a)[p];
     Pack<T, N> r;
 #pragma unroll
-    for (int j = 0; j < N; ++j) r.v[j] = f(x.v[j]);
+    for (int j = 0; j < N; ++j) r.v[j] = T(f(widen(x.v[j])));
     reinterpret_cast<Pack<T, N>*>(out)[p] = r;
   }
 }
@@ -94,7 +94,7 @@ __global__ void unary_dense_vec(const T* a, T* out, int64_t packs, F f) {
 template <class T, class F>
 __global__ void unary_scalar(const T* a, T* out, int64_t begin, int64_t n, F f) {
   tide::cuda::await_prerequisite_grids();
-  for (int64_t i = begin + global_index(); i < n; i += grid_stride()) out[i] = f(a[i]);
+  for (int64_t i = begin + global_index(); i < n; i += grid_stride()) out[i] = T(f(widen(a[i])));
 }
 
 template <class O, class T>
@@ -182,6 +182,8 @@ void register_binary() {
   register_binary_for<F, double>();
   register_binary_for<F, int32_t>();
   register_binary_for<F, int64_t>();
+  register_binary_for<F, bfloat16>();
+  register_binary_for<F, float16>();
 }
 template <class F>
 void register_unary() {
@@ -189,6 +191,8 @@ void register_unary() {
   CudaKernel<UnaryFlat<double>, F>::fn = &unary_flat<double, F>;
   CudaKernel<UnaryFlat<int32_t>, F>::fn = &unary_flat<int32_t, F>;
   CudaKernel<UnaryFlat<int64_t>, F>::fn = &unary_flat<int64_t, F>;
+  CudaKernel<UnaryFlat<bfloat16>, F>::fn = &unary_flat<bfloat16, F>;
+  CudaKernel<UnaryFlat<float16>, F>::fn = &unary_flat<float16, F>;
 }
 template <class T>
 void register_convert_from() {

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/engine/engine.h"
 #include "error_of.h"
 #include "tests/ops/op_harness.h"
 
@@ -209,7 +210,7 @@ TEST(Half, ViewsAndCastGradient) {
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
 }
 
-TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
+TEST(Half, CopyIntoIsAByteCopyOfTheSameShapeAndBroadcasts) {
   std::vector<Device> devices = test::case_devices();
   devices.insert(devices.begin(), Device::cpu());
   for (Device d : devices) {
@@ -223,8 +224,12 @@ TEST(Half, CopyIntoIsAByteCopyOfTheSameShape) {
     Tensor rows = zeros({3, 2}, DType::bfloat16, d);
     rows[1].copy_(cast(src[0], DType::bfloat16));  // into a view with an offset
     EXPECT_EQ(rows.to_vector<float>(), (std::vector<float>{0, 0, 1.5f, -0.0f, 0, 0}));
-    EXPECT_TIDE_ERROR(rows.copy_(zeros({2}, DType::bfloat16, d)), "[copy_]", "broadcasting",
-                      "cast to float32 first");
+    // Broadcast: through float, every bit pattern kept (NaN payloads too).
+    Tensor nan_row = from_data({-2.5, NAN}, {2}, DType::bfloat16, d);
+    rows.copy_(nan_row);
+    const std::vector<bfloat16> got = rows.to_vector<bfloat16>();
+    const std::vector<bfloat16> want = nan_row.to_vector<bfloat16>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].bits, want[i % 2].bits) << i;
     EXPECT_TIDE_ERROR(dst.copy_(zeros({2, 2}, DType::float32, d)), "[copy_]", "dtypes differ");
   }
 }
@@ -287,8 +292,31 @@ TEST(Half, OpsWithoutAFloat32PathRefuseThemAtTheCall) {
   }
 }
 
-// Each computing op on 16-bit tensors but the GEMMs is its float32 self between casts: the
-// same bits as cast(op(cast(x, float32)), dtype), on the CPU and the fake GPU. GEMMs take the
+// Elementwise ops on 16-bit tensors are one kernel each (load 16-bit, compute in float,
+// store 16-bit): no casts are queued around them, and their outputs are 16-bit.
+TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    Tensor a = from_data({1.0, -2.0, 3.5, 0.25}, {4}, t),
+           b = from_data({0.5, 4.0, -1.0, 2.0}, {4}, t);
+    Tensor out = zeros({4}, t);
+    wait_all();
+    const std::vector<std::function<Tensor()>> ops = {
+        [&] { return add(a, b); },        [&] { return mul(a, 0.3); },
+        [&] { return gt(a, b); },         [&] { return gelu(a, GeluApprox::tanh); },
+        [&] { return relu_grad(b, a); },  [&] { return exp(a); },
+        [&] { return out.add_(a), out; }, [&] { return out.copy_(b), out; }};
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor y = ops[k]();
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u) << name(t) << " op " << k;
+      EXPECT_EQ(y.dtype(), t) << k;
+    }
+  }
+}
+
+// Each computing op on 16-bit tensors gives the bits of its float32 self between casts,
+// cast(op(cast(x, float32)), dtype), on the CPU and the fake GPU: the elementwise ops compute
+// in float natively, the others run their float32 kernels between casts. GEMMs take the
 // 16-bit operands directly (tests/ops/test_half_gemm.cpp): within the type's rounding of the
 // double result. Gradients reach 16-bit leaves in their dtype.
 TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
