@@ -166,21 +166,26 @@ Tensor Trainer::compute(const Tensor& x, const Tensor& y) {
   return loss;
 }
 
-Tensor Trainer::step(Mode mode) {
+Batch Trainer::next_batch() {
   std::optional<Batch> b = source_.next_batch();
   if (!b) {
     source_.reset(++epoch_);
     b = source_.next_batch();
     if (!b) throw Error("trainer", "the data source yields no batches");
   }
-  if (mode == Mode::eager) return compute(b->x, b->y);
+  return std::move(*b);
+}
+
+Tensor Trainer::step(Mode mode) {
+  const Batch b = next_batch();
+  if (mode == Mode::eager) return compute(b.x, b.y);
   if (!traced_) {
     auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
                              {.name = "train_step", .warmup_calls = 1});
     traced_ = f;
     traced_stats_ = [f] { return f.stats(); };
   }
-  return traced_(b->x, b->y);
+  return traced_(b.x, b.y);
 }
 
 trace::FunctionStats Trainer::traced_stats() const {
@@ -333,6 +338,18 @@ size_t Trainer::measure_step_peak(Mode mode) {
   const size_t peak = alloc.stats().peak_bytes;
   (void)loss;
   return peak > before ? peak - before : 0;
+}
+
+trace::MemoryPlan Trainer::plan_step() {
+  Engine& eng = Engine::get();
+  auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
+                           {.name = "plan_step", .warmup_calls = 1});
+  const Batch first = next_batch();
+  (void)f(first.x, first.y);  // the eager warm-up: gradients and optimizer state
+  const Batch b = next_batch();
+  trace::MemoryPlan plan = f.memory_plan(b.x, b.y);
+  eng.wait_all();
+  return plan;
 }
 
 }  // namespace tide::train

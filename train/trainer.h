@@ -144,6 +144,12 @@ class Trainer {
   // execution a queued step holds almost nothing (measure_step_bytes), and this is what
   // running ahead costs on top of it. Resets the allocator's peak. Traced: as above.
   size_t measure_step_peak(Mode mode = Mode::eager);
+  // The step's memory by role (trace/memory_plan.h), read from its recorded graph: one
+  // eager step runs first (it makes the gradients and the optimizer's state the trace
+  // captures), then the step is traced and planned on the next batch without running.
+  // What MemoryPlan::eager_peak_reading predicts for an eager run comes from it before any
+  // run (predicted_peak, below). Trains one step: use a throwaway model, as above.
+  trace::MemoryPlan plan_step();
 
   // The device the model lives on now: its first parameter's (the CPU without parameters).
   Device device() const;
@@ -169,6 +175,7 @@ class Trainer {
 
  private:
   Tensor step(Mode mode = Mode::eager);
+  Batch next_batch();  // the source's next, starting a new epoch when it runs out
   Tensor compute(const Tensor& x, const Tensor& y);
   // Before a measurement: checks the mode, runs a traced mode's warm-up and trace (two
   // steps), waits for all work and reclaims it. Returns the model's device.
