@@ -21,9 +21,10 @@ struct PeakPrediction {
 // The peak of `batches` eager minibatches under `policy`, the engine's allocation setting
 // `allocation` (synchronous: whether the engine runs each op at once). The parameters and
 // the optimizer's state count once (the plan's captured tensors), and nothing else the
-// process holds. Not predicted: `none` with outputs allocated at enqueue, whose peak is
-// how far the frontend gets ahead of the worker (the reason gives the bound: every
-// minibatch queued). Throws "[predict_eager_peak]" for batches < 1.
+// process holds. Not predicted (the reason says why, with a bound): `none` with outputs
+// allocated at enqueue, whose peak is how far the frontend gets ahead of the worker, and
+// bounded:K with outputs allocated at execution, whose peak is how much executed work
+// waits to be reclaimed. Throws "[predict_eager_peak]" for batches < 1.
 PeakPrediction predict_eager_peak(const trace::MemoryPlan& plan, const Policy& policy,
                                   Allocation allocation, bool synchronous, int batches);
 
