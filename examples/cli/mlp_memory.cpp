@@ -220,6 +220,10 @@ void print_eager_prediction(std::ostream& out, const trace::MemoryPlan& plan,
       "policy: the most one step has alive at once (eager_peak_running). error = predicted / "
       "measured - 1");
   for (const std::string& why : reasons) t.note(why);
+  if (!device.is_cpu())
+    t.note(
+        "measured on the CPU only so far (docs/memory.md); on a GPU an op's blocks come back "
+        "when the GPU has run it, after the worker launched it");
   t.print(out);
 }
 
