@@ -27,7 +27,9 @@ using namespace tide::train;
 
 namespace {
 
-constexpr int kBatches = 6;
+// Enough minibatches for the frontend to fill a bounded window on a loaded machine: with 6,
+// one of 8 runs of `mlp-memory --policy bounded:2` at load 4 on 2 cores measured 5.4 % below.
+constexpr int kBatches = 12;
 
 struct Mlp {
   Generator gen{42};
@@ -125,7 +127,7 @@ TEST(EagerPrediction, NoneAtEnqueueAndBoundedAtExecutionAreNotPredicted) {
       predict_eager_peak(plan, Policy::none(), Allocation::at_enqueue, false, kBatches);
   EXPECT_FALSE(p.predicted());
   EXPECT_NE(p.not_predicted.find(
-                "at most all 6 minibatches: " + trace::mb_text(plan.eager_peak(kBatches)) + " MB"),
+                "at most all 12 minibatches: " + trace::mb_text(plan.eager_peak(kBatches)) + " MB"),
             std::string::npos)
       << p.not_predicted;
   const PeakPrediction b =
