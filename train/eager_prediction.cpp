@@ -1,3 +1,5 @@
+// The eager peak per sync policy and allocation setting, from the step's plan
+// (train/eager_prediction.h).
 #include "train/eager_prediction.h"
 
 #include "core/error.h"

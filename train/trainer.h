@@ -147,8 +147,8 @@ class Trainer {
   // The step's memory by role (trace/memory_plan.h), read from its recorded graph: one
   // eager step runs first (it makes the gradients and the optimizer's state the trace
   // captures), then the step is traced and planned on the next batch without running.
-  // What MemoryPlan::eager_peak_reading predicts for an eager run comes from it before any
-  // run (predicted_peak, below). Trains one step: use a throwaway model, as above.
+  // train::predict_eager_peak predicts an eager run's peak from it, before the run. Trains
+  // one step and waits for it: use a throwaway model, as above.
   trace::MemoryPlan plan_step();
 
   // The device the model lives on now: its first parameter's (the CPU without parameters).
