@@ -1,8 +1,10 @@
 #include "trace/memory_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <unordered_set>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -21,6 +23,16 @@ MemoryPlan memory_plan(const Graph& g) {
   int outputs_at = -1;
   for (const Graph::Output& o : g.outputs)
     if (o.value >= 0) outputs_at = std::max(outputs_at, g.values[size_t(o.value)].first);
+  int nodes = 0;
+  for (const Value& v : g.values) nodes = std::max(nodes, v.last + 1);
+  // What an eager step has alive at each op: + at a value's first use, - after its last.
+  std::vector<int64_t> live_delta(size_t(nodes) + 1, 0);
+  auto eager_own = [&](const Value& v, size_t b) {  // made or given anew by each eager step
+    if (v.first < 0 || v.last < 0) return;
+    if (v.last > outputs_at) p.step_after_outputs += b;
+    live_delta[size_t(v.kind == ValueKind::input ? 0 : v.first)] += int64_t(b);
+    live_delta[size_t(v.last) + 1] -= int64_t(b);
+  };
   std::unordered_set<const Storage*> seen;  // a storage two values share counts once
   for (const Value& v : g.values) {
     if (v.bytes == 0) continue;
@@ -28,10 +40,12 @@ MemoryPlan memory_plan(const Graph& g) {
       const size_t b = Allocator::round_size(v.bytes);
       p.unshared += b;
       if (v.last > outputs_at) p.unshared_after_outputs += b;
+      eager_own(v, b);
       continue;
     }
     if (v.storage && !seen.insert(v.storage.get()).second) continue;
     const size_t b = Allocator::round_size(v.bytes);
+    if (v.kind != ValueKind::capture) eager_own(v, b);
     switch (v.kind) {
       case ValueKind::input: p.inputs += b; break;
       case ValueKind::capture:
@@ -42,6 +56,11 @@ MemoryPlan memory_plan(const Graph& g) {
       case ValueKind::output: p.outputs += b; break;
       default: break;
     }
+  }
+  int64_t live = 0;
+  for (int64_t d : live_delta) {
+    live += d;
+    p.step_live_peak = std::max(p.step_live_peak, size_t(std::max<int64_t>(live, 0)));
   }
   p.arena = g.arena_bytes ? Allocator::round_size(g.arena_bytes) : 0;
   return p;

@@ -27,36 +27,46 @@ struct MemoryPlan {
   // freed only as the worker catches up).
   size_t unshared = 0;
   // Of those, the ones still needed once every output has been computed (all but the
-  // intermediates whose last use comes before the last output's first write): what an eager
-  // step still holds when its result is read, e.g. a training step's backward and update
-  // after its loss.
+  // intermediates whose last use comes before the last output's first write).
   size_t unshared_after_outputs = 0;
+  // Run eagerly, a step makes anew on every call what the trace keeps (its state: the
+  // gradients, since zero_grad drops them; its constants) and is given new arguments:
+  // of all it makes or is given, each counted from its first use (arguments: from the
+  // step's start) to its last,
+  //   step_after_outputs: what is still needed once every output has been computed, e.g.
+  //     a training step's backward and update after its loss, with the batch and the
+  //     gradients they use;
+  //   step_live_peak: the most alive at once, at any one op.
+  size_t step_after_outputs = 0;
+  size_t step_live_peak = 0;
   // The sum: what a replay needs at its peak, the captured tensors included.
   size_t peak() const {
     return parameters + captured + state + constants + arena + inputs + outputs;
   }
-  // What one eager step queued whole holds: its intermediates, arguments and outputs, and
-  // the state it makes. That state is made afresh by every call (a training step's
-  // gradients, which zero_grad() dropped: a traced replay rebinds them, an eager step
-  // allocates new ones while the previous step's queued update still reads its own).
-  size_t eager_step() const { return unshared + inputs + outputs + state; }
-  // The same step run eagerly with `in_flight` steps queued ahead of the worker (1 under
-  // per_batch, K under bounded:K) and outputs allocated at enqueue: what stays plus each
-  // queued step. An upper bound: the worker frees what it has finished meanwhile.
+  // What one eager step makes or is given, unshared: intermediates, state, constants,
+  // arguments and outputs.
+  size_t eager_step() const { return unshared + state + constants + inputs + outputs; }
+  // The same step run eagerly with `in_flight` steps queued ahead of the worker and
+  // outputs allocated at enqueue: the captured tensors plus each queued step whole. An
+  // upper bound: the worker frees what it has finished meanwhile.
   size_t eager_peak(int in_flight) const {
-    return parameters + captured + constants + size_t(in_flight) * eager_step();
+    return parameters + captured + size_t(in_flight) * eager_step();
   }
   // The same when a sync point reads each step's outputs `lag` steps after queueing it
-  // (per_batch: 0; bounded:K: K), so that the next step is queued while the read step's
-  // remainder may not have run: lag + 1 whole steps, and the read step's intermediates
-  // still needed after its outputs (unshared_after_outputs) with the state it made.
-  size_t eager_peak_reading(int lag) const {
-    return eager_peak(lag + 1) + unshared_after_outputs + state;
-  }
-  // The same when the engine bounds the queued ops to `k` steps' worth and nothing is read
-  // meanwhile (train::Trainer's bounded:K): k whole steps, and what an earlier, mostly run
-  // step still holds after its outputs.
-  size_t eager_peak_op_bound(int k) const { return eager_peak(k) + unshared_after_outputs; }
+  // (per_batch: 0; bounded:K with a read K steps behind: K), so that the next step is
+  // queued while the read step's remainder (step_after_outputs) may not have run: lag + 1
+  // whole steps and one remainder.
+  size_t eager_peak_reading(int lag) const { return eager_peak(lag + 1) + step_after_outputs; }
+  // The same when the engine bounds the queued ops to `steps` steps' worth
+  // (Engine::set_max_inflight_ops, as train::Trainer's bounded:K) and the frontend keeps
+  // the queue full: the queue is a window of `steps` steps' ops, whose oldest step holds
+  // what its queued ops need and whose newest what its queued ops made (the frontend has
+  // allocated the output of the op it waits to queue, too): together one whole step plus
+  // what is alive at the op between them, so `steps` whole steps and the live peak.
+  size_t eager_peak_bounded(int steps) const { return eager_peak(steps) + step_live_peak; }
+  // The same step run eagerly with outputs allocated at execution (or synchronously):
+  // queued ops hold nothing, and the running step what is alive at its op.
+  size_t eager_peak_running() const { return parameters + captured + step_live_peak; }
   // One line per role, with MB of 2^20 bytes.
   std::string str() const;
 };

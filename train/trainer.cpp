@@ -176,29 +176,16 @@ Batch Trainer::next_batch() {
   return std::move(*b);
 }
 
-void Trainer::make_traced() {
-  if (traced_) return;
-  auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
-                           {.name = "train_step", .warmup_calls = 1});
-  traced_ = f;
-  traced_stats_ = [f] { return f.stats(); };
-  traced_plan_ = [f](const Tensor& x, const Tensor& y) mutable { return f.memory_plan(x, y); };
-}
-
 Tensor Trainer::step(Mode mode) {
   const Batch b = next_batch();
   if (mode == Mode::eager) return compute(b.x, b.y);
-  make_traced();
+  if (!traced_) {
+    auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
+                             {.name = "train_step", .warmup_calls = 1});
+    traced_ = f;
+    traced_stats_ = [f] { return f.stats(); };
+  }
   return traced_(b.x, b.y);
-}
-
-trace::MemoryPlan Trainer::memory_plan() {
-  make_traced();
-  if (traced_stats().calls == 0) step(Mode::traced);  // the eager warm-up call
-  const Batch b = next_batch();
-  trace::MemoryPlan plan = traced_plan_(b.x, b.y);
-  Engine::get().wait_all();
-  return plan;
 }
 
 trace::FunctionStats Trainer::traced_stats() const {
@@ -351,6 +338,18 @@ size_t Trainer::measure_step_peak(Mode mode) {
   const size_t peak = alloc.stats().peak_bytes;
   (void)loss;
   return peak > before ? peak - before : 0;
+}
+
+trace::MemoryPlan Trainer::plan_step() {
+  Engine& eng = Engine::get();
+  auto f = trace::function([this](const Tensor& x, const Tensor& y) { return compute(x, y); },
+                           {.name = "plan_step", .warmup_calls = 1});
+  const Batch first = next_batch();
+  (void)f(first.x, first.y);  // the eager warm-up: gradients and optimizer state
+  const Batch b = next_batch();
+  trace::MemoryPlan plan = f.memory_plan(b.x, b.y);
+  eng.wait_all();
+  return plan;
 }
 
 }  // namespace tide::train

@@ -144,14 +144,12 @@ class Trainer {
   // execution a queued step holds almost nothing (measure_step_bytes), and this is what
   // running ahead costs on top of it. Resets the allocator's peak. Traced: as above.
   size_t measure_step_peak(Mode mode = Mode::eager);
-
-  // The training step's memory as planned before it runs (trace/memory_plan.h), by role,
-  // from the step recorded on the next minibatch; MemoryPlan::eager_peak_reading(L)
-  // predicts an eager run's peak under a policy that reads each loss L steps late. The
-  // traced step's eager warm-up runs first when it has not (it makes the gradients and the
-  // optimizer's state): trains one step, so use a throwaway model as for
-  // measure_step_bytes. Waits. Throws as trace::Function::memory_plan does.
-  trace::MemoryPlan memory_plan();
+  // The step's memory by role (trace/memory_plan.h), read from its recorded graph: one
+  // eager step runs first (it makes the gradients and the optimizer's state the trace
+  // captures), then the step is traced and planned on the next batch without running.
+  // train::predict_eager_peak predicts an eager run's peak from it, before the run. Trains
+  // one step and waits for it: use a throwaway model, as above.
+  trace::MemoryPlan plan_step();
 
   // The device the model lives on now: its first parameter's (the CPU without parameters).
   Device device() const;
@@ -177,9 +175,8 @@ class Trainer {
 
  private:
   Tensor step(Mode mode = Mode::eager);
-  Tensor compute(const Tensor& x, const Tensor& y);
   Batch next_batch();  // the source's next, starting a new epoch when it runs out
-  void make_traced();  // traced_ and its views, once
+  Tensor compute(const Tensor& x, const Tensor& y);
   // Before a measurement: checks the mode, runs a traced mode's warm-up and trace (two
   // steps), waits for all work and reclaims it. Returns the model's device.
   Device settle(Mode mode);
@@ -192,7 +189,6 @@ class Trainer {
   // The traced step, made on the first traced run.
   std::function<Tensor(const Tensor&, const Tensor&)> traced_;
   std::function<trace::FunctionStats()> traced_stats_;
-  std::function<trace::MemoryPlan(const Tensor&, const Tensor&)> traced_plan_;
   std::function<void()> after_backward_;
   std::optional<DType> autocast_;
   std::unique_ptr<GradScaler> scaler_;

@@ -3,9 +3,10 @@
 // context as long as the longest asked) trains a few eager steps (AdamW, clip, the same
 // step as `tide gpt train`), and the allocator's peak and the bytes held by queued work are
 // measured after two warm-up steps. The prediction comes first, from the step's recorded
-// graph alone (trace/memory_plan.h: its shapes and lifetimes, nothing run): the training
-// state plus, per step queued ahead of the worker, every intermediate of the step, and the
-// part of the read step still needed after its loss (MemoryPlan::eager_peak_reading).
+// graph alone (trace/memory_plan.h: its shapes and lifetimes, nothing run): the parameters
+// and AdamW's moments plus, per step queued ahead of the worker, all the step makes (every
+// intermediate, its gradients) and its batch, and the part of the read step still needed
+// after its loss (MemoryPlan::eager_peak_reading).
 // --dtype bfloat16 / float16 runs (and records) the step under autocast, as `tide gpt train
 // --dtype` does (float16 with a GradScaler): the same table in that precision.
 #include <algorithm>
@@ -240,11 +241,11 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
       table.row({std::to_string(t), p.str(), format_fixed(mb(want), 1), format_fixed(mb(m.peak), 1),
                  ratio(m.peak, want), format_fixed(mb(want_queued), 1),
                  format_fixed(mb(m.queued), 1), ratio(m.queued, want_queued),
-                 format_fixed(mb(plan.unshared), 1), format_fixed(mb(plan.peak()), 1)});
+                 format_fixed(mb(plan.eager_step()), 1), format_fixed(mb(plan.peak()), 1)});
       csv += std::to_string(t) + "," + p.str() + "," + std::to_string(want) + "," +
              std::to_string(m.peak) + "," + std::to_string(want_queued) + "," +
              std::to_string(m.queued) + "," + std::to_string(state) + "," +
-             std::to_string(plan.unshared) + "," + std::to_string(plan.peak()) + "\n";
+             std::to_string(plan.eager_step()) + "," + std::to_string(plan.peak()) + "\n";
       predicted[k].x.push_back(double(t));
       predicted[k].y.push_back(mb(want));
       measured[k].x.push_back(double(t));
@@ -252,10 +253,10 @@ int gpt_memory(const Args& args, const GlobalOptions& global) {
     }
   }
   table.note(
-      "predicted: the training state (parameters, gradients, AdamW's moments) plus, "
-      "for a policy that reads each step's loss L steps after queueing it (per_batch 0, "
-      "bounded:K K), L + 1 whole steps (step MB: every intermediate, unshared) and the "
-      "part of the read step still needed after its loss");
+      "predicted: the parameters and AdamW's moments plus, for a policy that reads each "
+      "step's loss L steps after queueing it (per_batch 0, bounded:K K), L + 1 whole steps "
+      "(step MB: every intermediate, unshared, the gradients the step makes anew and its "
+      "batch) and the part of the read step still needed after its loss");
   table.note(
       "queued: the bytes of the storages queued ops reference (the engine's count, "
       "sampled after each step is queued); predicted as the peak, since the queued steps "

@@ -11,6 +11,10 @@
 // op is queued, or when it runs on the worker, as MXNet does); `all` (the default) runs every
 // policy under both, and the prediction adds, allocated at execution, what one running step
 // needs (Trainer::measure_step_peak), since a queued step then holds almost nothing.
+// Before any run, the eager step is recorded and planned (Trainer::plan_step), and each
+// eager run's allocator peak is predicted from that plan alone (train/eager_prediction.h)
+// and printed next to the measured one; `none` at enqueue is not predicted (its peak is
+// how far the frontend runs ahead, a matter of timing).
 // --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
 // synthetic batches are created there; memory is then the GPU allocator's (the Trainer
 // records the allocator of the model's device). Traced mode on a GPU replays each step as
@@ -31,6 +35,7 @@
 // minibatch on the calling thread) and reads no tensor, so it adds no sync. Under `none` it
 // fills long before the work is done: the final sync happens after it.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -48,6 +53,7 @@
 #include "nn/nn.h"
 #include "tide.h"
 #include "train/data.h"
+#include "train/eager_prediction.h"
 #include "train/optimizer.h"
 #include "train/plot.h"
 #include "train/progress.h"
@@ -192,6 +198,64 @@ std::vector<train::Chart> split_growing(const train::Chart& mem,
   return {flat, growing};
 }
 
+// (predicted / measured - 1) in percent, signed, one decimal: "+1.2 %", "-0.3 %".
+std::string percent_error(double predicted, double measured) {
+  const double e = measured > 0 ? std::round((predicted / measured - 1.0) * 1000.0) / 10.0 : 0.0;
+  std::string text = format_fixed(e == 0.0 ? 0.0 : e, 1);  // never "-0.0"
+  if (e >= 0) text.insert(0, "+");
+  return text + " %";
+}
+
+// The eager runs' peaks as predicted from the step's plan before they ran, next to the
+// measured ones (the allocator's peak over the run, absolute).
+void print_eager_prediction(std::ostream& out, const trace::MemoryPlan& plan,
+                            const std::vector<train::TrainResult>& results, const Device& device,
+                            int batches, bool data_parallel) {
+  out << "\nThe eager step, recorded and planned before any run (trace/memory_plan.h): "
+      << plan.str() << "\n  run eagerly it makes " << mb(double(plan.eager_step()))
+      << " MB, of which " << mb(double(plan.step_after_outputs))
+      << " MB is still needed after its loss; at most " << mb(double(plan.step_live_peak))
+      << " MB is alive at once\n";
+  Table t("eager peak: predicted from the plan before the run, and measured (" + device.str() + ")",
+          {"policy", "alloc at", "predicted peak MB", "measured peak MB", "error"});
+  std::vector<std::string> reasons;
+  for (const train::TrainResult& r : results) {
+    if (r.mode != train::Mode::eager) continue;
+    train::PeakPrediction p = train::predict_eager_peak(plan, r.policy, r.allocation,
+                                                        Engine::get().synchronous(), batches);
+    // Measured 5-17 % over on 2 ranks: the plan runs one op at a time, and where the peak
+    // is one running step or a window of ops, the all-reduce beside them adds its buffers.
+    if (data_parallel && p.predicted() &&
+        (r.allocation == Allocation::at_execution || r.policy.kind == train::SyncPolicy::bounded))
+      p = {0,
+           "data parallel: the gradients' all-reduce runs on the communication stream beside "
+           "the step's ops, which the plan orders one at a time; " +
+               mb(double(p.bytes)) + " MB is a lower bound"};
+    const double measured = double(r.peak_active);
+    if (!p.predicted()) {
+      t.row({r.policy.str(), train::alloc_name(r.allocation), "not predicted", mb(measured), "-"});
+      reasons.push_back(r.policy.str() + " at " + train::alloc_name(r.allocation) +
+                        ": not predicted: " + p.not_predicted);
+      continue;
+    }
+    t.row({r.policy.str(), train::alloc_name(r.allocation), mb(double(p.bytes)), mb(measured),
+           percent_error(double(p.bytes), measured)});
+  }
+  t.note(
+      "predicted: the parameters and the optimizer's state, plus, outputs allocated at "
+      "enqueue, per_batch: one whole eager step and what the read step still needs after "
+      "its loss (MemoryPlan::eager_peak_reading(0)); bounded:K: K whole steps and the most "
+      "one step has alive at once (eager_peak_bounded(K)); allocated at execution, any "
+      "policy: the most one step has alive at once (eager_peak_running). error = predicted / "
+      "measured - 1");
+  for (const std::string& why : reasons) t.note(why);
+  if (!device.is_cpu())
+    t.note(
+        "measured on the CPU only so far (docs/memory.md); on a GPU an op's blocks come back "
+        "when the GPU has run it, after the worker launched it");
+  t.print(out);
+}
+
 }  // namespace
 
 int mlp_memory_main(const Args& args, const GlobalOptions& global) {
@@ -294,6 +358,13 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       if (a == Allocation::at_execution)
         step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
     }
+  // The eager step's plan, from its recorded graph (one eager warm-up step first, on a
+  // throwaway copy): the eager runs' peaks are predicted from it before they run.
+  std::optional<trace::MemoryPlan> plan;
+  if (std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end()) {
+    Experiment planner(device, group, autocast, model);
+    plan = planner.trainer->plan_step();
+  }
   const bool both = allocs.size() > 1;
   auto label = [](const train::TrainResult& r) {
     return r.policy.str() + (r.mode == train::Mode::traced ? " traced" : "");
@@ -396,44 +467,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       "running step's peak plus what executed work holds until it is reclaimed");
   pred.print(out);
 
-  // The peak predicted before anything runs, from the recorded step alone (its shapes and
-  // lifetimes: trace/memory_plan.h), for the eager runs with outputs allocated at enqueue.
-  const bool eager_at_enqueue =
-      std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end() &&
-      std::find(allocs.begin(), allocs.end(), Allocation::at_enqueue) != allocs.end();
-  if (eager_at_enqueue) {
-    trace::MemoryPlan plan;
-    {
-      AllocationScope scope(Allocation::at_enqueue);
-      Experiment probe(device, group, autocast, model);
-      plan = probe.trainer->memory_plan();
-    }
-    Table peak("peak predicted from the recorded step vs measured (eager, allocated at enqueue, " +
-                   device.str() + ")",
-               {"policy", "predicted MB", "measured MB", "measured / predicted"});
-    for (const train::TrainResult& r : results) {
-      if (r.mode != train::Mode::eager || r.allocation != Allocation::at_enqueue) continue;
-      if (r.policy.kind == train::SyncPolicy::none) {
-        peak.row({label(r), "-", mb(double(r.peak_active)),
-                  "not predicted: the queue grows without bound"});
-        continue;
-      }
-      const size_t want = r.policy.kind == train::SyncPolicy::bounded
-                              ? plan.eager_peak_op_bound(r.policy.k)
-                              : plan.eager_peak_reading(0);
-      peak.row({label(r), mb(double(want)), mb(double(r.peak_active)),
-                format_fixed(want ? double(r.peak_active) / double(want) : 0.0, 3)});
-    }
-    peak.note("predicted: the parameters plus, per step in flight, " +
-              mb(double(plan.eager_step())) +
-              " MB (its intermediates, batch and loss, and the gradients it makes afresh); "
-              "per_batch: the step queued while the read step's backward and update (" +
-              mb(double(plan.unshared_after_outputs + plan.state)) +
-              " MB) have not run; bounded:K: K steps of ops queued (the engine's bound) and an "
-              "earlier step's remainder (trace/memory_plan.h: eager_peak_reading(0), "
-              "eager_peak_op_bound(K)). Measured: the allocator's peak over the run");
-    peak.print(out);
-  }
+  if (plan) print_eager_prediction(out, *plan, results, device, n, group != nullptr);
 
   if (group) {
     Table per_rank("memory per rank (" + std::to_string(ranks) + " ranks, " + device.str() + ")",

@@ -99,7 +99,9 @@ TEST(MemoryPlan, RefusedBeforeTheWarmUpCalls) {
 
 // The eager prediction: every intermediate unshared, and of those the ones still needed
 // after the output is written. a is read after the output (by c), b only by the output's
-// node, c after it: unshared = a + b + c, after the outputs = a + c.
+// node, c after it: unshared = a + b + c, after the outputs = a + c. Alive at once at most:
+// a, b and y at y's node (x's last use is a's node). An eager step makes a, b, c and y and
+// is given x.
 TEST(MemoryPlan, TheEagerStepsIntermediatesAndWhatOutlivesItsOutput) {
   Tensor keep = zeros({1000});
   auto f = trace::function(
@@ -116,11 +118,18 @@ TEST(MemoryPlan, TheEagerStepsIntermediatesAndWhatOutlivesItsOutput) {
   const size_t one = Allocator::round_size(1000 * sizeof(float));
   EXPECT_EQ(plan.unshared, 3 * one);
   EXPECT_EQ(plan.unshared_after_outputs, 2 * one);
+  EXPECT_EQ(plan.step_after_outputs, 2 * one);
+  EXPECT_EQ(plan.step_live_peak, 3 * one);
+  EXPECT_EQ(plan.inputs, one);
+  EXPECT_EQ(plan.outputs, one);
+  EXPECT_EQ(plan.eager_step(), 5 * one);
   const size_t held = plan.parameters + plan.captured + plan.state + plan.constants;
   EXPECT_EQ(held, one) << "keep";
-  EXPECT_EQ(plan.eager_peak(2), held + 2 * (3 * one + plan.inputs + plan.outputs));
+  EXPECT_EQ(plan.eager_peak(2), held + 2 * 5 * one);
   EXPECT_EQ(plan.eager_peak_reading(0), plan.eager_peak(1) + 2 * one);
   EXPECT_EQ(plan.eager_peak_reading(3), plan.eager_peak(4) + 2 * one);
+  EXPECT_EQ(plan.eager_peak_bounded(2), plan.eager_peak(2) + 3 * one);
+  EXPECT_EQ(plan.eager_peak_running(), held + 3 * one);
   EXPECT_NE(plan.str().find("eager"), std::string::npos);
 }
 
@@ -142,11 +151,8 @@ TEST(MemoryPlan, AnEagerStepHoldsTheGradientsItMakes) {
   for (const Tensor& p : r.model->parameters())
     grads += Allocator::round_size(size_t(p.numel()) * sizeof(float));
   EXPECT_EQ(plan.state, grads);
-  EXPECT_EQ(plan.eager_step(), plan.unshared + plan.inputs + plan.outputs + grads);
+  EXPECT_EQ(plan.eager_step(), plan.unshared + plan.inputs + plan.outputs + grads + plan.constants);
   EXPECT_EQ(plan.eager_peak(2) - plan.eager_peak(1), plan.eager_step());
-  EXPECT_EQ(plan.eager_peak_reading(0),
-            plan.eager_peak(1) + plan.unshared_after_outputs + plan.state);
-  EXPECT_EQ(plan.eager_peak_op_bound(3), plan.eager_peak(3) + plan.unshared_after_outputs);
   wait_all();
   // The prediction is for outputs allocated at enqueue (CI also runs the suite with
   // TIDE_ALLOC=execution): measured under that setting, then the setting put back.
