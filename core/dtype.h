@@ -121,8 +121,8 @@ template <class F>
 decltype(auto) dispatch_with_half(DType t, F&& f) {
   return dispatch_storage(t, std::forward<F>(f));
 }
-// float32, float64 and the 16-bit types (computing in float); integer types are the caller's
-// error to check first (they get float's instantiation, as in dispatch_floating).
+// float32, float64 and the 16-bit types (the GEMMs, which take 16-bit operands directly);
+// integer types are the caller's error to check first (they get float's instantiation).
 template <class F>
 decltype(auto) dispatch_floating_with_half(DType t, F&& f) {
   switch (t) {

@@ -38,17 +38,6 @@ bool tf32_now(Device d) {
          float32_matmul_precision() == MatmulPrecision::high;
 }
 
-// f(T{}) for a GEMM's operand dtype: float, double, or a 16-bit type, whose GEMMs take the
-// 16-bit operands directly and accumulate in float32 (ops/cpu/half_gemm.h, cuBLASLt on CUDA).
-template <class F>
-void dispatch_gemm(DType t, F&& f) {
-  switch (t) {
-    case DType::bfloat16: f(bfloat16{}); return;
-    case DType::float16: f(float16{}); return;
-    default: dispatch_floating(t, f);
-  }
-}
-
 // cblas_?gemm takes int sizes (and the plan cache and heuristics of cuBLASLt are only
 // exercised with them): a product whose sizes or row strides pass 2^31 - 1 is refused at
 // the call, before its output is allocated. Splitting it into int-sized GEMMs is not
@@ -142,7 +131,7 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
              desc(), " (reshape or expand first)");
   Tensor y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
   if (y.numel() > 0)
-    dispatch_gemm(a.dtype(), [&](auto z) {
+    dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
       const kernels::Gemm<T> g{a.ref<T>(), b.ref<T>(),  y.ref<T>(),  rows,
                                n,          k,           lda,         ldb,
@@ -214,7 +203,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
                      desc);
   Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
   if (m * n > 0) {
-    dispatch_gemm(a.dtype(), [&](auto z) {
+    dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
                      &kernels::cpu::gemm<T>,
@@ -255,7 +244,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                      [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
   Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
   if (m * n > 0)
-    dispatch_gemm(x.dtype(), [&](auto z) {
+    dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::Gemm<T> g{x.ref<T>(),
                          w.ref<T>(),
