@@ -21,10 +21,16 @@ namespace tide::kernels::cpu {
 
 namespace {
 
-// The float32 scratch of the widening path, kept per thread: a GEMM allocates nothing once its
-// shapes have been seen.
+// The float32 scratch of the widening path, kept per thread so that a GEMM allocates nothing
+// once its shapes have been seen; given back after a GEMM that needed more than kKeptBytes
+// (the allocator does not see this memory, so none of size stays behind).
 struct Scratch {
   std::vector<float> a, b, c;
+  static constexpr size_t kKeptBytes = size_t(32) << 20;
+  void trim() {
+    for (std::vector<float>* v : {&a, &b, &c})
+      if (v->capacity() * sizeof(float) > kKeptBytes) std::vector<float>().swap(*v);
+  }
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -58,6 +64,7 @@ void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
       if (relu) v = v > 0.0f ? v : 0.0f;
       c[r * g.ldc + j] = H(v);
     }
+  s.trim();
 }
 
 #if TIDE_BF16_GEMM_ONEDNN
