@@ -170,8 +170,16 @@ TEST(Trainer, LossDecreases) {
   EXPECT_LT(r.final_loss, 0.5 * r.steps.front().loss);
 }
 
+// With outputs allocated at enqueue a queued step holds its outputs; allocated at execution
+// (TIDE_ALLOC=execution) it holds almost nothing, so the setting is fixed here.
 TEST(Trainer, MeasureStepBytesIsPositive) {
   if (Engine::get().synchronous()) GTEST_SKIP() << "synchronous engine: no gate";
+  const Allocation setting = Engine::get().allocation();
+  Engine::get().set_allocation(Allocation::at_enqueue);
+  struct Restore {
+    Allocation a;
+    ~Restore() { Engine::get().set_allocation(a); }
+  } restore{setting};
   Tiny t;
   size_t b = t.trainer.measure_step_bytes();
   EXPECT_GT(b, 0u);
