@@ -33,8 +33,10 @@ const char* c_type(DType t) {
     case DType::float64: return "double";
     case DType::int32: return "int";
     case DType::int64: return "long long";
-    case DType::bfloat16:
-    case DType::float16: break;  // elementwise ops refuse them: no chain holds one
+    // tide's own types (core/float16.h, which functors.h includes), not CUDA's __nv_bfloat16
+    // and __half: their conversions give the CPU's bits, NaN payloads included.
+    case DType::bfloat16: return "tide::bfloat16";
+    case DType::float16: return "tide::float16";
   }
   TIDE_ASSERT(false, "a fused chain of ", t);
   return "float";
@@ -78,7 +80,9 @@ void emit_steps(std::ostringstream& k, std::span<const ChainStep> steps, const c
     k << "        {\n";
     if (!unary)
       k << "          const T b = " << operand_expr(st.b, s, 1, c ? c->b[s] : -1) << ";\n";
-    const std::string call = detail::concat(f, unary ? "(v)" : "(v, b)");
+    // widen(): a 16-bit T computes in float and rounds to T per step, as the unfused op.
+    const std::string call =
+        detail::concat(f, unary ? "(tide::widen(v))" : "(tide::widen(v), tide::widen(b))");
     k << "          T v = " << a << ";\n";
     k << "          v = T(" << call << ");\n";
     if (st.repeat > 1)

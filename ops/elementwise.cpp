@@ -59,7 +59,7 @@ DType mask_dtype(DType t) { return is_floating(t) ? t : DType::float32; }
 template <class O, class T, class F>
 [[gnu::noinline]] void describe_flat(CaptureSink* c, OpId id, F f, EwOperand a, EwOperand b,
                                      DataRef<O> out, int64_t n) {
-  constexpr int arity = std::is_invocable_v<F, T, T> ? 2 : 1;
+  constexpr int arity = std::is_invocable_v<F, compute_t<T>, compute_t<T>> ? 2 : 1;
   ElementwiseDesc d;
   d.id = id;
   d.arity = arity;
@@ -89,9 +89,8 @@ void queue_binary(OpId id, F f, const Tensor& a, const Tensor& b, const Tensor& 
     int64_t n = out.numel(), na = a.numel(), nb = b.numel();
     if ((na == n || na == 1) && (nb == n || nb == 1)) {
       int64_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
-      if constexpr (!is_half_v<T>)  // 16-bit nodes are not fused (trace/fusion.h)
-        if (CaptureSink* c = capturing()) [[unlikely]]
-          describe_flat<O, T>(c, id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
+      if (CaptureSink* c = capturing()) [[unlikely]]
+        describe_flat<O, T>(c, id, f, tensor_operand(ra, sa), tensor_operand(rb, sb), ro, n);
       kernels::queue(id, out.device(), {a.storage(), b.storage()}, {out.storage()},
                      &kernels::cpu::binary_flat<O, T, F>,
                      kernels::BinaryFlat<O, T>{ra, rb, ro, n, sa, sb}, f, site);
@@ -116,6 +115,8 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first, co
     DataRef<O> ro = out.ref<O>();
     int64_t n = out.numel();
     const compute_t<T> sv = compute_t<T>(s);  // a 16-bit tensor's scalar stays a float
+    // A 16-bit tensor's scalar is a float, which a fused chain would read as a 16-bit value:
+    // such nodes stay out of chains (the tensor operands' 16-bit nodes join them).
     if constexpr (!is_half_v<T>) {
       if (CaptureSink* c = capturing()) [[unlikely]] {
         if (scalar_first)
@@ -135,9 +136,8 @@ void queue_unary(OpId id, F f, const Tensor& a, const Tensor& out, Site site) {
     using T = decltype(za);
     DataRef<T> ra = a.ref<T>(), ro = out.ref<T>();
     int64_t n = out.numel();
-    if constexpr (!is_half_v<T>)
-      if (CaptureSink* c = capturing()) [[unlikely]]
-        describe_flat<T, T>(c, id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
+    if (CaptureSink* c = capturing()) [[unlikely]]
+      describe_flat<T, T>(c, id, f, tensor_operand(ra, 1), EwOperand{}, ro, n);
     kernels::queue(id, out.device(), {a.storage()}, {out.storage()},
                    &kernels::cpu::unary_flat<T, F>, kernels::UnaryFlat<T>{ra, ro, n}, f, site);
   });

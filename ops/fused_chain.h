@@ -69,9 +69,11 @@ template <class T, class F>
 TIDE_HOST_DEVICE T call_repeated(const unsigned char* bytes, T a, T b, int64_t repeat) {
   F f{};
   if constexpr (!std::is_empty_v<F>) memcpy(&f, bytes, sizeof(F));
+  // A 16-bit T: each application computes in float and rounds to T, as the unfused op does.
   auto once = [&](T x) -> T {
-    if constexpr (std::is_invocable_v<F, T, T>) return T(f(x, b));
-    else return T(f(x));
+    if constexpr (std::is_invocable_v<F, compute_t<T>, compute_t<T>>)
+      return T(f(widen(x), widen(b)));
+    else return T(f(widen(x)));
   };
   T r = once(a);
   for (int64_t k = 1; k < repeat; ++k) r = once(r);

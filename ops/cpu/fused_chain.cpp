@@ -47,9 +47,9 @@ void unary_block(const void* f, const void* a, int64_t sa, const void*, int64_t,
   T* po = static_cast<T*>(o);
   const F& fn = *static_cast<const F*>(f);
   if (sa == 1)
-    for (int64_t i = 0; i < n; ++i) po[i] = T(fn(pa[i]));
+    for (int64_t i = 0; i < n; ++i) po[i] = T(fn(widen(pa[i])));
   else
-    for (int64_t i = 0; i < n; ++i) po[i] = T(fn(*pa));
+    for (int64_t i = 0; i < n; ++i) po[i] = T(fn(widen(*pa)));
 }
 
 template <class T, class F, int kArity>
@@ -69,8 +69,8 @@ void iterate(const void* f, const void* b, int64_t sb, void* o, int64_t n, int64
     // are never stored).
     for (int64_t it = 0; it < iterations; ++it)
       for (int64_t j = 0; j < kLanes; ++j) {
-        if constexpr (kArity == 2) x[j] = T(fn(x[j], y[j]));
-        else x[j] = T(fn(x[j]));
+        if constexpr (kArity == 2) x[j] = T(fn(widen(x[j]), widen(y[j])));
+        else x[j] = T(fn(widen(x[j])));
       }
     for (int64_t j = 0; j < len; ++j) po[i0 + j] = x[j];
   }
@@ -83,7 +83,8 @@ struct StepFns {
 
 template <class T, class F>
 constexpr StepFns fns_of() {
-  if constexpr (std::is_invocable_v<F, T, T>) return {&binary_block<T, F>, &iterate<T, F, 2>};
+  if constexpr (std::is_invocable_v<F, compute_t<T>, compute_t<T>>)
+    return {&binary_block<T, F>, &iterate<T, F, 2>};
   else return {&unary_block<T, F>, &iterate<T, F, 1>};
 }
 
@@ -158,7 +159,7 @@ bool reads_a_written_element(const FusedChain& c, size_t esize) {
 void run_elements(const FusedChain& c, int64_t iterations) {
   chain::Carried storage;
   const chain::Carried* carried = chain::carried_for(c, iterations, &storage);
-  dispatch_dtype(c.dtype, [&](auto z) {
+  dispatch_with_half(c.dtype, [&](auto z) {
     using T = decltype(z);
     for (int64_t i = 0; i < c.n; ++i)
       run_chain_element<T>(c.steps, c.num_steps, i, iterations, carried);
@@ -227,7 +228,7 @@ void fused_chain(const KernelContext&, const FusedChain& c, const NoExtra&) {
   const int64_t iterations = chain::iterations_of(c);
   if (iterations <= 0 || c.n <= 0 || c.num_steps <= 0) return;
   const StepFns* fns = nullptr;
-  dispatch_dtype(c.dtype, [&](auto z) { fns = kFns<decltype(z)>; });
+  dispatch_with_half(c.dtype, [&](auto z) { fns = kFns<decltype(z)>; });
   const size_t esize = size_of(c.dtype), num = size_t(c.num_steps);
   if (reads_a_written_element(c, esize)) {
     run_elements(c, iterations);

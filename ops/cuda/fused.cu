@@ -43,7 +43,7 @@ void fused_chain(const KernelContext& ctx, const FusedChain& c, const NoExtra&) 
                                      stream_of(ctx)));
     return;
   }
-  dispatch_dtype(c.dtype, [&](auto z) {
+  dispatch_with_half(c.dtype, [&](auto z) {
     using T = decltype(z);
     fused_chain_kernel<T><<<blocks_for(c.n), kThreads, 0, stream_of(ctx)>>>(c);
   });

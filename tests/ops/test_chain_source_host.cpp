@@ -126,7 +126,7 @@ Buffers filled(const Case& c, unsigned seed) {
   Buffers b;
   for (int j = 0; j < c.num_buffers; ++j) {
     b.bytes.emplace_back(size_t(c.n) * size_of(c.dtype));
-    dispatch_dtype(c.dtype, [&](auto z) {
+    dispatch_storage(c.dtype, [&](auto z) {
       using T = decltype(z);
       auto* p = reinterpret_cast<T*>(b.bytes.back().data());
       for (int64_t i = 0; i < c.n; ++i) p[i] = T(u(rng));
@@ -162,7 +162,7 @@ FusedChain chain_of(const Case& c, const std::vector<ChainStep>& steps, const vo
 // A scalar operand holding v as the chain's dtype reads it.
 ChainOperand scalar_of(DType t, double v) {
   ChainOperand o;
-  dispatch_dtype(t, [&](auto z) {
+  dispatch_storage(t, [&](auto z) {
     const decltype(z) x = decltype(z)(v);
     std::memcpy(&o.scalar_bits, &x, sizeof x);
   });
@@ -212,7 +212,8 @@ std::vector<ChainStep> every_functor(DType t, std::vector<unsigned char*> b) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64})
+  for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64, DType::bfloat16,
+                  DType::float16})
     all.push_back({detail::concat("every functor, ", name(t)), t, 1000, 2 + int(FunctorId::count_),
                    [t](std::vector<unsigned char*> b) { return every_functor(t, b); }});
   for (DType t : {DType::float32, DType::float64})

@@ -87,6 +87,25 @@ TEST(TraceFusion, AChainBecomesOneKernel) {
     EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << i;
 }
 
+// A chain of 16-bit ops fuses too: each step computes in float and rounds to the 16-bit type,
+// as the unfused kernels do, so the fused replay gives their bits (NaN-free values here).
+TEST(TraceFusion, A16BitChainBecomesOneKernelWithTheUnfusedBits) {
+  auto chain = [](const Tensor& a, const Tensor& b) {
+    return relu(gelu(add(mul(a, b), a), GeluApprox::tanh));
+  };
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    SCOPED_TRACE(std::string(name(t)));
+    auto f = trace::function(chain, {.fusion = trace::Fusion::elementwise});
+    for (int call = 0; call < 3; ++call) {
+      const Tensor a = cast(randn({1000}), t), b = cast(randn({1000}), t);
+      const std::vector<float> want = chain(a, b).to_vector<float>();
+      EXPECT_EQ(f(a, b).to_vector<float>(), want) << call;
+    }
+    EXPECT_EQ(f.stats().fused_kernels, 1);
+    EXPECT_EQ(f.stats().kernels, 1);
+  }
+}
+
 // The op records of one call of f on x (after a first call that traced).
 template <class F>
 std::vector<profiler::OpRecord> profile_call(F& f, const Tensor& x) {
