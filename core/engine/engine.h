@@ -259,6 +259,21 @@ class Engine {
 // Engine::get().wait_all().
 inline void wait_all() { Engine::get().wait_all(); }
 
+// Sets the engine's Allocation for a scope and puts the previous one back (also on error).
+// Process-wide, as set_allocation.
+class AllocationGuard {
+ public:
+  explicit AllocationGuard(Allocation a) : prev_(Engine::get().allocation()) {
+    Engine::get().set_allocation(a);
+  }
+  ~AllocationGuard() { Engine::get().set_allocation(prev_); }
+  AllocationGuard(const AllocationGuard&) = delete;
+  AllocationGuard& operator=(const AllocationGuard&) = delete;
+
+ private:
+  Allocation prev_;
+};
+
 namespace detail {
 inline thread_local bool tl_replacing_write = false;
 }  // namespace detail

@@ -149,20 +149,6 @@ struct Experiment {
 
 std::string mb(double bytes) { return format_fixed(bytes / kMB, 1); }
 
-// The engine's Allocation setting for a scope, restored after (also on error).
-class AllocationScope {
- public:
-  explicit AllocationScope(Allocation a) : prev_(Engine::get().allocation()) {
-    Engine::get().set_allocation(a);
-  }
-  ~AllocationScope() { Engine::get().set_allocation(prev_); }
-  AllocationScope(const AllocationScope&) = delete;
-  AllocationScope& operator=(const AllocationScope&) = delete;
-
- private:
-  Allocation prev_;
-};
-
 // Every rank's peak queued bytes, allocator growth and RSS growth for one run, gathered
 // with one all-reduce (each rank fills its own slots of a zero tensor): rank r's figures
 // at [r * kMemoryFigures, (r + 1) * kMemoryFigures). Waits.
@@ -352,7 +338,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   size_t step_bytes[2][2] = {}, step_peak[2][2] = {};
   for (train::Mode m : modes)
     for (Allocation a : allocs) {
-      AllocationScope scope(a);
+      AllocationGuard scope(a);
       Experiment probe(device, group, autocast, model);
       step_bytes[int(m)][int(a)] = probe.trainer->measure_step_bytes(m);
       if (a == Allocation::at_execution)
@@ -381,7 +367,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   for (train::Mode mode : modes)
     for (Allocation alloc : allocs)
       for (const train::Policy& p : policies) {
-        AllocationScope scope(alloc);
+        AllocationGuard scope(alloc);
         // The same seeds: every run starts from the same weights and data.
         Experiment ex(device, group, autocast, model);
         train::TrainerOptions o;

@@ -156,12 +156,7 @@ TEST(MemoryPlan, AnEagerStepHoldsTheGradientsItMakes) {
   wait_all();
   // The prediction is for outputs allocated at enqueue (CI also runs the suite with
   // TIDE_ALLOC=execution): measured under that setting, then the setting put back.
-  const Allocation setting = Engine::get().allocation();
-  Engine::get().set_allocation(Allocation::at_enqueue);
-  struct Restore {
-    Allocation a;
-    ~Restore() { Engine::get().set_allocation(a); }
-  } restore{setting};
+  const AllocationGuard at_enqueue(Allocation::at_enqueue);
   Allocator& alloc = Allocator::get();
   const size_t before = alloc.stats().active_bytes;
   size_t held = 0;

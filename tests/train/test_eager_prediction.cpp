@@ -72,24 +72,13 @@ struct Cnn {
                   opt, source};
 };
 
-class AllocationScope {
- public:
-  explicit AllocationScope(Allocation a) : prev_(Engine::get().allocation()) {
-    Engine::get().set_allocation(a);
-  }
-  ~AllocationScope() { Engine::get().set_allocation(prev_); }
-
- private:
-  Allocation prev_;
-};
-
 // Prints one line per case (docs/memory.md quotes them) and checks it.
 template <class Model>
 void expect_within_5_percent(const char* model, const Policy& p, Allocation a) {
   const trace::MemoryPlan plan = Model().trainer.plan_step();
   const PeakPrediction want = predict_eager_peak(plan, p, a, Engine::get().synchronous(), kBatches);
   ASSERT_TRUE(want.predicted()) << want.not_predicted;
-  AllocationScope scope(a);
+  AllocationGuard scope(a);
   Model m;
   TrainerOptions o;
   o.batches = kBatches;

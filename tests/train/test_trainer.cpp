@@ -174,12 +174,7 @@ TEST(Trainer, LossDecreases) {
 // (TIDE_ALLOC=execution) it holds almost nothing, so the setting is fixed here.
 TEST(Trainer, MeasureStepBytesIsPositive) {
   if (Engine::get().synchronous()) GTEST_SKIP() << "synchronous engine: no gate";
-  const Allocation setting = Engine::get().allocation();
-  Engine::get().set_allocation(Allocation::at_enqueue);
-  struct Restore {
-    Allocation a;
-    ~Restore() { Engine::get().set_allocation(a); }
-  } restore{setting};
+  const AllocationGuard at_enqueue(Allocation::at_enqueue);
   Tiny t;
   size_t b = t.trainer.measure_step_bytes();
   EXPECT_GT(b, 0u);
