@@ -33,6 +33,16 @@ struct GemmBatch {
   int64_t count = 1, stride_a = 0, stride_b = 0;
   int64_t outer = 1, outer_a = 0, outer_b = 0;
 };
+// Outer batch o of bt: g with a, b and c moved to that batch's first product (its `count`
+// products then step by bt.stride_a, bt.stride_b and m * ldc). Host code of the entries.
+template <class T>
+Gemm<T> outer_batch(const Gemm<T>& g, const GemmBatch& bt, int64_t o) {
+  Gemm<T> s = g;
+  s.a.offset += o * bt.outer_a;
+  s.b.offset += o * bt.outer_b;
+  s.c.offset += o * bt.count * g.m * g.ldc;
+  return s;
+}
 // c = op(a) @ op(b) + bias (one value per column of c, i.e. per output feature), then
 // ReLU when relu: the Linear layer in one kernel (cuBLASLt's bias epilogues on CUDA).
 template <class T>

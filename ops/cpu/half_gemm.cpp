@@ -199,14 +199,8 @@ void half_gemm(const Gemm<H>& g) {
 
 template <class H>
 void half_gemm_batched(const Gemm<H>& g, const GemmBatch& bt) {
-  const int64_t block = g.m * g.ldc;
-  for (int64_t o = 0; o < bt.outer; ++o) {
-    Gemm<H> s = g;
-    s.a.offset += o * bt.outer_a;
-    s.b.offset += o * bt.outer_b;
-    s.c.offset += o * bt.count * block;
-    run<H>(s, bt.count, bt.stride_a, bt.stride_b, nullptr, false);
-  }
+  for (int64_t o = 0; o < bt.outer; ++o)
+    run<H>(outer_batch(g, bt, o), bt.count, bt.stride_a, bt.stride_b, nullptr, false);
 }
 
 template <class H>

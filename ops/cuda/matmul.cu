@@ -304,14 +304,9 @@ void gemm(const KernelContext& ctx, const Gemm<T>& g, const NoExtra&) {
 // The batches of GemmBatch: one strided-batched call per outer batch.
 template <class T>
 void gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBatch& bt) {
-  const int64_t block = g.m * g.ldc;
-  for (int64_t o = 0; o < bt.outer; ++o) {
-    Gemm<T> s = g;
-    s.a.offset += o * bt.outer_a;
-    s.b.offset += o * bt.outer_b;
-    s.c.offset += o * bt.count * block;
-    gemm_with_epilogue<T>(ctx, s, Epilogue::none, nullptr, bt.count, bt.stride_a, bt.stride_b);
-  }
+  for (int64_t o = 0; o < bt.outer; ++o)
+    gemm_with_epilogue<T>(ctx, outer_batch(g, bt, o), Epilogue::none, nullptr, bt.count,
+                          bt.stride_a, bt.stride_b);
 }
 
 // c = bias broadcast over the rows (then ReLU): a product with an empty inner dimension.
