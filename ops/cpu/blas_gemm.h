@@ -4,7 +4,9 @@
 // Defined in ops/cpu/linalg.cpp; the GEMM entries and the 16-bit GEMMs' float32 path use it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace tide::kernels::cpu {
 
@@ -12,5 +14,25 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
                const float* b, int64_t ldb, float* c, int64_t ldc);
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                const double* b, int64_t ldb, double* c, int64_t ldc);
+
+// The same for operands of type A that `load` turns into floats (a 16-bit type widened, a
+// float32 rounded to TF32): op(a) and op(b), stored as given (a is k x m when ta, else
+// m x k; b is n x k when tb, else k x n), are converted into the packed scratch sa and sb
+// first, then the float GEMM writes c.
+template <class A, class Load>
+void blas_gemm_loaded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
+                      const A* b, int64_t ldb, float* c, int64_t ldc, Load load,
+                      std::vector<float>& sa, std::vector<float>& sb) {
+  auto pack = [&load](const A* p, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+    out.resize(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = load(p[r * ld + j]);
+  };
+  const int64_t ac = ta ? m : k, bc = tb ? k : n;
+  pack(a, ta ? k : m, ac, lda, sa);
+  pack(b, tb ? n : k, bc, ldb, sb);
+  blas_gemm(ta, tb, m, n, k, sa.data(), std::max<int64_t>(1, ac), sb.data(),
+            std::max<int64_t>(1, bc), c, ldc);
+}
 
 }  // namespace tide::kernels::cpu

@@ -37,25 +37,15 @@ Scratch& scratch() {
   return s;
 }
 
-// The rows x cols matrix at p (row stride ld) widened into out, packed (row stride cols).
-template <class H>
-void widen(const H* p, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
-  out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = float(p[r * ld + j]);
-}
-
 // g's product through the float32 GEMM: op(a) and op(b) widened (exactly), one float32 GEMM,
 // then + bias and ReLU in float32 when asked, and one rounding into c.
 template <class H>
 void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
   Scratch& s = scratch();
-  const int64_t ac = g.ta ? g.m : g.k, bc = g.tb ? g.k : g.n;
-  widen(g.a.get(), g.ta ? g.k : g.m, ac, g.lda, s.a);
-  widen(g.b.get(), g.tb ? g.n : g.k, bc, g.ldb, s.b);
   s.c.resize(size_t(g.m * g.n));
-  blas_gemm(g.ta, g.tb, g.m, g.n, g.k, s.a.data(), std::max<int64_t>(1, ac), s.b.data(),
-            std::max<int64_t>(1, bc), s.c.data(), std::max<int64_t>(1, g.n));
+  blas_gemm_loaded(
+      g.ta, g.tb, g.m, g.n, g.k, g.a.get(), g.lda, g.b.get(), g.ldb, s.c.data(),
+      std::max<int64_t>(1, g.n), [](H v) { return float(v); }, s.a, s.b);
   H* c = g.c.get();
   for (int64_t r = 0; r < g.m; ++r)
     for (int64_t j = 0; j < g.n; ++j) {

@@ -134,14 +134,6 @@ float round_to_tf32(float x) {
   return x;
 }
 
-// The rows x cols matrix at p (row stride ld), each element rounded to TF32, packed.
-std::vector<float> tf32_copy(const float* p, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = round_to_tf32(p[r * ld + j]);
-  return out;
-}
-
 }  // namespace
 
 template <class T>
@@ -153,12 +145,9 @@ void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
       // Set only for a GPU (ops/linalg.cpp), so here only on the recording fake: the product
       // of the TF32-rounded operands, as a GPU's tensor cores take them.
       if (g.tf32) {
-        const int64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k;
-        const int64_t br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
-        const std::vector<float> a = tf32_copy(g.a.get(), ar, ac, g.lda);
-        const std::vector<float> b = tf32_copy(g.b.get(), br, bc, g.ldb);
-        blas_gemm(g.ta, g.tb, g.m, g.n, g.k, a.data(), std::max<int64_t>(1, ac), b.data(),
-                  std::max<int64_t>(1, bc), g.c.get(), g.ldc);
+        std::vector<float> a, b;
+        blas_gemm_loaded(g.ta, g.tb, g.m, g.n, g.k, g.a.get(), g.lda, g.b.get(), g.ldb, g.c.get(),
+                         g.ldc, round_to_tf32, a, b);
         return;
       }
     }
