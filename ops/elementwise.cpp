@@ -114,7 +114,7 @@ void queue_scalar(OpId id, F f, const Tensor& a, double s, bool scalar_first, co
     DataRef<T> ra = a.ref<T>();
     DataRef<O> ro = out.ref<O>();
     int64_t n = out.numel();
-    const compute_t<T> sv = compute_t<T>(s);  // a 16-bit tensor's scalar stays a float
+    const compute_t<T> sv = compute_t<T>(s);
     // A 16-bit tensor's scalar is a float, which a fused chain would read as a 16-bit value:
     // such nodes stay out of chains (the tensor operands' 16-bit nodes join them).
     if constexpr (!is_half_v<T>) {
