@@ -5,9 +5,11 @@
 
 namespace tide::nn {
 
-Tensor checkpoint(const std::shared_ptr<Module>& m, const Tensor& x) {
+Tensor checkpoint(const std::shared_ptr<Module>& m, const Tensor& x,
+                  const CheckpointOptions& options) {
   TIDE_CHECK(m != nullptr, "checkpoint", "needs a module, got a null pointer");
-  return tide::checkpoint([m](const Tensor& in) { return m->forward(in); }, x, m->parameters());
+  return tide::checkpoint([m](const Tensor& in) { return m->forward(in); }, x, m->parameters(),
+                          options);
 }
 
 }  // namespace tide::nn

@@ -28,6 +28,13 @@ GPTConfig GPTConfig::gpt2_124m() {
   return c;
 }
 
+GPTConfig& GPTConfig::selective_recompute() {
+  recompute = true;
+  recompute_last_block = false;
+  recompute_keep = CheckpointOptions().gemms_min_k(4 * n_embd).attention();
+  return *this;
+}
+
 void GPTConfig::check() const {
   auto positive = [](int64_t v, const char* field) {
     TIDE_CHECK(v >= 1, "GPT", field, " must be >= 1, got ", v);
@@ -78,7 +85,7 @@ Tensor GPT::hidden(const Tensor& ids) {
   for (auto& b : blocks_) {
     const bool recompute =
         config_.recompute && (config_.recompute_last_block || b != blocks_.back());
-    x = recompute ? checkpoint(b, x) : b->forward(x);
+    x = recompute ? checkpoint(b, x, config_.recompute_keep) : b->forward(x);
   }
   return ln_f_->forward(x).reshape({-1, config_.n_embd});
 }

@@ -14,6 +14,7 @@
 #include "nn/module.h"
 #include "nn/norm.h"
 #include "nn/transformer.h"
+#include "ops/checkpoint_options.h"
 
 namespace tide::nn {
 
@@ -34,6 +35,14 @@ struct GPTConfig {
   // soon as the forward ends, so keeping them (false) saves a quarter of a 4-layer model's
   // recompute and adds one block's activations only to the peak at the head and loss.
   bool recompute_last_block = true;
+  // With recompute, what each block keeps of its first run instead of recomputing it
+  // (ops/checkpoint_options.h; default nothing, so a block's forward runs twice).
+  CheckpointOptions recompute_keep;
+  // Selective recomputation: recompute every block but the last, each keeping its MLP's
+  // down-projection output (the GEMM with K = 4 * n_embd, a third of a block's GEMM FLOPs
+  // for one n_embd-wide row per token) and its attention's output. Less memory saved than
+  // full recomputation, for a much cheaper recompute. Returns *this.
+  GPTConfig& selective_recompute();
 
   // nanoGPT's small character model (4 layers, 4 heads, width 128, context 64) for a
   // vocabulary of `vocab` characters.

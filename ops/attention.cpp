@@ -9,6 +9,7 @@
 #include "ops/attention_kernels.h"
 #include "ops/autocast.h"
 #include "ops/autograd.h"
+#include "ops/checkpoint_keep.h"
 #include "ops/creation.h"
 #include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
@@ -78,8 +79,14 @@ AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Ten
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   const Dims dm = check_args(id, q, k, v, causal, scale);
+  // Inside a checkpoint's recompute, kept outputs replace the kernel (ops/checkpoint_keep.h).
+  if (detail::KeepTape::active()) {
+    std::vector<Tensor> kept = detail::KeepTape::reuse(id, 0, {q.shape(), lse_shape(q)}, q.dtype());
+    if (!kept.empty()) return {kept[0], kept[1]};
+  }
   AttentionForward f{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
                      Tensor::empty(lse_shape(q), q.dtype(), q.device(), op)};
+  if (detail::KeepTape::active()) detail::KeepTape::produced(id, 0, {f.out, f.lse});
   if (f.out.numel() == 0) return f;
   dispatch_floating(q.dtype(), [&](auto z) {
     using T = decltype(z);

@@ -1,6 +1,6 @@
 // checkpoint (ops/checkpoint.h): the first run under NoGrad inside a recording RandomTape,
-// one node over the inputs, and its backward: the recompute with recording on inside a
-// replaying tape, then a nested backward() from the recomputed output.
+// and a recording KeepTape, one node over the inputs, and its backward: the recompute with
+// recording on inside replaying tapes, then a nested backward() from the recomputed output.
 #include "ops/checkpoint.h"
 
 #include <memory>
@@ -12,6 +12,7 @@
 #include "core/random_tape.h"
 #include "ops/autocast.h"
 #include "ops/autograd.h"
+#include "ops/checkpoint_keep.h"
 #include "ops/op_util.h"
 
 namespace tide {
@@ -21,6 +22,8 @@ namespace {
 constexpr const char* kOp = "checkpoint";
 
 using detail::describe;
+using detail::KeepTape;
+using detail::KeptOutputs;
 using detail::RandomDraw;
 using detail::RandomTape;
 
@@ -53,6 +56,8 @@ struct Saved {
   Device device;
   std::vector<RandomDraw> draws;
   std::optional<DType> autocast;  // the first run's policy (ops/autocast.h)
+  CheckpointOptions options;
+  std::vector<KeptOutputs> kept;  // the outputs the options keep, in the order of their ops
 };
 
 // Throws unless every node the recompute's graph reaches from `out` was made by the recompute
@@ -99,8 +104,10 @@ std::vector<Tensor> recompute_backward(Saved& s, const Tensor& grad_out) {
     // The first run's autocast policy (backward() suspended the caller's).
     autocast::Restore policy(s.autocast);
     RandomTape tape(s.draws, RandomTape::Mode::replay, kOp);
+    KeepTape keep(s.kept, s.options, KeepTape::Mode::replay);
     out = s.fn(args);
     tape.check_spent();
+    keep.check_spent();
   }
   TIDE_CHECK(out.defined(), kOp, "the recompute returned an undefined tensor");
   TIDE_CHECK(out.shape() == s.shape && out.dtype() == s.dtype && out.device() == s.device, kOp,
@@ -115,7 +122,7 @@ std::vector<Tensor> recompute_backward(Saved& s, const Tensor& grad_out) {
 }  // namespace
 
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
-                  const std::vector<Tensor>& params) {
+                  const std::vector<Tensor>& params, const CheckpointOptions& options) {
   check_inputs(fn, inputs);
   bool needed = false;
   if (autograd::grad_enabled()) {
@@ -128,10 +135,12 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
     return out;
   }
   auto saved = std::make_shared<Saved>();
+  saved->options = options;
   Tensor out;
   {
     NoGrad no_grad;
     RandomTape tape(saved->draws, RandomTape::Mode::record, kOp);
+    KeepTape keep(saved->kept, options, KeepTape::Mode::record);
     out = fn(inputs);
   }
   saved->autocast = autocast::active();
@@ -163,10 +172,10 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
 }
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
-                  const std::vector<Tensor>& params) {
+                  const std::vector<Tensor>& params, const CheckpointOptions& options) {
   TIDE_CHECK(bool(fn), kOp, "needs a function, got an empty one");
   return checkpoint([fn](const std::vector<Tensor>& in) { return fn(in[0]); },
-                    std::vector<Tensor>{input}, params);
+                    std::vector<Tensor>{input}, params, options);
 }
 
 }  // namespace tide

@@ -20,12 +20,17 @@
 // grad must be a leaf (a parameter) or one of the inputs; an intermediate of the enclosing
 // graph read by capture is refused at backward. Not here: several outputs, a second
 // backward through the recomputed graph (double backward).
+//
+// Selective recomputation (CheckpointOptions, ops/checkpoint_options.h): the first run may
+// keep the outputs of the GEMMs and attentions the options name; the recompute takes them
+// instead of running those ops again (ops/checkpoint_keep.h), with the same bits.
 #pragma once
 
 #include <functional>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/checkpoint_options.h"
 
 namespace tide {
 
@@ -45,10 +50,12 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 // reaches a tensor computed outside fn that requires grad; and "[backward]" on a second
 // backward through it without retain_graph, as every freed node does.
 // Queued like the ops fn runs; waits for nothing.
+// `options`: what the first run keeps for the recompute (default: nothing). At backward it
+// also throws "[checkpoint]" when the recompute's kept ops differ from the first run's.
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
-                  const std::vector<Tensor>& params = {});
+                  const std::vector<Tensor>& params = {}, const CheckpointOptions& options = {});
 // The same for a function of one tensor.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
-                  const std::vector<Tensor>& params = {});
+                  const std::vector<Tensor>& params = {}, const CheckpointOptions& options = {});
 
 }  // namespace tide

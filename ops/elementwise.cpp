@@ -8,6 +8,7 @@
 
 #include "ops/autocast.h"
 #include "ops/autograd.h"
+#include "ops/checkpoint_keep.h"
 #include "ops/creation.h"
 #include "ops/creation_kernels.h"
 #include "ops/elementwise_desc.h"
@@ -421,6 +422,8 @@ void check_in_place(const Tensor& self, const Tensor* other, OpId id) {
   TIDE_CHECK(!(self.requires_grad() && autograd::grad_enabled()), op,
              "cannot update a tensor that requires grad in place while recording: ", describe(self),
              "; use NoGrad (as optimizers do)");
+  // A checkpoint's first run recomputes what it writes over instead of keeping it.
+  if (detail::KeepTape::active()) detail::KeepTape::written(self.storage());
   if (!other) return;
   check_same(self, *other, id);
   // An operand overlapping the target (x.add_(x[0])) would read elements already updated.

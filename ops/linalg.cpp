@@ -15,6 +15,7 @@
 #include "core/matmul_precision.h"
 #include "ops/autocast.h"
 #include "ops/autograd.h"
+#include "ops/checkpoint_keep.h"
 #include "ops/elementwise.h"
 #include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
@@ -52,6 +53,14 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
     TIDE_CHECK(v <= kMax, op, name, " = ", v,
                " exceeds the 32-bit dimension limit of BLAS: ", desc(),
                " (every dimension and row stride must be at most ", kMax, ")");
+}
+
+// The output a checkpoint's recompute kept for this GEMM (ops/checkpoint_keep.h), or
+// undefined: compute it.
+Tensor kept_output(OpId id, int64_t k, const Shape& shape, DType dtype) {
+  if (!KeepTape::active()) return {};
+  std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, dtype);
+  return kept.empty() ? Tensor{} : kept[0];
 }
 
 // One batch dimension of a batched product: the output's extent and each operand's stride
@@ -129,8 +138,11 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
              "batch dimensions that broadcast in more than two separate groups are not "
              "supported: ",
              desc(), " (reshape or expand first)");
-  Tensor y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
-  if (y.numel() > 0)
+  // Inside a checkpoint's recompute, a kept output replaces the GEMM (ops/checkpoint_keep.h).
+  Tensor y = kept_output(OpId::matmul, k, Shape(out_dims), a.dtype());
+  const bool reused = y.defined();
+  if (!reused) y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
+  if (y.numel() > 0 && !reused)
     dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
       const kernels::Gemm<T> g{a.ref<T>(), b.ref<T>(),  y.ref<T>(),  rows,
@@ -149,6 +161,7 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
       kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
                      &kernels::cpu::gemm_batched<T>, g, bt, site);
     });
+  if (KeepTape::active()) KeepTape::produced(OpId::matmul, k, {y});
   // The gradient of a broadcast operand sums over the batches it was broadcast to.
   const bool need_a = autograd::needs_grad({&a}), need_b = autograd::needs_grad({&b});
   autograd::record(op, y, {&a, &b},
@@ -201,8 +214,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   if (m > 0 && n > 0)
     check_blas_sizes(op, {{"m", m}, {"n", n}, {"k", k}, {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}},
                      desc);
-  Tensor y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
-  if (m * n > 0) {
+  Tensor y = kept_output(OpId::matmul, k, Shape{m, n}, a.dtype());
+  const bool reused = y.defined();
+  if (!reused) y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
+  if (m * n > 0 && !reused) {
     dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::matmul, a.device(), {a.storage(), b.storage()}, {y.storage()},
@@ -212,6 +227,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
                      kernels::NoExtra{}, site);
     });
   }
+  if (KeepTape::active()) KeepTape::produced(OpId::matmul, k, {y});
   // Only the gradients an input needs: for x @ W with a data batch x, dx would be a whole
   // extra GEMM that backward() then drops.
   bool need_a = autograd::needs_grad({&a}), need_b = autograd::needs_grad({&b});
@@ -242,8 +258,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
   if (m > 0 && n > 0)
     check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}},
                      [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
-  Tensor y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
-  if (m * n > 0)
+  Tensor y = kept_output(id, k, Shape{m, n}, x.dtype());
+  const bool reused = y.defined();
+  if (!reused) y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
+  if (m * n > 0 && !reused)
     dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::Gemm<T> g{x.ref<T>(),
@@ -262,6 +280,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                      &kernels::cpu::gemm_bias<T>, kernels::GemmBias<T>{g, b.ref<T>(), relu},
                      kernels::NoExtra{}, site);
     });
+  if (KeepTape::active()) KeepTape::produced(id, k, {y});
   bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
   autograd::record(
       op, y, {&x, &w, &b},

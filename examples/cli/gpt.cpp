@@ -18,10 +18,12 @@
 // --recompute runs each transformer block under checkpoint (ops/checkpoint.h): backward
 // recomputes a block instead of keeping its activations, with the same losses and weights
 // bit for bit; --recompute-keep-last recomputes all blocks but the last, whose activations
-// backward needs as soon as the forward ends. The summary gives the allocator's peak over the whole
-// run and over the second half (the steady state, past a traced step's warm-up and recording), and
-// splits the latter into the training state (parameters, gradients, AdamW's two moments) and the
-// rest, activations and temporaries; traced, also the plan's arena for intermediates.
+// backward needs as soon as the forward ends; --recompute-selective also keeps each block's
+// MLP down-projection and attention output (GPTConfig::selective_recompute). The summary gives the
+// allocator's peak over the whole run and over the second half (the steady state, past a traced
+// step's warm-up and recording), and splits the latter into the training state (parameters,
+// gradients, AdamW's two moments) and the rest, activations and temporaries; traced, also the
+// plan's arena for intermediates.
 //
 // --save F writes the weights (safetensors, GPT-2's names) and F.json (the model's sizes and
 // the tokenizer), which `tide gpt sample --load F` reads back.
@@ -89,7 +91,7 @@ struct TrainArgs {
   int64_t steps = 2000, batch = 12, ctx = 0, eval_every = 250, eval_batches = 20, warmup = 100;
   int64_t seed = 0, sample_tokens = 200;
   double lr = 1e-3;
-  bool recompute = false, keep_last = false, plan_only = false;
+  bool recompute = false, keep_last = false, selective = false, plan_only = false;
   std::optional<DType> autocast;  // --dtype bfloat16 / float16
   bool tf32 = false;              // --tf32
   int64_t memory_budget_mb = 0;   // --memory-budget (traced): 0 none
@@ -150,6 +152,8 @@ TrainArgs parse_train(const Args& args) {
       a.recompute = true;
     } else if (o == "--recompute-keep-last") {
       a.recompute = a.keep_last = true;
+    } else if (o == "--recompute-selective") {
+      a.recompute = a.keep_last = a.selective = true;
     } else if (o == "--plan-only") {
       a.plan_only = true;
     } else if (o == "--dtype") {
@@ -263,6 +267,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
   const int64_t ctx = a.ctx ? a.ctx : cfg.block_size;
   cfg.recompute = a.recompute;
   cfg.recompute_last_block = !a.keep_last;
+  if (a.selective) cfg.selective_recompute();
 
   Generator gen{uint64_t(a.seed)};
   nn::GPT model(cfg, gen);
@@ -290,7 +295,9 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
       << " (warmup " << a.warmup << ", cosine to " << a.lr / 10 << "), clip " << kMaxNorm << ", "
       << a.mode << ", policy " << a.policy.str() << ", device " << device_label(device) << ", "
       << precision_label(a.autocast, a.tf32)
-      << (a.keep_last   ? ", blocks but the last recomputed in backward"
+      << (a.selective   ? ", blocks but the last recomputed in backward, keeping their MLP "
+                          "down-projections and attention outputs"
+          : a.keep_last ? ", blocks but the last recomputed in backward"
           : a.recompute ? ", blocks recomputed in backward"
                         : "")
       << "\n";
@@ -515,6 +522,7 @@ int gpt_train(const Args& args, const GlobalOptions& global) {
     if (traced) j["trace_arena_bytes"] = traced_step.stats().arena_bytes;
     if (plan) j["planned_peak_bytes"] = plan->peak();
     if (a.recompute) j["recompute_last_block"] = !a.keep_last;
+    if (a.recompute) j["recompute_selective"] = a.selective;
     write_text("--json", a.json, j.dump() + "\n");
   }
   return 0;

@@ -89,7 +89,7 @@ const Command kCommands[] = {
     {"gpt", "train a GPT on a text file (eager or traced) and sample from it",
      "train [--preset char|gpt2-124m] [--mode eager|traced] [--steps N] [--batch B] [--ctx T] "
      "[--policy per_batch|none|bounded:K] [--lr X] [--data FILE] [--save F] [--csv F] [--svg F] "
-     "[--json F] [--recompute] [--recompute-keep-last] [--plan-only] "
+     "[--json F] [--recompute] [--recompute-keep-last] [--recompute-selective] [--plan-only] "
      "[--dtype float32|bfloat16|float16] [--tf32] [--memory-budget MB] | sample --load F [--prompt "
      "S] [--tokens N] "
      "[--temperature X] "
@@ -110,6 +110,8 @@ const Command kCommands[] = {
      "  --recompute   recompute each block in backward instead of keeping its\n"
      "                activations (less memory, the same results bit for bit)\n"
      "  --recompute-keep-last  the same for every block but the last\n"
+     "  --recompute-selective  every block but the last, each keeping its MLP's\n"
+     "                down-projection and attention outputs (a cheaper recompute)\n"
      "  --memory-budget MB  with --mode traced: the planner recomputes cheap elementwise\n"
      "                activations until the step's planned peak fits in MB (same results)\n"
      "  --plan-only   with --mode traced: after the eager warm-up step, print the traced\n"
