@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Activation recomputation side by side: the character GPT's step in tide (eager with
 # outputs allocated at execution, where memory follows execution; traced) with and without
-# --recompute, and in PyTorch eager with and without torch.utils.checkpoint per block, in
+# --recompute or --recompute-selective, and in PyTorch eager with and without
+# torch.utils.checkpoint per block (and its selective policy saving the same ops), in
 # alternating rounds. Memory: tide's activation peak (allocator) and every run's RSS growth
 # over the training loop (peak RSS - RSS at the start); time: ms/step, median of the second
 # half.
@@ -27,13 +28,15 @@ tide="$build/examples/tide"
 peers_venv_torch  # sets vpy
 peers_context "command:       bench/peers/checkpoint_run.sh $* (STEPS=$steps BATCH=$batch)" \
   "data:          $data" "out:           $out"
-configs=(tide-exec tide-exec-recompute tide-traced tide-traced-recompute torch torch-checkpoint)
+configs=(tide-exec tide-exec-recompute tide-exec-selective tide-traced tide-traced-recompute
+         tide-traced-selective torch torch-checkpoint torch-selective)
 
 run_one() {  # config round -> one JSON line appended to $out/results.jsonl
   local c=$1 line flags=()
   case $c in
     tide-*)
       [[ $c == *-recompute ]] && flags+=(--recompute)
+      [[ $c == *-selective ]] && flags+=(--recompute-selective)
       local mode=eager alloc=execution
       [[ $c == tide-traced* ]] && mode=traced && alloc=enqueue
       TIDE_ALLOC=$alloc "$tide" gpt train --data "$data" --steps "$steps" --batch "$batch" \
@@ -42,6 +45,7 @@ run_one() {  # config round -> one JSON line appended to $out/results.jsonl
       line=$(cat "$out/last.json") ;;
     torch*)
       [[ $c == torch-checkpoint ]] && flags+=(--checkpoint)
+      [[ $c == torch-selective ]] && flags+=(--checkpoint-selective)
       line=$("$vpy" "$here/gpt_step.py" --data "$data" --steps "$steps" --batch "$batch" \
         --eval-batches 1 "${flags[@]}" 2>/dev/null | tail -1) ;;
   esac

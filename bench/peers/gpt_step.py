@@ -34,6 +34,29 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def save_policy(ctx, op, *args, **kwargs):
+    """PyTorch's selective checkpoint policy matching tide's --recompute-selective: save the
+    outputs of GEMMs whose inner dimension K is at least 4 * width (the MLP's down-projection)
+    and of attention; recompute everything else."""
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    if op in (aten.mm.default, aten.addmm.default):
+        mat1 = args[-2]
+        if mat1.shape[-1] >= SAVE_MIN_K[0]:
+            return CheckpointPolicy.MUST_SAVE
+    if "scaled_dot_product" in str(op):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+SAVE_MIN_K = [0]  # set from the model's width in main()
+
+
+def selective_context():
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    return create_selective_checkpoint_contexts(save_policy)
+
+
 class Block(nn.Module):
     def __init__(self, c, h):
         super().__init__()
@@ -65,11 +88,15 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
 
     checkpoint = False  # each block under torch.utils.checkpoint
+    selective = False   # every block but the last, saving its large-K GEMMs and attention
 
     def forward(self, ids, targets):
         x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
-        for b in self.h:
-            if self.checkpoint and self.training:
+        for i, b in enumerate(self.h):
+            if self.selective and self.training and i + 1 < len(self.h):
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False,
+                                                      context_fn=selective_context)
+            elif self.checkpoint and self.training:
                 x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
             else:
                 x = b(x)
@@ -108,6 +135,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", action="store_true",
                     help="run each block under torch.utils.checkpoint (recomputed in backward)")
+    ap.add_argument("--checkpoint-selective", action="store_true",
+                    help="every block but the last under torch.utils.checkpoint with a selective "
+                         "policy: the MLP down-projection's and attention's outputs are saved")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(os.cpu_count())
@@ -138,6 +168,8 @@ def main():
 
     model = GPT(n_vocab, block, layers, heads, width).to(dev)
     model.checkpoint = a.checkpoint
+    model.selective = a.checkpoint_selective
+    SAVE_MIN_K[0] = 4 * width
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -179,7 +211,8 @@ def main():
                       "tokens_per_s": a.batch * a.ctx / (ms / 1e3),
                       "train_loss": statistics.fmean(losses[-50:]), "val_loss": vl,
                       "train_seconds": train_s, "threads": torch.get_num_threads(),
-                      "checkpoint": a.checkpoint, "rss_start_mb": rss_start_mb,
+                      "checkpoint": a.checkpoint,
+                      "checkpoint_selective": a.checkpoint_selective, "rss_start_mb": rss_start_mb,
                       "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
