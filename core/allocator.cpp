@@ -105,6 +105,8 @@ void Storage::release() {
       b->release();
     }
     if (is_deferred()) {  // one per op output: recycled, not freed (allocate_deferred)
+      if (memory::detail::on()) [[unlikely]]
+        memory::detail::on_deferred_gone(this);
       this->~Storage();
       StorageObjects::give(this);
     } else {
@@ -283,6 +285,8 @@ StorageRef Allocator::allocate_deferred(size_t bytes, const char* op) {
     throw_oom(bytes, op, detail::concat(", more than the ", cap, " bytes ", name_, " has").c_str());
   auto* s = new (StorageObjects::take()) Storage(nullptr, block, device_, Storage::kDeferred, this);
   s->requested_ = bytes;
+  if (memory::detail::on()) [[unlikely]]
+    memory::detail::on_deferred(s);
   return StorageRef::adopt(s);
 }
 

@@ -73,6 +73,10 @@ struct Recorder {
   uint64_t next_id = 1;
   std::unordered_map<const Storage*, Live> live;
   std::unordered_map<const Storage*, int> pending_sites;  // deferred storages, by submit
+  // Deferred storages (allocation at execution) made while recording, by id, and the role
+  // each is to give its block when it takes one (a RoleScope's, a tag, activation).
+  std::unordered_map<const Storage*, uint64_t> deferred;
+  std::unordered_map<const Storage*, Role> pending_roles;
   std::vector<Event> events;
   uint64_t dropped = 0;
   std::unordered_map<SiteKey, int, SiteKeyHash> site_index;
@@ -129,6 +133,16 @@ void retag_locked(Recorder& r, Live& b, Role role) {
   r.push(e);
 }
 
+// Gives deferred storage s's block `role` now, or when it takes one (on_materialized).
+void role_of_deferred_locked(Recorder& r, const Storage* s, Role role) {
+  if (const Storage* b = s->backing()) {
+    if (auto it = r.live.find(b); it != r.live.end()) retag_locked(r, it->second, role);
+    return;
+  }
+  Role& pending = r.pending_roles.try_emplace(s, role).first->second;
+  if (!(role == Role::activation && pending != Role::temporary)) pending = role;
+}
+
 }  // namespace
 
 void start(RecordOptions options) {
@@ -139,6 +153,8 @@ void start(RecordOptions options) {
     r.t0 = std::chrono::steady_clock::now();
     r.live.clear();
     r.pending_sites.clear();
+    r.deferred.clear();
+    r.pending_roles.clear();
     r.events.clear();
     r.dropped = 0;
     r.site_index.clear();
@@ -297,16 +313,40 @@ void on_submit(const Storage* const* writes, size_t n, const char* op, const cha
 void on_materialized(const Storage* deferred, const Storage* block) {
   Recorder& r = rec();
   std::lock_guard<std::mutex> lock(r.mu);
-  auto p = r.pending_sites.find(deferred);
-  if (p == r.pending_sites.end()) return;
-  const int site = p->second;
-  r.pending_sites.erase(p);
   auto it = r.live.find(block);
-  if (it == r.live.end()) return;
-  it->second.site = site;
-  Event e = event_of(it->second, EventKind::site, r.now());
-  e.site = uint32_t(site);
-  r.push(e);
+  if (auto p = r.pending_sites.find(deferred); p != r.pending_sites.end()) {
+    const int site = p->second;
+    r.pending_sites.erase(p);
+    if (it != r.live.end()) {
+      it->second.site = site;
+      Event e = event_of(it->second, EventKind::site, r.now());
+      e.site = uint32_t(site);
+      r.push(e);
+    }
+  }
+  if (auto p = r.pending_roles.find(deferred); p != r.pending_roles.end()) {
+    if (it != r.live.end()) retag_locked(r, it->second, p->second);
+    r.pending_roles.erase(p);
+  }
+}
+
+void on_deferred(const Storage* s) {
+  Recorder& r = rec();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!on()) return;
+  const uint64_t id = r.next_id++;
+  r.deferred[s] = id;
+  if (tl_role != Role::temporary) r.pending_roles[s] = tl_role;
+  if (tl_since_recorded.size() >= kMaxSinceRecorded) tl_since_recorded.clear();
+  tl_since_recorded.push_back({s, id});
+}
+
+void on_deferred_gone(const Storage* s) {
+  Recorder& r = rec();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.deferred.erase(s);
+  r.pending_sites.erase(s);
+  r.pending_roles.erase(s);
 }
 
 void on_recorded_op() {
@@ -315,7 +355,11 @@ void on_recorded_op() {
   std::lock_guard<std::mutex> lock(r.mu);
   for (const Taken& t : tl_since_recorded) {
     auto it = r.live.find(t.storage);
-    if (it != r.live.end() && it->second.id == t.id) retag_locked(r, it->second, Role::activation);
+    if (it != r.live.end() && it->second.id == t.id) {
+      retag_locked(r, it->second, Role::activation);
+    } else if (auto d = r.deferred.find(t.storage); d != r.deferred.end() && d->second == t.id) {
+      role_of_deferred_locked(r, t.storage, Role::activation);
+    }
   }
   tl_since_recorded.clear();
 }
@@ -323,10 +367,17 @@ void on_recorded_op() {
 void forget_taken() { tl_since_recorded.clear(); }
 
 void tag_storage(const Storage* s, Role role) {
-  if (s->is_deferred()) s = s->backing();  // its block, once it has one
-  if (!s) return;
   Recorder& r = rec();
   std::lock_guard<std::mutex> lock(r.mu);
+  if (s->is_deferred()) {
+    // Its block, once it has one: checked under the lock, which on_materialized takes after
+    // the block is set, so that a role noted here is never missed.
+    if (r.deferred.count(s) || !s->backing()) {
+      role_of_deferred_locked(r, s, role);
+      return;
+    }
+    s = s->backing();
+  }
   auto it = r.live.find(s);
   if (it != r.live.end()) {
     retag_locked(r, it->second, role);

@@ -151,6 +151,11 @@ void tag_storage(const Storage* s, Role role);
 // The storage a deferred storage took its block into (so a site noted for the deferred
 // storage at submit moves to the block).
 void on_materialized(const Storage* deferred, const Storage* block);
+// A deferred storage made on this thread (allocation at execution): its block will take the
+// role this thread's RoleScope gives, or activation if an op is recorded before the next
+// one; on_deferred_gone when it is released (with or without a block).
+void on_deferred(const Storage* s);
+void on_deferred_gone(const Storage* s);
 }  // namespace detail
 
 }  // namespace memory

@@ -124,14 +124,14 @@ TEST_F(CheckpointKeep, ARecomputeRunningOtherKeptOpsIsRefused) {
   const CheckpointOptions keep = CheckpointOptions().gemms_min_k(16);
   int calls = 0;
   // Fewer rows in the recompute: the kept output has another shape.
-  Tensor y = sum(checkpoint(
-      [&](const Tensor& in) { return matmul(++calls == 1 ? in : in.slice(0, 2), w); }, x, {w},
-      keep));
+  Tensor y = sum(
+      checkpoint([&](const Tensor& in) { return matmul(++calls == 1 ? in : in.slice(0, 2), w); }, x,
+                 {w}, keep));
   EXPECT_TIDE_ERROR(y.backward(), "[checkpoint]", "'matmul' #1", "(2, 4)", "(4, 4)");
   // No GEMM at all in the recompute.
   calls = 0;
-  Tensor z = sum(
-      checkpoint([&](const Tensor& in) { return ++calls == 1 ? matmul(in, w) : in; }, x, {w}, keep));
+  Tensor z = sum(checkpoint([&](const Tensor& in) { return ++calls == 1 ? matmul(in, w) : in; }, x,
+                            {w}, keep));
   EXPECT_TIDE_ERROR(z.backward(), "[checkpoint]", "ran 0 of the ops", "kept 1");
 }
 

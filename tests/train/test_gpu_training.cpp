@@ -194,7 +194,9 @@ TEST(GpuTrainer, NonePolicyAndMeasureStepBytesOnTheGpu) {
   EXPECT_TRUE(std::isfinite(r.final_loss));
   EXPECT_EQ(r.device, d);
   if (Engine::get().synchronous()) GTEST_SKIP() << "synchronous engine: no gate";
-  // The gate holds the GPU stream back: the step's GPU storages are all held at once.
+  // The gate holds the GPU stream back: the step's GPU storages are all held at once (with
+  // outputs allocated at enqueue; at execution a queued step holds almost nothing).
+  const AllocationGuard at_enqueue(Allocation::at_enqueue);
   Tiny probe(d);
   EXPECT_GT(probe.trainer->measure_step_bytes(), 0u);
 }
@@ -216,5 +218,6 @@ TEST(GpuTrainer, TracedModeOnTheGpuEqualsEager) {
   EXPECT_GE(s.replays, 4);
   EXPECT_EQ(s.graph_fallback, "");
   EXPECT_GT(s.graph_nodes, size_t(s.kernels));
+  const AllocationGuard at_enqueue(Allocation::at_enqueue);  // as above
   EXPECT_GT(traced.trainer->measure_step_bytes(Mode::traced), 0u);
 }

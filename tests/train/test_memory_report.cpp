@@ -43,7 +43,11 @@ size_t param_block_bytes(nn::Module& m) {
   return n;
 }
 
-TEST(MemoryRoles, ATrainingStepsParametersGradientsStateAndActivations) {
+// With outputs allocated at enqueue or at execution: in the latter the blocks are taken by
+// the worker when each op runs, and take the roles noted for their storages on the
+// frontend's thread (a module's tag, an optimizer's scope, a recorded op's outputs).
+void check_training_step_roles(Allocation alloc) {
+  const AllocationGuard scope(alloc);
   Recording rec;
   test_util::TrainRig r = test_util::make_rig({.sizes = {32, 64, 64, 4}, .adam = true});
   Tensor x = randn({16, 32}), y = randn({16, 4});
@@ -79,6 +83,14 @@ TEST(MemoryRoles, ATrainingStepsParametersGradientsStateAndActivations) {
   for (const memory::Block& b : dropped.blocks)
     EXPECT_NE(b.role, Role::activation)
         << b.bytes << " bytes from " << (b.site >= 0 ? dropped.sites[size_t(b.site)].op : "?");
+}
+
+TEST(MemoryRoles, ATrainingStepsParametersGradientsStateAndActivations) {
+  check_training_step_roles(Allocation::at_enqueue);
+}
+
+TEST(MemoryRoles, TheSameRolesWithOutputsAllocatedAtExecution) {
+  check_training_step_roles(Allocation::at_execution);
 }
 
 TEST(MemoryRoles, ATracedStepsArena) {
