@@ -1,5 +1,5 @@
-// The eager peak per sync policy and allocation setting, from the step's plan
-// (train/eager_prediction.h).
+// The eager peak and the traced steady peak per sync policy and allocation setting, from the
+// step's plan (train/eager_prediction.h).
 #include "train/eager_prediction.h"
 
 #include "core/error.h"
@@ -34,6 +34,25 @@ PeakPrediction predict_eager_peak(const trace::MemoryPlan& plan, const Policy& p
   return {0, "none queues as far as the frontend outruns the worker (timing); at most all " +
                  std::to_string(batches) +
                  " minibatches: " + trace::mb_text(plan.eager_peak(batches)) + " MB"};
+}
+
+PeakPrediction predict_traced_peak(const trace::MemoryPlan& plan, const Policy& policy,
+                                   Allocation allocation, bool synchronous, int batches) {
+  if (batches < 1)
+    throw Error("predict_traced_peak", "batches must be >= 1, got " + std::to_string(batches));
+  // A replay's intermediates are the arena, allocated once. What a queued replay adds is
+  // its arguments (the batch) and its fresh outputs (the loss).
+  const size_t per_replay = plan.inputs + plan.outputs;
+  if (policy.kind == SyncPolicy::none && !synchronous)
+    return {0, "none queues as far as the frontend outruns the worker (timing): the planned " +
+                   trace::mb_text(plan.peak()) + " MB plus up to " + trace::mb_text(per_replay) +
+                   " MB for each replay queued"};
+  // per_batch reads each replay's loss, which a replay writes last: the next batch comes
+  // once the previous replay has run. Allocated at execution, a queued replay holds nothing.
+  if (synchronous || allocation == Allocation::at_execution || policy.kind == SyncPolicy::per_batch)
+    return {plan.peak(), {}};
+  // bounded:K: K replays queued at the op bound, and the next one's batch already made.
+  return {plan.peak() + size_t(policy.k) * per_replay, {}};
 }
 
 }  // namespace tide::train

@@ -225,7 +225,15 @@ TrainResult Trainer::run(const TrainerOptions& options) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const auto t0 = Clock::now();
   Tensor loss;
+  // The second half starts with the middle minibatch (the first replays of a traced run of
+  // four or more): the whole run's peak so far is kept, and the allocator's restarts there.
+  const int steady_from = options.batches / 2 + 1;
+  size_t first_half_peak = 0;
   for (int i = 1; i <= options.batches; ++i) {
+    if (i == steady_from && i > 1) {
+      first_half_peak = alloc.stats().peak_bytes;
+      alloc.reset_peak();
+    }
     const uint64_t queued_before = eng.stats().queued;
     loss = step(options.mode);
     MemorySnapshot snap = memory_snapshot(dev);
@@ -252,7 +260,8 @@ TrainResult Trainer::run(const TrainerOptions& options) {
     if (memory::recording()) memory::mark("minibatch " + std::to_string(i));
   }
   eng.wait_all();
-  res.peak_active = alloc.stats().peak_bytes;
+  res.steady_peak_active = alloc.stats().peak_bytes;
+  res.peak_active = std::max(first_half_peak, res.steady_peak_active);
   // RSS once the queued work has run but before its storages are reclaimed: pages of
   // buffers allocated at enqueue are only touched (resident) when the worker writes them.
   const size_t rss_after_sync = process_rss_bytes();

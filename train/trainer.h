@@ -71,16 +71,19 @@ struct TrainResult {
   Device device = Device::cpu();  // where the model lived (whose allocator was recorded)
   Allocation allocation = Allocation::at_enqueue;  // the engine's setting during the run
   std::vector<StepRecord> steps;
-  double total_s = 0;          // wall time of the run including the final sync
-  double final_loss = 0;       // the last minibatch's loss (always read)
-  uint64_t ops_per_step = 0;   // EngineStats::queued delta of the first minibatch (traced:
-                               // of the second, the first replay)
-  size_t baseline_active = 0;  // allocator active bytes before the first minibatch
-  size_t baseline_rss = 0;     // RSS before the first minibatch
-  size_t peak_active = 0;      // the allocator's peak during the run, up to the final sync
-                               // (absolute; allocated at execution, it comes while the
-                               // workers run rather than when a step is queued)
-  size_t peak_rss = 0;         // max rss over the records and right after the final sync
+  double total_s = 0;             // wall time of the run including the final sync
+  double final_loss = 0;          // the last minibatch's loss (always read)
+  uint64_t ops_per_step = 0;      // EngineStats::queued delta of the first minibatch (traced:
+                                  // of the second, the first replay)
+  size_t baseline_active = 0;     // allocator active bytes before the first minibatch
+  size_t baseline_rss = 0;        // RSS before the first minibatch
+  size_t peak_active = 0;         // the allocator's peak during the run, up to the final sync
+                                  // (absolute; allocated at execution, it comes while the
+                                  // workers run rather than when a step is queued)
+  size_t steady_peak_active = 0;  // the allocator's peak from the middle minibatch on (the
+                                  // second half: past a traced run's warm-up and recording),
+                                  // up to the final sync (absolute)
+  size_t peak_rss = 0;            // max rss over the records and right after the final sync
   uint64_t peak_queue_depth = 0;
   size_t peak_inflight_bytes = 0;
   size_t end_active = 0;         // allocator active bytes after the final sync

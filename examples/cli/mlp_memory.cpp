@@ -192,6 +192,39 @@ std::string percent_error(double predicted, double measured) {
   return text + " %";
 }
 
+// The traced runs' steady peaks (the second half: replays only) as predicted from the
+// step's plan before they ran, next to the measured ones.
+void print_traced_prediction(std::ostream& out, const trace::MemoryPlan& plan,
+                             const std::vector<train::TrainResult>& results, const Device& device,
+                             int batches) {
+  Table t("traced steady peak: predicted from the plan before the run, and measured (" +
+              device.str() + ")",
+          {"policy", "alloc at", "predicted peak MB", "measured peak MB", "error"});
+  std::vector<std::string> reasons;
+  for (const train::TrainResult& r : results) {
+    if (r.mode != train::Mode::traced) continue;
+    const double measured = double(r.steady_peak_active);
+    const train::PeakPrediction p = train::predict_traced_peak(
+        plan, r.policy, r.allocation, Engine::get().synchronous(), batches);
+    if (!p.predicted()) {
+      t.row({r.policy.str(), train::alloc_name(r.allocation), "not predicted", mb(measured), "-"});
+      reasons.push_back(r.policy.str() + " at " + train::alloc_name(r.allocation) +
+                        ": not predicted: " + p.not_predicted);
+      continue;
+    }
+    t.row({r.policy.str(), train::alloc_name(r.allocation), mb(double(p.bytes)), mb(measured),
+           percent_error(double(p.bytes), measured)});
+  }
+  t.note(
+      "measured: the allocator's peak over the second half of the minibatches (replays "
+      "only). predicted (train::predict_traced_peak): the step's planned peak (parameters, "
+      "gradients, state, the arena, one replay's batch and loss: MemoryPlan::peak); "
+      "bounded:K with outputs allocated at enqueue adds K replays' batch and loss (K queued "
+      "at the op bound, the next batch made). error = predicted / measured - 1");
+  for (const std::string& why : reasons) t.note(why);
+  t.print(out);
+}
+
 // The eager runs' peaks as predicted from the step's plan before they ran, next to the
 // measured ones (the allocator's peak over the run, absolute).
 void print_eager_prediction(std::ostream& out, const trace::MemoryPlan& plan,
@@ -347,10 +380,12 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   // The eager step's plan, from its recorded graph (one eager warm-up step first, on a
   // throwaway copy): the eager runs' peaks are predicted from it before they run.
   std::optional<trace::MemoryPlan> plan;
-  if (std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end()) {
+  {
     Experiment planner(device, group, autocast, model);
     plan = planner.trainer->plan_step();
   }
+  const bool has_eager = std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end();
+  const bool has_traced = std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end();
   const bool both = allocs.size() > 1;
   auto label = [](const train::TrainResult& r) {
     return r.policy.str() + (r.mode == train::Mode::traced ? " traced" : "");
@@ -453,7 +488,8 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       "running step's peak plus what executed work holds until it is reclaimed");
   pred.print(out);
 
-  if (plan) print_eager_prediction(out, *plan, results, device, n, group != nullptr);
+  if (has_eager) print_eager_prediction(out, *plan, results, device, n, group != nullptr);
+  if (has_traced && !group) print_traced_prediction(out, *plan, results, device, n);
 
   if (group) {
     Table per_rank("memory per rank (" + std::to_string(ranks) + " ranks, " + device.str() + ")",

@@ -4,7 +4,8 @@
 // (examples/cli/fashion_cnn.h, Adam, batch 128 of random images). The predicted allocator
 // peak is within 5 % of the measured one, outputs allocated at enqueue (per_batch,
 // bounded:K) and at execution (per_batch, none); `none` at enqueue and bounded:K at
-// execution are not predicted, with a bound in the reason. Both steps are large enough
+// execution are not predicted, with a bound in the reason. Traced runs' steady peaks
+// (predict_traced_peak) likewise, `none` not predicted. Both steps are large enough
 // (tens of ms per minibatch) that the frontend is always ahead of the worker, the case the
 // prediction describes.
 #include <gtest/gtest.h>
@@ -93,6 +94,31 @@ void expect_within_5_percent(const char* model, const Policy& p, Allocation a) {
 
 }  // namespace
 
+// A traced run's steady peak (the second half of the minibatches, replays only) against
+// predict_traced_peak from the same kind of plan.
+template <class Model>
+void expect_traced_within_5_percent(const char* model, const Policy& p, Allocation a) {
+  const trace::MemoryPlan plan = Model().trainer.plan_step();
+  const PeakPrediction want =
+      predict_traced_peak(plan, p, a, Engine::get().synchronous(), kBatches);
+  ASSERT_TRUE(want.predicted()) << want.not_predicted;
+  AllocationGuard scope(a);
+  Model m;
+  TrainerOptions o;
+  o.batches = kBatches;
+  o.policy = p;
+  o.mode = Mode::traced;
+  const TrainResult r = m.trainer.run(o);
+  const double got = double(r.steady_peak_active);
+  std::printf("%s traced %s at %s: predicted %s MB, measured %s MB\n", model, p.str().c_str(),
+              alloc_name(a), trace::mb_text(want.bytes).c_str(),
+              trace::mb_text(size_t(got)).c_str());
+  EXPECT_NEAR(got / double(want.bytes), 1.0, 0.05)
+      << p.str() << " traced at " << alloc_name(a) << ": measured " << got << " predicted "
+      << want.bytes;
+  EXPECT_GE(r.peak_active, r.steady_peak_active);
+}
+
 TEST(EagerPrediction, PerBatchAtEnqueue) {
   expect_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_enqueue);
   expect_within_5_percent<Cnn>("cnn", Policy::per_batch(), Allocation::at_enqueue);
@@ -133,5 +159,28 @@ TEST(EagerPrediction, NoneAtEnqueueAndBoundedAtExecutionAreNotPredicted) {
   EXPECT_GT(plan.step_after_outputs, plan.unshared_after_outputs);
   EXPECT_LE(plan.step_live_peak, plan.eager_step());
   EXPECT_THROW(predict_eager_peak(plan, Policy::per_batch(), Allocation::at_enqueue, false, 0),
+               Error);
+}
+
+TEST(TracedPrediction, SteadyPeaksOfTheReplays) {
+  expect_traced_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_enqueue);
+  expect_traced_within_5_percent<Mlp>("mlp", Policy::bounded(2), Allocation::at_enqueue);
+  expect_traced_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_execution);
+  expect_traced_within_5_percent<Cnn>("cnn", Policy::bounded(2), Allocation::at_enqueue);
+}
+
+TEST(TracedPrediction, NoneIsNotPredicted) {
+  const trace::MemoryPlan plan = Mlp().trainer.plan_step();
+  for (Allocation a : {Allocation::at_enqueue, Allocation::at_execution}) {
+    const PeakPrediction p = predict_traced_peak(plan, Policy::none(), a, false, kBatches);
+    EXPECT_FALSE(p.predicted());
+    EXPECT_NE(p.not_predicted.find("the planned " + trace::mb_text(plan.peak()) + " MB"),
+              std::string::npos)
+        << p.not_predicted;
+  }
+  // Synchronous: only the running replay.
+  EXPECT_EQ(predict_traced_peak(plan, Policy::none(), Allocation::at_enqueue, true, kBatches).bytes,
+            plan.peak());
+  EXPECT_THROW(predict_traced_peak(plan, Policy::per_batch(), Allocation::at_enqueue, false, 0),
                Error);
 }
