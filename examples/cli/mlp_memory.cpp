@@ -192,6 +192,20 @@ std::string percent_error(double predicted, double measured) {
   return text + " %";
 }
 
+// One row of a prediction table: the predicted and measured peaks and the error, or "not
+// predicted" with its reason kept for the table's notes.
+void prediction_row(Table& t, std::vector<std::string>& reasons, const train::TrainResult& r,
+                    const train::PeakPrediction& p, double measured) {
+  if (!p.predicted()) {
+    t.row({r.policy.str(), train::alloc_name(r.allocation), "not predicted", mb(measured), "-"});
+    reasons.push_back(r.policy.str() + " at " + train::alloc_name(r.allocation) +
+                      ": not predicted: " + p.not_predicted);
+    return;
+  }
+  t.row({r.policy.str(), train::alloc_name(r.allocation), mb(double(p.bytes)), mb(measured),
+         percent_error(double(p.bytes), measured)});
+}
+
 // The traced runs' steady peaks (the second half: replays only) as predicted from the
 // step's plan before they ran, next to the measured ones.
 void print_traced_prediction(std::ostream& out, const trace::MemoryPlan& plan,
@@ -203,17 +217,10 @@ void print_traced_prediction(std::ostream& out, const trace::MemoryPlan& plan,
   std::vector<std::string> reasons;
   for (const train::TrainResult& r : results) {
     if (r.mode != train::Mode::traced) continue;
-    const double measured = double(r.steady_peak_active);
-    const train::PeakPrediction p = train::predict_traced_peak(
-        plan, r.policy, r.allocation, Engine::get().synchronous(), batches);
-    if (!p.predicted()) {
-      t.row({r.policy.str(), train::alloc_name(r.allocation), "not predicted", mb(measured), "-"});
-      reasons.push_back(r.policy.str() + " at " + train::alloc_name(r.allocation) +
-                        ": not predicted: " + p.not_predicted);
-      continue;
-    }
-    t.row({r.policy.str(), train::alloc_name(r.allocation), mb(double(p.bytes)), mb(measured),
-           percent_error(double(p.bytes), measured)});
+    prediction_row(t, reasons, r,
+                   train::predict_traced_peak(plan, r.policy, r.allocation,
+                                              Engine::get().synchronous(), batches),
+                   double(r.steady_peak_active));
   }
   t.note(
       "measured: the allocator's peak over the second half of the minibatches (replays "
@@ -250,15 +257,7 @@ void print_eager_prediction(std::ostream& out, const trace::MemoryPlan& plan,
            "data parallel: the gradients' all-reduce runs on the communication stream beside "
            "the step's ops, which the plan orders one at a time; " +
                mb(double(p.bytes)) + " MB is a lower bound"};
-    const double measured = double(r.peak_active);
-    if (!p.predicted()) {
-      t.row({r.policy.str(), train::alloc_name(r.allocation), "not predicted", mb(measured), "-"});
-      reasons.push_back(r.policy.str() + " at " + train::alloc_name(r.allocation) +
-                        ": not predicted: " + p.not_predicted);
-      continue;
-    }
-    t.row({r.policy.str(), train::alloc_name(r.allocation), mb(double(p.bytes)), mb(measured),
-           percent_error(double(p.bytes), measured)});
+    prediction_row(t, reasons, r, p, double(r.peak_active));
   }
   t.note(
       "predicted: the parameters and the optimizer's state, plus, outputs allocated at "

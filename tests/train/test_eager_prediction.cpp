@@ -73,51 +73,36 @@ struct Cnn {
                   opt, source};
 };
 
-// Prints one line per case (docs/memory.md quotes them) and checks it.
+// Prints one line per case (docs/memory.md quotes them) and checks it. Eager: the run's
+// allocator peak against predict_eager_peak; traced: its steady peak (the second half of
+// the minibatches, replays only) against predict_traced_peak.
 template <class Model>
-void expect_within_5_percent(const char* model, const Policy& p, Allocation a) {
+void expect_within_5_percent(const char* model, const Policy& p, Allocation a,
+                             Mode mode = Mode::eager) {
+  const bool traced = mode == Mode::traced;
   const trace::MemoryPlan plan = Model().trainer.plan_step();
-  const PeakPrediction want = predict_eager_peak(plan, p, a, Engine::get().synchronous(), kBatches);
+  const bool sync = Engine::get().synchronous();
+  const PeakPrediction want = traced ? predict_traced_peak(plan, p, a, sync, kBatches)
+                                     : predict_eager_peak(plan, p, a, sync, kBatches);
   ASSERT_TRUE(want.predicted()) << want.not_predicted;
   AllocationGuard scope(a);
   Model m;
   TrainerOptions o;
   o.batches = kBatches;
   o.policy = p;
-  const double got = double(m.trainer.run(o).peak_active);
-  std::printf("%s %s at %s: predicted %s MB, measured %s MB\n", model, p.str().c_str(),
-              alloc_name(a), trace::mb_text(want.bytes).c_str(),
+  o.mode = mode;
+  const TrainResult r = m.trainer.run(o);
+  const double got = double(traced ? r.steady_peak_active : r.peak_active);
+  std::printf("%s%s %s at %s: predicted %s MB, measured %s MB\n", model, traced ? " traced" : "",
+              p.str().c_str(), alloc_name(a), trace::mb_text(want.bytes).c_str(),
               trace::mb_text(size_t(got)).c_str());
   EXPECT_NEAR(got / double(want.bytes), 1.0, 0.05)
-      << p.str() << " at " << alloc_name(a) << ": measured " << got << " predicted " << want.bytes;
+      << p.str() << (traced ? " traced" : "") << " at " << alloc_name(a) << ": measured " << got
+      << " predicted " << want.bytes;
+  EXPECT_GE(r.peak_active, r.steady_peak_active);
 }
 
 }  // namespace
-
-// A traced run's steady peak (the second half of the minibatches, replays only) against
-// predict_traced_peak from the same kind of plan.
-template <class Model>
-void expect_traced_within_5_percent(const char* model, const Policy& p, Allocation a) {
-  const trace::MemoryPlan plan = Model().trainer.plan_step();
-  const PeakPrediction want =
-      predict_traced_peak(plan, p, a, Engine::get().synchronous(), kBatches);
-  ASSERT_TRUE(want.predicted()) << want.not_predicted;
-  AllocationGuard scope(a);
-  Model m;
-  TrainerOptions o;
-  o.batches = kBatches;
-  o.policy = p;
-  o.mode = Mode::traced;
-  const TrainResult r = m.trainer.run(o);
-  const double got = double(r.steady_peak_active);
-  std::printf("%s traced %s at %s: predicted %s MB, measured %s MB\n", model, p.str().c_str(),
-              alloc_name(a), trace::mb_text(want.bytes).c_str(),
-              trace::mb_text(size_t(got)).c_str());
-  EXPECT_NEAR(got / double(want.bytes), 1.0, 0.05)
-      << p.str() << " traced at " << alloc_name(a) << ": measured " << got << " predicted "
-      << want.bytes;
-  EXPECT_GE(r.peak_active, r.steady_peak_active);
-}
 
 TEST(EagerPrediction, PerBatchAtEnqueue) {
   expect_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_enqueue);
@@ -163,10 +148,11 @@ TEST(EagerPrediction, NoneAtEnqueueAndBoundedAtExecutionAreNotPredicted) {
 }
 
 TEST(TracedPrediction, SteadyPeaksOfTheReplays) {
-  expect_traced_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_enqueue);
-  expect_traced_within_5_percent<Mlp>("mlp", Policy::bounded(2), Allocation::at_enqueue);
-  expect_traced_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_execution);
-  expect_traced_within_5_percent<Cnn>("cnn", Policy::bounded(2), Allocation::at_enqueue);
+  const Mode traced = Mode::traced;
+  expect_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_enqueue, traced);
+  expect_within_5_percent<Mlp>("mlp", Policy::bounded(2), Allocation::at_enqueue, traced);
+  expect_within_5_percent<Mlp>("mlp", Policy::per_batch(), Allocation::at_execution, traced);
+  expect_within_5_percent<Cnn>("cnn", Policy::bounded(2), Allocation::at_enqueue, traced);
 }
 
 TEST(TracedPrediction, NoneIsNotPredicted) {
