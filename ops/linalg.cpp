@@ -452,7 +452,7 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
   int64_t rows = n ? a.numel() / n : 0;
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device(), op);
   if (rows * n > 0) {
-    dispatch_floating(a.dtype(), [&](auto z) {
+    dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::softmax_rows<T>,
                      kernels::SoftmaxRows<T>{a.ref<T>(), y.ref<T>(), rows, n, log_out},
@@ -461,26 +461,31 @@ Tensor softmax_impl(const Tensor& a, bool log_out, Site site) {
   }
   return y;
 }
+
+// A float32 gradient rounded to a 16-bit output's dtype (other dtypes: as it is).
+Tensor to_dtype_of(const Tensor& g, const Tensor& y) {
+  return is_half(y.dtype()) ? cast(g, y.dtype()) : g;
+}
 }  // namespace
 
+// 16-bit rows run their own kernel (load 16-bit, compute in float, store 16-bit); the
+// gradient is computed in float32 from the 16-bit output and rounded once.
 Tensor softmax(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return softmax(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return softmax(detail::up(a), site); });
   Tensor y = softmax_impl(a, false, site);
   autograd::record(OpId::softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
-    return Grads{y * (g - sum(g * y, -1, true))};
+    const Tensor fy = detail::up(y), fg = detail::up(g);
+    return Grads{to_dtype_of(fy * (fg - sum(fg * fy, -1, true)), y)};
   });
   return y;
 }
 
 Tensor log_softmax(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return log_softmax(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return log_softmax(detail::up(a), site); });
   Tensor y = softmax_impl(a, true, site);
   autograd::record(OpId::log_softmax, y, {&a}, [y = y.detach()](const Tensor& g) {
-    return Grads{g - exp(y) * sum(g, -1, true)};
+    const Tensor fy = detail::up(y), fg = detail::up(g);
+    return Grads{to_dtype_of(fg - exp(fy) * sum(fg, -1, true), y)};
   });
   return y;
 }

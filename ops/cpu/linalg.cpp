@@ -260,8 +260,11 @@ void swap_axes(const KernelContext&, const SwapAxes<T>& t, const NoExtra&) {
                });
 }
 
+// 16-bit rows load widened to float and compute as float32 rows do (R = compute_t<T>),
+// rounding each output once: the bits of the float32 kernel between casts.
 template <class T>
 void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&) {
+  using R = compute_t<T>;
   const T* x = s.x.get();
   T* y = s.y.get();
   const int64_t n = s.n;
@@ -271,16 +274,16 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      T m = xr[0];
-      for (int64_t i = 1; i < n; ++i) m = xr[i] > m ? xr[i] : m;
+      R m = widen(xr[0]);
+      for (int64_t i = 1; i < n; ++i) m = widen(xr[i]) > m ? widen(xr[i]) : m;
       double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(xr[i] - m));
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(widen(xr[i]) - m));
       if (log_out) {
-        T ls = T(std::log(sum));
-        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - ls;
+        R ls = R(std::log(sum));
+        for (int64_t i = 0; i < n; ++i) yr[i] = T(widen(xr[i]) - m - ls);
       } else {
         double inv = 1.0 / sum;
-        for (int64_t i = 0; i < n; ++i) yr[i] = T(std::exp(double(xr[i] - m)) * inv);
+        for (int64_t i = 0; i < n; ++i) yr[i] = T(R(std::exp(double(widen(xr[i]) - m)) * inv));
       }
     }
   });
@@ -320,5 +323,9 @@ template void swap_axes<int64_t>(const KernelContext&, const SwapAxes<int64_t>&,
 template void softmax_rows<float>(const KernelContext&, const SoftmaxRows<float>&, const NoExtra&);
 template void softmax_rows<double>(const KernelContext&, const SoftmaxRows<double>&,
                                    const NoExtra&);
+template void softmax_rows<bfloat16>(const KernelContext&, const SoftmaxRows<bfloat16>&,
+                                     const NoExtra&);
+template void softmax_rows<float16>(const KernelContext&, const SoftmaxRows<float16>&,
+                                    const NoExtra&);
 
 }  // namespace tide::kernels::cpu

@@ -1,9 +1,9 @@
 // CUDA launchers of the row entries of the linear-algebra family (ops/linalg_kernels.h):
 // the 2-D transpose (32 x 32 shared-memory tiles), the axis swap (one thread per output
-// element), the row-wise softmax / log_softmax
-// (a warp per row up to kWarpRowMax elements, a block per row above) and the cross-entropy
-// rows and their gradient. The softmax follows
-// ops/cpu/linalg.cpp's formulas: the max in T, then exp(double(x - max)) summed in double.
+// element), the row-wise softmax / log_softmax (a warp per row up to kWarpRowMax elements,
+// a block per row above) and the cross-entropy rows and their gradient. The softmax follows
+// ops/cpu/linalg.cpp's formulas: the max in T (in float for 16-bit rows), then
+// exp(double(x - max)) summed in double.
 // Every reduction has a fixed order (sequential per thread, then a fixed shuffle tree), so
 // results are bit-identical from run to run; the order differs from the CPU's sequential
 // sum, which moves the double sum by a few ulps of double. Does not use cuDNN.
@@ -92,15 +92,16 @@ __device__ __forceinline__ double warp_sum(double v) {
 
 // Writes row r's outputs from its max m and its sum of exp(x - m); lanes (or threads)
 // `first`, `first + step`, ... as in the reductions.
-template <class T>
+// 16-bit rows compute in float (R = compute_t<T>) and round each output once, as the CPU.
+template <class T, class R = compute_t<T>>
 __device__ __forceinline__ void write_row(const T* xr, T* yr, int64_t n, int64_t first,
-                                          int64_t step, T m, double sum, bool log_out) {
+                                          int64_t step, R m, double sum, bool log_out) {
   if (log_out) {
-    const T ls = T(log(sum));
-    for (int64_t i = first; i < n; i += step) yr[i] = xr[i] - m - ls;
+    const R ls = R(log(sum));
+    for (int64_t i = first; i < n; i += step) yr[i] = T(widen(xr[i]) - m - ls);
   } else {
     const double inv = 1.0 / sum;
-    for (int64_t i = first; i < n; i += step) yr[i] = T(exp(double(xr[i] - m)) * inv);
+    for (int64_t i = first; i < n; i += step) yr[i] = T(R(exp(double(widen(xr[i]) - m)) * inv));
   }
 }
 
@@ -114,11 +115,11 @@ __global__ void softmax_warp_rows(const T* x, T* y, int64_t rows, int64_t n, boo
   for (int64_t r = first_row; r < rows; r += row_stride) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    T m = xr[0];  // every lane starts from an element of the row: no identity needed
-    for (int64_t i = lane; i < n; i += kWarp) m = max_of(m, xr[i]);
+    compute_t<T> m = widen(xr[0]);  // every lane starts from an element: no identity needed
+    for (int64_t i = lane; i < n; i += kWarp) m = max_of(m, widen(xr[i]));
     m = warp_max(m);
     double sum = 0;
-    for (int64_t i = lane; i < n; i += kWarp) sum += exp(double(xr[i] - m));
+    for (int64_t i = lane; i < n; i += kWarp) sum += exp(double(widen(xr[i]) - m));
     sum = warp_sum(sum);
     write_row(xr, yr, n, lane, kWarp, m, sum, log_out);
   }
@@ -158,16 +159,17 @@ struct SumOp {
 template <class T>
 __global__ void softmax_block_rows(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
   tide::cuda::await_prerequisite_grids();
-  __shared__ T max_partial[kWarpsPerBlock];
+  using R = compute_t<T>;
+  __shared__ R max_partial[kWarpsPerBlock];
   __shared__ double sum_partial[kWarpsPerBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    T m = xr[threadIdx.x];
-    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, xr[i]);
-    m = block_reduce(m, max_partial, MaxOp<T>{});
+    R m = widen(xr[threadIdx.x]);
+    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, widen(xr[i]));
+    m = block_reduce(m, max_partial, MaxOp<R>{});
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(xr[i] - m));
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(widen(xr[i]) - m));
     sum = block_reduce(sum, sum_partial, SumOp{});
     write_row(xr, yr, n, threadIdx.x, kThreads, m, sum, log_out);
   }
@@ -283,6 +285,8 @@ void register_rows(OpList& ops) {
   CudaKernel<SwapAxes<int64_t>, NoExtra>::fn = &swap_axes<int64_t>;
   CudaKernel<SoftmaxRows<float>, NoExtra>::fn = &softmax_rows<float>;
   CudaKernel<SoftmaxRows<double>, NoExtra>::fn = &softmax_rows<double>;
+  CudaKernel<SoftmaxRows<bfloat16>, NoExtra>::fn = &softmax_rows<bfloat16>;
+  CudaKernel<SoftmaxRows<float16>, NoExtra>::fn = &softmax_rows<float16>;
   CudaKernel<CrossEntropyRows<float, int32_t>, NoExtra>::fn = &cross_entropy_rows<float, int32_t>;
   CudaKernel<CrossEntropyRows<float, int64_t>, NoExtra>::fn = &cross_entropy_rows<float, int64_t>;
   CudaKernel<CrossEntropyRows<double, int32_t>, NoExtra>::fn = &cross_entropy_rows<double, int32_t>;

@@ -314,6 +314,42 @@ TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
   }
 }
 
+// softmax and log_softmax read and write 16-bit rows in one kernel (no casts around them);
+// their gradient is computed in float32 from the 16-bit output and rounded once: within the
+// type's rounding of the float32 path's gradient.
+TEST(Half, SoftmaxRowsAreOneKernelWithAFloat32Gradient) {
+  std::vector<double> v(24), w(24);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::sin(double(i) * 1.3) * 2.0;
+    w[i] = std::cos(double(i) * 0.7);
+  }
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (bool log_out : {false, true})
+      for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+        SCOPED_TRACE(std::string(name(t)) + (log_out ? " log_softmax" : " softmax") + " on " +
+                     d.str());
+        auto op = [&](const Tensor& x) { return log_out ? log_softmax(x) : softmax(x); };
+        Tensor x = from_data(v, {4, 6}, t).to(d);
+        wait_all();
+        const uint64_t before = Engine::get().stats().queued;
+        Tensor y = op(x);
+        EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+        EXPECT_EQ(y.dtype(), t);
+        // The gradient against the float32 path's (the same weights, float32 all through).
+        Tensor g = from_data(w, {4, 6}, t).to(d);
+        Tensor xl = x.detach().requires_grad_();
+        sum(mul(op(xl), g)).backward();
+        ASSERT_EQ(xl.grad().dtype(), t);
+        Tensor xf = cast(x, DType::float32).requires_grad_();
+        sum(mul(op(xf), cast(g, DType::float32))).backward();
+        const std::vector<float> got = xl.grad().to(Device::cpu()).to_vector<float>(),
+                                 want = xf.grad().to(Device::cpu()).to_vector<float>();
+        const double ulp = t == DType::bfloat16 ? 1.0 / 128 : 1.0 / 1024;
+        for (size_t i = 0; i < got.size(); ++i)
+          EXPECT_NEAR(got[i], want[i], 4 * ulp * (std::abs(want[i]) + 0.25)) << i;
+      }
+}
+
 // Each computing op on 16-bit tensors gives the bits of its float32 self between casts,
 // cast(op(cast(x, float32)), dtype), on the CPU and the fake GPU: the elementwise ops compute
 // in float natively, the others run their float32 kernels between casts. GEMMs take the
@@ -334,6 +370,7 @@ TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
       {"mean rows", [](const Tensor& a, const Tensor&) { return mean(a, 1); }},
       {"max rows", [](const Tensor& a, const Tensor&) { return max(a, 1); }},
       {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a); }},
+      {"log_softmax", [](const Tensor& a, const Tensor&) { return log_softmax(a); }},
       {"transpose", [](const Tensor& a, const Tensor&) { return transpose(a); }},
   };
   std::vector<double> va(16), vb(16);
