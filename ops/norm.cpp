@@ -5,7 +5,6 @@
 
 #include "ops/autocast.h"
 #include "ops/autograd.h"
-#include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
 #include "ops/norm_kernels.h"
 #include "ops/op_util.h"
@@ -27,6 +26,9 @@ void check_row_vector(OpId id, const Tensor& x, const Tensor& t, const char* wha
              ",) for x ", describe(x));
 }
 
+// The dtype of the forward's statistics: float32 for 16-bit x, else x's.
+DType stats_dtype(const Tensor& x) { return is_half(x.dtype()) ? DType::float32 : x.dtype(); }
+
 void check_rank(const char* op, const Tensor& x) {
   TIDE_CHECK(x.ndim() >= 1, op,
              "expected x of rank >= 1 (normalised over its last dimension), got ", describe(x));
@@ -38,11 +40,6 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                   Site site) {
   if (Tensor fx = x, fw = weight, fb = bias; autocast::raise({&fx, &fw, &fb}, site))
     return layer_norm(fx, fw, fb, eps, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&x, &weight, &bias}); h != DType::float32)
-    return detail::in_float32(h, [&] {
-      return layer_norm(detail::up(x), detail::up(weight), detail::up(bias), eps, site);
-    });
   const OpId id = OpId::layer_norm;
   const char* op = op_name(id);
   check_defined(x, op);
@@ -54,11 +51,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   TIDE_CHECK(eps > 0.0, op, "needs eps > 0, got ", eps);
   const int64_t d = x.size(x.ndim() - 1), rows = d > 0 ? x.numel() / d : 0;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), op);
-  Tensor stats = Tensor::empty(Shape{2, rows}, x.dtype(), x.device(), op);
+  Tensor stats = Tensor::empty(Shape{2, rows}, stats_dtype(x), x.device(), op);
   if (y.numel() > 0)
-    dispatch_floating(x.dtype(), [&](auto z) {
+    dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
-      kernels::LayerNorm<T> a{x.ref<T>(), {}, {},    y.ref<T>(), stats.ref<T>(),
+      kernels::LayerNorm<T> a{x.ref<T>(), {}, {},    y.ref<T>(), stats.ref<compute_t<T>>(),
                               rows,       d,  false, false,      eps};
       auto fn = &kernels::cpu::layer_norm<T>;
       if (weight.defined()) a.has_weight = true, a.weight = weight.ref<T>();
@@ -97,7 +94,9 @@ LayerNormGrads layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& 
              describe(x));
   check_row_vector(id, x, weight, "weight");
   const int64_t d = x.size(x.ndim() - 1), rows = d > 0 ? x.numel() / d : 0;
-  check_same(x, stats, id);
+  TIDE_CHECK(stats.defined() && stats.dtype() == stats_dtype(x) && stats.device() == x.device(), op,
+             "stats ", describe(stats), " must be ", stats_dtype(x), " on ", x.device().str(),
+             " for x ", describe(x));
   TIDE_CHECK(stats.shape() == Shape({2, rows}), op, "stats ", describe(stats),
              " must be (2, R) = (2, ", rows, ") for x ", describe(x));
   LayerNormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device(), op), Tensor(), Tensor()};
@@ -109,10 +108,11 @@ LayerNormGrads layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& 
     parts = Tensor::empty(Shape{split.parts, 2, d}, DType::float64, x.device(), op);
   }
   if (d == 0) return g;
-  dispatch_floating(x.dtype(), [&](auto z) {
+  dispatch_floating_with_half(x.dtype(), [&](auto z) {
     using T = decltype(z);
-    kernels::LayerNormGrad<T> a{dy.ref<T>(), x.ref<T>(), {}, stats.ref<T>(), g.x.ref<T>(), {}, {},
-                                {},          rows,       d,  split};
+    kernels::LayerNormGrad<T> a{
+        dy.ref<T>(), x.ref<T>(), {}, g.x.ref<T>(), {}, {}, stats.ref<compute_t<T>>(),
+        {},          rows,       d,  split};
     auto fn = &kernels::cpu::layer_norm_grad<T>;
     if (weight.defined()) a.has_weight = true, a.weight = weight.ref<T>();
     if (param_grads) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/float16.h"
 #include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
@@ -11,10 +12,13 @@
 
 namespace tide::kernels {
 
-// x viewed as (rows, d). Writes y and stats (2 x rows: mean, 1 / sqrt(var + eps)).
+// x viewed as (rows, d). Writes y and stats (2 x rows: mean, 1 / sqrt(var + eps)). 16-bit
+// x, weight and bias load widened; the statistics are float (compute_t<T>) and each output
+// is rounded from double to float and then to T: the float32 kernel's bits between casts.
 template <class T>
 struct LayerNorm {
-  DataRef<T> x, weight, bias, y, stats;
+  DataRef<T> x, weight, bias, y;
+  DataRef<compute_t<T>> stats;
   int64_t rows = 0, d = 0;
   bool has_weight = false, has_bias = false;
   double eps = 1e-5;
@@ -41,12 +45,20 @@ TIDE_HOST_DEVICE constexpr RowParts layer_norm_parts(int64_t rows) {
 // (unless !has_weight) and the forward's stats.
 template <class T>
 struct LayerNormGrad {
-  DataRef<T> dy, x, weight, stats, dx, dweight, dbias;
+  DataRef<T> dy, x, weight, dx, dweight, dbias;
+  DataRef<compute_t<T>> stats;
   DataRef<double> parts;
   int64_t rows = 0, d = 0;
   RowParts split;
   bool has_weight = false, param_grads = false;
 };
+
+// A double result stored as T: through float for the 16-bit types (as the float32 kernel's
+// output then cast), directly otherwise.
+template <class T>
+TIDE_HOST_DEVICE_INLINE T from_double(double v) {
+  return T(compute_t<T>(v));
+}
 
 namespace cpu {
 template <class T>

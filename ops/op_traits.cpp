@@ -78,7 +78,7 @@ constexpr std::array kTable{
     OpTraits{OpId::batch_norm, "batch_norm", K::conv, N, N, E},
     OpTraits{OpId::batch_norm_grad, "batch_norm_grad", K::conv, N, N, N},
     OpTraits{OpId::layer_norm, "layer_norm", K::linalg, N, N, E, none, N, N, E},
-    OpTraits{OpId::layer_norm_grad, "layer_norm_grad", K::linalg, N, N, N},
+    OpTraits{OpId::layer_norm_grad, "layer_norm_grad", K::linalg, N, N, N, none, N, N, E},
     OpTraits{OpId::scaled_dot_product_attention, "scaled_dot_product_attention", K::linalg, N, N, E,
              none, N, N, E},
     OpTraits{OpId::scaled_dot_product_attention_grad, "scaled_dot_product_attention_grad",

@@ -2,7 +2,8 @@
 // rows, each row's sums in double in a fixed order (ops/cpu/lane_sum.h). The gradient's
 // sums over the rows (dweight, dbias) go through per-chunk partials in a split that depends
 // only on the row count (layer_norm_parts), added in chunk order: the same bits on any
-// thread count. Not here: a vectorised single-pass (Welford) statistic.
+// thread count. 16-bit tensors load widened and compute the same way (float statistics).
+// Not here: a vectorised single-pass (Welford) statistic.
 #include <algorithm>
 #include <cmath>
 
@@ -22,27 +23,28 @@ void layer_norm(const KernelContext&, const LayerNorm<T>& a, const NoExtra&) {
   const T* w = a.has_weight ? a.weight.get() : nullptr;
   const T* b = a.has_bias ? a.bias.get() : nullptr;
   T* y = a.y.get();
-  T* stats = a.stats.get();
+  compute_t<T>* stats = a.stats.get();
   parallel_for(rows, grain_for(3 * d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* p = x + r * d;
       T* q = y + r * d;
-      const double mean = lane_sum<double>(d, [p](int64_t j) { return double(p[j]); }) / double(d);
+      const double mean =
+          lane_sum<double>(d, [p](int64_t j) { return double(widen(p[j])); }) / double(d);
       // Two passes: no cancellation for rows with a large mean.
       const double var = lane_sum<double>(d,
                                           [p, mean](int64_t j) {
-                                            const double c = double(p[j]) - mean;
+                                            const double c = double(widen(p[j])) - mean;
                                             return c * c;
                                           }) /
                          double(d);
       const double rstd = 1.0 / std::sqrt(var + a.eps);
-      stats[r] = T(mean);
-      stats[rows + r] = T(rstd);
+      stats[r] = compute_t<T>(mean);
+      stats[rows + r] = compute_t<T>(rstd);
       for (int64_t j = 0; j < d; ++j) {
-        double v = (double(p[j]) - mean) * rstd;
-        if (w) v *= double(w[j]);
-        if (b) v += double(b[j]);
-        q[j] = T(v);
+        double v = (double(widen(p[j])) - mean) * rstd;
+        if (w) v *= double(widen(w[j]));
+        if (b) v += double(widen(b[j]));
+        q[j] = from_double<T>(v);
       }
     }
   });
@@ -54,7 +56,7 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
   const T* dy = a.dy.get();
   const T* x = a.x.get();
   const T* w = a.has_weight ? a.weight.get() : nullptr;
-  const T* stats = a.stats.get();
+  const compute_t<T>* stats = a.stats.get();
   T* dx = a.dx.get();
   double* parts = a.param_grads ? a.parts.get() : nullptr;
   const RowParts split = a.split;
@@ -70,16 +72,19 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
         const T* gr = dy + r * d;
         T* q = dx + r * d;
         const double mean = double(stats[r]), rstd = double(stats[rows + r]);
-        auto g = [&](int64_t j) { return w ? double(gr[j]) * double(w[j]) : double(gr[j]); };
-        auto xhat = [&](int64_t j) { return (double(xr[j]) - mean) * rstd; };
+        auto g = [&](int64_t j) {
+          return w ? double(widen(gr[j])) * double(widen(w[j])) : double(widen(gr[j]));
+        };
+        auto xhat = [&](int64_t j) { return (double(widen(xr[j])) - mean) * rstd; };
         const double mean_g = lane_sum<double>(d, g) / double(d);
         const double mean_gx =
             lane_sum<double>(d, [&](int64_t j) { return g(j) * xhat(j); }) / double(d);
-        for (int64_t j = 0; j < d; ++j) q[j] = T(rstd * (g(j) - mean_g - xhat(j) * mean_gx));
+        for (int64_t j = 0; j < d; ++j)
+          q[j] = from_double<T>(rstd * (g(j) - mean_g - xhat(j) * mean_gx));
         if (parts)
           for (int64_t j = 0; j < d; ++j) {
-            pw[j] += double(gr[j]) * xhat(j);
-            pb[j] += double(gr[j]);
+            pw[j] += double(widen(gr[j])) * xhat(j);
+            pb[j] += double(widen(gr[j]));
           }
       }
     }
@@ -94,8 +99,8 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
         sw += parts[c * 2 * d + j];
         sb += parts[c * 2 * d + d + j];
       }
-      dw[j] = T(sw);
-      db[j] = T(sb);
+      dw[j] = from_double<T>(sw);
+      db[j] = from_double<T>(sb);
     }
   });
 }
@@ -105,6 +110,8 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
   template void layer_norm_grad<T>(const KernelContext&, const LayerNormGrad<T>&, const NoExtra&);
 TIDE_NORM(float)
 TIDE_NORM(double)
+TIDE_NORM(bfloat16)
+TIDE_NORM(float16)
 #undef TIDE_NORM
 
 }  // namespace tide::kernels::cpu

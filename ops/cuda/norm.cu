@@ -5,8 +5,9 @@
 // its chunk in row order into the partials (the split of layer_norm_parts, which the CPU
 // uses too), then one thread per column adds the partials in chunk order. No atomics: the
 // same bits on every run; the order differs from the CPU's, so results agree with it within
-// rounding. Compiled in CI; written without a GPU to run it on (tide_cuda_tests runs the
-// layer-norm cases of tests/ops on one).
+// rounding. 16-bit tensors load widened, keep float statistics and round each output
+// through float, as the CPU does. Compiled in CI; written without a GPU to run it on
+// (tide_cuda_tests runs the layer-norm cases of tests/ops on one).
 #include <cstdint>
 
 #include "core/cuda/await_grids.h"
@@ -33,7 +34,8 @@ unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) /
 template <class T>
 struct LnFwd {
   const T *x, *w, *b;
-  T *y, *stats;
+  T* y;
+  compute_t<T>* stats;
   int64_t rows, d;
   double eps;
 };
@@ -47,30 +49,31 @@ __global__ void layer_norm_fwd(LnFwd<T> a) {
   const int64_t d = a.d;
   const T* p = a.x + r * d;
   double s = 0;
-  for (int64_t j = lane; j < d; j += kWarp) s += double(p[j]);
+  for (int64_t j = lane; j < d; j += kWarp) s += double(widen(p[j]));
   const double mean = warp_sum(s) / double(d);
   double sq = 0;  // two passes: no cancellation for rows with a large mean
   for (int64_t j = lane; j < d; j += kWarp) {
-    const double c = double(p[j]) - mean;
+    const double c = double(widen(p[j])) - mean;
     sq += c * c;
   }
   const double rstd = 1.0 / sqrt(warp_sum(sq) / double(d) + a.eps);
   if (lane == 0) {
-    a.stats[r] = T(mean);
-    a.stats[a.rows + r] = T(rstd);
+    a.stats[r] = compute_t<T>(mean);
+    a.stats[a.rows + r] = compute_t<T>(rstd);
   }
   T* q = a.y + r * d;
   for (int64_t j = lane; j < d; j += kWarp) {
-    double v = (double(p[j]) - mean) * rstd;
-    if (a.w) v *= double(a.w[j]);
-    if (a.b) v += double(a.b[j]);
-    q[j] = T(v);
+    double v = (double(widen(p[j])) - mean) * rstd;
+    if (a.w) v *= double(widen(a.w[j]));
+    if (a.b) v += double(widen(a.b[j]));
+    q[j] = from_double<T>(v);
   }
 }
 
 template <class T>
 struct LnBwd {
-  const T *dy, *x, *w, *stats;
+  const T *dy, *x, *w;
+  const compute_t<T>* stats;
   T *dx, *dw, *db;
   double* parts;
   int64_t rows, d;
@@ -90,16 +93,16 @@ __global__ void layer_norm_bwd_rows(LnBwd<T> a) {
   const double mean = double(a.stats[r]), rstd = double(a.stats[a.rows + r]);
   double sg = 0, sgx = 0;
   for (int64_t j = lane; j < d; j += kWarp) {
-    const double g = a.w ? double(gr[j]) * double(a.w[j]) : double(gr[j]);
+    const double g = a.w ? double(widen(gr[j])) * double(widen(a.w[j])) : double(widen(gr[j]));
     sg += g;
-    sgx += g * ((double(xr[j]) - mean) * rstd);
+    sgx += g * ((double(widen(xr[j])) - mean) * rstd);
   }
   const double mean_g = warp_sum(sg) / double(d), mean_gx = warp_sum(sgx) / double(d);
   T* q = a.dx + r * d;
   for (int64_t j = lane; j < d; j += kWarp) {
-    const double g = a.w ? double(gr[j]) * double(a.w[j]) : double(gr[j]);
-    const double xhat = (double(xr[j]) - mean) * rstd;
-    q[j] = T(rstd * (g - mean_g - xhat * mean_gx));
+    const double g = a.w ? double(widen(gr[j])) * double(widen(a.w[j])) : double(widen(gr[j]));
+    const double xhat = (double(widen(xr[j])) - mean) * rstd;
+    q[j] = from_double<T>(rstd * (g - mean_g - xhat * mean_gx));
   }
 }
 
@@ -114,8 +117,8 @@ __global__ void layer_norm_bwd_parts(LnBwd<T> a) {
   const int64_t r1 = r0 + a.split.chunk < a.rows ? r0 + a.split.chunk : a.rows;
   double sw = 0, sb = 0;
   for (int64_t r = r0; r < r1; ++r) {
-    const double g = double(a.dy[r * d + j]);
-    sw += g * ((double(a.x[r * d + j]) - double(a.stats[r])) * double(a.stats[a.rows + r]));
+    const double g = double(widen(a.dy[r * d + j]));
+    sw += g * ((double(widen(a.x[r * d + j])) - double(a.stats[r])) * double(a.stats[a.rows + r]));
     sb += g;
   }
   a.parts[c * 2 * d + j] = sw;
@@ -133,8 +136,8 @@ __global__ void layer_norm_bwd_finish(LnBwd<T> a) {
     sw += a.parts[c * 2 * d + j];
     sb += a.parts[c * 2 * d + d + j];
   }
-  a.dw[j] = T(sw);
-  a.db[j] = T(sb);
+  a.dw[j] = from_double<T>(sw);
+  a.db[j] = from_double<T>(sb);
 }
 
 template <class T>
@@ -185,6 +188,8 @@ void register_for() {
 void register_norm(OpList& ops) {
   register_for<float>();
   register_for<double>();
+  register_for<bfloat16>();
+  register_for<float16>();
   for (OpId id : {OpId::layer_norm, OpId::layer_norm_grad}) ops[size_t(id)] = true;
 }
 

@@ -238,33 +238,61 @@ TEST(Half, CopyIntoIsAByteCopyOfTheSameShapeAndBroadcasts) {
 // arithmetic in the element type, and those that compute through their float32 path
 // (ops/half_compute.h); a row that gains it must gain a test here too.
 TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
-  const std::set<OpId> accept = {OpId::zeros,       OpId::ones,
-                                 OpId::full,        OpId::arange,
-                                 OpId::from_data,   OpId::clone,
-                                 OpId::cast,        OpId::copy_,
-                                 OpId::reshape,     OpId::slice,
-                                 OpId::select,      OpId::flatten,
-                                 OpId::to,          OpId::add,
-                                 OpId::sub,         OpId::mul,
-                                 OpId::div,         OpId::maximum,
-                                 OpId::eq,          OpId::gt,
-                                 OpId::lt,          OpId::relu_grad,
-                                 OpId::gelu_grad,   OpId::gelu_tanh_grad,
-                                 OpId::neg,         OpId::exp,
-                                 OpId::log,         OpId::sqrt,
-                                 OpId::abs,         OpId::pow,
-                                 OpId::relu,        OpId::sigmoid,
-                                 OpId::tanh,        OpId::gelu,
-                                 OpId::gelu_tanh,   OpId::add_,
-                                 OpId::sub_,        OpId::mul_,
-                                 OpId::sum,         OpId::mean,
-                                 OpId::max,         OpId::argmax,
-                                 OpId::sum_squares, OpId::matmul,
-                                 OpId::transpose,   OpId::swap_axes,
-                                 OpId::softmax,     OpId::log_softmax,
-                                 OpId::linear,      OpId::cross_entropy,
-                                 OpId::take_rows,   OpId::conv2d,
-                                 OpId::layer_norm,  OpId::scaled_dot_product_attention};
+  const std::set<OpId> accept = {OpId::zeros,
+                                 OpId::ones,
+                                 OpId::full,
+                                 OpId::arange,
+                                 OpId::from_data,
+                                 OpId::clone,
+                                 OpId::cast,
+                                 OpId::copy_,
+                                 OpId::reshape,
+                                 OpId::slice,
+                                 OpId::select,
+                                 OpId::flatten,
+                                 OpId::to,
+                                 OpId::add,
+                                 OpId::sub,
+                                 OpId::mul,
+                                 OpId::div,
+                                 OpId::maximum,
+                                 OpId::eq,
+                                 OpId::gt,
+                                 OpId::lt,
+                                 OpId::relu_grad,
+                                 OpId::gelu_grad,
+                                 OpId::gelu_tanh_grad,
+                                 OpId::neg,
+                                 OpId::exp,
+                                 OpId::log,
+                                 OpId::sqrt,
+                                 OpId::abs,
+                                 OpId::pow,
+                                 OpId::relu,
+                                 OpId::sigmoid,
+                                 OpId::tanh,
+                                 OpId::gelu,
+                                 OpId::gelu_tanh,
+                                 OpId::add_,
+                                 OpId::sub_,
+                                 OpId::mul_,
+                                 OpId::sum,
+                                 OpId::mean,
+                                 OpId::max,
+                                 OpId::argmax,
+                                 OpId::sum_squares,
+                                 OpId::matmul,
+                                 OpId::transpose,
+                                 OpId::swap_axes,
+                                 OpId::softmax,
+                                 OpId::log_softmax,
+                                 OpId::linear,
+                                 OpId::cross_entropy,
+                                 OpId::take_rows,
+                                 OpId::conv2d,
+                                 OpId::layer_norm,
+                                 OpId::layer_norm_grad,
+                                 OpId::scaled_dot_product_attention};
   for (const OpTraits& t : all_ops()) {
     SCOPED_TRACE(std::string(t.name));
     EXPECT_EQ(t.half, accept.count(t.id) == 1);
@@ -348,6 +376,42 @@ TEST(Half, SoftmaxRowsAreOneKernelWithAFloat32Gradient) {
         for (size_t i = 0; i < got.size(); ++i)
           EXPECT_NEAR(got[i], want[i], 4 * ulp * (std::abs(want[i]) + 0.25)) << i;
       }
+}
+
+// layer_norm reads and writes 16-bit tensors in one kernel with float32 statistics: its
+// output and its gradients (x, weight, bias) are the bits of the float32 op between casts.
+TEST(Half, LayerNormIsOneKernelWithTheFloat32PathsBits) {
+  std::vector<double> v(40), w(8), b(8), g(40);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::sin(double(i) * 1.1) * 3.0 + 1.0;
+    g[i] = std::cos(double(i) * 0.6);
+  }
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0 + 0.1 * double(i), b[i] = 0.05 * double(i);
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      SCOPED_TRACE(std::string(name(t)) + " on " + d.str());
+      Tensor x = from_data(v, {5, 8}, t).to(d), wt = from_data(w, {8}, t).to(d),
+             bt = from_data(b, {8}, t).to(d), gy = from_data(g, {5, 8}, t).to(d);
+      wait_all();
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor y = layer_norm(x, wt, bt);
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(y.dtype(), t);
+      // Forward and gradients, 16-bit against float32 between casts.
+      Tensor xl = x.detach().requires_grad_(), wl = wt.detach().requires_grad_(),
+             bl = bt.detach().requires_grad_();
+      sum(mul(layer_norm(xl, wl, bl), gy)).backward();
+      Tensor xf = cast(x, DType::float32).requires_grad_(),
+             wf = cast(wt, DType::float32).requires_grad_(),
+             bf = cast(bt, DType::float32).requires_grad_();
+      Tensor yf = layer_norm(xf, wf, bf);
+      sum(mul(yf, cast(gy, DType::float32))).backward();
+      EXPECT_EQ(bytes_of(y), bytes_of(cast(yf, t)));
+      EXPECT_EQ(xl.grad().dtype(), t);
+      EXPECT_EQ(bytes_of(xl.grad()), bytes_of(cast(xf.grad(), t)));
+      EXPECT_EQ(bytes_of(wl.grad()), bytes_of(cast(wf.grad(), t)));
+      EXPECT_EQ(bytes_of(bl.grad()), bytes_of(cast(bf.grad(), t)));
+    }
 }
 
 // Each computing op on 16-bit tensors gives the bits of its float32 self between casts,

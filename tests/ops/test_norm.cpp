@@ -174,6 +174,10 @@ TEST(NormErrors, LayerNorm) {
                     "x's shape");
   EXPECT_TIDE_ERROR(layer_norm_grad(x, x, Tensor(), zeros({2, 3})), "[layer_norm_grad]", "stats",
                     "(2, 3)", "(2, 2)");
+  // 16-bit x keeps float32 statistics.
+  Tensor xb = zeros({2, 3}, DType::bfloat16);
+  EXPECT_TIDE_ERROR(layer_norm_grad(xb, xb, Tensor(), zeros({2, 2}, DType::bfloat16)),
+                    "[layer_norm_grad]", "stats", "must be float32");
 }
 
 TEST(NormErrors, LayerNormDevicesDiffer) {
