@@ -63,11 +63,12 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
               : (kind == Kind::sum && !is_floating(a.dtype())) ? DType::int64
                                                                : a.dtype();
   Tensor y = Tensor::empty(out, odt, a.device(), op);
-  dispatch_dtype(a.dtype(), [&](auto za) {
-    dispatch_dtype(odt, [&](auto zo) {
+  // 16-bit tensors reach here for the sums only (max and argmax take the float32 path).
+  dispatch_with_half(a.dtype(), [&](auto za) {
+    dispatch_with_half(odt, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
-      if constexpr (std::is_same_v<O, T> || std::is_same_v<O, int64_t>) {
+      if constexpr (std::is_same_v<O, T> || (std::is_same_v<O, int64_t> && !is_half_v<T>)) {
         if (g.outer * g.inner == 0) return;  // nothing to write
         kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::reduce<T, O>,
                        kernels::Reduce<T, O>{a.ref<T>(), y.ref<O>(), g, kind}, kernels::NoExtra{},
@@ -95,9 +96,8 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 
 Tensor sum_squares(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum_squares(f, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sum_squares(detail::up(a), site); });
+  // 16-bit operands sum in double in one kernel; max and argmax below take the float32 path
+  // between casts (ops/half_compute.h).
   Tensor y = reduce(Kind::sum_squares, OpId::sum_squares, a, 0, true, false, site);
   autograd::record(OpId::sum_squares, y, {&a}, [x = a.detach()](const Tensor& g) {
     return std::vector<Tensor>{mul(mul(x, 2.0), g)};
@@ -107,8 +107,6 @@ Tensor sum_squares(const Tensor& a, Site site) {
 
 Tensor sum(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sum(detail::up(a), site); });
   Tensor y = reduce(Kind::sum, OpId::sum, a, 0, true, false, site);
   autograd::record(OpId::sum, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g, s)};
@@ -118,8 +116,6 @@ Tensor sum(const Tensor& a, Site site) {
 
 Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum(f, axis, keepdim, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return sum(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::sum, OpId::sum, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "sum");
   autograd::record(OpId::sum, y, {&a}, [s = a.shape(), ax](const Tensor& g) {
@@ -130,8 +126,6 @@ Tensor sum(const Tensor& a, int axis, bool keepdim, Site site) {
 
 Tensor mean(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return mean(detail::up(a), site); });
   Tensor y = reduce(Kind::mean, OpId::mean, a, 0, true, false, site);
   autograd::record(OpId::mean, y, {&a}, [s = a.shape()](const Tensor& g) {
     return std::vector<Tensor>{expand_to(g / double(std::max<int64_t>(1, s.numel())), s)};
@@ -141,8 +135,6 @@ Tensor mean(const Tensor& a, Site site) {
 
 Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return mean(f, axis, keepdim, site);
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return mean(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::mean, OpId::mean, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "mean");
   autograd::record(OpId::mean, y, {&a}, [s = a.shape(), ax](const Tensor& g) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/float16.h"
 #include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
@@ -26,7 +27,7 @@ struct ReduceGeometry {
 // sum that passes the range wraps around (two's complement, as NumPy's and PyTorch's do)
 // instead of being undefined behaviour; converting it to the output type wraps likewise.
 template <class T>
-using SumAcc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+using SumAcc = std::conditional_t<std::is_floating_point_v<T> || is_half_v<T>, double, uint64_t>;
 // An accumulator as a double (a mean): an integer one is read as signed.
 template <class A>
 TIDE_HOST_DEVICE double acc_to_double(A s) {
@@ -34,8 +35,18 @@ TIDE_HOST_DEVICE double acc_to_double(A s) {
   else return double(s);
 }
 
+// A sum (or a mean's double) stored as O: through float for the 16-bit types, so that a
+// 16-bit sum has the bits of the float32 sum then cast; directly otherwise (an integer sum
+// wraps as above).
+template <class O, class A>
+TIDE_HOST_DEVICE O sum_out(A s) {
+  if constexpr (is_half_v<O>) return O(float(s));
+  else return O(s);
+}
+
 // y[o * inner + i] = reduce over k < n of x[(o * n + k) * inner + i]. Sums accumulate in
-// double (floating) or int64; max and argmax: the first NaN wins, else the first maximum.
+// double (floating, 16-bit included: loaded widened) or int64; max and argmax: the first
+// NaN wins, else the first maximum (not for 16-bit tensors, which take the float32 path).
 // O is T, or int64 (argmax, integer sums).
 template <class T, class O>
 struct Reduce {

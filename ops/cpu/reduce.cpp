@@ -1,6 +1,6 @@
 // CPU implementation of the reduction entry (ops/reduce_kernels.h). Each output element is
 // computed by one thread in a fixed order, and the full sum adds fixed-size blocks in
-// order, so results never depend on the thread count.
+// order, so results never depend on the thread count. 16-bit sums load widened into double.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -24,13 +24,39 @@ using Acc = SumAcc<T>;
 // of the memory's rate: a conv's bias gradient, 128 x 32 rows of 784, took 10 ms.
 template <class T>
 Acc<T> sum_contiguous(const T* x, int64_t n) {
-  return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(x[k]); });
+  return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(widen(x[k])); });
 }
 
 // The same order for x[k] * x[k], each product in the accumulator.
 template <class T>
 Acc<T> sum_squares_contiguous(const T* x, int64_t n) {
-  return lane_sum<Acc<T>>(n, [x](int64_t k) { return Acc<T>(x[k]) * Acc<T>(x[k]); });
+  return lane_sum<Acc<T>>(n, [x](int64_t k) {
+    const Acc<T> v = Acc<T>(widen(x[k]));
+    return v * v;
+  });
+}
+
+// max / argmax: NaN wins (first NaN), else the first maximum.
+template <class T, class O>
+void max_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
+  int64_t grain = grain_for(g.n);
+  parallel_for(g.outer * g.inner, grain, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      int64_t o = j / g.inner, i = j % g.inner;
+      const T* p = x + o * g.n * g.inner + i;
+      T best = p[0];
+      int64_t arg = 0;
+      for (int64_t k = 1; k < g.n && best == best; ++k) {
+        T v = p[k * g.inner];
+        if (v > best || v != v) {
+          best = v;
+          arg = k;
+        }
+      }
+      if (kind == ReduceKind::max) y[j] = O(best);
+      else y[j] = O(arg);
+    }
+  });
 }
 
 template <class T, class O>
@@ -63,7 +89,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       });
       Acc<T> s = 0;
       for (int64_t b = 0; b < blocks; ++b) s += part[b];
-      y[0] = kind == ReduceKind::mean ? O(acc_to_double(s) * scale) : O(s);
+      y[0] = kind == ReduceKind::mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
       return;
     }
     if (squares) throw std::runtime_error("[sum_squares] reduces all elements only");
@@ -72,7 +98,8 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o) {
           const Acc<T> acc = sum_contiguous(x + o * g.n, g.n);
-          y[o] = kind == ReduceKind::mean ? O(acc_to_double(acc) * scale) : O(acc);
+          y[o] =
+              kind == ReduceKind::mean ? sum_out<O>(acc_to_double(acc) * scale) : sum_out<O>(acc);
         }
       });
       return;
@@ -92,34 +119,19 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
         std::fill(acc, acc + w, Acc<T>(0));
         for (int64_t k = 0; k < g.n; ++k) {
           const T* row = base + k * g.inner;
-          for (int64_t i = 0; i < w; ++i) acc[i] += Acc<T>(row[i]);
+          for (int64_t i = 0; i < w; ++i) acc[i] += Acc<T>(widen(row[i]));
         }
         O* out = y + o * g.inner + i0;
         for (int64_t i = 0; i < w; ++i)
-          out[i] = kind == ReduceKind::mean ? O(acc_to_double(acc[i]) * scale) : O(acc[i]);
+          out[i] = kind == ReduceKind::mean ? sum_out<O>(acc_to_double(acc[i]) * scale)
+                                            : sum_out<O>(acc[i]);
       }
     });
     return;
   }
-  // max / argmax: NaN wins (first NaN), else the first maximum.
-  int64_t grain = grain_for(g.n);
-  parallel_for(g.outer * g.inner, grain, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      int64_t o = j / g.inner, i = j % g.inner;
-      const T* p = x + o * g.n * g.inner + i;
-      T best = p[0];
-      int64_t arg = 0;
-      for (int64_t k = 1; k < g.n && best == best; ++k) {
-        T v = p[k * g.inner];
-        if (v > best || v != v) {
-          best = v;
-          arg = k;
-        }
-      }
-      if (kind == ReduceKind::max) y[j] = O(best);
-      else y[j] = O(arg);
-    }
-  });
+  // max / argmax (not for 16-bit tensors, which take the float32 path for them).
+  if constexpr (is_half_v<T>) throw std::runtime_error("[max] no 16-bit kernel");
+  else max_loops(kind, x, y, g);
 }
 
 }  // namespace
@@ -135,6 +147,10 @@ void reduce(const KernelContext&, const Reduce<T, O>& a, const NoExtra&) {
 TIDE_REDUCE(float)
 TIDE_REDUCE(double)
 TIDE_REDUCE(int32_t)
+template void reduce<bfloat16, bfloat16>(const KernelContext&, const Reduce<bfloat16, bfloat16>&,
+                                         const NoExtra&);
+template void reduce<float16, float16>(const KernelContext&, const Reduce<float16, float16>&,
+                                       const NoExtra&);
 template void reduce<int64_t, int64_t>(const KernelContext&, const Reduce<int64_t, int64_t>&,
                                        const NoExtra&);
 

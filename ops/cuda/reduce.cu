@@ -45,18 +45,26 @@ using Acc = SumAcc<T>;
 
 template <class T>
 struct ToAcc {
-  __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(v); }
+  __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(widen(v)); }
 };
 
 // x * x in the accumulator (sum_squares).
 template <class T>
 struct ToAccSquare {
-  __host__ __device__ Acc<T> operator()(T v) const { return Acc<T>(v) * Acc<T>(v); }
+  __host__ __device__ Acc<T> operator()(T v) const {
+    const Acc<T> a = Acc<T>(widen(v));
+    return a * a;
+  }
 };
 
+// Any operands CUB pairs with the accumulator (it also names the output iterator's value
+// type, 16-bit for 16-bit sums, when it deduces the accumulator) are widened first.
 template <class T>
 struct Plus {
-  __host__ __device__ T operator()(const T& a, const T& b) const { return a + b; }
+  template <class U, class V>
+  __host__ __device__ T operator()(const U& a, const V& b) const {
+    return T(widen(a)) + T(widen(b));
+  }
 };
 
 // The CPU's last step: O(s), or O(double(s) * (1 / n)) for a mean.
@@ -64,7 +72,9 @@ template <class A, class O>
 struct FinishSum {
   bool mean;
   double scale;
-  __host__ __device__ O operator()(A s) const { return mean ? O(acc_to_double(s) * scale) : O(s); }
+  __host__ __device__ O operator()(A s) const {
+    return mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
+  }
 };
 
 // An element and its flat index in the input.
@@ -110,8 +120,8 @@ __global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double
     const int64_t o = j / g.inner, i = j - o * g.inner;
     const T* p = x + o * g.n * g.inner + i;
     Acc<T> s = 0;
-    for (int64_t k = 0; k < g.n; ++k) s += Acc<T>(p[k * g.inner]);
-    y[j] = mean ? O(acc_to_double(s) * scale) : O(s);
+    for (int64_t k = 0; k < g.n; ++k) s += Acc<T>(widen(p[k * g.inner]));
+    y[j] = mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
   }
 }
 
@@ -161,7 +171,7 @@ __global__ void column_partial_sums(const T* x, Acc<T>* partial, ReduceGeometry 
     const ColumnChunk c = column_chunk(t, outputs, g, split);
     const T* col = x + c.column;
     Acc<T> s = 0;
-    for (int64_t k = c.lo; k < c.hi; ++k) s += Acc<T>(col[k * g.inner]);
+    for (int64_t k = c.lo; k < c.hi; ++k) s += Acc<T>(widen(col[k * g.inner]));
     partial[t] = s;
   }
 }
@@ -173,7 +183,7 @@ __global__ void column_finish(const Acc<T>* partial, O* y, int64_t outputs, int6
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
     Acc<T> s = 0;
     for (int64_t p = 0; p < parts; ++p) s += partial[p * outputs + j];
-    y[j] = mean ? O(acc_to_double(s) * scale) : O(s);
+    y[j] = mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
   }
 }
 
@@ -294,7 +304,9 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
     });
     return;
   }
-  if (const ChannelParts split = row_parts(g.n, g.outer); split.parts > 1) {
+  // 16-bit outputs go through double partials too: CUB takes a segmented reduce's initial
+  // value in the output's value type, to which a double does not convert implicitly.
+  if (const ChannelParts split = row_parts(g.n, g.outer); split.parts > 1 || is_half_v<O>) {
     // A few long rows: one segment per chunk into partial sums, then each row's in order.
     const int64_t segments = g.outer * split.parts;
     StorageRef keep;
@@ -308,12 +320,14 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
                                                                   FinishSum<A, O>{mean, scale});
     return;
   }
-  thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(
-      thrust::counting_iterator<int64_t>(0), RowStart{g.n});
-  run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
-    return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, out, g.outer, begin, begin + 1,
-                                              Plus<A>{}, A(0), s);
-  });
+  if constexpr (!is_half_v<O>) {  // (16-bit outputs returned above)
+    thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>> begin(
+        thrust::counting_iterator<int64_t>(0), RowStart{g.n});
+    run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
+      return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, out, g.outer, begin, begin + 1,
+                                                Plus<A>{}, A(0), s);
+    });
+  }
 }
 
 template <class T, class O>
@@ -379,14 +393,15 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
 // compiled for each instantiation.
 template <class T, class O>
 void reduce(const KernelContext& ctx, const Reduce<T, O>& a, const NoExtra&) {
-  constexpr bool kSums =
-      std::is_same_v<O, std::conditional_t<std::is_floating_point_v<T>, T, int64_t>>;
-  constexpr bool kMax = std::is_same_v<O, T>;
+  // 16-bit tensors: the sums only (max and argmax take the float32 path).
+  constexpr bool kFloating = std::is_floating_point_v<T> || is_half_v<T>;
+  constexpr bool kSums = std::is_same_v<O, std::conditional_t<kFloating, T, int64_t>>;
+  constexpr bool kMax = std::is_same_v<O, T> && !is_half_v<T>;
   constexpr bool kArgmax = std::is_same_v<O, int64_t>;
   const ReduceKind k = a.kind;
   if (k == ReduceKind::sum || k == ReduceKind::mean || k == ReduceKind::sum_squares) {
     if constexpr (kSums) {
-      if (k == ReduceKind::sum || std::is_floating_point_v<T>) return reduce_sum(ctx, a);
+      if (k == ReduceKind::sum || kFloating) return reduce_sum(ctx, a);
     }
   } else if (k == ReduceKind::max) {
     if constexpr (kMax) return reduce_max(ctx, a);
@@ -404,6 +419,8 @@ void reduce(const KernelContext& ctx, const Reduce<T, O>& a, const NoExtra&) {
 void register_reduce(OpList& ops) {
   CudaKernel<Reduce<float, float>, NoExtra>::fn = &reduce<float, float>;
   CudaKernel<Reduce<double, double>, NoExtra>::fn = &reduce<double, double>;
+  CudaKernel<Reduce<bfloat16, bfloat16>, NoExtra>::fn = &reduce<bfloat16, bfloat16>;
+  CudaKernel<Reduce<float16, float16>, NoExtra>::fn = &reduce<float16, float16>;
   CudaKernel<Reduce<int32_t, int32_t>, NoExtra>::fn = &reduce<int32_t, int32_t>;
   CudaKernel<Reduce<int64_t, int64_t>, NoExtra>::fn = &reduce<int64_t, int64_t>;
   CudaKernel<Reduce<float, int64_t>, NoExtra>::fn = &reduce<float, int64_t>;

@@ -320,8 +320,9 @@ TEST(Half, OpsWithoutAFloat32PathRefuseThemAtTheCall) {
   }
 }
 
-// Elementwise ops on 16-bit tensors are one kernel each (load 16-bit, compute in float,
-// store 16-bit): no casts are queued around them, and their outputs are 16-bit.
+// Elementwise ops and the sums on 16-bit tensors are one kernel each (load 16-bit, compute
+// in float or double, store 16-bit): no casts are queued around them, and their outputs
+// are 16-bit.
 TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
   for (DType t : {DType::bfloat16, DType::float16}) {
     Tensor a = from_data({1.0, -2.0, 3.5, 0.25}, {4}, t),
@@ -332,7 +333,9 @@ TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
         [&] { return add(a, b); },        [&] { return mul(a, 0.3); },
         [&] { return gt(a, b); },         [&] { return gelu(a, GeluApprox::tanh); },
         [&] { return relu_grad(b, a); },  [&] { return exp(a); },
-        [&] { return out.add_(a), out; }, [&] { return out.copy_(b), out; }};
+        [&] { return out.add_(a), out; }, [&] { return out.copy_(b), out; },
+        [&] { return sum(a); },           [&] { return mean(a, 0); },
+        [&] { return sum_squares(b); }};
     for (size_t k = 0; k < ops.size(); ++k) {
       const uint64_t before = Engine::get().stats().queued;
       Tensor y = ops[k]();
@@ -431,6 +434,9 @@ TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
       {"relu", [](const Tensor& a, const Tensor&) { return relu(a); }},
       {"scalar mul", [](const Tensor& a, const Tensor&) { return mul(a, 0.3); }},
       {"sum", [](const Tensor& a, const Tensor&) { return sum(a); }},
+      {"sum columns", [](const Tensor& a, const Tensor&) { return sum(a, 0, true); }},
+      {"sum_squares", [](const Tensor& a, const Tensor&) { return sum_squares(a); }},
+      {"mean", [](const Tensor& a, const Tensor&) { return mean(a); }},
       {"mean rows", [](const Tensor& a, const Tensor&) { return mean(a, 1); }},
       {"max rows", [](const Tensor& a, const Tensor&) { return max(a, 1); }},
       {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a); }},
