@@ -8,8 +8,11 @@
 // thread, one pass per (batch*head) does all three; otherwise two passes, dk and dv per
 // (batch*head, key block), dq per (batch*head, query block). Both give the same bits, so
 // they do not depend on the thread count. Sums are in T (float for float32), in a fixed order.
-// Not here: BLAS per tile, SIMD intrinsics (the inner loops run over a contiguous
-// dimension, which the compiler vectorises).
+// For head sizes 16, 32 and 64 the kernels are compiled for that size, so that a query's
+// output row and its dq row (and a score row of a whole tile) stay in vector registers
+// across the keys instead of being loaded and stored for each key; the operations and their
+// order are those of the generic form. Not here: BLAS per tile, SIMD intrinsics (the inner
+// loops run over a contiguous dimension, which the compiler vectorises).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,10 +45,22 @@ template <class T>
   }
 }
 
-// out[j] = a . xt[:, j] for the nc columns of a transposed tile.
+// out[j] = a . xt[:, j] for the nc columns of a transposed tile. A whole tile (nc = kCols)
+// sums in a local array the compiler keeps in vector registers; the order of the sums is
+// the same either way.
 template <class T>
 [[gnu::always_inline]] inline void row_times_tile(const T* a, const T* xt, int64_t nc, int64_t d,
                                                   T* out) {
+  if (nc == kCols) {
+    T acc[kCols] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const T ac = a[c];
+      const T* x = xt + c * kCols;
+      for (int64_t j = 0; j < kCols; ++j) acc[j] += ac * x[j];
+    }
+    for (int64_t j = 0; j < kCols; ++j) out[j] = acc[j];
+    return;
+  }
   std::fill(out, out + nc, T(0));
   for (int64_t c = 0; c < d; ++c) {
     const T ac = a[c];
@@ -54,10 +69,35 @@ template <class T>
   }
 }
 
+// o = o * corr + sum_j p[j] v[j] over the nc rows of v (D = d when it is a compile-time
+// size: the row then stays in vector registers across the keys; 0: any d). The same
+// operations in the same order either way.
+template <int D, class T>
+[[gnu::always_inline]] inline void rescale_add_rows(T* o, T corr, const T* p, const T* v,
+                                                    int64_t nc, int64_t d) {
+  if constexpr (D > 0) {
+    T acc[D];
+    for (int c = 0; c < D; ++c) acc[c] = o[c] * corr;
+    for (int64_t j = 0; j < nc; ++j) {
+      const T pj = p[j];
+      const T* vr = v + j * D;
+      for (int c = 0; c < D; ++c) acc[c] += pj * vr[c];
+    }
+    for (int c = 0; c < D; ++c) o[c] = acc[c];
+  } else {
+    for (int64_t c = 0; c < d; ++c) o[c] *= corr;
+    for (int64_t j = 0; j < nc; ++j) {
+      const T pj = p[j];
+      const T* vr = v + j * d;
+      for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
+    }
+  }
+}
+
 }  // namespace
 
-template <class T>
-void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
+template <int D, class T>
+void attention_fixed_d(const Attention<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, qblocks = blocks(t, kRows);
   const T scale = T(a.scale);
   const T* q = a.q.get();
@@ -102,13 +142,7 @@ void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
               }
               l[r] = l[r] * corr + sum;
               m[r] = m_new;
-              T* o = acc.data() + r * d;
-              for (int64_t c = 0; c < d; ++c) o[c] *= corr;
-              for (int64_t j = 0; j < nc; ++j) {
-                const T pj = p[j];
-                const T* vr = V + (j0 + j) * d;
-                for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
-              }
+              rescale_add_rows<D>(acc.data() + r * d, corr, p, V + j0 * d, nc, d);
             }
           }
           for (int64_t r = 0; r < nr; ++r) {
@@ -120,6 +154,17 @@ void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
           }
         }
       });
+}
+
+template <class T>
+void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
+  // The head sizes of common models at compile time (GPT-2's 64, the char model's 32).
+  switch (a.d) {
+    case 16: return attention_fixed_d<16>(a);
+    case 32: return attention_fixed_d<32>(a);
+    case 64: return attention_fixed_d<64>(a);
+    default: return attention_fixed_d<0>(a);
+  }
 }
 
 template <class T>
@@ -250,11 +295,40 @@ template <class T>
   }
 }
 
+// Query row i against the nc keys of a tile: dv[j] += p[j] do_i, dk[j] += ds[j] q_i, and
+// dq_i += sum_j ds[j] k_j in key order. D = d at compile time keeps the dq row (and do_i,
+// q_i) in vector registers across the keys; 0: any d. The same operations in the same order.
+template <int D, class T>
+[[gnu::always_inline]] inline void add_row_grads(T* dv, T* dk, T* __restrict dqi,
+                                                 const T* __restrict doi, const T* __restrict qi,
+                                                 const T* k, const T* p, const T* ds, int64_t nc,
+                                                 int64_t d) {
+  if constexpr (D > 0) {
+    T dq[D], dor[D], qr[D];
+    for (int c = 0; c < D; ++c) dq[c] = dqi[c], dor[c] = doi[c], qr[c] = qi[c];
+    for (int64_t j = 0; j < nc; ++j) {
+      const T pj = p[j], dsj = ds[j];
+      T* __restrict dvj = dv + j * D;
+      T* __restrict dkj = dk + j * D;
+      const T* __restrict kj = k + j * D;
+      for (int c = 0; c < D; ++c) {
+        dvj[c] += pj * dor[c];
+        dkj[c] += dsj * qr[c];
+        dq[c] += dsj * kj[c];
+      }
+    }
+    for (int c = 0; c < D; ++c) dqi[c] = dq[c];
+  } else {
+    for (int64_t j = 0; j < nc; ++j)
+      add_three(dv + j * d, dk + j * d, dqi, doi, qi, k + j * d, p[j], ds[j], d);
+  }
+}
+
 // One pass per (batch*head): for each key block, each query in order adds into dk and dv
 // (the queries in order, as the two-pass form) and into its dq row (the keys in order,
 // across blocks and within one, as the two-pass form, whose extra key blocks under the causal
 // mask add only zeros): the same bits, with the probabilities computed once instead of twice.
-template <class T>
+template <int D, class T>
 void attention_grad_one_pass(const AttentionGrad<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
   const T scale = T(a.scale);
@@ -283,13 +357,7 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
               const T* doi = a.dout.get() + r * d;
               probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale,
                                 lse[r], delta[r], p.data(), ds.data());
-              T* dqi = dq + i * d;
-              for (int64_t j = 0; j < nc; ++j) {
-                const T pj = p[j], dsj = ds[j];
-                T* dkj = dk + j * d;
-                T* dvj = dv + j * d;
-                add_three(dvj, dkj, dqi, doi, qi, K + (j0 + j) * d, pj, dsj, d);
-              }
+              add_row_grads<D>(dv, dk, dq + i * d, doi, qi, K + j0 * d, p.data(), ds.data(), nc, d);
             }
           }
         }
@@ -299,8 +367,13 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
 template <class T>
 void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExtra&) {
   // Both forms give the same bits; the one-pass form needs a few heads per thread.
-  if (a.bh >= 2 * int64_t(tide::num_threads())) attention_grad_one_pass(a);
-  else attention_grad_two_pass(a);
+  if (a.bh < 2 * int64_t(tide::num_threads())) return attention_grad_two_pass(a);
+  switch (a.d) {  // the head sizes the forward specialises
+    case 16: return attention_grad_one_pass<16>(a);
+    case 32: return attention_grad_one_pass<32>(a);
+    case 64: return attention_grad_one_pass<64>(a);
+    default: return attention_grad_one_pass<0>(a);
+  }
 }
 
 #define TIDE_ATTENTION(T)                                                                 \
