@@ -103,14 +103,17 @@ Array ref_grad(const std::vector<Array>& in, bool causal, double scale, int whic
   return which == 0 ? dq : which == 1 ? dk : dv;
 }
 
-// q, k, v shape sets: T = 1, T and S off the tiles (32 queries, 64 keys), D = 1, 3-D,
+// q, k, v shape sets: T = 1, T and S off the tiles (32 queries, 64 keys), D = 1, D = 16, 32
+// and 64 (compiled for their size on the CPU), 3-D,
 // several tiles each way, and small sets (<= 100 elements) for the gradient check.
 std::vector<ShapeSet> attention_shapes(bool causal) {
   auto set = [](Shape q, Shape kv) { return ShapeSet{q, kv, kv}; };
-  std::vector<ShapeSet> sets{set({1, 1, 3, 4}, {1, 1, 3, 4}), set({1, 2, 4, 3}, {1, 2, 4, 3}),
-                             set({2, 4, 1}, {2, 4, 1}),       set({2, 3, 1, 5}, {2, 3, 1, 5}),
-                             set({3, 70, 8}, {3, 70, 8}),     set({2, 2, 97, 16}, {2, 2, 97, 16}),
-                             set({1, 2, 1, 1}, {1, 2, 1, 1})};
+  std::vector<ShapeSet> sets{
+      set({1, 1, 3, 4}, {1, 1, 3, 4}), set({1, 2, 4, 3}, {1, 2, 4, 3}), set({2, 4, 1}, {2, 4, 1}),
+      set({2, 3, 1, 5}, {2, 3, 1, 5}), set({3, 70, 8}, {3, 70, 8}),
+      set({2, 2, 97, 16}, {2, 2, 97, 16}), set({1, 2, 1, 1}, {1, 2, 1, 1}),
+      // The head sizes the CPU kernels compile for (16 above, 32, 64).
+      set({2, 3, 70, 32}, {2, 3, 70, 32}), set({1, 4, 66, 64}, {1, 4, 66, 64})};
   if (!causal) {
     for (ShapeSet s : {set({1, 1, 3, 4}, {1, 1, 5, 4}), set({2, 1, 2}, {2, 3, 2}),
                        set({1, 2, 1, 6}, {1, 2, 130, 6}), set({2, 37, 5}, {2, 70, 5}),
