@@ -326,16 +326,17 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
                               const Tensor& g, const char* op, Site site) {
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor dx = Tensor::empty(logits.shape(), logits.dtype(), logits.device(), op);
-  dispatch_floating(logits.dtype(), [&](auto z) {
+  dispatch_floating_with_half(logits.dtype(), [&](auto z) {
     using T = decltype(z);
     auto run = [&](auto zl) {
       using L = decltype(zl);
-      kernels::queue(OpId::cross_entropy_grad, logits.device(),
-                     {logits.storage(), lse.storage(), g.storage(), labels.storage()},
-                     {dx.storage()}, &kernels::cpu::cross_entropy_grad<T, L>,
-                     kernels::CrossEntropyGrad<T, L>{logits.ref<T>(), lse.ref<T>(), g.ref<T>(),
-                                                     labels.ref<L>(), dx.ref<T>(), n, c},
-                     kernels::NoExtra{}, site, op);
+      kernels::queue(
+          OpId::cross_entropy_grad, logits.device(),
+          {logits.storage(), lse.storage(), g.storage(), labels.storage()}, {dx.storage()},
+          &kernels::cpu::cross_entropy_grad<T, L>,
+          kernels::CrossEntropyGrad<T, L>{logits.ref<T>(), lse.ref<compute_t<T>>(), g.ref<T>(),
+                                          labels.ref<L>(), dx.ref<T>(), n, c},
+          kernels::NoExtra{}, site, op);
     };
     if (labels.dtype() == DType::int32) run(int32_t{});
     else run(int64_t{});
@@ -347,9 +348,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char* op, Site site) {
   if (Tensor f = logits; autocast::raise({&f}, site))
     return cross_entropy_rows(f, labels, op, site);
-  if (DType h = detail::shared_half({&logits}); h != DType::float32)
-    return detail::in_float32(
-        h, [&] { return cross_entropy_rows(detail::up(logits), labels, op, site); });
   check_defined(logits, op);
   check_defined(labels, op);
   check_supported(logits, OpId::cross_entropy);
@@ -364,15 +362,17 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char
   TIDE_CHECK(labels.device() == logits.device(), op, "logits on ", logits.device().str(),
              " and labels on ", labels.device().str());
   Tensor loss = Tensor::empty({n}, logits.dtype(), logits.device(), op);
-  Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device(), op);
-  dispatch_floating(logits.dtype(), [&](auto z) {
+  // 16-bit logits keep their log-sum-exp in float32, as the float32 path does.
+  const DType lse_dtype = is_half(logits.dtype()) ? DType::float32 : logits.dtype();
+  Tensor lse = Tensor::empty({n}, lse_dtype, logits.device(), op);
+  dispatch_floating_with_half(logits.dtype(), [&](auto z) {
     using T = decltype(z);
     auto run = [&](auto zl) {
       using L = decltype(zl);
       kernels::queue(OpId::cross_entropy, logits.device(), {logits.storage(), labels.storage()},
                      {loss.storage(), lse.storage()}, &kernels::cpu::cross_entropy_rows<T, L>,
                      kernels::CrossEntropyRows<T, L>{logits.ref<T>(), labels.ref<L>(),
-                                                     loss.ref<T>(), lse.ref<T>(), n, c},
+                                                     loss.ref<T>(), lse.ref<compute_t<T>>(), n, c},
                      kernels::NoExtra{}, site, op);
     };
     if (labels.dtype() == DType::int32) run(int32_t{});

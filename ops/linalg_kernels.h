@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/float16.h"
 #include "core/host_device.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
@@ -97,11 +98,14 @@ struct OneHotRows {
 // Row i of x (rows x classes): lse[i] = log(sum(exp(x[i, :]))) and loss[i] = lse[i] -
 // x[i, labels[i]], with the sum in double after subtracting the row's max. A label outside
 // [0, classes) fails the CPU entry (as OneHotRows) and makes loss[i] NaN on CUDA.
+// 16-bit logits load widened; lse is then float32 (compute_t<T>) and the loss is rounded
+// through float: the float32 kernel's bits between casts.
 template <class T, class L>
 struct CrossEntropyRows {
   DataRef<T> x;
   DataRef<L> labels;
-  DataRef<T> loss, lse;
+  DataRef<T> loss;
+  DataRef<compute_t<T>> lse;
   int64_t rows = 0, classes = 0;
 };
 // dx[i, j] = (exp(x[i, j] - lse[i]) - (j == labels[i])) * g[i]: softmax minus one-hot,
@@ -109,7 +113,9 @@ struct CrossEntropyRows {
 // CUDA writes NaN over the row.
 template <class T, class L>
 struct CrossEntropyGrad {
-  DataRef<T> x, lse, g;
+  DataRef<T> x;
+  DataRef<compute_t<T>> lse;
+  DataRef<T> g;
   DataRef<L> labels;
   DataRef<T> dx;
   int64_t rows = 0, classes = 0;

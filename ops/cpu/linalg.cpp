@@ -42,29 +42,33 @@ void check_labels(const L* labels, int64_t rows, int64_t classes) {
 
 template <class T, class L>
 void cross_entropy_rows(const KernelContext&, const CrossEntropyRows<T, L>& c, const NoExtra&) {
+  using R = compute_t<T>;
   const T* x = c.x.get();
   const L* labels = c.labels.get();
-  T *loss = c.loss.get(), *lse = c.lse.get();
+  T* loss = c.loss.get();
+  R* lse = c.lse.get();
   const int64_t n = c.classes;
   check_labels(labels, c.rows, n);
   int64_t grain = grain_for(n);
   parallel_for(c.rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
-      T m = xr[0];
-      for (int64_t i = 1; i < n; ++i) m = xr[i] > m ? xr[i] : m;
+      R m = widen(xr[0]);
+      for (int64_t i = 1; i < n; ++i) m = widen(xr[i]) > m ? widen(xr[i]) : m;
       double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(xr[i] - m));
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(widen(xr[i]) - m));
       const double ls = double(m) + std::log(sum);
-      lse[r] = T(ls);
-      loss[r] = T(ls - double(xr[labels[r]]));
+      lse[r] = R(ls);
+      loss[r] = T(R(ls - double(widen(xr[labels[r]]))));
     }
   });
 }
 
 template <class T, class L>
 void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>& c, const NoExtra&) {
-  const T *x = c.x.get(), *lse = c.lse.get(), *g = c.g.get();
+  using R = compute_t<T>;
+  const T *x = c.x.get(), *g = c.g.get();
+  const R* lse = c.lse.get();
   const L* labels = c.labels.get();
   T* dx = c.dx.get();
   const int64_t n = c.classes;
@@ -74,9 +78,9 @@ void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>& c, c
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
       T* dr = dx + r * n;
-      const double l = double(lse[r]), gr = double(g[r]);
-      for (int64_t i = 0; i < n; ++i) dr[i] = T(std::exp(double(xr[i]) - l) * gr);
-      dr[labels[r]] = T((std::exp(double(xr[labels[r]]) - l) - 1.0) * gr);
+      const double l = double(lse[r]), gr = double(widen(g[r]));
+      for (int64_t i = 0; i < n; ++i) dr[i] = T(R(std::exp(double(widen(xr[i])) - l) * gr));
+      dr[labels[r]] = T(R((std::exp(double(widen(xr[labels[r]])) - l) - 1.0) * gr));
     }
   });
 }
@@ -300,6 +304,16 @@ TIDE_ONE_HOT(float, int64_t)
 TIDE_ONE_HOT(double, int32_t)
 TIDE_ONE_HOT(double, int64_t)
 #undef TIDE_ONE_HOT
+#define TIDE_CROSS_ENTROPY(T, L)                                                              \
+  template void cross_entropy_rows<T, L>(const KernelContext&, const CrossEntropyRows<T, L>&, \
+                                         const NoExtra&);                                     \
+  template void cross_entropy_grad<T, L>(const KernelContext&, const CrossEntropyGrad<T, L>&, \
+                                         const NoExtra&);
+TIDE_CROSS_ENTROPY(bfloat16, int32_t)
+TIDE_CROSS_ENTROPY(bfloat16, int64_t)
+TIDE_CROSS_ENTROPY(float16, int32_t)
+TIDE_CROSS_ENTROPY(float16, int64_t)
+#undef TIDE_CROSS_ENTROPY
 template void gemm<float>(const KernelContext&, const Gemm<float>&, const NoExtra&);
 template void gemm<double>(const KernelContext&, const Gemm<double>&, const NoExtra&);
 template void gemm_batched<float>(const KernelContext&, const Gemm<float>&, const GemmBatch&);

@@ -182,24 +182,25 @@ __global__ void softmax_block_rows(const T* x, T* y, int64_t rows, int64_t n, bo
 // row's log-sum-exp and loss; a label outside [0, n) makes the loss NaN (a kernel cannot
 // throw; the CPU entry fails the op instead).
 template <class T, class L>
-__global__ void cross_entropy_block_rows(const T* x, const L* labels, T* loss, T* lse, int64_t rows,
-                                         int64_t n) {
+__global__ void cross_entropy_block_rows(const T* x, const L* labels, T* loss, compute_t<T>* lse,
+                                         int64_t rows, int64_t n) {
   tide::cuda::await_prerequisite_grids();
-  __shared__ T max_partial[kWarpsPerBlock];
+  using R = compute_t<T>;  // 16-bit logits: float, as the CPU
+  __shared__ R max_partial[kWarpsPerBlock];
   __shared__ double sum_partial[kWarpsPerBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * n;
-    T m = xr[threadIdx.x < n ? threadIdx.x : 0];
-    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, xr[i]);
-    m = block_reduce(m, max_partial, MaxOp<T>{});
+    R m = widen(xr[threadIdx.x < n ? threadIdx.x : 0]);
+    for (int64_t i = threadIdx.x + kThreads; i < n; i += kThreads) m = max_of(m, widen(xr[i]));
+    m = block_reduce(m, max_partial, MaxOp<R>{});
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(xr[i] - m));
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += exp(double(widen(xr[i]) - m));
     sum = block_reduce(sum, sum_partial, SumOp{});
     if (threadIdx.x == 0) {
       const double ls = double(m) + log(sum);
       const int64_t v = int64_t(labels[r]);
-      lse[r] = T(ls);
-      loss[r] = v < 0 || v >= n ? T(CUDART_NAN) : T(ls - double(xr[v]));
+      lse[r] = R(ls);
+      loss[r] = v < 0 || v >= n ? T(R(CUDART_NAN)) : T(R(ls - double(widen(xr[v]))));
     }
   }
 }
@@ -207,14 +208,15 @@ __global__ void cross_entropy_block_rows(const T* x, const L* labels, T* loss, T
 // dx = (exp(x - lse[row]) - one-hot) * g[row], one thread per element, grid-stride; a
 // label outside [0, n) makes its row NaN.
 template <class T, class L>
-__global__ void cross_entropy_grad_elements(const T* x, const T* lse, const T* g, const L* labels,
-                                            T* dx, int64_t rows, int64_t n) {
+__global__ void cross_entropy_grad_elements(const T* x, const compute_t<T>* lse, const T* g,
+                                            const L* labels, T* dx, int64_t rows, int64_t n) {
   tide::cuda::await_prerequisite_grids();
+  using R = compute_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i % n, v = int64_t(labels[r]);
-    const double p = exp(double(x[i]) - double(lse[r]));
-    dx[i] = v < 0 || v >= n ? T(CUDART_NAN) : T((v == c ? p - 1.0 : p) * double(g[r]));
+    const double p = exp(double(widen(x[i])) - double(lse[r]));
+    dx[i] = v < 0 || v >= n ? T(R(CUDART_NAN)) : T(R((v == c ? p - 1.0 : p) * double(widen(g[r]))));
   }
 }
 
@@ -272,6 +274,14 @@ void softmax_rows(const KernelContext& ctx, const SoftmaxRows<T>& s, const NoExt
   }
 }
 
+template <class T>
+void register_half_cross_entropy() {
+  CudaKernel<CrossEntropyRows<T, int32_t>, NoExtra>::fn = &cross_entropy_rows<T, int32_t>;
+  CudaKernel<CrossEntropyRows<T, int64_t>, NoExtra>::fn = &cross_entropy_rows<T, int64_t>;
+  CudaKernel<CrossEntropyGrad<T, int32_t>, NoExtra>::fn = &cross_entropy_grad<T, int32_t>;
+  CudaKernel<CrossEntropyGrad<T, int64_t>, NoExtra>::fn = &cross_entropy_grad<T, int64_t>;
+}
+
 }  // namespace
 
 void register_rows(OpList& ops) {
@@ -295,6 +305,8 @@ void register_rows(OpList& ops) {
   CudaKernel<CrossEntropyGrad<float, int64_t>, NoExtra>::fn = &cross_entropy_grad<float, int64_t>;
   CudaKernel<CrossEntropyGrad<double, int32_t>, NoExtra>::fn = &cross_entropy_grad<double, int32_t>;
   CudaKernel<CrossEntropyGrad<double, int64_t>, NoExtra>::fn = &cross_entropy_grad<double, int64_t>;
+  register_half_cross_entropy<bfloat16>();
+  register_half_cross_entropy<float16>();
   for (OpId id : {OpId::transpose, OpId::swap_axes, OpId::softmax, OpId::log_softmax,
                   OpId::cross_entropy, OpId::cross_entropy_grad})
     ops[size_t(id)] = true;

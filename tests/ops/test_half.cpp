@@ -417,6 +417,33 @@ TEST(Half, LayerNormIsOneKernelWithTheFloat32PathsBits) {
     }
 }
 
+// cross_entropy_rows reads 16-bit logits in one kernel (its log-sum-exp kept in float32):
+// the losses and the logits' gradient are the float32 op's bits between casts.
+TEST(Half, CrossEntropyRowsAreOneKernelWithTheFloat32PathsBits) {
+  std::vector<double> v(30), w(5);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i) * 0.9) * 4.0;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5 + 0.25 * double(i);
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      SCOPED_TRACE(std::string(name(t)) + " on " + d.str());
+      Tensor x = from_data(v, {5, 6}, t).to(d), g = from_data(w, {5}, t).to(d);
+      Tensor labels = from_vector<int64_t>({0, 5, 2, 3, 1}, {5}).to(d);
+      wait_all();
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor loss = cross_entropy_rows(x, labels);
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(loss.dtype(), t);
+      Tensor xl = x.detach().requires_grad_();
+      sum(mul(cross_entropy_rows(xl, labels), g)).backward();
+      Tensor xf = cast(x, DType::float32).requires_grad_();
+      Tensor lf = cross_entropy_rows(xf, labels);
+      sum(mul(lf, cast(g, DType::float32))).backward();
+      EXPECT_EQ(bytes_of(loss), bytes_of(cast(lf, t)));
+      ASSERT_EQ(xl.grad().dtype(), t);
+      EXPECT_EQ(bytes_of(xl.grad()), bytes_of(cast(xf.grad(), t)));
+    }
+}
+
 // Each computing op on 16-bit tensors gives the bits of its float32 self between casts,
 // cast(op(cast(x, float32)), dtype), on the CPU and the fake GPU: the elementwise ops compute
 // in float natively, the others run their float32 kernels between casts. GEMMs take the
