@@ -63,12 +63,13 @@ Tensor reduce(Kind kind, OpId id, const Tensor& a, int axis, bool all, bool keep
               : (kind == Kind::sum && !is_floating(a.dtype())) ? DType::int64
                                                                : a.dtype();
   Tensor y = Tensor::empty(out, odt, a.device(), op);
-  // 16-bit tensors reach here for the sums only (max and argmax take the float32 path).
+  // 16-bit tensors load widened: the sums accumulate in double, max and argmax compare as
+  // float (an integer output, argmax, is int64).
   dispatch_with_half(a.dtype(), [&](auto za) {
     dispatch_with_half(odt, [&](auto zo) {
       using T = decltype(za);
       using O = decltype(zo);
-      if constexpr (std::is_same_v<O, T> || (std::is_same_v<O, int64_t> && !is_half_v<T>)) {
+      if constexpr (std::is_same_v<O, T> || std::is_same_v<O, int64_t>) {
         if (g.outer * g.inner == 0) return;  // nothing to write
         kernels::queue(id, a.device(), {a.storage()}, {y.storage()}, &kernels::cpu::reduce<T, O>,
                        kernels::Reduce<T, O>{a.ref<T>(), y.ref<O>(), g, kind}, kernels::NoExtra{},
@@ -96,8 +97,7 @@ std::vector<int64_t> keepdim_shape(const Shape& s, int axis) {
 
 Tensor sum_squares(const Tensor& a, Site site) {
   if (Tensor f = a; autocast::raise({&f}, site)) return sum_squares(f, site);
-  // 16-bit operands sum in double in one kernel; max and argmax below take the float32 path
-  // between casts (ops/half_compute.h).
+  // 16-bit operands sum in double in one kernel.
   Tensor y = reduce(Kind::sum_squares, OpId::sum_squares, a, 0, true, false, site);
   autograd::record(OpId::sum_squares, y, {&a}, [x = a.detach()](const Tensor& g) {
     return std::vector<Tensor>{mul(mul(x, 2.0), g)};
@@ -145,8 +145,6 @@ Tensor mean(const Tensor& a, int axis, bool keepdim, Site site) {
 }
 
 Tensor max(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return max(detail::up(a), site); });
   Tensor y = reduce(Kind::max, OpId::max, a, 0, true, false, site);
   autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach()](const Tensor& g) {
     Tensor mask = eq(a, expand_to(y, a.shape()));
@@ -156,8 +154,6 @@ Tensor max(const Tensor& a, Site site) {
 }
 
 Tensor max(const Tensor& a, int axis, bool keepdim, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return max(detail::up(a), axis, keepdim, site); });
   Tensor y = reduce(Kind::max, OpId::max, a, axis, false, keepdim, site);
   int ax = normalize_axis(axis, a.ndim(), "max");
   autograd::record(OpId::max, y, {&a}, [a = a.detach(), y = y.detach(), ax](const Tensor& g) {
@@ -170,13 +166,9 @@ Tensor max(const Tensor& a, int axis, bool keepdim, Site site) {
 }
 
 Tensor argmax(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return argmax(detail::up(a), site); });
   return reduce(Kind::argmax, OpId::argmax, a, 0, true, false, site);
 }
 Tensor argmax(const Tensor& a, int axis, bool keepdim, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return argmax(detail::up(a), axis, keepdim, site); });
   return reduce(Kind::argmax, OpId::argmax, a, axis, false, keepdim, site);
 }
 

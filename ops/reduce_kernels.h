@@ -46,7 +46,7 @@ TIDE_HOST_DEVICE O sum_out(A s) {
 
 // y[o * inner + i] = reduce over k < n of x[(o * n + k) * inner + i]. Sums accumulate in
 // double (floating, 16-bit included: loaded widened) or int64; max and argmax: the first
-// NaN wins, else the first maximum (not for 16-bit tensors, which take the float32 path).
+// NaN wins, else the first maximum (16-bit values compared as float).
 // O is T, or int64 (argmax, integer sums).
 template <class T, class O>
 struct Reduce {

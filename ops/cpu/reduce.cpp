@@ -36,18 +36,20 @@ Acc<T> sum_squares_contiguous(const T* x, int64_t n) {
   });
 }
 
-// max / argmax: NaN wins (first NaN), else the first maximum.
+// max / argmax: NaN wins (first NaN), else the first maximum. 16-bit values compare as
+// float (exactly: widening keeps every value).
 template <class T, class O>
 void max_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
+  using R = compute_t<T>;
   int64_t grain = grain_for(g.n);
   parallel_for(g.outer * g.inner, grain, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       int64_t o = j / g.inner, i = j % g.inner;
       const T* p = x + o * g.n * g.inner + i;
-      T best = p[0];
+      R best = widen(p[0]);
       int64_t arg = 0;
       for (int64_t k = 1; k < g.n && best == best; ++k) {
-        T v = p[k * g.inner];
+        const R v = widen(p[k * g.inner]);
         if (v > best || v != v) {
           best = v;
           arg = k;
@@ -129,9 +131,7 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
     });
     return;
   }
-  // max / argmax (not for 16-bit tensors, which take the float32 path for them).
-  if constexpr (is_half_v<T>) throw std::runtime_error("[max] no 16-bit kernel");
-  else max_loops(kind, x, y, g);
+  max_loops(kind, x, y, g);
 }
 
 }  // namespace
@@ -150,6 +150,10 @@ TIDE_REDUCE(int32_t)
 template void reduce<bfloat16, bfloat16>(const KernelContext&, const Reduce<bfloat16, bfloat16>&,
                                          const NoExtra&);
 template void reduce<float16, float16>(const KernelContext&, const Reduce<float16, float16>&,
+                                       const NoExtra&);
+template void reduce<bfloat16, int64_t>(const KernelContext&, const Reduce<bfloat16, int64_t>&,
+                                        const NoExtra&);
+template void reduce<float16, int64_t>(const KernelContext&, const Reduce<float16, int64_t>&,
                                        const NoExtra&);
 template void reduce<int64_t, int64_t>(const KernelContext&, const Reduce<int64_t, int64_t>&,
                                        const NoExtra&);

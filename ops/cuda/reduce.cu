@@ -77,11 +77,11 @@ struct FinishSum {
   }
 };
 
-// An element and its flat index in the input.
+// An element (widened: 16-bit values compare as float) and its flat index in the input.
 template <class T>
 struct MakeValIdx {
   const T* x;
-  __host__ __device__ ValIdx<T> operator()(int64_t j) const { return {x[j], j}; }
+  __host__ __device__ ValIdx<compute_t<T>> operator()(int64_t j) const { return {widen(x[j]), j}; }
 };
 
 // Writes row o's result: the value (max) or its index within the row (argmax).
@@ -90,7 +90,7 @@ struct StoreMax {
   O* y;
   int64_t n;
   bool arg;
-  __host__ __device__ void operator()(int64_t o, const ValIdx<T>& r) const {
+  __host__ __device__ void operator()(int64_t o, const ValIdx<compute_t<T>>& r) const {
     y[o] = arg ? O(r.i - o * n) : O(r.v);
   }
 };
@@ -132,10 +132,10 @@ __global__ void max_kernel(const T* x, O* y, ReduceGeometry g, bool arg) {
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
     const int64_t o = j / g.inner, i = j - o * g.inner;
     const T* p = x + o * g.n * g.inner + i;
-    T best = p[0];
+    compute_t<T> best = widen(p[0]);
     int64_t at = 0;
     for (int64_t k = 1; k < g.n && !is_nan_value(best); ++k) {
-      T v = p[k * g.inner];
+      const compute_t<T> v = widen(p[k * g.inner]);
       if (v > best || is_nan_value(v)) {
         best = v;
         at = k;
@@ -191,16 +191,16 @@ __global__ void column_finish(const Acc<T>* partial, O* y, int64_t outputs, int6
 // maximum, of output j's column (index k within the column), then one thread per output
 // combines its parts with MaxFirst and writes the value or the index.
 template <class T>
-__global__ void column_partial_max(const T* x, ValIdx<T>* partial, ReduceGeometry g,
+__global__ void column_partial_max(const T* x, ValIdx<compute_t<T>>* partial, ReduceGeometry g,
                                    ChannelParts split) {
   tide::cuda::await_prerequisite_grids();
   const int64_t outputs = g.outer * g.inner, total = outputs * split.parts;
   for (int64_t t = global_index(); t < total; t += grid_stride()) {
     const ColumnChunk c = column_chunk(t, outputs, g, split);
     const T* col = x + c.column;
-    ValIdx<T> best{col[c.lo * g.inner], c.lo};
+    ValIdx<compute_t<T>> best{widen(col[c.lo * g.inner]), c.lo};
     for (int64_t k = c.lo + 1; k < c.hi && !is_nan_value(best.v); ++k) {
-      const T v = col[k * g.inner];
+      const compute_t<T> v = widen(col[k * g.inner]);
       if (v > best.v || is_nan_value(v)) best = {v, k};
     }
     partial[t] = best;
@@ -208,11 +208,11 @@ __global__ void column_partial_max(const T* x, ValIdx<T>* partial, ReduceGeometr
 }
 
 template <class T, class O>
-__global__ void column_finish_max(const ValIdx<T>* partial, O* y, int64_t outputs, int64_t parts,
-                                  bool arg) {
+__global__ void column_finish_max(const ValIdx<compute_t<T>>* partial, O* y, int64_t outputs,
+                                  int64_t parts, bool arg) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
-    ValIdx<T> best = partial[j];
+    ValIdx<compute_t<T>> best = partial[j];
     for (int64_t p = 1; p < parts; ++p) best = MaxFirst{}(best, partial[p * outputs + j]);
     y[j] = arg ? O(best.i) : O(best.v);
   }
@@ -232,11 +232,11 @@ __global__ void row_finish_sum(const A* partial, O* y, int64_t rows, int64_t par
 }
 
 template <class T, class O>
-__global__ void row_finish_max(const ValIdx<T>* partial, int64_t rows, int64_t parts,
+__global__ void row_finish_max(const ValIdx<compute_t<T>>* partial, int64_t rows, int64_t parts,
                                StoreMax<T, O> store) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t r = global_index(); r < rows; r += grid_stride()) {
-    ValIdx<T> best = partial[r * parts];
+    ValIdx<compute_t<T>> best = partial[r * parts];
     for (int64_t p = 1; p < parts; ++p) best = MaxFirst{}(best, partial[r * parts + p]);
     store(r, best);
   }
@@ -332,6 +332,7 @@ void reduce_sum(const KernelContext& ctx, const Reduce<T, O>& a) {
 
 template <class T, class O>
 void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
+  using R = compute_t<T>;  // what values compare as (float for 16-bit tensors)
   const ReduceGeometry g = a.g;
   const bool arg = a.kind == ReduceKind::argmax;
   const T* x = a.x.get();
@@ -343,8 +344,8 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
     const ChannelParts split = column_parts(g.n, outputs);
     if (split.parts > 1) {
       StorageRef keep;
-      auto* partial = static_cast<ValIdx<T>*>(
-          scratch(ctx, size_t(outputs * split.parts) * sizeof(ValIdx<T>), keep, op));
+      auto* partial = static_cast<ValIdx<R>*>(
+          scratch(ctx, size_t(outputs * split.parts) * sizeof(ValIdx<R>), keep, op));
       column_partial_max<T>
           <<<blocks_for(outputs * split.parts), kThreads, 0, s>>>(x, partial, g, split);
       column_finish_max<T, O>
@@ -359,7 +360,7 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
   thrust::transform_iterator<MakeValIdx<T>, thrust::counting_iterator<int64_t>> in(
       thrust::counting_iterator<int64_t>(0), MakeValIdx<T>{x});
   auto out = thrust::make_tabulate_output_iterator(StoreMax<T, O>{y, g.n, arg});
-  const ValIdx<T> init = max_identity<T>();
+  const ValIdx<R> init = max_identity<R>();
   if (g.outer == 1) {
     run_cub(ctx, op, "cub::DeviceReduce::Reduce", [&](void* tmp, size_t& bytes) {
       return cub::DeviceReduce::Reduce(tmp, bytes, in, out, g.n, MaxFirst{}, init, s);
@@ -371,7 +372,7 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
     const int64_t segments = g.outer * split.parts;
     StorageRef keep;
     auto* partial =
-        static_cast<ValIdx<T>*>(scratch(ctx, size_t(segments) * sizeof(ValIdx<T>), keep, op));
+        static_cast<ValIdx<R>*>(scratch(ctx, size_t(segments) * sizeof(ValIdx<R>), keep, op));
     const ChunkOffsets chunks = chunk_offsets(g.n, split);
     run_cub(ctx, op, "cub::DeviceSegmentedReduce::Reduce", [&](void* tmp, size_t& bytes) {
       return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, in, partial, segments, chunks.begin,
@@ -393,10 +394,9 @@ void reduce_max(const KernelContext& ctx, const Reduce<T, O>& a) {
 // compiled for each instantiation.
 template <class T, class O>
 void reduce(const KernelContext& ctx, const Reduce<T, O>& a, const NoExtra&) {
-  // 16-bit tensors: the sums only (max and argmax take the float32 path).
   constexpr bool kFloating = std::is_floating_point_v<T> || is_half_v<T>;
   constexpr bool kSums = std::is_same_v<O, std::conditional_t<kFloating, T, int64_t>>;
-  constexpr bool kMax = std::is_same_v<O, T> && !is_half_v<T>;
+  constexpr bool kMax = std::is_same_v<O, T>;
   constexpr bool kArgmax = std::is_same_v<O, int64_t>;
   const ReduceKind k = a.kind;
   if (k == ReduceKind::sum || k == ReduceKind::mean || k == ReduceKind::sum_squares) {
@@ -421,6 +421,8 @@ void register_reduce(OpList& ops) {
   CudaKernel<Reduce<double, double>, NoExtra>::fn = &reduce<double, double>;
   CudaKernel<Reduce<bfloat16, bfloat16>, NoExtra>::fn = &reduce<bfloat16, bfloat16>;
   CudaKernel<Reduce<float16, float16>, NoExtra>::fn = &reduce<float16, float16>;
+  CudaKernel<Reduce<bfloat16, int64_t>, NoExtra>::fn = &reduce<bfloat16, int64_t>;
+  CudaKernel<Reduce<float16, int64_t>, NoExtra>::fn = &reduce<float16, int64_t>;
   CudaKernel<Reduce<int32_t, int32_t>, NoExtra>::fn = &reduce<int32_t, int32_t>;
   CudaKernel<Reduce<int64_t, int64_t>, NoExtra>::fn = &reduce<int64_t, int64_t>;
   CudaKernel<Reduce<float, int64_t>, NoExtra>::fn = &reduce<float, int64_t>;

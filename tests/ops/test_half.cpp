@@ -335,7 +335,7 @@ TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
         [&] { return relu_grad(b, a); },  [&] { return exp(a); },
         [&] { return out.add_(a), out; }, [&] { return out.copy_(b), out; },
         [&] { return sum(a); },           [&] { return mean(a, 0); },
-        [&] { return sum_squares(b); }};
+        [&] { return sum_squares(b); },   [&] { return max(a); }};
     for (size_t k = 0; k < ops.size(); ++k) {
       const uint64_t before = Engine::get().stats().queued;
       Tensor y = ops[k]();
@@ -466,6 +466,7 @@ TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
       {"mean", [](const Tensor& a, const Tensor&) { return mean(a); }},
       {"mean rows", [](const Tensor& a, const Tensor&) { return mean(a, 1); }},
       {"max rows", [](const Tensor& a, const Tensor&) { return max(a, 1); }},
+      {"max columns", [](const Tensor& a, const Tensor&) { return max(a, 0); }},
       {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a); }},
       {"log_softmax", [](const Tensor& a, const Tensor&) { return log_softmax(a); }},
       {"transpose", [](const Tensor& a, const Tensor&) { return transpose(a); }},
@@ -485,6 +486,16 @@ TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
         EXPECT_EQ(got.dtype(), t);
         EXPECT_EQ(bytes_of(got), bytes_of(cast(op(fa, fb), t)));
       }
+    }
+    // argmax compares the 16-bit values exactly (one kernel, an int64 result).
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      Tensor a = from_data(va, {4, 4}, t).to(d);
+      wait_all();
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor got = argmax(a, 1);
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(got.to(Device::cpu()).to_vector<int64_t>(),
+                argmax(cast(a, DType::float32), 1).to(Device::cpu()).to_vector<int64_t>());
     }
     // Rounded once: matmul against the double product of the rounded inputs, within half an
     // ulp of the type at the result's magnitude (plus float32's summation error).
