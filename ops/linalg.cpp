@@ -386,8 +386,6 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, const char
 }
 
 Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return swap_axes(detail::up(a), dim0, dim1, site); });
   const char* op = op_name(OpId::swap_axes);
   check_defined(a, op);
   check_supported(a, OpId::swap_axes);
@@ -406,7 +404,7 @@ Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
     return p;
   };
   if (a.numel() > 0)
-    dispatch_dtype(a.dtype(), [&](auto z) {
+    dispatch_storage(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::swap_axes, a.device(), {a.storage()}, {y.storage()},
                      &kernels::cpu::swap_axes<T>,
@@ -421,8 +419,6 @@ Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site) {
 }
 
 Tensor transpose(const Tensor& a, Site site) {
-  if (DType h = detail::shared_half({&a}); h != DType::float32)
-    return detail::in_float32(h, [&] { return transpose(detail::up(a), site); });
   const char* op = op_name(OpId::transpose);
   check_defined(a, op);
   check_supported(a, OpId::transpose);
@@ -430,7 +426,7 @@ Tensor transpose(const Tensor& a, Site site) {
   int64_t r = a.shape()[0], c = a.shape()[1];
   Tensor y = Tensor::empty({c, r}, a.dtype(), a.device(), op);
   if (r * c > 0)
-    dispatch_dtype(a.dtype(), [&](auto z) {
+    dispatch_storage(a.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(OpId::transpose, a.device(), {a.storage()}, {y.storage()},
                      &kernels::cpu::transpose<T>,

@@ -334,6 +334,11 @@ template void swap_axes<float>(const KernelContext&, const SwapAxes<float>&, con
 template void swap_axes<double>(const KernelContext&, const SwapAxes<double>&, const NoExtra&);
 template void swap_axes<int32_t>(const KernelContext&, const SwapAxes<int32_t>&, const NoExtra&);
 template void swap_axes<int64_t>(const KernelContext&, const SwapAxes<int64_t>&, const NoExtra&);
+// 16-bit tensors move as they are (no arithmetic): the float32 path's bits, without casts.
+template void transpose<bfloat16>(const KernelContext&, const Transpose<bfloat16>&, const NoExtra&);
+template void transpose<float16>(const KernelContext&, const Transpose<float16>&, const NoExtra&);
+template void swap_axes<bfloat16>(const KernelContext&, const SwapAxes<bfloat16>&, const NoExtra&);
+template void swap_axes<float16>(const KernelContext&, const SwapAxes<float16>&, const NoExtra&);
 template void softmax_rows<float>(const KernelContext&, const SoftmaxRows<float>&, const NoExtra&);
 template void softmax_rows<double>(const KernelContext&, const SoftmaxRows<double>&,
                                    const NoExtra&);

@@ -293,6 +293,10 @@ void register_rows(OpList& ops) {
   CudaKernel<SwapAxes<double>, NoExtra>::fn = &swap_axes<double>;
   CudaKernel<SwapAxes<int32_t>, NoExtra>::fn = &swap_axes<int32_t>;
   CudaKernel<SwapAxes<int64_t>, NoExtra>::fn = &swap_axes<int64_t>;
+  CudaKernel<Transpose<bfloat16>, NoExtra>::fn = &transpose<bfloat16>;
+  CudaKernel<Transpose<float16>, NoExtra>::fn = &transpose<float16>;
+  CudaKernel<SwapAxes<bfloat16>, NoExtra>::fn = &swap_axes<bfloat16>;
+  CudaKernel<SwapAxes<float16>, NoExtra>::fn = &swap_axes<float16>;
   CudaKernel<SoftmaxRows<float>, NoExtra>::fn = &softmax_rows<float>;
   CudaKernel<SoftmaxRows<double>, NoExtra>::fn = &softmax_rows<double>;
   CudaKernel<SoftmaxRows<bfloat16>, NoExtra>::fn = &softmax_rows<bfloat16>;

@@ -329,13 +329,24 @@ TEST(Half, ElementwiseOpsQueueOneKernelAndNoCasts) {
            b = from_data({0.5, 4.0, -1.0, 2.0}, {4}, t);
     Tensor out = zeros({4}, t);
     wait_all();
-    const std::vector<std::function<Tensor()>> ops = {
-        [&] { return add(a, b); },        [&] { return mul(a, 0.3); },
-        [&] { return gt(a, b); },         [&] { return gelu(a, GeluApprox::tanh); },
-        [&] { return relu_grad(b, a); },  [&] { return exp(a); },
-        [&] { return out.add_(a), out; }, [&] { return out.copy_(b), out; },
-        [&] { return sum(a); },           [&] { return mean(a, 0); },
-        [&] { return sum_squares(b); },   [&] { return max(a); }};
+    const std::vector<std::function<Tensor()>> ops = {[&] { return add(a, b); },
+                                                      [&] { return mul(a, 0.3); },
+                                                      [&] { return gt(a, b); },
+                                                      [&] { return gelu(a, GeluApprox::tanh); },
+                                                      [&] { return relu_grad(b, a); },
+                                                      [&] { return exp(a); },
+                                                      [&] { return out.add_(a), out; },
+                                                      [&] { return out.copy_(b), out; },
+                                                      [&] { return sum(a); },
+                                                      [&] { return mean(a, 0); },
+                                                      [&] { return sum_squares(b); },
+                                                      [&] { return max(a); },
+                                                      [&] {
+                                                        return swap_axes(a.reshape({2, 2}), 0, 1);
+                                                      },
+                                                      [&] {
+                                                        return transpose(a.reshape({2, 2}));
+                                                      }};
     for (size_t k = 0; k < ops.size(); ++k) {
       const uint64_t before = Engine::get().stats().queued;
       Tensor y = ops[k]();
@@ -470,6 +481,7 @@ TEST(Half, OpsComputeThroughFloat32AndRoundOnce) {
       {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a); }},
       {"log_softmax", [](const Tensor& a, const Tensor&) { return log_softmax(a); }},
       {"transpose", [](const Tensor& a, const Tensor&) { return transpose(a); }},
+      {"swap_axes", [](const Tensor& a, const Tensor&) { return swap_axes(a, 0, 1); }},
   };
   std::vector<double> va(16), vb(16);
   for (size_t i = 0; i < va.size(); ++i) {
