@@ -14,7 +14,8 @@ struct MatmulOptions {
   bool trans_b = false;
 };
 
-// op(a) @ op(b) for float32/float64 tensors of rank >= 2: (m, k) @ (k, n) -> (m, n), and
+// op(a) @ op(b) for floating tensors of rank >= 2 (bfloat16/float16: float32 accumulation,
+// one rounding; docs/mixed-precision.md): (m, k) @ (k, n) -> (m, n), and
 // batched, (..., m, k) @ (..., k, n) -> (..., m, n) with the batch dimensions (all but the
 // last two) broadcast NumPy's way (a 2-D operand is used by every batch); op transposes the
 // last two dimensions (a flag passed to BLAS: no copy). Differentiable in both: a broadcast
@@ -28,9 +29,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
               Site site = Site::current());
 // x @ w + b (b: one value per column, broadcast over rows), then ReLU when `relu`: the
 // Linear layer as one kernel (on CUDA, cuBLASLt's bias / bias+ReLU epilogues; on the CPU a
-// GEMM and one pass over the rows). x (N, K), w (K, M), b (M,), all float32 or float64 on
-// one device. Differentiable in x, w and b. Throws "[linear]" naming the shapes otherwise,
-// and for N, K or M past 2^31 - 1 as matmul does.
+// GEMM and one pass over the rows). x (N, K), w (K, M), b (M,), all of one floating dtype
+// (16-bit as matmul) on one device. Differentiable in x, w and b. Throws "[linear]" naming the
+// shapes otherwise, and for N, K or M past 2^31 - 1 as matmul does.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu = false,
               Site site = Site::current());
 // One-hot rows: (N, classes) of `dtype` (float32 or float64), 1 at column labels[i] and 0
@@ -44,7 +45,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu = fal
 // dtype.
 Tensor one_hot(const Tensor& labels, int64_t classes, DType dtype = DType::float32,
                const char* op = "one_hot", Site site = Site::current());
-// Per row of logits (N, C), floating: the cross-entropy -log(softmax(row))[label] =
+// Per row of logits (N, C), floating (16-bit: computed in float, the log-sum-exp kept in
+// float32, the loss rounded once): the cross-entropy -log(softmax(row))[label] =
 // logsumexp(row) - row[label], as an (N) tensor. Neither the (N, C) one-hot nor the
 // log-softmax is made: the forward keeps each row's log-sum-exp (N values), and the
 // gradient (softmax - one-hot, times the row's gradient) is one pass over the logits.
@@ -62,7 +64,8 @@ Tensor transpose(const Tensor& a, Site site = Site::current());
 // gradient swaps back). Throws "[swap_axes]" naming the shape for a dim outside [-ndim,
 // ndim). Queued; does not wait.
 Tensor swap_axes(const Tensor& a, int64_t dim0, int64_t dim1, Site site = Site::current());
-// exp(x - max) / sum(exp(x - max)) over the last axis (floating, rank >= 1).
+// exp(x - max) / sum(exp(x - max)) over the last axis (floating, rank >= 1; 16-bit rows are
+// computed in float and rounded once, their gradient in float32).
 Tensor softmax(const Tensor& a, Site site = Site::current());
 // x - max - log(sum(exp(x - max))) over the last axis.
 Tensor log_softmax(const Tensor& a, Site site = Site::current());
