@@ -53,13 +53,6 @@ struct LayerNormGrad {
   bool has_weight = false, param_grads = false;
 };
 
-// A double result stored as T: through float for the 16-bit types (as the float32 kernel's
-// output then cast), directly otherwise.
-template <class T>
-TIDE_HOST_DEVICE_INLINE T from_double(double v) {
-  return T(compute_t<T>(v));
-}
-
 namespace cpu {
 template <class T>
 void layer_norm(const KernelContext&, const LayerNorm<T>&, const NoExtra&);

@@ -35,18 +35,11 @@ TIDE_HOST_DEVICE double acc_to_double(A s) {
   else return double(s);
 }
 
-// A sum (or a mean's double) stored as O: through float for the 16-bit types, so that a
-// 16-bit sum has the bits of the float32 sum then cast; directly otherwise (an integer sum
-// wraps as above).
-template <class O, class A>
-TIDE_HOST_DEVICE O sum_out(A s) {
-  if constexpr (is_half_v<O>) return O(float(s));
-  else return O(s);
-}
-
 // y[o * inner + i] = reduce over k < n of x[(o * n + k) * inner + i]. Sums accumulate in
 // double (floating, 16-bit included: loaded widened) or int64; max and argmax: the first
-// NaN wins, else the first maximum (16-bit values compared as float).
+// NaN wins, else the first maximum (16-bit values compared as float). A result is stored
+// with half_convert (core/float16.h): a 16-bit sum through float, so it has the bits of the
+// float32 sum then cast; an integer sum wraps as above.
 // O is T, or int64 (argmax, integer sums).
 template <class T, class O>
 struct Reduce {

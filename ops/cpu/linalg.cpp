@@ -59,7 +59,7 @@ void cross_entropy_rows(const KernelContext&, const CrossEntropyRows<T, L>& c, c
       for (int64_t i = 0; i < n; ++i) sum += std::exp(double(widen(xr[i]) - m));
       const double ls = double(m) + std::log(sum);
       lse[r] = R(ls);
-      loss[r] = T(R(ls - double(widen(xr[labels[r]]))));
+      loss[r] = half_convert<T>(ls - double(widen(xr[labels[r]])));
     }
   });
 }
@@ -79,8 +79,9 @@ void cross_entropy_grad(const KernelContext&, const CrossEntropyGrad<T, L>& c, c
       const T* xr = x + r * n;
       T* dr = dx + r * n;
       const double l = double(lse[r]), gr = double(widen(g[r]));
-      for (int64_t i = 0; i < n; ++i) dr[i] = T(R(std::exp(double(widen(xr[i])) - l) * gr));
-      dr[labels[r]] = T(R((std::exp(double(widen(xr[labels[r]])) - l) - 1.0) * gr));
+      for (int64_t i = 0; i < n; ++i)
+        dr[i] = half_convert<T>(std::exp(double(widen(xr[i])) - l) * gr);
+      dr[labels[r]] = half_convert<T>((std::exp(double(widen(xr[labels[r]])) - l) - 1.0) * gr);
     }
   });
 }
@@ -287,7 +288,8 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
         for (int64_t i = 0; i < n; ++i) yr[i] = T(widen(xr[i]) - m - ls);
       } else {
         double inv = 1.0 / sum;
-        for (int64_t i = 0; i < n; ++i) yr[i] = T(R(std::exp(double(widen(xr[i]) - m)) * inv));
+        for (int64_t i = 0; i < n; ++i)
+          yr[i] = half_convert<T>(std::exp(double(widen(xr[i]) - m)) * inv);
       }
     }
   });

@@ -44,7 +44,7 @@ void layer_norm(const KernelContext&, const LayerNorm<T>& a, const NoExtra&) {
         double v = (double(widen(p[j])) - mean) * rstd;
         if (w) v *= double(widen(w[j]));
         if (b) v += double(widen(b[j]));
-        q[j] = from_double<T>(v);
+        q[j] = half_convert<T>(v);
       }
     }
   });
@@ -80,7 +80,7 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
         const double mean_gx =
             lane_sum<double>(d, [&](int64_t j) { return g(j) * xhat(j); }) / double(d);
         for (int64_t j = 0; j < d; ++j)
-          q[j] = from_double<T>(rstd * (g(j) - mean_g - xhat(j) * mean_gx));
+          q[j] = half_convert<T>(rstd * (g(j) - mean_g - xhat(j) * mean_gx));
         if (parts)
           for (int64_t j = 0; j < d; ++j) {
             pw[j] += double(widen(gr[j])) * xhat(j);
@@ -99,8 +99,8 @@ void layer_norm_grad(const KernelContext&, const LayerNormGrad<T>& a, const NoEx
         sw += parts[c * 2 * d + j];
         sb += parts[c * 2 * d + d + j];
       }
-      dw[j] = from_double<T>(sw);
-      db[j] = from_double<T>(sb);
+      dw[j] = half_convert<T>(sw);
+      db[j] = half_convert<T>(sb);
     }
   });
 }

@@ -91,7 +91,8 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       });
       Acc<T> s = 0;
       for (int64_t b = 0; b < blocks; ++b) s += part[b];
-      y[0] = kind == ReduceKind::mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
+      y[0] =
+          kind == ReduceKind::mean ? half_convert<O>(acc_to_double(s) * scale) : half_convert<O>(s);
       return;
     }
     if (squares) throw std::runtime_error("[sum_squares] reduces all elements only");
@@ -100,8 +101,8 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       parallel_for(g.outer, grain, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o) {
           const Acc<T> acc = sum_contiguous(x + o * g.n, g.n);
-          y[o] =
-              kind == ReduceKind::mean ? sum_out<O>(acc_to_double(acc) * scale) : sum_out<O>(acc);
+          y[o] = kind == ReduceKind::mean ? half_convert<O>(acc_to_double(acc) * scale)
+                                          : half_convert<O>(acc);
         }
       });
       return;
@@ -125,8 +126,8 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
         }
         O* out = y + o * g.inner + i0;
         for (int64_t i = 0; i < w; ++i)
-          out[i] = kind == ReduceKind::mean ? sum_out<O>(acc_to_double(acc[i]) * scale)
-                                            : sum_out<O>(acc[i]);
+          out[i] = kind == ReduceKind::mean ? half_convert<O>(acc_to_double(acc[i]) * scale)
+                                            : half_convert<O>(acc[i]);
       }
     });
     return;

@@ -66,7 +66,7 @@ __global__ void layer_norm_fwd(LnFwd<T> a) {
     double v = (double(widen(p[j])) - mean) * rstd;
     if (a.w) v *= double(widen(a.w[j]));
     if (a.b) v += double(widen(a.b[j]));
-    q[j] = from_double<T>(v);
+    q[j] = half_convert<T>(v);
   }
 }
 
@@ -102,7 +102,7 @@ __global__ void layer_norm_bwd_rows(LnBwd<T> a) {
   for (int64_t j = lane; j < d; j += kWarp) {
     const double g = a.w ? double(widen(gr[j])) * double(widen(a.w[j])) : double(widen(gr[j]));
     const double xhat = (double(widen(xr[j])) - mean) * rstd;
-    q[j] = from_double<T>(rstd * (g - mean_g - xhat * mean_gx));
+    q[j] = half_convert<T>(rstd * (g - mean_g - xhat * mean_gx));
   }
 }
 
@@ -136,8 +136,8 @@ __global__ void layer_norm_bwd_finish(LnBwd<T> a) {
     sw += a.parts[c * 2 * d + j];
     sb += a.parts[c * 2 * d + d + j];
   }
-  a.dw[j] = from_double<T>(sw);
-  a.db[j] = from_double<T>(sb);
+  a.dw[j] = half_convert<T>(sw);
+  a.db[j] = half_convert<T>(sb);
 }
 
 template <class T>

@@ -73,7 +73,7 @@ struct FinishSum {
   bool mean;
   double scale;
   __host__ __device__ O operator()(A s) const {
-    return mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
+    return mean ? half_convert<O>(acc_to_double(s) * scale) : half_convert<O>(s);
   }
 };
 
@@ -121,7 +121,7 @@ __global__ void sum_kernel(const T* x, O* y, ReduceGeometry g, bool mean, double
     const T* p = x + o * g.n * g.inner + i;
     Acc<T> s = 0;
     for (int64_t k = 0; k < g.n; ++k) s += Acc<T>(widen(p[k * g.inner]));
-    y[j] = mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
+    y[j] = mean ? half_convert<O>(acc_to_double(s) * scale) : half_convert<O>(s);
   }
 }
 
@@ -183,7 +183,7 @@ __global__ void column_finish(const Acc<T>* partial, O* y, int64_t outputs, int6
   for (int64_t j = global_index(); j < outputs; j += grid_stride()) {
     Acc<T> s = 0;
     for (int64_t p = 0; p < parts; ++p) s += partial[p * outputs + j];
-    y[j] = mean ? sum_out<O>(acc_to_double(s) * scale) : sum_out<O>(s);
+    y[j] = mean ? half_convert<O>(acc_to_double(s) * scale) : half_convert<O>(s);
   }
 }
 

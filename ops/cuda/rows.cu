@@ -101,7 +101,8 @@ __device__ __forceinline__ void write_row(const T* xr, T* yr, int64_t n, int64_t
     for (int64_t i = first; i < n; i += step) yr[i] = T(widen(xr[i]) - m - ls);
   } else {
     const double inv = 1.0 / sum;
-    for (int64_t i = first; i < n; i += step) yr[i] = T(R(exp(double(widen(xr[i]) - m)) * inv));
+    for (int64_t i = first; i < n; i += step)
+      yr[i] = half_convert<T>(exp(double(widen(xr[i]) - m)) * inv);
   }
 }
 
@@ -200,7 +201,8 @@ __global__ void cross_entropy_block_rows(const T* x, const L* labels, T* loss, c
       const double ls = double(m) + log(sum);
       const int64_t v = int64_t(labels[r]);
       lse[r] = R(ls);
-      loss[r] = v < 0 || v >= n ? T(R(CUDART_NAN)) : T(R(ls - double(widen(xr[v]))));
+      loss[r] = v < 0 || v >= n ? half_convert<T>(CUDART_NAN)
+                                : half_convert<T>(ls - double(widen(xr[v])));
     }
   }
 }
@@ -211,12 +213,12 @@ template <class T, class L>
 __global__ void cross_entropy_grad_elements(const T* x, const compute_t<T>* lse, const T* g,
                                             const L* labels, T* dx, int64_t rows, int64_t n) {
   tide::cuda::await_prerequisite_grids();
-  using R = compute_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i % n, v = int64_t(labels[r]);
     const double p = exp(double(widen(x[i])) - double(lse[r]));
-    dx[i] = v < 0 || v >= n ? T(R(CUDART_NAN)) : T(R((v == c ? p - 1.0 : p) * double(widen(g[r]))));
+    dx[i] = v < 0 || v >= n ? half_convert<T>(CUDART_NAN)
+                            : half_convert<T>((v == c ? p - 1.0 : p) * double(widen(g[r])));
   }
 }
 
