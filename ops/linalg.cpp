@@ -55,12 +55,16 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
                " (every dimension and row stride must be at most ", kMax, ")");
 }
 
-// The output a checkpoint's recompute kept for this GEMM (ops/checkpoint_keep.h), or
-// undefined: compute it.
-Tensor kept_output(OpId id, int64_t k, const Shape& shape, DType dtype) {
-  if (!KeepTape::active()) return {};
-  std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, dtype);
-  return kept.empty() ? Tensor{} : kept[0];
+// A GEMM's output: the one a checkpoint's recompute kept for it (ops/checkpoint_keep.h;
+// `reused` set: queue nothing), or a fresh one of `like`'s dtype and device.
+Tensor gemm_output(OpId id, int64_t k, const Shape& shape, const Tensor& like, bool& reused) {
+  if (KeepTape::active())
+    if (std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, like.dtype()); !kept.empty()) {
+      reused = true;
+      return kept[0];
+    }
+  reused = false;
+  return Tensor::empty(shape, like.dtype(), like.device(), op_name(id));
 }
 
 // One batch dimension of a batched product: the output's extent and each operand's stride
@@ -138,10 +142,8 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b, MatmulOptions opt, Site 
              "batch dimensions that broadcast in more than two separate groups are not "
              "supported: ",
              desc(), " (reshape or expand first)");
-  // Inside a checkpoint's recompute, a kept output replaces the GEMM (ops/checkpoint_keep.h).
-  Tensor y = kept_output(OpId::matmul, k, Shape(out_dims), a.dtype());
-  const bool reused = y.defined();
-  if (!reused) y = Tensor::empty(Shape(out_dims), a.dtype(), a.device(), op);
+  bool reused;  // inside a checkpoint's recompute, a kept output replaces the GEMM
+  Tensor y = gemm_output(OpId::matmul, k, Shape(out_dims), a, reused);
   if (y.numel() > 0 && !reused)
     dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
@@ -214,9 +216,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
   if (m > 0 && n > 0)
     check_blas_sizes(op, {{"m", m}, {"n", n}, {"k", k}, {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}},
                      desc);
-  Tensor y = kept_output(OpId::matmul, k, Shape{m, n}, a.dtype());
-  const bool reused = y.defined();
-  if (!reused) y = Tensor::empty({m, n}, a.dtype(), a.device(), op);
+  bool reused;
+  Tensor y = gemm_output(OpId::matmul, k, Shape{m, n}, a, reused);
   if (m * n > 0 && !reused) {
     dispatch_floating_with_half(a.dtype(), [&](auto z) {
       using T = decltype(z);
@@ -258,9 +259,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
   if (m > 0 && n > 0)
     check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}},
                      [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
-  Tensor y = kept_output(id, k, Shape{m, n}, x.dtype());
-  const bool reused = y.defined();
-  if (!reused) y = Tensor::empty({m, n}, x.dtype(), x.device(), op);
+  bool reused;
+  Tensor y = gemm_output(id, k, Shape{m, n}, x, reused);
   if (m * n > 0 && !reused)
     dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
