@@ -14,7 +14,8 @@
 // Before any run, the eager step is recorded and planned (Trainer::plan_step), and each
 // eager run's allocator peak is predicted from that plan alone (train/eager_prediction.h)
 // and printed next to the measured one; `none` at enqueue is not predicted (its peak is
-// how far the frontend runs ahead, a matter of timing).
+// how far the frontend runs ahead, a matter of timing). The traced runs' steady peaks (the
+// second half of the minibatches) are predicted from the same plan.
 // --device cuda[:N]: the model is moved to that GPU before its optimizer is built and the
 // synthetic batches are created there; memory is then the GPU allocator's (the Trainer
 // records the allocator of the model's device). Traced mode on a GPU replays each step as
@@ -376,15 +377,17 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
       if (a == Allocation::at_execution)
         step_peak[int(m)][int(a)] = probe.trainer->measure_step_peak(m);
     }
-  // The eager step's plan, from its recorded graph (one eager warm-up step first, on a
-  // throwaway copy): the eager runs' peaks are predicted from it before they run.
+  // The step's plan, from its recorded graph (one eager warm-up step first, on a throwaway
+  // copy): the eager runs' peaks and the traced runs' steady peaks (not predicted under
+  // mpirun) are predicted from it before they run.
+  const bool has_eager = std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end();
+  const bool has_traced = std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end();
+  const bool predict_traced = has_traced && !group;
   std::optional<trace::MemoryPlan> plan;
-  {
+  if (has_eager || predict_traced) {
     Experiment planner(device, group, autocast, model);
     plan = planner.trainer->plan_step();
   }
-  const bool has_eager = std::find(modes.begin(), modes.end(), train::Mode::eager) != modes.end();
-  const bool has_traced = std::find(modes.begin(), modes.end(), train::Mode::traced) != modes.end();
   const bool both = allocs.size() > 1;
   auto label = [](const train::TrainResult& r) {
     return r.policy.str() + (r.mode == train::Mode::traced ? " traced" : "");
@@ -488,7 +491,7 @@ int mlp_memory_main(const Args& args, const GlobalOptions& global) {
   pred.print(out);
 
   if (has_eager) print_eager_prediction(out, *plan, results, device, n, group != nullptr);
-  if (has_traced && !group) print_traced_prediction(out, *plan, results, device, n);
+  if (predict_traced) print_traced_prediction(out, *plan, results, device, n);
 
   if (group) {
     Table per_rank("memory per rank (" + std::to_string(ranks) + " ranks, " + device.str() + ")",
