@@ -230,8 +230,11 @@ TIDE_HOST_DEVICE_INLINE R exp_nonpositive(R v) {
   if constexpr (!std::is_same_v<R, float>) {
     return std::exp(v);
   } else {
-    const bool underflow = v < -87.3f;  // exactly 0 there: a tiny normal times a weight
-    v = underflow ? -87.3f : v;         // would make denormals, which cost ~100 cycles each
+    // Exactly 0 below -87.3 (a tiny normal times a weight would make denormals, which cost
+    // ~100 cycles each): 2^k's bits masked off. A mask, not a second select on the same
+    // comparison, which GCC turns into a branch in its AVX copies (no longer vectorised).
+    const uint32_t keep = v < -87.3f ? 0u : ~0u;
+    v = v < -87.3f ? -87.3f : v;
     // k = round(v / ln 2) (as ceil(t - 0.5): t <= 0), r = v - k ln 2 in [-ln2/2, ln2/2].
     const float t = v * 1.44269504088896341f;
     const int32_t k = int32_t(t - 0.5f);
@@ -244,11 +247,11 @@ TIDE_HOST_DEVICE_INLINE R exp_nonpositive(R v) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    // 2^k for k in [-126, 0]: the exponent field.
-    const uint32_t bits = uint32_t(k + 127) << 23;
+    // 2^k for k in [-126, 0]: the exponent field (0 where v underflows).
+    const uint32_t bits = (uint32_t(k + 127) << 23) & keep;
     float scale;
     __builtin_memcpy(&scale, &bits, sizeof scale);
-    return underflow ? 0.0f : p * scale;
+    return p * scale;
   }
 #endif
 }

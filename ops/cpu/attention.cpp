@@ -1,6 +1,6 @@
 // CPU entries of the attention family (ops/attention_kernels.h). The forward is tiled over
 // (batch*head, block of kRows queries), parallel over those items, and walks the keys in
-// blocks of kCols with an online softmax (running max and denominator per query row, the
+// tiles of kCols with an online softmax (running max and denominator per query row, the
 // output accumulator rescaled when the max grows): memory beyond the inputs and outputs is
 // a few tiles per task, never T x S. The gradient recomputes the probabilities from q, k
 // and lse, parallel over independent items so that no two tasks add into one element, and
@@ -8,11 +8,16 @@
 // thread, one pass per (batch*head) does all three; otherwise two passes, dk and dv per
 // (batch*head, key block), dq per (batch*head, query block). Both give the same bits, so
 // they do not depend on the thread count. Sums are in T (float for float32), in a fixed order.
-// For head sizes 16, 32 and 64 the kernels are compiled for that size, so that a query's
-// output row and its dq row (and a score row of a whole tile) stay in vector registers
-// across the keys instead of being loaded and stored for each key; the operations and their
-// order are those of the generic form. Not here: BLAS per tile, SIMD intrinsics (the inner
-// loops run over a contiguous dimension, which the compiler vectorises).
+//
+// A tile's scores are always kCols wide (the transposed key tile zero-padded past the keys),
+// so that a row of scores, its exponentials (fn::exp_nonpositive, branch-free: masked keys
+// are -inf and come out 0) and its max and sum (over 16 lanes, then halved in a fixed
+// order) all run as vector loops; keys a row does not see (the causal mask, a tile's end)
+// are left out of the products with v, k and q. For head sizes 16, 32 and 64 the kernels
+// are compiled for that size, so that a query's output row and its dq row stay in vector
+// registers across the keys; the operations and their order are those of the generic form.
+// Not here: BLAS per tile, SIMD intrinsics (the loops run over contiguous dimensions, which
+// the compiler vectorises).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +26,7 @@
 #include "core/thread_pool.h"
 #include "ops/attention_kernels.h"
 #include "ops/cpu/isa_parallel.h"
+#include "ops/functors.h"
 #include "ops/op_util.h"
 
 namespace tide::kernels::cpu {
@@ -34,39 +40,55 @@ constexpr int64_t kRows = 32, kCols = 64;
 
 int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
-// x (n, d) rows j0 .. j0 + nc transposed into xt (d, nc), so that the products with one
-// query row run along the keys.
+// x (n, d) rows j0 .. j0 + nc transposed into xt (d, kCols), the columns past nc zero, so
+// that the products with one query row run along a whole tile.
 template <class T>
 [[gnu::always_inline]] inline void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d,
                                                   T* xt) {
-  for (int64_t j = 0; j < nc; ++j) {
-    const T* r = x + (j0 + j) * d;
-    for (int64_t c = 0; c < d; ++c) xt[c * nc + j] = r[c];
+  for (int64_t c = 0; c < d; ++c) {
+    T* col = xt + c * kCols;
+    for (int64_t j = 0; j < nc; ++j) col[j] = x[(j0 + j) * d + c];
+    for (int64_t j = nc; j < kCols; ++j) col[j] = T(0);
   }
 }
 
-// out[j] = a . xt[:, j] for the nc columns of a transposed tile. A whole tile (nc = kCols)
-// sums in a local array the compiler keeps in vector registers; the order of the sums is
-// the same either way.
+// out[j] = a . xt[:, j] for the kCols columns of a transposed tile, summed over c in order
+// in a local array the compiler keeps in vector registers.
 template <class T>
-[[gnu::always_inline]] inline void row_times_tile(const T* a, const T* xt, int64_t nc, int64_t d,
-                                                  T* out) {
-  if (nc == kCols) {
-    T acc[kCols] = {};
-    for (int64_t c = 0; c < d; ++c) {
-      const T ac = a[c];
-      const T* x = xt + c * kCols;
-      for (int64_t j = 0; j < kCols; ++j) acc[j] += ac * x[j];
-    }
-    for (int64_t j = 0; j < kCols; ++j) out[j] = acc[j];
-    return;
-  }
-  std::fill(out, out + nc, T(0));
+[[gnu::always_inline]] inline void row_times_tile(const T* a, const T* xt, int64_t d, T* out) {
+  T acc[kCols] = {};
   for (int64_t c = 0; c < d; ++c) {
     const T ac = a[c];
-    const T* x = xt + c * nc;
-    for (int64_t j = 0; j < nc; ++j) out[j] += ac * x[j];
+    const T* x = xt + c * kCols;
+    for (int64_t j = 0; j < kCols; ++j) acc[j] += ac * x[j];
   }
+  for (int64_t j = 0; j < kCols; ++j) out[j] = acc[j];
+}
+
+constexpr int kLanes = 16;
+static_assert(kCols % kLanes == 0);
+
+// The max and the sum of a tile's kCols values: kLanes running lanes, then halved in a fixed
+// order, so that they vectorise and give the same bits wherever they run.
+template <class T>
+[[gnu::always_inline]] inline T tile_max(const T* x) {
+  T m[kLanes];
+  for (int l = 0; l < kLanes; ++l) m[l] = x[l];
+  for (int64_t j = kLanes; j < kCols; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) m[l] = m[l] < x[j + l] ? x[j + l] : m[l];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) m[l] = m[l] < m[l + w] ? m[l + w] : m[l];
+  return m[0];
+}
+template <class T>
+[[gnu::always_inline]] inline T tile_sum(const T* x) {
+  T m[kLanes];
+  for (int l = 0; l < kLanes; ++l) m[l] = x[l];
+  for (int64_t j = kLanes; j < kCols; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) m[l] += x[j + l];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) m[l] += m[l + w];
+  return m[0];
 }
 
 // o = o * corr + sum_j p[j] v[j] over the nc rows of v (D = d when it is a compile-time
@@ -108,16 +130,17 @@ void attention_fixed_d(const Attention<T>& a) {
   isa_parallel_for(
       a.bh * qblocks,
       grain_for(4 * kRows * s * d), [&](int64_t w0, int64_t w1) __attribute__((always_inline)) {
-        std::vector<T> kt(size_t(d * kCols)), sc(static_cast<size_t>(kCols)),
-            acc(size_t(kRows * d));
+        std::vector<T> kt(size_t(d * kCols)), acc(size_t(kRows * d));
         T m[kRows], l[kRows];
+        alignas(64) T p[kCols];
+        constexpr T kNegInf = -std::numeric_limits<T>::infinity();
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
           const T* Q = q + (b * t + i0) * d;
           const T* K = k + b * s * d;
           const T* V = v + b * s * d;
           std::fill(acc.begin(), acc.end(), T(0));
-          std::fill(m, m + kRows, -std::numeric_limits<T>::infinity());
+          std::fill(m, m + kRows, kNegInf);
           std::fill(l, l + kRows, T(0));
           // Under the causal mask no query of this block sees a key past its last row.
           const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
@@ -125,24 +148,20 @@ void attention_fixed_d(const Attention<T>& a) {
             const int64_t nc = std::min(kCols, j_end - j0);
             transpose_tile(K, j0, nc, d, kt.data());
             for (int64_t r = 0; r < nr; ++r) {
-              T* p = sc.data();
-              row_times_tile(Q + r * d, kt.data(), nc, d, p);
-              const int64_t last = a.causal ? i0 + r - j0 : nc - 1;  // last key seen, tile-relative
-              T mx = -std::numeric_limits<T>::infinity();
-              for (int64_t j = 0; j < nc; ++j) {
-                p[j] = j <= last ? p[j] * scale : -std::numeric_limits<T>::infinity();
-                mx = std::max(mx, p[j]);
+              // The keys this row sees in the tile: all nc, or up to its own position.
+              const int64_t seen = a.causal ? std::min(nc, i0 + r - j0 + 1) : nc;
+              row_times_tile(Q + r * d, kt.data(), d, p);
+              for (int64_t j = 0; j < kCols; ++j) {
+                const T x = p[j] * scale;  // computed for every j: a select, not a branch
+                p[j] = j < seen ? x : kNegInf;
               }
-              // The first block holds key 0, which every query sees: m is finite from then on.
-              const T m_new = std::max(m[r], mx), corr = std::exp(m[r] - m_new);
-              T sum = 0;
-              for (int64_t j = 0; j < nc; ++j) {
-                p[j] = std::exp(p[j] - m_new);
-                sum += p[j];
-              }
-              l[r] = l[r] * corr + sum;
+              // The first tile holds key 0, which every query sees: m is finite from then on.
+              const T m_new = std::max(m[r], tile_max(p));
+              const T corr = fn::exp_nonpositive(m[r] - m_new);
+              for (int64_t j = 0; j < kCols; ++j) p[j] = fn::exp_nonpositive(p[j] - m_new);
+              l[r] = l[r] * corr + tile_sum(p);
               m[r] = m_new;
-              rescale_add_rows<D>(acc.data() + r * d, corr, p, V + j0 * d, nc, d);
+              rescale_add_rows<D>(acc.data() + r * d, corr, p, V + j0 * d, seen, d);
             }
           }
           for (int64_t r = 0; r < nr; ++r) {
@@ -186,18 +205,19 @@ void attention_grad_prep(const KernelContext&, const AttentionGradPrep<T>& a, co
 
 namespace {
 
-// For query row i against the nc keys of a tile starting at j0 (kt and vt the transposed
-// k and v tiles): p[j] = the probability, ds[j] = scale * p * (dout_i . v_j - delta_i),
-// zero where the causal mask hides key j.
+// For query row i against a tile of keys starting at j0 (kt and vt the transposed, padded
+// k and v tiles), of which the row sees the first `seen`: p[j] = the probability, ds[j] =
+// scale * p * (dout_i . v_j - delta_i); both 0 past `seen`.
 template <class T>
 [[gnu::always_inline]] inline void probs_and_dscores(const T* qi, const T* doi, const T* kt,
-                                                     const T* vt, int64_t i, int64_t j0, int64_t nc,
-                                                     int64_t d, bool causal, T scale, T lse_i,
-                                                     T delta_i, T* p, T* ds) {
-  row_times_tile(qi, kt, nc, d, p);
-  row_times_tile(doi, vt, nc, d, ds);
-  for (int64_t j = 0; j < nc; ++j) {
-    const T pj = causal && j0 + j > i ? T(0) : std::exp(p[j] * scale - lse_i);
+                                                     const T* vt, int64_t seen, int64_t d, T scale,
+                                                     T lse_i, T delta_i, T* p, T* ds) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  row_times_tile(qi, kt, d, p);
+  row_times_tile(doi, vt, d, ds);
+  for (int64_t j = 0; j < kCols; ++j) {
+    const T x = p[j] * scale - lse_i;  // computed for every j: a select, not a branch
+    const T pj = fn::exp_nonpositive(j < seen ? x : kNegInf);
     p[j] = pj;
     ds[j] = scale * pj * (ds[j] - delta_i);
   }
@@ -236,9 +256,10 @@ void attention_grad_two_pass(const AttentionGrad<T>& a) {
             const int64_t r = b * t + i;
             const T* qi = q + r * d;
             const T* doi = dout + r * d;
-            probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale, lse[r],
-                              delta[r], p.data(), ds.data());
-            for (int64_t j = 0; j < nc; ++j) {
+            const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
+            probs_and_dscores(qi, doi, kt.data(), vt.data(), seen, d, scale, lse[r], delta[r],
+                              p.data(), ds.data());
+            for (int64_t j = 0; j < seen; ++j) {
               const T pj = p[j], dsj = ds[j];
               T* dkj = dk + j * d;
               T* dvj = dv + j * d;
@@ -268,10 +289,11 @@ void attention_grad_two_pass(const AttentionGrad<T>& a) {
             transpose_tile(v + b * s * d, j0, nc, d, vt.data());
             for (int64_t ii = 0; ii < nr; ++ii) {
               const int64_t i = i0 + ii, r = b * t + i;
-              probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), i, j0, nc, d,
-                                a.causal, scale, lse[r], delta[r], p.data(), ds.data());
+              const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
+              probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), seen, d, scale,
+                                lse[r], delta[r], p.data(), ds.data());
               T* dqi = dq + ii * d;
-              for (int64_t j = 0; j < nc; ++j) {
+              for (int64_t j = 0; j < seen; ++j) {
                 const T dsj = ds[j];
                 const T* kj = k + (b * s + j0 + j) * d;
                 for (int64_t c = 0; c < d; ++c) dqi[c] += dsj * kj[c];
@@ -326,8 +348,8 @@ template <int D, class T>
 
 // One pass per (batch*head): for each key block, each query in order adds into dk and dv
 // (the queries in order, as the two-pass form) and into its dq row (the keys in order,
-// across blocks and within one, as the two-pass form, whose extra key blocks under the causal
-// mask add only zeros): the same bits, with the probabilities computed once instead of twice.
+// across blocks and within one, as the two-pass form): the same bits, with the
+// probabilities computed once instead of twice.
 template <int D, class T>
 void attention_grad_one_pass(const AttentionGrad<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
@@ -355,9 +377,11 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
               const int64_t r = b * t + i;
               const T* qi = a.q.get() + r * d;
               const T* doi = a.dout.get() + r * d;
-              probs_and_dscores(qi, doi, kt.data(), vt.data(), i, j0, nc, d, a.causal, scale,
-                                lse[r], delta[r], p.data(), ds.data());
-              add_row_grads<D>(dv, dk, dq + i * d, doi, qi, K + j0 * d, p.data(), ds.data(), nc, d);
+              const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
+              probs_and_dscores(qi, doi, kt.data(), vt.data(), seen, d, scale, lse[r], delta[r],
+                                p.data(), ds.data());
+              add_row_grads<D>(dv, dk, dq + i * d, doi, qi, K + j0 * d, p.data(), ds.data(), seen,
+                               d);
             }
           }
         }
