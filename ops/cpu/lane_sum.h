@@ -11,8 +11,9 @@
 namespace tide::kernels::cpu {
 
 // The sum of term(k) for k in [0, n), accumulated in Acc.
+// always_inline: it inlines into isa_parallel_for's vector-ISA bodies.
 template <class Acc, class F>
-inline Acc lane_sum(int64_t n, F&& term) {
+[[gnu::always_inline]] inline Acc lane_sum(int64_t n, F&& term) {
   constexpr int64_t kLanes = 8;
   Acc lane[kLanes] = {};
   int64_t k = 0;
