@@ -1,7 +1,8 @@
 // isa_parallel_for: parallel_for with the body compiled for the widest vector ISA this CPU
-// has. Used by the attention kernels (ops/cpu/attention.cpp). Not a public header. (Tried on
-// the contiguous elementwise loops too: their results changed in the last bits and the GPT
-// step got slower, 41 -> 53 ms, so they stay on the baseline.)
+// has. Used by the attention and layer norm kernels and GELU's loops (ops/cpu/attention.cpp,
+// norm.cpp, elementwise.cpp). Not a public header. (Tried on every contiguous elementwise
+// loop too: the GPT step got slower, 41 -> 53 ms, so the other functors stay on the
+// baseline.)
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,13 @@
 namespace tide::detail {
 
 // The body runs compiled for AVX-512, AVX2 or else the build's baseline (SSE2 on x86-64):
-// loops over contiguous floats run 16 or 8 wide instead of 4. Only the vector width
-// changes, not the arithmetic (no FMA target, no reassociation), so every ISA gives the
-// same bits. The body and its helpers must inline into the target lambdas: mark them
-// always_inline. Not GCC's target_clones, whose ifunc resolvers run before the sanitizers'
-// runtimes are ready.
+// loops over contiguous floats run 16 or 8 wide instead of 4, with no reassociation. The
+// AVX-512 copy may fuse a multiply and an add into one of AVX-512F's FMAs (GCC contracts by
+// default): its bits then differ from the baseline's, the same on every run of one
+// machine. A file whose results must equal another kernel's bit for bit (the eager GELU and
+// the traced fused chain) compiles with -ffp-contract=off (ops/CMakeLists.txt). The body
+// and its helpers must inline into the target lambdas: mark them always_inline. Not GCC's
+// target_clones, whose ifunc resolvers run before the sanitizers' runtimes are ready.
 template <class F>
 void isa_parallel_for(int64_t n, int64_t grain, F&& body) {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -3,8 +3,8 @@
 // sums over the rows (dweight, dbias) go through per-chunk partials in a split that depends
 // only on the row count (layer_norm_parts), added in chunk order: the same bits on any
 // thread count. 16-bit tensors load widened and compute the same way (float statistics).
-// The loops run compiled for the widest vector ISA (isa_parallel_for: only the width
-// changes, so the bits do not). Not here: a single-pass (Welford) statistic.
+// The loops run compiled for the widest vector ISA (ops/cpu/isa_parallel.h). Not here: a
+// single-pass (Welford) statistic.
 #include <algorithm>
 #include <cmath>
 #include <vector>
