@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/isa_parallel.h"
 #include "ops/cpu/lane_sum.h"
 #include "ops/op_util.h"
 #include "ops/reduce_kernels.h"
@@ -14,6 +15,7 @@
 namespace tide::kernels::cpu {
 
 using tide::detail::grain_for;
+using tide::detail::isa_parallel_for;
 
 namespace {
 
@@ -108,28 +110,31 @@ void reduce_loops(ReduceKind kind, const T* x, O* y, ReduceGeometry g) {
       return;
     }
     // Columns (inner > 1): tasks of up to kColumns adjacent columns of one outer slice, so
-    // that a bias gradient (outer 1: one slice of n rows) spreads over the threads too. Each
-    // column still adds its rows in order k = 0, 1, ...: the same bits for any split.
-    constexpr int64_t kColumns = 256;
+    // that a bias gradient (outer 1: one slice of n rows; a GPT's 128 columns are two
+    // tasks) spreads over the threads too, compiled for the widest vector ISA (additions
+    // only: the same bits on every ISA). Each column still adds its rows in order k = 0,
+    // 1, ...: the same bits for any split.
+    constexpr int64_t kColumns = 64;
     const int64_t blocks = (g.inner + kColumns - 1) / kColumns;
     const int64_t task_grain = grain_for(g.n * kColumns);
-    parallel_for(g.outer * blocks, task_grain, [&](int64_t t0, int64_t t1) {
-      Acc<T> acc[kColumns];
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t o = t / blocks, i0 = (t % blocks) * kColumns;
-        const int64_t w = std::min(kColumns, g.inner - i0);
-        const T* base = x + o * g.n * g.inner + i0;
-        std::fill(acc, acc + w, Acc<T>(0));
-        for (int64_t k = 0; k < g.n; ++k) {
-          const T* row = base + k * g.inner;
-          for (int64_t i = 0; i < w; ++i) acc[i] += Acc<T>(widen(row[i]));
-        }
-        O* out = y + o * g.inner + i0;
-        for (int64_t i = 0; i < w; ++i)
-          out[i] = kind == ReduceKind::mean ? half_convert<O>(acc_to_double(acc[i]) * scale)
-                                            : half_convert<O>(acc[i]);
-      }
-    });
+    isa_parallel_for(
+        g.outer * blocks, task_grain, [&](int64_t t0, int64_t t1) __attribute__((always_inline)) {
+          Acc<T> acc[kColumns];
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o = t / blocks, i0 = (t % blocks) * kColumns;
+            const int64_t w = std::min(kColumns, g.inner - i0);
+            const T* base = x + o * g.n * g.inner + i0;
+            std::fill(acc, acc + w, Acc<T>(0));
+            for (int64_t k = 0; k < g.n; ++k) {
+              const T* row = base + k * g.inner;
+              for (int64_t i = 0; i < w; ++i) acc[i] += Acc<T>(widen(row[i]));
+            }
+            O* out = y + o * g.inner + i0;
+            for (int64_t i = 0; i < w; ++i)
+              out[i] = kind == ReduceKind::mean ? half_convert<O>(acc_to_double(acc[i]) * scale)
+                                                : half_convert<O>(acc[i]);
+          }
+        });
     return;
   }
   max_loops(kind, x, y, g);
