@@ -110,16 +110,16 @@ BlasThreadsInfo configure_library() {
   return info;
 }
 
-// With -DTIDE_BLAS=onednn, float GEMMs run on oneDNN's OpenMP threads (as many as
-// OMP_NUM_THREADS, else cores). oneDNN linked for bfloat16 GEMMs only (TIDE_BF16_GEMM) runs
-// those on the calling thread (ops/cpu/half_gemm.cpp).
+// With -DTIDE_BLAS=onednn, a float GEMM's rows run in parts on tide's pool, one per core
+// found at startup, oneDNN serial in each (ops/cpu/linalg.cpp). oneDNN linked for bfloat16
+// GEMMs only (TIDE_BF16_GEMM) runs those on the calling thread (ops/cpu/half_gemm.cpp).
 std::string onednn_config() {
   if (!dnnl_version) return "";
   const TideDnnlVersion* v = dnnl_version();
   const std::string version =
       std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   if (std::string(TIDE_BLAS_NAME) == "onednn")
-    return "; float GEMMs: oneDNN " + version + " (OpenMP threads)";
+    return "; float GEMMs: oneDNN " + version + " (row parts on tide's pool, one per core)";
   return "; bfloat16 GEMMs: oneDNN " + version + " (one thread per GEMM)";
 }
 

@@ -31,7 +31,7 @@ namespace tide {
 
 struct BlasThreadsInfo {
   std::string configured;   // TIDE_BLAS at configure time: "openblas", "blis" or "onednn"
-                            // (float GEMMs through oneDNN, on its OpenMP threads; the
+                            // (float GEMMs through oneDNN, in row parts on tide's pool; the
                             // counts below are then OpenBLAS's, for double GEMMs)
   std::string library;      // whose thread calls were found at run time: "OpenBLAS", "BLIS",
                             // or empty (another CBLAS: tide leaves its threads alone)

@@ -12,17 +12,18 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # dataset-fashion-mnist: the IDX files (about 30 MB) under /usr/share/datasets/fashion-mnist
 # that `tide train fashion-mnist` and the train suite's Fashion-MNIST test read; without it
 # that test skips.
-# Not listed, because the default build does not need them: libblis-dev for -DTIDE_BLAS=blis
-# (-DTIDE_BLAS=onednn uses libdnnl-dev, listed below), and the GEMM libraries that tide_bench_gemm_libs compares
-# (-DTIDE_BENCH_GEMM_LIBS=ON; bench/CMakeLists.txt has the apt-get line).
+# Not listed, because the default build does not need them: libblis-dev for -DTIDE_BLAS=blis,
+# and the GEMM libraries that tide_bench_gemm_libs compares (-DTIDE_BENCH_GEMM_LIBS=ON;
+# bench/CMakeLists.txt has the apt-get line).
 # clang and libclang-rt-dev: CI's Clang build, the libFuzzer targets (scripts/fuzz.sh); the
 # sanitizer and libFuzzer runtimes are in libclang-rt-dev, only recommended by clang.
 # clang-format: CI's format check (scripts/format.sh --check).
 # libopenmpi-dev and openmpi-bin: dist/'s MPI process group and `mpirun` for its 2-rank tests
 # (tide builds without them, and those tests then skip).
 # nlohmann-json3-dev: the JSON reader of GPT-2's encoder.json (text/gpt2_files.cpp), header-only.
-# libdnnl-dev: oneDNN, whose matmul runs the CPU's bfloat16 GEMMs (TIDE_BF16_GEMM=auto,
-# cmake/Blas.cmake; without it they take the float32 GEMM).
+# libdnnl-dev: oneDNN, whose sgemm runs the CPU's float GEMMs (TIDE_BLAS=auto) and whose
+# matmul runs its bfloat16 GEMMs (TIDE_BF16_GEMM=auto; cmake/Blas.cmake). Without it float
+# GEMMs go to OpenBLAS and bfloat16 ones take the float32 GEMM.
 # chromium: the train suite loads the memory report in headless Chromium (the test skips
 # without it).
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest

@@ -3,9 +3,9 @@
 #include "ops/cpu/half_gemm.h"
 
 #if TIDE_BF16_GEMM_ONEDNN
-#include <dlfcn.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "ops/cpu/one_openmp_thread.h"
 #endif
 
 #include <algorithm>
@@ -60,40 +60,11 @@ void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
 
 #if TIDE_BF16_GEMM_ONEDNN
 
-// oneDNN's OpenMP threads are not used: each GEMM runs on the calling stream worker alone.
-// oneDNN 2.6.3's multi-threaded bfloat16 matmul returns wrong products for some shapes with
-// a transposed operand (e.g. 12 x 32 @ (50 x 32)^T on 2 threads; 1 thread is right), and one
-// thread also keeps the products' bits independent of the core count and leaves the other
-// cores to tide's other streams and its pool. The OpenMP calls are looked up at run time
-// (libgomp comes with oneDNN) so that tide does not link OpenMP; a oneDNN built on another
-// threading runtime has none, and then runs its own way.
-class OneOpenMpThread {
- public:
-  OneOpenMpThread() {
-    if (fns().set && fns().get) {
-      before_ = fns().get();
-      fns().set(1);
-    }
-  }
-  ~OneOpenMpThread() {
-    if (before_ > 0) fns().set(before_);
-  }
-  OneOpenMpThread(const OneOpenMpThread&) = delete;
-  OneOpenMpThread& operator=(const OneOpenMpThread&) = delete;
-
- private:
-  struct Fns {
-    void (*set)(int) = nullptr;
-    int (*get)() = nullptr;
-  };
-  static const Fns& fns() {
-    static const Fns f{reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")),
-                       reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"))};
-    return f;
-  }
-  int before_ = 0;
-};
-
+// oneDNN's OpenMP threads are not used: each GEMM runs on the calling stream worker alone
+// (ops/cpu/one_openmp_thread.h). oneDNN 2.6.3's multi-threaded bfloat16 matmul returns wrong
+// products for some shapes with a transposed operand (e.g. 12 x 32 @ (50 x 32)^T on 2
+// threads; 1 thread is right), and one thread also keeps the products' bits independent of
+// the core count and leaves the other cores to tide's other streams and its pool.
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
