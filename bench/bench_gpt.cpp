@@ -6,10 +6,14 @@
 // The PyTorch anchor is bench/peers/gpt_step.py (bench/peers/gpt_run.sh runs both).
 // BM_GptCharGemms: the step's 51 GEMMs alone (per layer c_attn, attn.c_proj, c_fc, mlp.c_proj
 // forward, and each one's dX and dW; the tied head's three), through tide's matmul (queued,
-// waited once) or cblas_sgemm directly on the calling thread: tide's GEMM rate against the
-// BLAS library's own on the same shapes, and the GEMM floor of the step.
+// waited once), cblas_sgemm directly on the calling thread, or oneDNN's dnnl_sgemm directly
+// on its own OpenMP threads (where tide's float GEMMs use it): tide's GEMM rate against the
+// library's own on the same shapes, and the GEMM floor of the step.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#if TIDE_BENCH_SGEMM_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <memory>
 #include <vector>
@@ -96,10 +100,18 @@ std::vector<StepGemm> char_step_gemms() {
 }
 
 // Args: through tide (1), through tide in bfloat16 (2: operands cast once, outside the loop;
-// ops/cpu/half_gemm.h) or cblas_sgemm directly (0).
+// ops/cpu/half_gemm.h), cblas_sgemm directly (0) or dnnl_sgemm directly (3; skipped in a
+// build whose float GEMMs are not oneDNN's).
 void BM_GptCharGemms(benchmark::State& state) {
-  const bool through_tide = state.range(0) != 0;
+  const bool through_tide = state.range(0) == 1 || state.range(0) == 2;
   const bool bf16 = state.range(0) == 2;
+  const bool onednn = state.range(0) == 3;
+#if !TIDE_BENCH_SGEMM_ONEDNN
+  if (onednn) {
+    state.SkipWithError("float GEMMs are not oneDNN's in this build (TIDE_BLAS)");
+    return;
+  }
+#endif
   const std::vector<StepGemm> gemms = char_step_gemms();
   tide::Generator gen(2);
   std::vector<Tensor> as, bs;
@@ -126,6 +138,15 @@ void BM_GptCharGemms(benchmark::State& state) {
         outs.push_back(
             tide::matmul(as[i], bs[i], {.trans_a = gemms[i].ta, .trans_b = gemms[i].tb}));
       tide::wait_all();
+    } else if (onednn) {
+#if TIDE_BENCH_SGEMM_ONEDNN
+      for (size_t i = 0; i < gemms.size(); ++i) {
+        const StepGemm& g = gemms[i];
+        dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, ha[i].data(),
+                   g.ta ? g.m : g.k, hb[i].data(), g.tb ? g.k : g.n, 0.0f, hc[i].data(), g.n);
+      }
+      benchmark::ClobberMemory();
+#endif
     } else {
       for (size_t i = 0; i < gemms.size(); ++i) {
         const StepGemm& g = gemms[i];
@@ -139,13 +160,17 @@ void BM_GptCharGemms(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemms"] = double(gemms.size());
-  state.SetLabel(bf16 ? "tide matmul bfloat16" : through_tide ? "tide matmul" : "cblas_sgemm");
+  state.SetLabel(bf16           ? "tide matmul bfloat16"
+                 : through_tide ? "tide matmul"
+                 : onednn       ? "dnnl_sgemm"
+                                : "cblas_sgemm");
 }
 BENCHMARK(BM_GptCharGemms)
     ->ArgName("tide")
     ->Arg(0)
     ->Arg(1)
     ->Arg(2)
+    ->Arg(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
