@@ -1,7 +1,9 @@
 // The attention family's front-end (ops/attention.h): argument checks, the shape rule and
 // the gradient over the kernel entries of ops/attention_kernels.h (CPU:
-// ops/cpu/attention.cpp). Not here: the kernels, or any composition of matmul and softmax
-// (tests/ops/test_attention.cpp keeps that as the reference).
+// ops/cpu/attention.cpp). 16-bit operands run the CPU's 16-bit kernels (float32 inside, lse
+// and the gradient's statistics in float32); on other devices the float32 path between
+// casts (ops/half_compute.h). Not here: the kernels, or any composition of matmul and
+// softmax (tests/ops/test_attention.cpp keeps that as the reference).
 #include "ops/attention.h"
 
 #include <cmath>
@@ -71,6 +73,24 @@ Shape lse_shape(const Tensor& q) {
   return r == 4 ? Shape{q.size(0), q.size(1), q.size(2)} : Shape{q.size(0), q.size(1)};
 }
 
+// lse's (and the gradient's statistics') dtype: float32 for 16-bit q, else q's.
+DType lse_dtype(const Tensor& q) { return is_half(q.dtype()) ? DType::float32 : q.dtype(); }
+
+// Whether 16-bit operands go through the float32 path between casts: everywhere but the CPU,
+// whose kernels take them.
+bool half_through_float32(DType h, const Tensor& t) {
+  return h != DType::float32 && !t.device().is_cpu();
+}
+
+// The 16-bit kernels are the CPU's: the entry points that take kernels' outputs directly
+// (forward with lse, gradient) refuse 16-bit operands elsewhere.
+void check_half_on_cpu(OpId id, const Tensor& q) {
+  TIDE_CHECK(!is_half(q.dtype()) || q.device().is_cpu(), op_name(id), "16-bit ", describe(q),
+             " on ", q.device().str(),
+             " runs through scaled_dot_product_attention (the float32 path between casts); "
+             "its 16-bit kernels are the CPU's");
+}
+
 }  // namespace
 
 AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
@@ -79,20 +99,22 @@ AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Ten
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   const Dims dm = check_args(id, q, k, v, causal, scale);
+  check_half_on_cpu(id, q);
   // Inside a checkpoint's recompute, kept outputs replace the kernel (ops/checkpoint_keep.h).
   if (detail::KeepTape::active()) {
-    std::vector<Tensor> kept = detail::KeepTape::reuse(id, 0, {q.shape(), lse_shape(q)}, q.dtype());
+    std::vector<Tensor> kept =
+        detail::KeepTape::reuse(id, 0, {q.shape(), lse_shape(q)}, {q.dtype(), lse_dtype(q)});
     if (!kept.empty()) return {kept[0], kept[1]};
   }
   AttentionForward f{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
-                     Tensor::empty(lse_shape(q), q.dtype(), q.device(), op)};
+                     Tensor::empty(lse_shape(q), lse_dtype(q), q.device(), op)};
   if (detail::KeepTape::active()) detail::KeepTape::produced(id, 0, {f.out, f.lse});
   if (f.out.numel() == 0) return f;
-  dispatch_floating(q.dtype(), [&](auto z) {
+  dispatch_floating_with_half(q.dtype(), [&](auto z) {
     using T = decltype(z);
-    kernels::Attention<T> a{q.ref<T>(),     k.ref<T>(), v.ref<T>(), f.out.ref<T>(),
-                            f.lse.ref<T>(), dm.bh,      dm.t,       dm.s,
-                            dm.d,           causal,     dm.scale};
+    kernels::Attention<T> a{
+        q.ref<T>(), k.ref<T>(), v.ref<T>(), f.out.ref<T>(), f.lse.ref<compute_t<T>>(), dm.bh, dm.t,
+        dm.s,       dm.d,       causal,     dm.scale};
     kernels::queue(id, q.device(), {q.storage(), k.storage(), v.storage()},
                    {f.out.storage(), f.lse.storage()}, &kernels::cpu::attention<T>, a,
                    kernels::NoExtra{}, site);
@@ -104,8 +126,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> scale, Site site) {
   if (Tensor lq = q, lk = k, lv = v; autocast::lower({&lq, &lk, &lv}, site))
     return scaled_dot_product_attention(lq, lk, lv, causal, scale, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&q, &k, &v}); h != DType::float32)
+  // 16-bit operands off the CPU: the float32 path between casts (ops/half_compute.h).
+  if (DType h = detail::shared_half({&q, &k, &v}); half_through_float32(h, q))
     return detail::in_float32(h, [&] {
       return scaled_dot_product_attention(detail::up(q), detail::up(k), detail::up(v), causal,
                                           scale, site);
@@ -132,17 +154,18 @@ void attention_grad_into(const AttentionGrads& g, const Tensor& dout, const Tens
   const int64_t rows = dm.bh * dm.t;
   // Row 0 lse, row 1 delta: one storage, so the gradient entry reads five and writes three
   // (an engine task touches at most eight).
-  Tensor stats = Tensor::empty(Shape{2, rows}, q.dtype(), q.device(), op);
+  Tensor stats = Tensor::empty(Shape{2, rows}, lse_dtype(q), q.device(), op);
   const bool one = g.q.storage() == g.k.storage() && g.k.storage() == g.v.storage();
-  dispatch_floating(q.dtype(), [&](auto z) {
+  dispatch_floating_with_half(q.dtype(), [&](auto z) {
     using T = decltype(z);
-    kernels::AttentionGradPrep<T> p{dout.ref<T>(),  out.ref<T>(), lse.ref<T>(),
-                                    stats.ref<T>(), rows,         dm.d};
+    using R = compute_t<T>;
+    kernels::AttentionGradPrep<T> p{dout.ref<T>(),  out.ref<T>(), lse.ref<R>(),
+                                    stats.ref<R>(), rows,         dm.d};
     kernels::queue(id, q.device(), {dout.storage(), out.storage(), lse.storage()},
                    {stats.storage()}, &kernels::cpu::attention_grad_prep<T>, p, kernels::NoExtra{},
                    site);
     kernels::AttentionGrad<T> a{dout.ref<T>(),  q.ref<T>(),   k.ref<T>(),   v.ref<T>(),
-                                stats.ref<T>(), g.q.ref<T>(), g.k.ref<T>(), g.v.ref<T>(),
+                                stats.ref<R>(), g.q.ref<T>(), g.k.ref<T>(), g.v.ref<T>(),
                                 dm.bh,          dm.t,         dm.s,         dm.d,
                                 causal,         dm.scale};
     if (one)
@@ -169,7 +192,9 @@ void check_grad_args(OpId id, const Tensor& dout, const Tensor& q, const Tensor&
   const char* op = op_name(id);
   check_same(q, dout, id);
   check_same(q, out, id);
-  check_same(q, lse, id);
+  check_defined(lse, op);
+  TIDE_CHECK(lse.dtype() == lse_dtype(q) && lse.device() == q.device(), op, "lse ", describe(lse),
+             " must be ", name(lse_dtype(q)), " on ", q.device().str(), " for q ", describe(q));
   TIDE_CHECK(dout.shape() == q.shape() && out.shape() == q.shape(), op, "dout ", describe(dout),
              " and out ", describe(out), " must have q's shape ", describe(q));
   TIDE_CHECK(lse.shape() == lse_shape(q), op, "lse ", describe(lse), " must be ",
@@ -184,6 +209,7 @@ AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tenso
   const OpId id = OpId::scaled_dot_product_attention_grad;
   const char* op = op_name(id);
   const Dims dm = check_args(id, q, k, v, causal, scale);
+  check_half_on_cpu(id, q);
   check_grad_args(id, dout, q, out, lse);
   AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
                    Tensor::empty(k.shape(), k.dtype(), k.device(), op),
@@ -202,7 +228,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
                                            std::optional<double> scale, Site site) {
   if (Tensor l = qkv; autocast::lower({&l}, site))
     return scaled_dot_product_attention_packed(l, causal, scale, site);
-  if (DType h = detail::shared_half({&qkv}); h != DType::float32)
+  if (DType h = detail::shared_half({&qkv}); half_through_float32(h, qkv))
     return detail::in_float32(h, [&] {
       return scaled_dot_product_attention_packed(detail::up(qkv), causal, scale, site);
     });

@@ -5,16 +5,19 @@
 
 #include <cstdint>
 
+#include "core/float16.h"
 #include "core/kernel_context.h"
 #include "core/storage.h"
 #include "ops/kernel_types.h"
 
 namespace tide::kernels {
 
-// q (bh, t, d), k and v (bh, s, d), out (bh, t, d), lse (bh, t); all contiguous.
+// q (bh, t, d), k and v (bh, s, d), out (bh, t, d), lse (bh, t); all contiguous. lse is
+// float for the 16-bit types (compute_t), which the CPU computes in float32.
 template <class T>
 struct Attention {
-  DataRef<T> q, k, v, out, lse;
+  DataRef<T> q, k, v, out;
+  DataRef<compute_t<T>> lse;
   int64_t bh = 0, t = 0, s = 0, d = 0;
   bool causal = false;
   double scale = 1.0;
@@ -25,14 +28,17 @@ struct Attention {
 // gradient kernels need per query row.
 template <class T>
 struct AttentionGradPrep {
-  DataRef<T> dout, out, lse, stats;
+  DataRef<T> dout, out;
+  DataRef<compute_t<T>> lse, stats;
   int64_t rows = 0, d = 0;
 };
 
 // dq, dk, dv from dout, q, k, v and the preparation's stats; shapes as in Attention.
 template <class T>
 struct AttentionGrad {
-  DataRef<T> dout, q, k, v, stats, dq, dk, dv;
+  DataRef<T> dout, q, k, v;
+  DataRef<compute_t<T>> stats;
+  DataRef<T> dq, dk, dv;
   int64_t bh = 0, t = 0, s = 0, d = 0;
   bool causal = false;
   double scale = 1.0;

@@ -33,9 +33,9 @@ bool KeepTape::wants(OpId op, int64_t k) const {
 }
 
 std::vector<Tensor> KeepTape::take(OpId op, int64_t k, const std::vector<Shape>& shapes,
-                                   DType dtype) {
+                                   const std::vector<DType>& dtypes) {
   if (mode_ == Mode::record)
-    return parent_ ? parent_->take(op, k, shapes, dtype) : std::vector<Tensor>{};
+    return parent_ ? parent_->take(op, k, shapes, dtypes) : std::vector<Tensor>{};
   if (!wants(op, k)) return {};
   TIDE_CHECK(cursor_ < kept_.size(), kOp, "the recompute ran a kept '", op_name(op), "' (",
              shapes_text(shapes), ") past the ", kept_.size(), " the first run kept", kRule);
@@ -44,19 +44,19 @@ std::vector<Tensor> KeepTape::take(OpId op, int64_t k, const std::vector<Shape>&
              "' but the first run's was '", op_name(e.op), "'", kRule);
   if (e.outs.empty()) return {};  // written in place during the first run: compute it
   std::vector<Tensor> outs;
-  bool same = e.outs.size() == shapes.size();
+  bool same = e.outs.size() == shapes.size() && dtypes.size() == shapes.size();
   for (size_t i = 0; same && i < shapes.size(); ++i)
-    same = e.outs[i].shape() == shapes[i] && e.outs[i].dtype() == dtype;
+    same = e.outs[i].shape() == shapes[i] && e.outs[i].dtype() == dtypes[i];
   TIDE_CHECK(same, kOp, "kept '", op_name(op), "' #", cursor_, " of the recompute makes ",
-             shapes_text(shapes), " ", dtype, " but the first run's made ", e.outs[0].shape(), " ",
-             e.outs[0].dtype(), kRule);
+             shapes_text(shapes), " ", dtypes[0], " but the first run's made ", e.outs[0].shape(),
+             " ", e.outs[0].dtype(), kRule);
   for (const Tensor& t : e.outs) outs.push_back(t.detach());
   return outs;
 }
 
 std::vector<Tensor> KeepTape::reuse(OpId op, int64_t k, const std::vector<Shape>& shapes,
-                                    DType dtype) {
-  return tl_keep_tape ? tl_keep_tape->take(op, k, shapes, dtype) : std::vector<Tensor>{};
+                                    const std::vector<DType>& dtypes) {
+  return tl_keep_tape ? tl_keep_tape->take(op, k, shapes, dtypes) : std::vector<Tensor>{};
 }
 
 void KeepTape::produced(OpId op, int64_t k, const std::vector<Tensor>& outs) {

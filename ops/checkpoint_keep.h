@@ -38,10 +38,11 @@ class KeepTape {
   // their enqueue path builds no shape list otherwise).
   static bool active() { return tl_keep_tape != nullptr; }
   // Called by op `op` (inner dimension k for a GEMM, else 0) before it computes: the outputs
-  // to use instead (fresh handles), or an empty list to compute. Throws "[checkpoint]" when a
-  // recompute's kept op has outputs of other shapes or dtypes than the first run's.
+  // to use instead (fresh handles), or an empty list to compute; shapes and dtypes, one
+  // each per output. Throws "[checkpoint]" when a recompute's kept op has outputs of other
+  // shapes or dtypes than the first run's.
   static std::vector<Tensor> reuse(OpId op, int64_t k, const std::vector<Shape>& shapes,
-                                   DType dtype);
+                                   const std::vector<DType>& dtypes);
   // Called by the op after reuse() with its outputs (computed or reused): kept when recording
   // and the options name the op.
   static void produced(OpId op, int64_t k, const std::vector<Tensor>& outs);
@@ -52,7 +53,8 @@ class KeepTape {
 
  private:
   bool wants(OpId op, int64_t k) const;
-  std::vector<Tensor> take(OpId op, int64_t k, const std::vector<Shape>& shapes, DType dtype);
+  std::vector<Tensor> take(OpId op, int64_t k, const std::vector<Shape>& shapes,
+                           const std::vector<DType>& dtypes);
 
   std::vector<KeptOutputs>& kept_;
   CheckpointOptions options_;

@@ -59,7 +59,7 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
 // `reused` set: queue nothing), or a fresh one of `like`'s dtype and device.
 Tensor gemm_output(OpId id, int64_t k, const Shape& shape, const Tensor& like, bool& reused) {
   if (KeepTape::active())
-    if (std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, like.dtype()); !kept.empty()) {
+    if (std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, {like.dtype()}); !kept.empty()) {
       reused = true;
       return kept[0];
     }

@@ -82,7 +82,7 @@ constexpr std::array kTable{
     OpTraits{OpId::scaled_dot_product_attention, "scaled_dot_product_attention", K::linalg, N, N, E,
              none, N, N, E},
     OpTraits{OpId::scaled_dot_product_attention_grad, "scaled_dot_product_attention_grad",
-             K::linalg, N, N, N},
+             K::linalg, N, N, N, none, N, N, E},
     OpTraits{OpId::reshape, "reshape", K::view, N, N, E, none, N, N, E},
     OpTraits{OpId::slice, "slice", K::view, N, N, E, none, N, N, E},
     OpTraits{OpId::select, "select", K::view, N, N, E, none, N, N, E},

@@ -16,6 +16,8 @@
 // are left out of the products with v, k and q. For head sizes 16, 32 and 64 the kernels
 // are compiled for that size, so that a query's output row and its dq row stay in vector
 // registers across the keys; the operations and their order are those of the generic form.
+// The 16-bit types (bfloat16, float16) run the float32 kernels on widened copies in one
+// workspace, their results rounded once: one task each, the float32 computation.
 // Not here: BLAS per tile, SIMD intrinsics (the loops run over contiguous dimensions, which
 // the compiler vectorises).
 #include <algorithm>
@@ -23,6 +25,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/allocator.h"
+#include "core/float16.h"
 #include "core/thread_pool.h"
 #include "ops/attention_kernels.h"
 #include "ops/cpu/isa_parallel.h"
@@ -175,30 +179,69 @@ void attention_fixed_d(const Attention<T>& a) {
       });
 }
 
+namespace {
+
+// y[i] = x[i] widened to float, and back rounded once.
 template <class T>
-void attention(const KernelContext&, const Attention<T>& a, const NoExtra&) {
-  // The head sizes of common models at compile time (GPT-2's 64, the char model's 32).
-  switch (a.d) {
-    case 16: return attention_fixed_d<16>(a);
-    case 32: return attention_fixed_d<32>(a);
-    case 64: return attention_fixed_d<64>(a);
-    default: return attention_fixed_d<0>(a);
+void widen_into(const T* x, float* y, int64_t n) {
+  parallel_for(n, tide::detail::kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = widen(x[i]);
+  });
+}
+template <class T>
+void round_into(const float* x, T* y, int64_t n) {
+  parallel_for(n, tide::detail::kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = half_convert<T>(x[i]);
+  });
+}
+
+// Float scratch of n elements for a 16-bit kernel, from the allocator (it counts against
+// its limit; over it, the op fails).
+StorageRef float_workspace(int64_t n, const char* op) {
+  return Allocator::get().workspace(size_t(std::max<int64_t>(n, 1)) * sizeof(float), op);
+}
+
+}  // namespace
+
+template <class T>
+void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra& e) {
+  if constexpr (is_half_v<T>) {
+    const int64_t nq = a.bh * a.t * a.d, nk = a.bh * a.s * a.d;
+    const StorageRef ws = float_workspace(2 * nq + 2 * nk, "scaled_dot_product_attention");
+    Storage* w = ws.get();
+    const Attention<float> f{{w, 0}, {w, nq}, {w, nq + nk}, {w, nq + 2 * nk}, a.lse,  a.bh,
+                             a.t,    a.s,     a.d,          a.causal,         a.scale};
+    widen_into(a.q.get(), f.q.get(), nq);
+    widen_into(a.k.get(), f.k.get(), nk);
+    widen_into(a.v.get(), f.v.get(), nk);
+    attention(ctx, f, e);
+    round_into(f.out.get(), a.out.get(), nq);
+  } else {
+    // The head sizes of common models at compile time (GPT-2's 64, the char model's 32).
+    switch (a.d) {
+      case 16: return attention_fixed_d<16>(a);
+      case 32: return attention_fixed_d<32>(a);
+      case 64: return attention_fixed_d<64>(a);
+      default: return attention_fixed_d<0>(a);
+    }
   }
 }
 
 template <class T>
 void attention_grad_prep(const KernelContext&, const AttentionGradPrep<T>& a, const NoExtra&) {
+  using R = compute_t<T>;
   const int64_t rows = a.rows, d = a.d;
   const T* dout = a.dout.get();
   const T* out = a.out.get();
-  const T* lse = a.lse.get();
-  T* stats = a.stats.get();
+  const R* lse = a.lse.get();
+  R* stats = a.stats.get();
   parallel_for(rows, grain_for(2 * d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       double sum = 0;
-      for (int64_t c = 0; c < d; ++c) sum += double(dout[r * d + c]) * double(out[r * d + c]);
+      for (int64_t c = 0; c < d; ++c)
+        sum += double(widen(dout[r * d + c])) * double(widen(out[r * d + c]));
       stats[r] = lse[r];
-      stats[rows + r] = T(sum);
+      stats[rows + r] = R(sum);
     }
   });
 }
@@ -389,14 +432,43 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
 }
 
 template <class T>
-void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExtra&) {
-  // Both forms give the same bits; the one-pass form needs a few heads per thread.
-  if (a.bh < 2 * int64_t(tide::num_threads())) return attention_grad_two_pass(a);
-  switch (a.d) {  // the head sizes the forward specialises
-    case 16: return attention_grad_one_pass<16>(a);
-    case 32: return attention_grad_one_pass<32>(a);
-    case 64: return attention_grad_one_pass<64>(a);
-    default: return attention_grad_one_pass<0>(a);
+void attention_grad(const KernelContext& ctx, const AttentionGrad<T>& a, const NoExtra& e) {
+  if constexpr (is_half_v<T>) {
+    // dout, q, k, v widened, dq, dk, dv computed in float and rounded once.
+    const int64_t nq = a.bh * a.t * a.d, nk = a.bh * a.s * a.d;
+    const StorageRef ws = float_workspace(3 * nq + 4 * nk, "scaled_dot_product_attention_grad");
+    Storage* w = ws.get();
+    const AttentionGrad<float> f{{w, 0},
+                                 {w, nq},
+                                 {w, 2 * nq},
+                                 {w, 2 * nq + nk},
+                                 a.stats,
+                                 {w, 2 * nq + 2 * nk},
+                                 {w, 3 * nq + 2 * nk},
+                                 {w, 3 * nq + 3 * nk},
+                                 a.bh,
+                                 a.t,
+                                 a.s,
+                                 a.d,
+                                 a.causal,
+                                 a.scale};
+    widen_into(a.dout.get(), f.dout.get(), nq);
+    widen_into(a.q.get(), f.q.get(), nq);
+    widen_into(a.k.get(), f.k.get(), nk);
+    widen_into(a.v.get(), f.v.get(), nk);
+    attention_grad(ctx, f, e);
+    round_into(f.dq.get(), a.dq.get(), nq);
+    round_into(f.dk.get(), a.dk.get(), nk);
+    round_into(f.dv.get(), a.dv.get(), nk);
+  } else {
+    // Both forms give the same bits; the one-pass form needs a few heads per thread.
+    if (a.bh < 2 * int64_t(tide::num_threads())) return attention_grad_two_pass(a);
+    switch (a.d) {  // the head sizes the forward specialises
+      case 16: return attention_grad_one_pass<16>(a);
+      case 32: return attention_grad_one_pass<32>(a);
+      case 64: return attention_grad_one_pass<64>(a);
+      default: return attention_grad_one_pass<0>(a);
+    }
   }
 }
 
@@ -407,6 +479,8 @@ void attention_grad(const KernelContext&, const AttentionGrad<T>& a, const NoExt
   template void attention_grad<T>(const KernelContext&, const AttentionGrad<T>&, const NoExtra&);
 TIDE_ATTENTION(float)
 TIDE_ATTENTION(double)
+TIDE_ATTENTION(bfloat16)
+TIDE_ATTENTION(float16)
 #undef TIDE_ATTENTION
 
 }  // namespace tide::kernels::cpu

@@ -14,6 +14,7 @@
 
 #include "core/engine/engine.h"
 #include "error_of.h"
+#include "ops/attention.h"
 #include "tests/ops/op_harness.h"
 
 namespace tide {
@@ -292,7 +293,8 @@ TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
                                  OpId::conv2d,
                                  OpId::layer_norm,
                                  OpId::layer_norm_grad,
-                                 OpId::scaled_dot_product_attention};
+                                 OpId::scaled_dot_product_attention,
+                                 OpId::scaled_dot_product_attention_grad};
   for (const OpTraits& t : all_ops()) {
     SCOPED_TRACE(std::string(t.name));
     EXPECT_EQ(t.half, accept.count(t.id) == 1);
@@ -426,6 +428,67 @@ TEST(Half, LayerNormIsOneKernelWithTheFloat32PathsBits) {
       EXPECT_EQ(bytes_of(wl.grad()), bytes_of(cast(wf.grad(), t)));
       EXPECT_EQ(bytes_of(bl.grad()), bytes_of(cast(bf.grad(), t)));
     }
+}
+
+// Attention on 16-bit q, k, v is one CPU kernel (float32 inside, lse in float32): its output
+// is the float32 op's bits rounded once, and its gradient two kernels whose dq, dk and dv
+// are the float32 path's within a 16-bit rounding or two (its delta reads the rounded
+// output). Off the CPU (the fake GPU) the float32 path between casts, with the same forward
+// bits; the kernel-level entry points refuse 16-bit there.
+TEST(Half, AttentionOnTheCpuIsOneKernelWithTheFloat32Bits) {
+  const Shape shape{2, 2, 70, 32};  // past one tile of queries and of keys, a compiled D
+  std::vector<double> vq(size_t(shape.numel())), vk(vq.size()), vv(vq.size()), vg(vq.size());
+  for (size_t i = 0; i < vq.size(); ++i) {
+    vq[i] = std::sin(double(i) * 0.37);
+    vk[i] = std::cos(double(i) * 0.21);
+    vv[i] = std::sin(double(i) * 0.13 + 1.0);
+    vg[i] = std::cos(double(i) * 0.05);
+  }
+  for (DType t : {DType::bfloat16, DType::float16}) {
+    SCOPED_TRACE(name(t));
+    const double eps = t == DType::bfloat16 ? 0x1p-8 : 0x1p-11;  // half an ulp at 1
+    Tensor q = from_data(vq, shape, t), k = from_data(vk, shape, t), v = from_data(vv, shape, t),
+           g = from_data(vg, shape, t);
+    wait_all();
+    uint64_t before = Engine::get().stats().queued;
+    AttentionForward f = scaled_dot_product_attention_forward(q, k, v, true);
+    EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+    EXPECT_EQ(f.out.dtype(), t);
+    EXPECT_EQ(f.lse.dtype(), DType::float32);
+    Tensor qf = cast(q, DType::float32).requires_grad_(),
+           kf = cast(k, DType::float32).requires_grad_(),
+           vf = cast(v, DType::float32).requires_grad_();
+    Tensor yf = scaled_dot_product_attention(qf, kf, vf, true);
+    EXPECT_EQ(bytes_of(f.out), bytes_of(cast(yf, t)));
+    sum(mul(yf, cast(g, DType::float32))).backward();
+    wait_all();
+    before = Engine::get().stats().queued;
+    AttentionGrads d = scaled_dot_product_attention_grad(g, q, k, v, f.out, f.lse, true);
+    EXPECT_EQ(Engine::get().stats().queued - before, 2u);  // the statistics, the gradient
+    const std::pair<Tensor, Tensor> pairs[] = {
+        {d.q, qf.grad()}, {d.k, kf.grad()}, {d.v, vf.grad()}};
+    for (const auto& [got16, want32] : pairs) {
+      EXPECT_EQ(got16.dtype(), t);
+      const std::vector<float> got = cast(got16, DType::float32).to_vector<float>(),
+                               want = want32.to_vector<float>();
+      double scale = 0;
+      for (float w : want) scale = std::max(scale, std::abs(double(w)));
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 4 * eps * std::max(scale, std::abs(double(want[i])))) << i;
+    }
+    // Through autograd: the same kernels (the packed form in the GPT too).
+    Tensor ql = q.detach().requires_grad_();
+    sum(mul(scaled_dot_product_attention(ql, k, v, true), g)).backward();
+    EXPECT_EQ(bytes_of(ql.grad()), bytes_of(d.q));
+    // The fake GPU: the float32 path, the same forward bits; its kernel entries refuse.
+    const Device gpu = test::case_devices().front();
+    if (gpu.is_cpu()) continue;
+    Tensor qg = q.to(gpu), kg = k.to(gpu), vg16 = v.to(gpu);
+    EXPECT_EQ(bytes_of(scaled_dot_product_attention(qg, kg, vg16, true).to(Device::cpu())),
+              bytes_of(f.out));
+    EXPECT_TIDE_ERROR(scaled_dot_product_attention_forward(qg, kg, vg16, true),
+                      "[scaled_dot_product_attention]", "16-bit kernels are the CPU's");
+  }
 }
 
 // cross_entropy_rows reads 16-bit logits in one kernel (its log-sum-exp kept in float32):
