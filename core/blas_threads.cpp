@@ -111,8 +111,8 @@ BlasThreadsInfo configure_library() {
 }
 
 // With -DTIDE_BLAS=onednn, a float GEMM's rows run in parts on tide's pool, one per core
-// found at startup, oneDNN serial in each (ops/cpu/linalg.cpp). oneDNN linked for bfloat16
-// GEMMs only (TIDE_BF16_GEMM) runs those on the calling thread (ops/cpu/half_gemm.cpp).
+// found at startup, oneDNN serial in each (ops/cpu/linalg.cpp); bfloat16 GEMMs the same way
+// (ops/cpu/half_gemm.cpp).
 std::string onednn_config() {
   if (!dnnl_version) return "";
   const TideDnnlVersion* v = dnnl_version();
@@ -120,7 +120,7 @@ std::string onednn_config() {
       std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   if (std::string(TIDE_BLAS_NAME) == "onednn")
     return "; float GEMMs: oneDNN " + version + " (row parts on tide's pool, one per core)";
-  return "; bfloat16 GEMMs: oneDNN " + version + " (one thread per GEMM)";
+  return "; bfloat16 GEMMs: oneDNN " + version + " (row parts on tide's pool, one per core)";
 }
 
 BlasThreadsInfo configure_once() {

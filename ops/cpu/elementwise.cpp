@@ -13,15 +13,16 @@ namespace tide::kernels::cpu {
 using tide::detail::isa_parallel_for;
 using tide::detail::kParallelGrain;
 
-// GELU's tanh form and its gradient on contiguous float32: about 25 operations an element
-// (fn::exp_nonpositive's polynomial), so their loops run compiled for the widest vector ISA
-// (16 lanes instead of the baseline's 4). Only the width changes, not the arithmetic, so
-// the bits are the baseline's, as the traced fused chains compute them. The other
-// functors stay on the baseline: memory-bound, and the wide copies slowed the whole GPT
-// step when every loop had them.
+// GELU's tanh form and its gradient on contiguous float32 and 16-bit tensors: about 25
+// operations an element (fn::exp_nonpositive's polynomial), so their loops run compiled for
+// the widest vector ISA (16 lanes instead of the baseline's 4). Only the width changes, not
+// the arithmetic, so the bits are the baseline's, as the traced fused chains compute them.
+// The other functors stay on the baseline: memory-bound, and the wide copies slowed the
+// whole GPT step when every loop had them.
 template <class F, class T>
-constexpr bool kWideLoop = std::is_same_v<T, float> &&
-                           (std::is_same_v<F, fn::GeluTanh> || std::is_same_v<F, fn::GeluTanhGrad>);
+constexpr bool kWideLoop = (std::is_same_v<T, float> ||
+                            is_half_v<T>)&&(std::is_same_v<F, fn::GeluTanh> ||
+                                            std::is_same_v<F, fn::GeluTanhGrad>);
 
 template <class O, class T, class F>
 void binary_flat(const KernelContext&, const BinaryFlat<O, T>& a, const F& f) {
@@ -32,7 +33,7 @@ void binary_flat(const KernelContext&, const BinaryFlat<O, T>& a, const F& f) {
       O* po = a.out.get();
       isa_parallel_for(
           a.n, kParallelGrain, [&](int64_t lo, int64_t hi) __attribute__((always_inline)) {
-            for (int64_t i = lo; i < hi; ++i) po[i] = O(f(pa[i], pb[i]));
+            for (int64_t i = lo; i < hi; ++i) po[i] = O(f(widen(pa[i]), widen(pb[i])));
           });
       return;
     }
@@ -59,7 +60,7 @@ void unary_flat(const KernelContext&, const UnaryFlat<T>& a, const F& f) {
     T* po = a.out.get();
     isa_parallel_for(
         a.n, kParallelGrain, [&](int64_t lo, int64_t hi) __attribute__((always_inline)) {
-          for (int64_t i = lo; i < hi; ++i) po[i] = T(f(pa[i]));
+          for (int64_t i = lo; i < hi; ++i) po[i] = T(f(widen(pa[i])));
         });
   } else {
     tide::detail::unary_flat(a.a.get(), a.out.get(), a.n, f);

@@ -60,11 +60,11 @@ void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
 
 #if TIDE_BF16_GEMM_ONEDNN
 
-// oneDNN's OpenMP threads are not used: each GEMM runs on the calling stream worker alone
-// (ops/cpu/one_openmp_thread.h). oneDNN 2.6.3's multi-threaded bfloat16 matmul returns wrong
-// products for some shapes with a transposed operand (e.g. 12 x 32 @ (50 x 32)^T on 2
-// threads; 1 thread is right), and one thread also keeps the products' bits independent of
-// the core count and leaves the other cores to tide's other streams and its pool.
+// oneDNN's OpenMP threads are not used: a GEMM runs in row parts on tide's pool, each part
+// serial (ops/cpu/one_openmp_thread.h), a batch of them on the calling worker alone. oneDNN
+// 2.6.3's multi-threaded bfloat16 matmul returns wrong products for some shapes with a
+// transposed operand (e.g. 12 x 32 @ (50 x 32)^T on 2 threads; 1 thread is right), and
+// parts fixed by the shape keep the products' bits independent of the pool's size.
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
@@ -139,7 +139,19 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
   if (g.m == 0 || g.n == 0 || batch == 0) return;
 #if TIDE_BF16_GEMM_ONEDNN
   if constexpr (std::is_same_v<H, bfloat16>) {
-    // k = 0 (c = bias or 0) is left to the float32 path, which writes it.
+    // k = 0 (c = bias or 0) is left to the float32 path, which writes it. One product: its
+    // rows in parts on tide's pool (for_onednn_row_parts), a part oneDNN cannot take (its
+    // reference kernel) through float32.
+    if (g.k > 0 && batch == 1) {
+      for_onednn_row_parts(g.m, g.n, g.k, [&](int64_t r0, int64_t mr) {
+        Gemm<H> part = g;
+        part.m = mr;
+        part.a.offset += g.ta ? r0 : r0 * g.lda;
+        part.c.offset += r0 * g.ldc;
+        if (!onednn_gemm(part, 1, 0, 0, bias, relu)) float32_gemm(part, bias, relu);
+      });
+      return;
+    }
     if (g.k > 0 && onednn_gemm(g, batch, stride_a, stride_b, bias, relu)) return;
   }
 #endif

@@ -105,21 +105,6 @@ void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra
   });
 }
 
-#if TIDE_SGEMM_ONEDNN
-namespace {
-// How many row parts oneDNN's sgemm of an m x k @ k x n product runs in: one per core found
-// at startup (usable_cores), at least kMinRows rows each; one for products under
-// kSerialWork multiply-adds (OpenBLAS also keeps those on the caller), and one where the
-// process has no OpenMP calls to make oneDNN serial (it then runs its own threads).
-int64_t sgemm_parts(int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kMinRows = 32, kSerialWork = 65536;
-  static const int64_t cores = OneOpenMpThread::available() ? usable_cores() : 1;
-  if (m * n * k < kSerialWork) return 1;
-  return std::clamp<int64_t>(m / kMinRows, 1, cores);
-}
-}  // namespace
-#endif
-
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, float* c, int64_t ldc) {
 #if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
@@ -127,28 +112,16 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
     for (int64_t r = 0; r < m; ++r) std::fill_n(c + r * ldc, n, 0.0f);
     return;
   }
-  // C's rows in parts, each on one pool thread with oneDNN serial there: its OpenMP team
-  // would spin after every call on the cores the pool's next loop needs (the char GPT's
-  // eager step took 34 ms that way, 23 ms this way). The parts depend only on the shape and
-  // the cores found at startup, as OpenBLAS's thread count does, never on the pool's size:
-  // with fewer threads the same parts run one after another, with the same bits.
-  const int64_t parts = sgemm_parts(m, n, k);
-  const int64_t rows = (m + parts - 1) / parts;
+  // C's rows in parts on tide's pool, oneDNN serial in each (for_onednn_row_parts): its
+  // OpenMP team would spin after every call on the cores the pool's next loop needs (the
+  // char GPT's eager step took 34 ms that way, 23 ms this way).
   std::atomic<int> failed{int(dnnl_success)};
-  auto part = [&](int64_t p) {
-    const int64_t r0 = p * rows, mr = std::min(m, r0 + rows) - r0;
-    if (mr <= 0) return;
-    const OneOpenMpThread serial;
+  for_onednn_row_parts(m, n, k, [&](int64_t r0, int64_t mr) {
     const dnnl_status_t s1 =
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', mr, n, k, 1.0f, ta ? a + r0 : a + r0 * lda, lda,
                    b, ldb, 0.0f, c + r0 * ldc, ldc);
     if (s1 != dnnl_success) failed.store(int(s1));
-  };
-  if (parts == 1) part(0);
-  else
-    parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) part(p);
-    });
+  });
   const auto st = dnnl_status_t(failed.load());
   if (st != dnnl_success)
     throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ", m,

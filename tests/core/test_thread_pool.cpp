@@ -129,26 +129,30 @@ TEST_F(ThreadPool, BlasThreadsAreSetOnceAndDoNotFollowThePool) {
 
 TEST_F(ThreadPool, MatmulBitsDoNotDependOnThePoolSize) {
   // OpenBLAS's sgemm differs in the last bits between 1 and 2 of its threads; since its
-  // count is fixed at startup, tide's pool size must not change a product. Shapes of the
-  // textbook MLP's GEMMs, with both transposes.
-  Generator gen(7);
-  Tensor x = randn({256, 128}, DType::float32, gen);
-  Tensor w = randn({128, 512}, DType::float32, gen);
-  Tensor g = randn({256, 512}, DType::float32, gen);
-  auto products = [&] {
-    std::vector<float> out = matmul(x, w).to_vector();
-    std::vector<float> dw = matmul(x, g, {true, false}).to_vector();
-    std::vector<float> dx = matmul(g, w, {false, true}).to_vector();
-    out.insert(out.end(), dw.begin(), dw.end());
-    out.insert(out.end(), dx.begin(), dx.end());
-    return out;
-  };
-  set_num_threads(1);
-  std::vector<float> one = products();
-  set_num_threads(2);
-  std::vector<float> two = products();
-  ASSERT_EQ(one.size(), two.size());
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  // count is fixed at startup, tide's pool size must not change a product; nor may the row
+  // parts oneDNN's float and bfloat16 GEMMs run in (ops/cpu/one_openmp_thread.h). Shapes of
+  // the textbook MLP's GEMMs, with both transposes.
+  for (DType t : {DType::float32, DType::bfloat16}) {
+    SCOPED_TRACE(name(t));
+    Generator gen(7);
+    Tensor x = cast(randn({256, 128}, DType::float32, gen), t);
+    Tensor w = cast(randn({128, 512}, DType::float32, gen), t);
+    Tensor g = cast(randn({256, 512}, DType::float32, gen), t);
+    auto products = [&] {
+      std::vector<float> out = cast(matmul(x, w), DType::float32).to_vector();
+      std::vector<float> dw = cast(matmul(x, g, {true, false}), DType::float32).to_vector();
+      std::vector<float> dx = cast(matmul(g, w, {false, true}), DType::float32).to_vector();
+      out.insert(out.end(), dw.begin(), dw.end());
+      out.insert(out.end(), dx.begin(), dx.end());
+      return out;
+    };
+    set_num_threads(1);
+    std::vector<float> one = products();
+    set_num_threads(2);
+    std::vector<float> two = products();
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  }
 }
 
 }  // namespace
