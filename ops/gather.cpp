@@ -30,12 +30,17 @@ int64_t row_width(const Shape& s) {
   return w;
 }
 
-// Queues entry Args<T, I> over src/g's dtype and the rows' index type.
-template <template <class, class> class Args, class Cpu>
+// Queues entry Args<T, I> over src/g's dtype (the 16-bit types too when Half) and the rows'
+// index type.
+template <template <class, class> class Args, bool Half = false, class Cpu>
 void queue_rows(OpId id, const Tensor& in, const Tensor& rows, const Tensor& y, int64_t n,
                 int64_t k, Cpu cpu, Site site) {
   const int64_t width = row_width(in.shape());
-  dispatch_dtype(in.dtype(), [&](auto z) {
+  auto dispatch = [&](auto&& f) {
+    if constexpr (Half) dispatch_with_half(in.dtype(), f);
+    else dispatch_dtype(in.dtype(), f);
+  };
+  dispatch([&](auto z) {
     using T = decltype(z);
     auto run = [&](auto zi) {
       using I = decltype(zi);
@@ -52,8 +57,11 @@ void queue_rows(OpId id, const Tensor& in, const Tensor& rows, const Tensor& y, 
 }  // namespace
 
 Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&src}); h != DType::float32)
+  // 16-bit rows: on the CPU moved as they are (a copy), with the gradient's scatter-add on
+  // the float32 path between casts; elsewhere the whole op takes that path
+  // (ops/half_compute.h).
+  const DType h = detail::shared_half({&src});
+  if (h != DType::float32 && !src.device().is_cpu())
     return detail::in_float32(h, [&] { return take_rows(detail::up(src), rows, site); });
   const char* op = op_name(OpId::take_rows);
   check_defined(src, op);
@@ -65,11 +73,13 @@ Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
   shape[0] = k;
   Tensor y = Tensor::empty(shape, src.dtype(), src.device(), op);
   if (y.numel() > 0)
-    queue_rows<kernels::TakeRows>(
+    queue_rows<kernels::TakeRows, true>(
         OpId::take_rows, src, rows, y, n, k,
         []<class T, class I>() { return &kernels::cpu::take_rows<T, I>; }, site);
-  autograd::record(op, y, {&src},
-                   [rows, n](const Tensor& g) { return Grads{scatter_add_rows(g, rows, n)}; });
+  autograd::record(op, y, {&src}, [rows, n, h](const Tensor& g) {
+    if (h == DType::float32) return Grads{scatter_add_rows(g, rows, n)};
+    return Grads{detail::down(scatter_add_rows(detail::up(g), rows, n), h)};
+  });
   return y;
 }
 

@@ -17,7 +17,9 @@ namespace tide {
 // position 2 is outside the 5 rows [0, 5)", thrown by the first sync that touches the
 // result); a CUDA kernel cannot throw, so on a GPU that output row is NaN (floating) or
 // the dtype's lowest value (integers). Throws "[take_rows]" at the call for a 0-d src,
-// rows that are not 1-D integers, or rows on another device. Queued; does not wait.
+// rows that are not 1-D integers, or rows on another device. 16-bit src: moved as it is
+// on the CPU (its gradient's scatter-add in float32), elsewhere the float32 path between
+// casts. Queued; does not wait.
 Tensor take_rows(const Tensor& src, const Tensor& rows, Site site = Site::current());
 
 // The adjoint of take_rows: y of shape (n, g.shape[1:]) starts at zero, then

@@ -5,8 +5,8 @@
 // through the casts, and a trace records them. The cost: the casts' passes and float32
 // temporaries. The elementwise ops, the GEMMs, the reductions (but sum_to), softmax /
 // log_softmax, layer_norm, cross_entropy_rows, transpose, swap_axes and, on the CPU,
-// attention do not take it: their kernels read and write the 16-bit types directly
-// (docs/mixed-precision.md).
+// attention and take_rows do not take it: their kernels read and write the 16-bit types
+// directly (docs/mixed-precision.md).
 #pragma once
 
 #include <initializer_list>

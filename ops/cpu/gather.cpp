@@ -56,6 +56,15 @@ TIDE_GATHER_ALL(double)
 TIDE_GATHER_ALL(int32_t)
 TIDE_GATHER_ALL(int64_t)
 #undef TIDE_GATHER_ALL
+// 16-bit rows are moved as they are (ops/gather.cpp); their scatter-add takes float32.
+template void take_rows<bfloat16, int32_t>(const KernelContext&, const TakeRows<bfloat16, int32_t>&,
+                                           const NoExtra&);
+template void take_rows<bfloat16, int64_t>(const KernelContext&, const TakeRows<bfloat16, int64_t>&,
+                                           const NoExtra&);
+template void take_rows<float16, int32_t>(const KernelContext&, const TakeRows<float16, int32_t>&,
+                                          const NoExtra&);
+template void take_rows<float16, int64_t>(const KernelContext&, const TakeRows<float16, int64_t>&,
+                                          const NoExtra&);
 #undef TIDE_GATHER
 
 }  // namespace tide::kernels::cpu

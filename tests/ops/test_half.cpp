@@ -491,6 +491,34 @@ TEST(Half, AttentionOnTheCpuIsOneKernelWithTheFloat32Bits) {
   }
 }
 
+// take_rows on 16-bit rows is one CPU kernel that moves them as they are (the float32
+// path's bits: a copy), its gradient the float32 scatter-add between casts; on the fake GPU
+// the whole op takes the float32 path, with the same bits.
+TEST(Half, TakeRowsOnTheCpuMovesSixteenBitRows) {
+  std::vector<double> v(24), g(15);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i) * 0.7) * 3.0;
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(double(i) * 0.3);
+  const Tensor rows = from_vector<int64_t>({5, 0, 5, 2, 7}, {5});
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      SCOPED_TRACE(std::string(name(t)) + " on " + d.str());
+      Tensor src = from_data(v, {8, 3}, t).to(d).requires_grad_(), r = rows.to(d),
+             gy = from_data(g, {5, 3}, t).to(d);
+      wait_all();
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor y = take_rows(src, r);
+      if (d.is_cpu()) EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(y.dtype(), t);
+      sum(mul(y, gy)).backward();
+      Tensor sf = cast(src.detach(), DType::float32).requires_grad_();
+      Tensor yf = take_rows(sf, r);
+      sum(mul(yf, cast(gy, DType::float32))).backward();
+      EXPECT_EQ(bytes_of(y), bytes_of(cast(yf, t)));
+      EXPECT_EQ(src.grad().dtype(), t);
+      EXPECT_EQ(bytes_of(src.grad()), bytes_of(cast(sf.grad(), t)));
+    }
+}
+
 // cross_entropy_rows reads 16-bit logits in one kernel (its log-sum-exp kept in float32):
 // the losses and the logits' gradient are the float32 op's bits between casts.
 TEST(Half, CrossEntropyRowsAreOneKernelWithTheFloat32PathsBits) {
