@@ -172,8 +172,23 @@ Tensor argmax(const Tensor& a, int axis, bool keepdim, Site site) {
   return reduce(Kind::argmax, OpId::argmax, a, axis, false, keepdim, site);
 }
 
+namespace {
+// How many sums sum_to(g, shape) queues: one for leading dimensions, one per kept dimension
+// of size 1.
+int sums_to(const Shape& g, const Shape& shape) {
+  const int lead = g.ndim() - shape.ndim();
+  int n = lead > 0 ? 1 : 0;
+  for (int i = 0; i < shape.ndim() && lead + i < g.ndim(); ++i)
+    if (shape[i] == 1 && g[lead + i] != 1) ++n;
+  return n;
+}
+}  // namespace
+
 Tensor sum_to(const Tensor& g, const Shape& shape, Site site) {
-  if (DType h = detail::shared_half({&g}); h != DType::float32)
+  // 16-bit g: one sum reads it directly (double accumulation rounded through float: the
+  // float32 path's bits); two or more take the float32 path between casts, whose float32
+  // intermediates 16-bit ones would round.
+  if (DType h = detail::shared_half({&g}); h != DType::float32 && sums_to(g.shape(), shape) > 1)
     return detail::in_float32(h, [&] { return sum_to(detail::up(g), shape, site); });
   if (g.shape() == shape) return g;
   const char* op = "sum_to";

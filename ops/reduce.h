@@ -29,6 +29,7 @@ Tensor argmax(const Tensor& a, Site site = Site::current());
 Tensor argmax(const Tensor& a, int axis, bool keepdim = false, Site site = Site::current());
 
 // Sums a broadcast gradient back to `shape` (the reverse of broadcasting). Differentiable.
+// 16-bit g: one 16-bit sum where one suffices, else the float32 path between casts.
 Tensor sum_to(const Tensor& g, const Shape& shape, Site site = Site::current());
 
 }  // namespace tide

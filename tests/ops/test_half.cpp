@@ -519,6 +519,30 @@ TEST(Half, TakeRowsOnTheCpuMovesSixteenBitRows) {
     }
 }
 
+// sum_to on 16-bit g: one sum reads it directly, the float32 path's bits; two sums take the
+// float32 path (casts around them), with its bits too.
+TEST(Half, SumToIsOneSumWhereOneSuffices) {
+  std::vector<double> v(24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i) * 0.9) * 2.0;
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (Device d : std::vector<Device>{Device::cpu(), test::case_devices().front()}) {
+      SCOPED_TRACE(std::string(name(t)) + " on " + d.str());
+      Tensor g = from_data(v, {2, 4, 3}, t).to(d);
+      Tensor gf = cast(g, DType::float32);
+      for (const Shape& to : {Shape{4, 3}, Shape{3}, Shape{4, 1}, Shape{1, 3}}) {
+        SCOPED_TRACE(to.str());
+        wait_all();
+        const uint64_t before = Engine::get().stats().queued;
+        Tensor s = sum_to(g, to);
+        const uint64_t queued = Engine::get().stats().queued - before;
+        if (to == Shape{4, 3} || to == Shape{3}) EXPECT_EQ(queued, 1u);  // one sum, no casts
+        EXPECT_EQ(s.dtype(), t);
+        EXPECT_EQ(s.shape(), to);
+        EXPECT_EQ(bytes_of(s), bytes_of(cast(sum_to(gf, to), t)));
+      }
+    }
+}
+
 // cross_entropy_rows reads 16-bit logits in one kernel (its log-sum-exp kept in float32):
 // the losses and the logits' gradient are the float32 op's bits between casts.
 TEST(Half, CrossEntropyRowsAreOneKernelWithTheFloat32PathsBits) {
