@@ -10,6 +10,12 @@
 
 namespace tide::kernels::cpu {
 
+// Multiply-adds up to which a float or double product runs on the calling thread: OpenBLAS's
+// own multithreading threshold is far above, and oneDNN's sgemm takes such a product in one
+// part (ops/cpu/one_openmp_thread.h). A batch of them can then be spread over the pool
+// without two thread pools competing for the cores, each product's bits those of a lone call.
+inline constexpr int64_t kSmallGemm = 65536;
+
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, float* c, int64_t ldc);
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,

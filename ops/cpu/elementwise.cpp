@@ -18,11 +18,13 @@ using tide::detail::kParallelGrain;
 // the widest vector ISA (16 lanes instead of the baseline's 4). Only the width changes, not
 // the arithmetic, so the bits are the baseline's, as the traced fused chains compute them.
 // The other functors stay on the baseline: memory-bound, and the wide copies slowed the
-// whole GPT step when every loop had them.
+// whole GPT step when every loop had them. The loops are written out here rather than
+// calling elementwise_loops.h's, whose helpers are not always_inline and would stay narrow.
+template <class F>
+constexpr bool kGeluFunctor =
+    std::is_same_v<F, fn::GeluTanh> || std::is_same_v<F, fn::GeluTanhGrad>;
 template <class F, class T>
-constexpr bool kWideLoop = (std::is_same_v<T, float> ||
-                            is_half_v<T>)&&(std::is_same_v<F, fn::GeluTanh> ||
-                                            std::is_same_v<F, fn::GeluTanhGrad>);
+constexpr bool kWideLoop = kGeluFunctor<F> && (std::is_same_v<T, float> || is_half_v<T>);
 
 template <class O, class T, class F>
 void binary_flat(const KernelContext&, const BinaryFlat<O, T>& a, const F& f) {

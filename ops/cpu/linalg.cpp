@@ -172,13 +172,10 @@ void gemm(const KernelContext&, const Gemm<T>& g, const NoExtra&) {
   }
 }
 
-// Products this small run on the calling thread in OpenBLAS (its multithreading threshold
-// is far above), so a batch of them can be spread over the pool without two thread pools
-// competing for the cores, and each product's bits stay those of a lone call.
-constexpr int64_t kSmallGemm = 65536;
-
-// Whether several threads may call the GEMM of T at once: OpenBLAS's pthread build only.
-// BLIS and oneDNN run OpenMP teams of their own, which nested in the pool would oversubscribe.
+// Whether several threads may spread a batch of small products (kSmallGemm,
+// ops/cpu/blas_gemm.h) over the pool: OpenBLAS's pthread build only. BLIS runs OpenMP teams
+// of its own, which nested in the pool would oversubscribe; oneDNN's float products that
+// small run in one serial part on the calling worker (not spread over the pool: not measured).
 template <class T>
 bool parallel_batches() {
   static const bool ok = [] {
@@ -307,22 +304,20 @@ void softmax_rows(const KernelContext&, const SoftmaxRows<T>& s, const NoExtra&)
   });
 }
 
-#define TIDE_ONE_HOT(T, L)                                                                         \
-  template void one_hot_rows<T, L>(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&); \
-  template void cross_entropy_rows<T, L>(const KernelContext&, const CrossEntropyRows<T, L>&,      \
-                                         const NoExtra&);                                          \
-  template void cross_entropy_grad<T, L>(const KernelContext&, const CrossEntropyGrad<T, L>&,      \
-                                         const NoExtra&);
-TIDE_ONE_HOT(float, int32_t)
-TIDE_ONE_HOT(float, int64_t)
-TIDE_ONE_HOT(double, int32_t)
-TIDE_ONE_HOT(double, int64_t)
-#undef TIDE_ONE_HOT
 #define TIDE_CROSS_ENTROPY(T, L)                                                              \
   template void cross_entropy_rows<T, L>(const KernelContext&, const CrossEntropyRows<T, L>&, \
                                          const NoExtra&);                                     \
   template void cross_entropy_grad<T, L>(const KernelContext&, const CrossEntropyGrad<T, L>&, \
                                          const NoExtra&);
+// one_hot takes float32 and float64 only; the cross-entropy rows the 16-bit types too.
+#define TIDE_ONE_HOT(T, L)                                                                         \
+  template void one_hot_rows<T, L>(const KernelContext&, const OneHotRows<T, L>&, const NoExtra&); \
+  TIDE_CROSS_ENTROPY(T, L)
+TIDE_ONE_HOT(float, int32_t)
+TIDE_ONE_HOT(float, int64_t)
+TIDE_ONE_HOT(double, int32_t)
+TIDE_ONE_HOT(double, int64_t)
+#undef TIDE_ONE_HOT
 TIDE_CROSS_ENTROPY(bfloat16, int32_t)
 TIDE_CROSS_ENTROPY(bfloat16, int64_t)
 TIDE_CROSS_ENTROPY(float16, int32_t)

@@ -15,6 +15,7 @@
 
 #include "core/blas_threads.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/blas_gemm.h"
 
 namespace tide::kernels::cpu {
 
@@ -50,15 +51,15 @@ class OneOpenMpThread {
 
 // Calls part(r0, rows) over C's m rows in parts, each on one pool thread with oneDNN serial
 // there (OneOpenMpThread): one part per core found at startup (usable_cores), at least 32
-// rows each; one part for products under 65536 multiply-adds (OpenBLAS also keeps those
-// on the caller) and where the process has no OpenMP calls (oneDNN then runs its own
-// threads). The parts depend only on the shape and the machine, never on the pool's size:
-// with fewer threads the same parts run one after another, with the same bits.
+// rows each; one part for products under kSmallGemm multiply-adds (ops/cpu/blas_gemm.h:
+// OpenBLAS also keeps those on the caller) and where the process has no OpenMP calls
+// (oneDNN then runs its own threads). The parts depend only on the shape and the machine, never on
+// the pool's size: with fewer threads the same parts run one after another, with the same bits.
 template <class F>
 void for_onednn_row_parts(int64_t m, int64_t n, int64_t k, F&& part) {
-  constexpr int64_t kMinRows = 32, kSerialWork = 65536;
+  constexpr int64_t kMinRows = 32;
   static const int64_t cores = OneOpenMpThread::available() ? usable_cores() : 1;
-  const int64_t parts = m * n * k < kSerialWork ? 1 : std::clamp<int64_t>(m / kMinRows, 1, cores);
+  const int64_t parts = m * n * k < kSmallGemm ? 1 : std::clamp<int64_t>(m / kMinRows, 1, cores);
   const int64_t rows = (m + parts - 1) / parts;
   auto run = [&](int64_t p) {
     const int64_t r0 = p * rows, mr = std::min(m, r0 + rows) - r0;
