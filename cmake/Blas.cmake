@@ -11,7 +11,7 @@
 #                       GEMM, so OpenBLAS stays for those.
 # Why oneDNN where it is installed: faster than OpenBLAS on two of the three CPUs measured,
 # an AMD EPYC with AVX-512 (the textbook MLP step 0.92x eager, 0.94x traced) and a Xeon with
-# AMX (the character GPT's GEMMs 0.73x, its step 0.83x traced; the MLP step 0.94x), slower
+# AMX (the character GPT's GEMMs 0.72x, its step 0.79x traced; the MLP step 0.94x), slower
 # on an Ice Lake (its GEMMs 1.2x): bench/RESULTS.md, "oneDNN's GEMM in the step", "GEMM
 # libraries" and "The character GPT against PyTorch with oneDNN's GEMMs".
 # libxsmm and Eigen were measured too but have no CBLAS; ATLAS has one but Debian's
