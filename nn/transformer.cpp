@@ -1,5 +1,6 @@
-// CausalSelfAttention, MLP and Block (nn/transformer.h). The head split and merge are
-// swap_axes copies (tide's tensors are contiguous); the attention itself is one fused op.
+// CausalSelfAttention, MLP and Block (nn/transformer.h). The attention is one fused op that
+// reads the heads out of the QKV projection's rows and writes the output projection's (no
+// head split or merge copies); the KV-cached step still moves its heads with swap_axes.
 #include "nn/transformer.h"
 
 #include <cmath>
@@ -46,15 +47,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   TIDE_CHECK(x.ndim() == 3 && x.size(2) == opt_.n_embd, "CausalSelfAttention",
              "expected input (B, T, ", opt_.n_embd, "), got ", x.shape());
   const int64_t b = x.size(0), t = x.size(1), c = opt_.n_embd, h = opt_.n_head, d = c / h;
-  // (B*T, 3C) viewed as (B, T, 3, H, D) -> (3, T, B, H, D) -> (3, H, B, T, D): q, k and v
-  // are then contiguous slices of H*B heads each (the heads' order does not matter to
-  // attention, as long as the merge below undoes it), passed packed so that their gradient
-  // is one tensor.
+  // (B*T, 3C) viewed as (B, T, 3, H, D): the attention reads the heads out of those rows
+  // and writes (B, T, H, D) = (B*T, C), and its gradient is one (B, T, 3, H, D): no head
+  // split or merge copies either way.
   Tensor qkv = c_attn_->forward(x.reshape({b * t, c})).reshape({b, t, 3, h, d});
-  qkv = swap_axes(swap_axes(qkv, 0, 2), 1, 3).reshape({3, h * b, t, d});
-  Tensor y = scaled_dot_product_attention_packed(qkv, /*causal=*/true);
-  // (H, B, T, D) -> (B, H, T, D) -> (B, T, H, D) = (B*T, C).
-  y = swap_axes(swap_axes(y.reshape({h, b, t, d}), 0, 1), 1, 2).reshape({b * t, c});
+  Tensor y = scaled_dot_product_attention_qkv(qkv, /*causal=*/true).reshape({b * t, c});
   y = drop_->forward(c_proj_->forward(y));
   return y.reshape({b, t, c});
 }

@@ -29,6 +29,10 @@ struct Dims {
   double scale = 1.0;
 };
 
+template <class Shapes>
+void check_d_and_scale(const char* op, Dims& dm, std::optional<double> scale, const Tensor& q,
+                       const Shapes& shapes);
+
 Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                 std::optional<double> scale) {
   const char* op = op_name(id);
@@ -50,9 +54,18 @@ Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool
   dm.d = q.size(r - 1);
   dm.bh = r == 4 ? q.size(0) * q.size(1) : q.size(0);
   TIDE_CHECK(k.size(r - 1) == dm.d, op, "q and k differ in D: ", shapes());
-  TIDE_CHECK(dm.d > 0 && dm.s > 0, op, "needs D >= 1 and S >= 1, got ", shapes());
   TIDE_CHECK(!causal || dm.t == dm.s, op, "causal needs as many queries as keys (T == S), got ",
              shapes());
+  check_d_and_scale(op, dm, scale, q, shapes);
+  return dm;
+}
+
+// The checks every form shares, and the scale: D and S at least 1, a finite scale, D within
+// a GPU's tiles.
+template <class Shapes>
+void check_d_and_scale(const char* op, Dims& dm, std::optional<double> scale, const Tensor& q,
+                       const Shapes& shapes) {
+  TIDE_CHECK(dm.d > 0 && dm.s > 0, op, "needs D >= 1 and S >= 1, got ", shapes());
   if (scale) {
     TIDE_CHECK(std::isfinite(*scale), op, "scale must be finite, got ", *scale);
     dm.scale = *scale;
@@ -65,7 +78,6 @@ Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool
     TIDE_CHECK(dm.d <= max_d, op, "on ", q.device().str(), " D is at most ", max_d, " for ",
                name(q.dtype()), ", got ", shapes());
   }
-  return dm;
 }
 
 Shape lse_shape(const Tensor& q) {
@@ -91,35 +103,75 @@ void check_half_on_cpu(OpId id, const Tensor& q) {
              "its 16-bit kernels are the CPU's");
 }
 
+// How the kernels find the rows: q, k and v (and dq, dk, dv) laid out as `in`, k and v (dk,
+// dv) starting k_at and v_at elements into their tensors; out and dout as `rows`. The
+// default: each its own contiguous (bh, len, d).
+struct Layout {
+  kernels::HeadRows in{}, rows{};
+  int64_t k_at = 0, v_at = 0;
+};
+
+template <class T>
+DataRef<T> at(const Tensor& t, int64_t offset) {
+  DataRef<T> r = t.ref<T>();
+  r.offset += offset;
+  return r;
+}
+
+// Queues the forward kernel: out and lse from q, k and v.
+void attention_forward_into(const AttentionForward& f, const Tensor& q, const Tensor& k,
+                            const Tensor& v, bool causal, const Dims& dm, const Layout& lay,
+                            Site site) {
+  const OpId id = OpId::scaled_dot_product_attention;
+  dispatch_floating_with_half(q.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::Attention<T> a{q.ref<T>(),
+                            at<T>(k, lay.k_at),
+                            at<T>(v, lay.v_at),
+                            f.out.ref<T>(),
+                            f.lse.ref<compute_t<T>>(),
+                            dm.bh,
+                            dm.t,
+                            dm.s,
+                            dm.d,
+                            causal,
+                            dm.scale,
+                            lay.in,
+                            lay.rows};
+    kernels::queue(id, q.device(), {q.storage(), k.storage(), v.storage()},
+                   {f.out.storage(), f.lse.storage()}, &kernels::cpu::attention<T>, a,
+                   kernels::NoExtra{}, site);
+  });
+}
+
+// The forward's results of `out_shape` (lse (bh, t) as lse_shape says) for q's dtype and
+// device, or those a checkpoint's recompute kept (ops/checkpoint_keep.h): then nothing runs.
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                   const Dims& dm, const Layout& lay, const Shape& out_shape,
+                                   const Shape& lse_at, Site site) {
+  const OpId id = OpId::scaled_dot_product_attention;
+  const char* op = op_name(id);
+  if (detail::KeepTape::active()) {
+    std::vector<Tensor> kept =
+        detail::KeepTape::reuse(id, 0, {out_shape, lse_at}, {q.dtype(), lse_dtype(q)});
+    if (!kept.empty()) return {kept[0], kept[1]};
+  }
+  AttentionForward f{Tensor::empty(out_shape, q.dtype(), q.device(), op),
+                     Tensor::empty(lse_at, lse_dtype(q), q.device(), op)};
+  if (detail::KeepTape::active()) detail::KeepTape::produced(id, 0, {f.out, f.lse});
+  if (f.out.numel() > 0) attention_forward_into(f, q, k, v, causal, dm, lay, site);
+  return f;
+}
+
 }  // namespace
 
 AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
                                                       const Tensor& v, bool causal,
                                                       std::optional<double> scale, Site site) {
   const OpId id = OpId::scaled_dot_product_attention;
-  const char* op = op_name(id);
   const Dims dm = check_args(id, q, k, v, causal, scale);
   check_half_on_cpu(id, q);
-  // Inside a checkpoint's recompute, kept outputs replace the kernel (ops/checkpoint_keep.h).
-  if (detail::KeepTape::active()) {
-    std::vector<Tensor> kept =
-        detail::KeepTape::reuse(id, 0, {q.shape(), lse_shape(q)}, {q.dtype(), lse_dtype(q)});
-    if (!kept.empty()) return {kept[0], kept[1]};
-  }
-  AttentionForward f{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
-                     Tensor::empty(lse_shape(q), lse_dtype(q), q.device(), op)};
-  if (detail::KeepTape::active()) detail::KeepTape::produced(id, 0, {f.out, f.lse});
-  if (f.out.numel() == 0) return f;
-  dispatch_floating_with_half(q.dtype(), [&](auto z) {
-    using T = decltype(z);
-    kernels::Attention<T> a{
-        q.ref<T>(), k.ref<T>(), v.ref<T>(), f.out.ref<T>(), f.lse.ref<compute_t<T>>(), dm.bh, dm.t,
-        dm.s,       dm.d,       causal,     dm.scale};
-    kernels::queue(id, q.device(), {q.storage(), k.storage(), v.storage()},
-                   {f.out.storage(), f.lse.storage()}, &kernels::cpu::attention<T>, a,
-                   kernels::NoExtra{}, site);
-  });
-  return f;
+  return attention_forward(q, k, v, causal, dm, Layout{}, q.shape(), lse_shape(q), site);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
@@ -145,10 +197,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace {
 // The backward's kernels, writing into g (fresh tensors, or slices of one: then the writes
-// name that one storage once).
+// name that one storage once), laid out as q, k and v are.
 void attention_grad_into(const AttentionGrads& g, const Tensor& dout, const Tensor& q,
                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                         bool causal, const Dims& dm, Site site) {
+                         bool causal, const Dims& dm, Site site, const Layout& lay = {}) {
   const OpId id = OpId::scaled_dot_product_attention_grad;
   const char* op = op_name(id);
   const int64_t rows = dm.bh * dm.t;
@@ -159,15 +211,27 @@ void attention_grad_into(const AttentionGrads& g, const Tensor& dout, const Tens
   dispatch_floating_with_half(q.dtype(), [&](auto z) {
     using T = decltype(z);
     using R = compute_t<T>;
-    kernels::AttentionGradPrep<T> p{dout.ref<T>(),  out.ref<T>(), lse.ref<R>(),
-                                    stats.ref<R>(), rows,         dm.d};
+    kernels::AttentionGradPrep<T> p{dout.ref<T>(), out.ref<T>(), lse.ref<R>(), stats.ref<R>(),
+                                    rows,          dm.d,         dm.t,         lay.rows};
     kernels::queue(id, q.device(), {dout.storage(), out.storage(), lse.storage()},
                    {stats.storage()}, &kernels::cpu::attention_grad_prep<T>, p, kernels::NoExtra{},
                    site);
-    kernels::AttentionGrad<T> a{dout.ref<T>(),  q.ref<T>(),   k.ref<T>(),   v.ref<T>(),
-                                stats.ref<R>(), g.q.ref<T>(), g.k.ref<T>(), g.v.ref<T>(),
-                                dm.bh,          dm.t,         dm.s,         dm.d,
-                                causal,         dm.scale};
+    kernels::AttentionGrad<T> a{dout.ref<T>(),
+                                q.ref<T>(),
+                                at<T>(k, lay.k_at),
+                                at<T>(v, lay.v_at),
+                                stats.ref<R>(),
+                                g.q.ref<T>(),
+                                at<T>(g.k, lay.k_at),
+                                at<T>(g.v, lay.v_at),
+                                dm.bh,
+                                dm.t,
+                                dm.s,
+                                dm.d,
+                                causal,
+                                dm.scale,
+                                lay.in,
+                                lay.rows};
     if (one)
       kernels::queue(
           id, q.device(), {dout.storage(), q.storage(), k.storage(), v.storage(), stats.storage()},
@@ -251,6 +315,45 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
                      Tensor d = Tensor::empty(shape, in.q.dtype(), in.q.device(), op_name(gid));
                      attention_grad_into(packed_parts(d), g, in.q, in.k, in.v, out, lse, causal, dm,
                                          site);
+                     return std::vector<Tensor>{d};
+                   });
+  return f.out;
+}
+
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, std::optional<double> scale,
+                                        Site site) {
+  if (Tensor l = qkv; autocast::lower({&l}, site))
+    return scaled_dot_product_attention_qkv(l, causal, scale, site);
+  if (DType h = detail::shared_half({&qkv}); half_through_float32(h, qkv))
+    return detail::in_float32(
+        h, [&] { return scaled_dot_product_attention_qkv(detail::up(qkv), causal, scale, site); });
+  const OpId id = OpId::scaled_dot_product_attention;
+  const char* op = op_name(id);
+  check_defined(qkv, op);
+  check_floating(qkv, op);
+  const auto shapes = [&] { return describe(qkv); };
+  TIDE_CHECK(qkv.ndim() == 5 && qkv.size(2) == 3, op, "qkv must be (B, T, 3, H, D), got ",
+             shapes());
+  const int64_t b = qkv.size(0), t = qkv.size(1), h = qkv.size(3), d = qkv.size(4);
+  Dims dm;
+  dm.bh = b * h;
+  dm.t = dm.s = t;
+  dm.d = d;
+  check_d_and_scale(op, dm, scale, qkv, shapes);
+  const Layout lay{{h, 3 * h * d}, {h, h * d}, h * d, 2 * h * d};
+  const Tensor in = qkv.detach();
+  AttentionForward f =
+      attention_forward(in, in, in, causal, dm, lay, Shape{b, t, h, d}, Shape{b, h, t}, site);
+  autograd::record(id, f.out, {&qkv},
+                   [in, out = f.out.detach(), lse = f.lse, causal, dm, lay, site](const Tensor& g) {
+                     const char* gop = op_name(OpId::scaled_dot_product_attention_grad);
+                     check_same(out, g, OpId::scaled_dot_product_attention_grad);
+                     TIDE_CHECK(g.shape() == out.shape(), gop, "dout ", describe(g),
+                                " must have the output's shape ", describe(out));
+                     if (dm.bh * dm.t == 0)
+                       return std::vector<Tensor>{zeros(in.shape(), in.dtype(), in.device())};
+                     Tensor d = Tensor::empty(in.shape(), in.dtype(), in.device(), gop);
+                     attention_grad_into({d, d, d}, g, in, in, in, out, lse, causal, dm, site, lay);
                      return std::vector<Tensor>{d};
                    });
   return f.out;

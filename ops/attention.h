@@ -3,7 +3,7 @@
 // its gradient, which recomputes the scores tile by tile from q, k and the forward's
 // per-row log-sum-exp. CPU kernels in ops/cpu/attention.cpp, CUDA ones in
 // ops/cuda/attention.cu. All queued; none waits. Not here: dropout, an additive mask
-// tensor, grouped or multi-query key/value heads, mixed precision.
+// tensor, grouped or multi-query key/value heads.
 #pragma once
 
 #include <optional>
@@ -41,6 +41,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal = false,
                                            std::optional<double> scale = std::nullopt,
                                            Site site = Site::current());
+// The same over the rows of a fused QKV projection, without copies: qkv (B, T, 3, H, D) (its
+// (B*T, 3*H*D) output reshaped; q = qkv[:, :, 0], k and v the next two) gives out
+// (B, T, H, D), which reshapes to (B*T, H*D) for the output projection. The kernels read and
+// write those rows in place of the head split and merge (three transposing copies each way).
+// One gradient for qkv, of its shape. Results equal scaled_dot_product_attention on the
+// heads (B, H, T, D) moved out of qkv, bit for bit. Throws "[scaled_dot_product_attention]"
+// naming the shape for a rank other than 5 or a third dimension other than 3, and for the
+// checks above.
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal = false,
+                                        std::optional<double> scale = std::nullopt,
+                                        Site site = Site::current());
 // The forward's two results: the output and the natural log of each query row's softmax
 // denominator (including the max it subtracted), (B, H, T) or (B*H, T), which the
 // backward needs.

@@ -16,8 +16,10 @@
 // are left out of the products with v, k and q. For head sizes 16, 32 and 64 the kernels
 // are compiled for that size, so that a query's output row and its dq row stay in vector
 // registers across the keys; the operations and their order are those of the generic form.
-// The 16-bit types (bfloat16, float16) run the float32 kernels on widened copies in one
-// workspace, their results rounded once: one task each, the float32 computation.
+// Rows are found through HeadRows, so q, k, v and their gradients may be the parts of a
+// fused projection's (B, T, 3, H, D) rows and out and dout (B, T, H, D) rows.
+// The 16-bit types (bfloat16, float16) run the float32 kernels on widened contiguous copies
+// in one workspace, their results rounded once into their layout: the float32 computation.
 // Not here: BLAS per tile, SIMD intrinsics (the loops run over contiguous dimensions, which
 // the compiler vectorises).
 #include <algorithm>
@@ -44,14 +46,14 @@ constexpr int64_t kRows = 32, kCols = 64;
 
 int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
-// x (n, d) rows j0 .. j0 + nc transposed into xt (d, kCols), the columns past nc zero, so
-// that the products with one query row run along a whole tile.
+// x's rows j0 .. j0 + nc (d wide, rs apart) transposed into xt (d, kCols), the columns past
+// nc zero, so that the products with one query row run along a whole tile.
 template <class T>
-[[gnu::always_inline]] inline void transpose_tile(const T* x, int64_t j0, int64_t nc, int64_t d,
-                                                  T* xt) {
+[[gnu::always_inline]] inline void transpose_tile(const T* x, int64_t rs, int64_t j0, int64_t nc,
+                                                  int64_t d, T* xt) {
   for (int64_t c = 0; c < d; ++c) {
     T* col = xt + c * kCols;
-    for (int64_t j = 0; j < nc; ++j) col[j] = x[(j0 + j) * d + c];
+    for (int64_t j = 0; j < nc; ++j) col[j] = x[(j0 + j) * rs + c];
     for (int64_t j = nc; j < kCols; ++j) col[j] = T(0);
   }
 }
@@ -95,18 +97,18 @@ template <class T>
   return m[0];
 }
 
-// o = o * corr + sum_j p[j] v[j] over the nc rows of v (D = d when it is a compile-time
-// size: the row then stays in vector registers across the keys; 0: any d). The same
-// operations in the same order either way.
+// o = o * corr + sum_j p[j] v[j] over the nc rows of v, rs apart (D = d when it is a
+// compile-time size: the row then stays in vector registers across the keys; 0: any d).
+// The same operations in the same order either way.
 template <int D, class T>
 [[gnu::always_inline]] inline void rescale_add_rows(T* o, T corr, const T* p, const T* v,
-                                                    int64_t nc, int64_t d) {
+                                                    int64_t rs, int64_t nc, int64_t d) {
   if constexpr (D > 0) {
     T acc[D];
     for (int c = 0; c < D; ++c) acc[c] = o[c] * corr;
     for (int64_t j = 0; j < nc; ++j) {
       const T pj = p[j];
-      const T* vr = v + j * D;
+      const T* vr = v + j * rs;
       for (int c = 0; c < D; ++c) acc[c] += pj * vr[c];
     }
     for (int c = 0; c < D; ++c) o[c] = acc[c];
@@ -114,7 +116,7 @@ template <int D, class T>
     for (int64_t c = 0; c < d; ++c) o[c] *= corr;
     for (int64_t j = 0; j < nc; ++j) {
       const T pj = p[j];
-      const T* vr = v + j * d;
+      const T* vr = v + j * rs;
       for (int64_t c = 0; c < d; ++c) o[c] += pj * vr[c];
     }
   }
@@ -125,6 +127,7 @@ template <int D, class T>
 template <int D, class T>
 void attention_fixed_d(const Attention<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, qblocks = blocks(t, kRows);
+  const int64_t rs = a.in.stride(d), ro = a.rows.stride(d);
   const T scale = T(a.scale);
   const T* q = a.q.get();
   const T* k = a.k.get();
@@ -140,9 +143,9 @@ void attention_fixed_d(const Attention<T>& a) {
         constexpr T kNegInf = -std::numeric_limits<T>::infinity();
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
-          const T* Q = q + (b * t + i0) * d;
-          const T* K = k + b * s * d;
-          const T* V = v + b * s * d;
+          const T* Q = q + a.in.at(b, t, d, i0);
+          const T* K = k + a.in.at(b, s, d, 0);
+          const T* V = v + a.in.at(b, s, d, 0);
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(m, m + kRows, kNegInf);
           std::fill(l, l + kRows, T(0));
@@ -150,11 +153,11 @@ void attention_fixed_d(const Attention<T>& a) {
           const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
           for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
             const int64_t nc = std::min(kCols, j_end - j0);
-            transpose_tile(K, j0, nc, d, kt.data());
+            transpose_tile(K, rs, j0, nc, d, kt.data());
             for (int64_t r = 0; r < nr; ++r) {
               // The keys this row sees in the tile: all nc, or up to its own position.
               const int64_t seen = a.causal ? std::min(nc, i0 + r - j0 + 1) : nc;
-              row_times_tile(Q + r * d, kt.data(), d, p);
+              row_times_tile(Q + r * rs, kt.data(), d, p);
               for (int64_t j = 0; j < kCols; ++j) {
                 const T x = p[j] * scale;  // computed for every j: a select, not a branch
                 p[j] = j < seen ? x : kNegInf;
@@ -165,13 +168,13 @@ void attention_fixed_d(const Attention<T>& a) {
               for (int64_t j = 0; j < kCols; ++j) p[j] = fn::exp_nonpositive(p[j] - m_new);
               l[r] = l[r] * corr + tile_sum(p);
               m[r] = m_new;
-              rescale_add_rows<D>(acc.data() + r * d, corr, p, V + j0 * d, seen, d);
+              rescale_add_rows<D>(acc.data() + r * d, corr, p, V + j0 * rs, rs, seen, d);
             }
           }
           for (int64_t r = 0; r < nr; ++r) {
             const T inv = T(1) / l[r];
             const T* o = acc.data() + r * d;
-            T* y = out + (b * t + i0 + r) * d;
+            T* y = out + a.rows.at(b, t, d, i0) + r * ro;
             for (int64_t c = 0; c < d; ++c) y[c] = o[c] * inv;
             lse[b * t + i0 + r] = m[r] + std::log(l[r]);
           }
@@ -181,17 +184,24 @@ void attention_fixed_d(const Attention<T>& a) {
 
 namespace {
 
-// y[i] = x[i] widened to float, and back rounded once.
+// The bh * len rows of x (laid out as `at`) widened to float into the contiguous y
+// (bh, len, d), and back from a contiguous x into y's layout, rounded once.
 template <class T>
-void widen_into(const T* x, float* y, int64_t n) {
-  parallel_for(n, tide::detail::kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) y[i] = widen(x[i]);
+void widen_into(const T* x, HeadRows at, int64_t bh, int64_t len, int64_t d, float* y) {
+  parallel_for(bh * len, grain_for(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + at.at(r / len, len, d, r % len);
+      for (int64_t c = 0; c < d; ++c) y[r * d + c] = widen(xr[c]);
+    }
   });
 }
 template <class T>
-void round_into(const float* x, T* y, int64_t n) {
-  parallel_for(n, tide::detail::kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) y[i] = half_convert<T>(x[i]);
+void round_into(const float* x, T* y, HeadRows at, int64_t bh, int64_t len, int64_t d) {
+  parallel_for(bh * len, grain_for(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      T* yr = y + at.at(r / len, len, d, r % len);
+      for (int64_t c = 0; c < d; ++c) yr[c] = half_convert<T>(x[r * d + c]);
+    }
   });
 }
 
@@ -211,11 +221,11 @@ void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra& e
     Storage* w = ws.get();
     const Attention<float> f{{w, 0}, {w, nq}, {w, nq + nk}, {w, nq + 2 * nk}, a.lse,  a.bh,
                              a.t,    a.s,     a.d,          a.causal,         a.scale};
-    widen_into(a.q.get(), f.q.get(), nq);
-    widen_into(a.k.get(), f.k.get(), nk);
-    widen_into(a.v.get(), f.v.get(), nk);
+    widen_into(a.q.get(), a.in, a.bh, a.t, a.d, f.q.get());
+    widen_into(a.k.get(), a.in, a.bh, a.s, a.d, f.k.get());
+    widen_into(a.v.get(), a.in, a.bh, a.s, a.d, f.v.get());
     attention(ctx, f, e);
-    round_into(f.out.get(), a.out.get(), nq);
+    round_into(f.out.get(), a.out.get(), a.rows, a.bh, a.t, a.d);
   } else {
     // The head sizes of common models at compile time (GPT-2's 64, the char model's 32).
     switch (a.d) {
@@ -230,16 +240,16 @@ void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra& e
 template <class T>
 void attention_grad_prep(const KernelContext&, const AttentionGradPrep<T>& a, const NoExtra&) {
   using R = compute_t<T>;
-  const int64_t rows = a.rows, d = a.d;
-  const T* dout = a.dout.get();
-  const T* out = a.out.get();
+  const int64_t rows = a.rows, d = a.d, t = a.t;
   const R* lse = a.lse.get();
   R* stats = a.stats.get();
   parallel_for(rows, grain_for(2 * d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+      const int64_t at = a.layout.at(r / t, t, d, r % t);
+      const T* dout = a.dout.get() + at;
+      const T* out = a.out.get() + at;
       double sum = 0;
-      for (int64_t c = 0; c < d; ++c)
-        sum += double(widen(dout[r * d + c])) * double(widen(out[r * d + c]));
+      for (int64_t c = 0; c < d; ++c) sum += double(widen(dout[c])) * double(widen(out[c]));
       stats[r] = lse[r];
       stats[rows + r] = R(sum);
     }
@@ -272,11 +282,8 @@ template <class T>
 template <class T>
 void attention_grad_two_pass(const AttentionGrad<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
+  const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
   const T scale = T(a.scale);
-  const T* dout = a.dout.get();
-  const T* q = a.q.get();
-  const T* k = a.k.get();
-  const T* v = a.v.get();
   const T* lse = a.stats.get();
   const T* delta = lse + rows;
   // dk and dv: one item per (batch*head, key block), the queries added in order.
@@ -288,24 +295,28 @@ void attention_grad_two_pass(const AttentionGrad<T>& a) {
             ds(static_cast<size_t>(kCols));
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / kblocks, j0 = (w % kblocks) * kCols, nc = std::min(kCols, s - j0);
-          transpose_tile(k + b * s * d, j0, nc, d, kt.data());
-          transpose_tile(v + b * s * d, j0, nc, d, vt.data());
-          T* dk = a.dk.get() + (b * s + j0) * d;
-          T* dv = a.dv.get() + (b * s + j0) * d;
-          std::fill(dk, dk + nc * d, T(0));
-          std::fill(dv, dv + nc * d, T(0));
+          const T* Q = a.q.get() + a.in.at(b, t, d, 0);
+          const T* G = a.dout.get() + a.rows.at(b, t, d, 0);
+          transpose_tile(a.k.get() + a.in.at(b, s, d, 0), rs, j0, nc, d, kt.data());
+          transpose_tile(a.v.get() + a.in.at(b, s, d, 0), rs, j0, nc, d, vt.data());
+          T* dk = a.dk.get() + a.in.at(b, s, d, j0);
+          T* dv = a.dv.get() + a.in.at(b, s, d, j0);
+          for (int64_t j = 0; j < nc; ++j) {
+            std::fill(dk + j * rs, dk + j * rs + d, T(0));
+            std::fill(dv + j * rs, dv + j * rs + d, T(0));
+          }
           // Under the causal mask queries before j0 see none of these keys.
           for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
             const int64_t r = b * t + i;
-            const T* qi = q + r * d;
-            const T* doi = dout + r * d;
+            const T* qi = Q + i * rs;
+            const T* doi = G + i * rg;
             const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
             probs_and_dscores(qi, doi, kt.data(), vt.data(), seen, d, scale, lse[r], delta[r],
                               p.data(), ds.data());
             for (int64_t j = 0; j < seen; ++j) {
               const T pj = p[j], dsj = ds[j];
-              T* dkj = dk + j * d;
-              T* dvj = dv + j * d;
+              T* dkj = dk + j * rs;
+              T* dvj = dv + j * rs;
               for (int64_t c = 0; c < d; ++c) {
                 dvj[c] += pj * doi[c];
                 dkj[c] += dsj * qi[c];
@@ -323,22 +334,26 @@ void attention_grad_two_pass(const AttentionGrad<T>& a) {
             ds(static_cast<size_t>(kCols));
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / qblocks, i0 = (w % qblocks) * kRows, nr = std::min(kRows, t - i0);
-          T* dq = a.dq.get() + (b * t + i0) * d;
-          std::fill(dq, dq + nr * d, T(0));
+          const T* Q = a.q.get() + a.in.at(b, t, d, 0);
+          const T* G = a.dout.get() + a.rows.at(b, t, d, 0);
+          const T* K = a.k.get() + a.in.at(b, s, d, 0);
+          const T* V = a.v.get() + a.in.at(b, s, d, 0);
+          T* dq = a.dq.get() + a.in.at(b, t, d, i0);
+          for (int64_t ii = 0; ii < nr; ++ii) std::fill(dq + ii * rs, dq + ii * rs + d, T(0));
           const int64_t j_end = a.causal ? std::min(s, i0 + nr) : s;
           for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
             const int64_t nc = std::min(kCols, j_end - j0);
-            transpose_tile(k + b * s * d, j0, nc, d, kt.data());
-            transpose_tile(v + b * s * d, j0, nc, d, vt.data());
+            transpose_tile(K, rs, j0, nc, d, kt.data());
+            transpose_tile(V, rs, j0, nc, d, vt.data());
             for (int64_t ii = 0; ii < nr; ++ii) {
               const int64_t i = i0 + ii, r = b * t + i;
               const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
-              probs_and_dscores(q + r * d, dout + r * d, kt.data(), vt.data(), seen, d, scale,
+              probs_and_dscores(Q + i * rs, G + i * rg, kt.data(), vt.data(), seen, d, scale,
                                 lse[r], delta[r], p.data(), ds.data());
-              T* dqi = dq + ii * d;
+              T* dqi = dq + ii * rs;
               for (int64_t j = 0; j < seen; ++j) {
                 const T dsj = ds[j];
-                const T* kj = k + (b * s + j0 + j) * d;
+                const T* kj = K + (j0 + j) * rs;
                 for (int64_t c = 0; c < d; ++c) dqi[c] += dsj * kj[c];
               }
             }
@@ -360,22 +375,23 @@ template <class T>
   }
 }
 
-// Query row i against the nc keys of a tile: dv[j] += p[j] do_i, dk[j] += ds[j] q_i, and
-// dq_i += sum_j ds[j] k_j in key order. D = d at compile time keeps the dq row (and do_i,
-// q_i) in vector registers across the keys; 0: any d. The same operations in the same order.
+// Query row i against the nc keys of a tile (rows of dv, dk and k rs apart): dv[j] += p[j]
+// do_i, dk[j] += ds[j] q_i, and dq_i += sum_j ds[j] k_j in key order. D = d at compile time
+// keeps the dq row (and do_i, q_i) in vector registers across the keys; 0: any d. The same
+// operations in the same order.
 template <int D, class T>
 [[gnu::always_inline]] inline void add_row_grads(T* dv, T* dk, T* __restrict dqi,
                                                  const T* __restrict doi, const T* __restrict qi,
-                                                 const T* k, const T* p, const T* ds, int64_t nc,
-                                                 int64_t d) {
+                                                 const T* k, int64_t rs, const T* p, const T* ds,
+                                                 int64_t nc, int64_t d) {
   if constexpr (D > 0) {
     T dq[D], dor[D], qr[D];
     for (int c = 0; c < D; ++c) dq[c] = dqi[c], dor[c] = doi[c], qr[c] = qi[c];
     for (int64_t j = 0; j < nc; ++j) {
       const T pj = p[j], dsj = ds[j];
-      T* __restrict dvj = dv + j * D;
-      T* __restrict dkj = dk + j * D;
-      const T* __restrict kj = k + j * D;
+      T* __restrict dvj = dv + j * rs;
+      T* __restrict dkj = dk + j * rs;
+      const T* __restrict kj = k + j * rs;
       for (int c = 0; c < D; ++c) {
         dvj[c] += pj * dor[c];
         dkj[c] += dsj * qr[c];
@@ -385,7 +401,7 @@ template <int D, class T>
     for (int c = 0; c < D; ++c) dqi[c] = dq[c];
   } else {
     for (int64_t j = 0; j < nc; ++j)
-      add_three(dv + j * d, dk + j * d, dqi, doi, qi, k + j * d, p[j], ds[j], d);
+      add_three(dv + j * rs, dk + j * rs, dqi, doi, qi, k + j * rs, p[j], ds[j], d);
   }
 }
 
@@ -396,6 +412,7 @@ template <int D, class T>
 template <int D, class T>
 void attention_grad_one_pass(const AttentionGrad<T>& a) {
   const int64_t t = a.t, s = a.s, d = a.d, rows = a.bh * t;
+  const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
   const T scale = T(a.scale);
   const T* lse = a.stats.get();
   const T* delta = lse + rows;
@@ -404,27 +421,31 @@ void attention_grad_one_pass(const AttentionGrad<T>& a) {
         std::vector<T> kt(size_t(d * kCols)), vt(size_t(d * kCols)), p(static_cast<size_t>(kCols)),
             ds(static_cast<size_t>(kCols));
         for (int64_t b = b0; b < b1; ++b) {
-          const T* K = a.k.get() + b * s * d;
-          const T* V = a.v.get() + b * s * d;
-          T* dq = a.dq.get() + b * t * d;
-          std::fill(dq, dq + t * d, T(0));
-          std::fill(a.dk.get() + b * s * d, a.dk.get() + (b + 1) * s * d, T(0));
-          std::fill(a.dv.get() + b * s * d, a.dv.get() + (b + 1) * s * d, T(0));
+          const T* Q = a.q.get() + a.in.at(b, t, d, 0);
+          const T* G = a.dout.get() + a.rows.at(b, t, d, 0);
+          const T* K = a.k.get() + a.in.at(b, s, d, 0);
+          const T* V = a.v.get() + a.in.at(b, s, d, 0);
+          T* dq = a.dq.get() + a.in.at(b, t, d, 0);
+          T* dkb = a.dk.get() + a.in.at(b, s, d, 0);
+          T* dvb = a.dv.get() + a.in.at(b, s, d, 0);
+          for (int64_t i = 0; i < t; ++i) std::fill(dq + i * rs, dq + i * rs + d, T(0));
+          for (int64_t j = 0; j < s; ++j) {
+            std::fill(dkb + j * rs, dkb + j * rs + d, T(0));
+            std::fill(dvb + j * rs, dvb + j * rs + d, T(0));
+          }
           for (int64_t j0 = 0; j0 < s; j0 += kCols) {
             const int64_t nc = std::min(kCols, s - j0);
-            transpose_tile(K, j0, nc, d, kt.data());
-            transpose_tile(V, j0, nc, d, vt.data());
-            T* dk = a.dk.get() + (b * s + j0) * d;
-            T* dv = a.dv.get() + (b * s + j0) * d;
+            transpose_tile(K, rs, j0, nc, d, kt.data());
+            transpose_tile(V, rs, j0, nc, d, vt.data());
             for (int64_t i = a.causal ? j0 : 0; i < t; ++i) {
               const int64_t r = b * t + i;
-              const T* qi = a.q.get() + r * d;
-              const T* doi = a.dout.get() + r * d;
+              const T* qi = Q + i * rs;
+              const T* doi = G + i * rg;
               const int64_t seen = a.causal ? std::min(nc, i - j0 + 1) : nc;
               probs_and_dscores(qi, doi, kt.data(), vt.data(), seen, d, scale, lse[r], delta[r],
                                 p.data(), ds.data());
-              add_row_grads<D>(dv, dk, dq + i * d, doi, qi, K + j0 * d, p.data(), ds.data(), seen,
-                               d);
+              add_row_grads<D>(dvb + j0 * rs, dkb + j0 * rs, dq + i * rs, doi, qi, K + j0 * rs, rs,
+                               p.data(), ds.data(), seen, d);
             }
           }
         }
@@ -452,14 +473,14 @@ void attention_grad(const KernelContext& ctx, const AttentionGrad<T>& a, const N
                                  a.d,
                                  a.causal,
                                  a.scale};
-    widen_into(a.dout.get(), f.dout.get(), nq);
-    widen_into(a.q.get(), f.q.get(), nq);
-    widen_into(a.k.get(), f.k.get(), nk);
-    widen_into(a.v.get(), f.v.get(), nk);
+    widen_into(a.dout.get(), a.rows, a.bh, a.t, a.d, f.dout.get());
+    widen_into(a.q.get(), a.in, a.bh, a.t, a.d, f.q.get());
+    widen_into(a.k.get(), a.in, a.bh, a.s, a.d, f.k.get());
+    widen_into(a.v.get(), a.in, a.bh, a.s, a.d, f.v.get());
     attention_grad(ctx, f, e);
-    round_into(f.dq.get(), a.dq.get(), nq);
-    round_into(f.dk.get(), a.dk.get(), nk);
-    round_into(f.dv.get(), a.dv.get(), nk);
+    round_into(f.dq.get(), a.dq.get(), a.in, a.bh, a.t, a.d);
+    round_into(f.dk.get(), a.dk.get(), a.in, a.bh, a.s, a.d);
+    round_into(f.dv.get(), a.dv.get(), a.in, a.bh, a.s, a.d);
   } else {
     // Both forms give the same bits; the one-pass form needs a few heads per thread.
     if (a.bh < 2 * int64_t(tide::num_threads())) return attention_grad_two_pass(a);

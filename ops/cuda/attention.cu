@@ -6,11 +6,12 @@
 // and dv with one block per (batch*head, key tile) that walks every query tile in order;
 // dq with one block per (batch*head, query tile) that walks the key tiles in order. Each
 // output element is summed by one thread in a fixed order: no atomics, the same bits on
-// every run. Per-thread rows live in shared memory transposed ([column][thread]), so a
-// warp's accesses fall in different banks; a staged tile is read by all threads at one
-// address (a broadcast). The tile edge b is the largest power of two up to 64 whose
-// buffers fit 48 KiB, so D is bounded (kAttentionCudaMaxD4/8, checked by the front-end).
-// A straightforward kernel, not a tuned one: no tensor cores, no warp-level matrix
+// every run. Rows are found through HeadRows (ops/attention_kernels.h), so q, k, v and their
+// gradients may be the parts of a fused projection's rows. Per-thread rows live in shared memory
+// transposed ([column][thread]), so a warp's accesses fall in different banks; a staged tile is
+// read by all threads at one address (a broadcast). The tile edge b is the largest power of two up
+// to 64 whose buffers fit 48 KiB, so D is bounded (kAttentionCudaMaxD4/8, checked by the
+// front-end). A straightforward kernel, not a tuned one: no tensor cores, no warp-level matrix
 // products. Compiled in CI; written without a GPU to run it on (tide_cuda_tests runs the
 // attention cases of tests/ops on one).
 #include <cstdint>
@@ -49,7 +50,13 @@ struct Fwd {
   int64_t t, s, d, tiles;
   bool causal;
   T scale;
+  HeadRows in, rows;
 };
+
+// Element x of a tile of nc rows, d wide and rs apart, starting at row j0.
+__device__ __forceinline__ int64_t tile_at(int64_t j0, int64_t x, int64_t d, int64_t rs) {
+  return (j0 + x / d) * rs + x % d;
+}
 
 // Shared: k and v tiles [b][d], q and acc per thread [d][b], scores per thread [b][b].
 template <class T>
@@ -66,11 +73,12 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
   const int64_t bh = int64_t(blockIdx.x) / a.tiles, i0 = (int64_t(blockIdx.x) % a.tiles) * b;
   const int64_t i = i0 + tid;
   const bool live = i < a.t;
-  const T* Q = a.q + bh * a.t * d;
-  const T* K = a.k + bh * a.s * d;
-  const T* V = a.v + bh * a.s * d;
+  const int64_t rs = a.in.stride(d);
+  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const T* K = a.k + a.in.at(bh, a.s, d, 0);
+  const T* V = a.v + a.in.at(bh, a.s, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    qs[c * b + tid] = live ? Q[i * d + c] : T(0);
+    qs[c * b + tid] = live ? Q[i * rs + c] : T(0);
     acc[c * b + tid] = T(0);
   }
   T m = T(-INFINITY), l = T(0);
@@ -80,8 +88,8 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
     const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
     __syncthreads();  // every thread is done with the previous tile
     for (int64_t x = tid; x < nc * d; x += b) {
-      ks[x] = K[j0 * d + x];
-      vs[x] = V[j0 * d + x];
+      ks[x] = K[tile_at(j0, x, d, rs)];
+      vs[x] = V[tile_at(j0, x, d, rs)];
     }
     __syncthreads();
     if (!live) continue;
@@ -111,7 +119,7 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
   }
   if (!live) return;
   const T inv = T(1) / l;
-  T* y = a.out + (bh * a.t + i) * d;
+  T* y = a.out + a.rows.at(bh, a.t, d, i);
   for (int64_t c = 0; c < d; ++c) y[c] = acc[c * b + tid] * inv;
   a.lse[bh * a.t + i] = m + dlog(l);
 }
@@ -120,7 +128,8 @@ template <class T>
 struct Prep {
   const T *dout, *out, *lse;
   T* stats;
-  int64_t rows, d;
+  int64_t rows, d, t;
+  HeadRows layout;
 };
 
 // stats[r] = lse[r], stats[rows + r] = dout[r] . out[r] (in double).
@@ -128,8 +137,9 @@ template <class T>
 __global__ void attention_grad_prep_rows(Prep<T> a) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t r = global_index(); r < a.rows; r += grid_stride()) {
-    const T* g = a.dout + r * a.d;
-    const T* o = a.out + r * a.d;
+    const int64_t at = a.layout.at(r / a.t, a.t, a.d, r % a.t);
+    const T* g = a.dout + at;
+    const T* o = a.out + at;
     double sum = 0;
     for (int64_t c = 0; c < a.d; ++c) sum += double(g[c]) * double(o[c]);
     a.stats[r] = a.lse[r];
@@ -144,6 +154,7 @@ struct Bwd {
   int64_t t, s, d, tiles;
   bool causal;
   T scale;
+  HeadRows in, rows;
 };
 
 // dk and dv of key row j = j0 + thread. Shared: k, v, dk, dv per thread [d][b]; q and
@@ -165,13 +176,14 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
   const int64_t bh = int64_t(blockIdx.x) / a.tiles, j0 = (int64_t(blockIdx.x) % a.tiles) * b;
   const int64_t j = j0 + tid;
   const bool live = j < a.s;
-  const T* K = a.k + bh * a.s * d;
-  const T* V = a.v + bh * a.s * d;
-  const T* Q = a.q + bh * a.t * d;
-  const T* G = a.dout + bh * a.t * d;
+  const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
+  const T* K = a.k + a.in.at(bh, a.s, d, 0);
+  const T* V = a.v + a.in.at(bh, a.s, d, 0);
+  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const T* G = a.dout + a.rows.at(bh, a.t, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    ks[c * b + tid] = live ? K[j * d + c] : T(0);
-    vs[c * b + tid] = live ? V[j * d + c] : T(0);
+    ks[c * b + tid] = live ? K[j * rs + c] : T(0);
+    vs[c * b + tid] = live ? V[j * rs + c] : T(0);
     dks[c * b + tid] = T(0);
     dvs[c * b + tid] = T(0);
   }
@@ -180,8 +192,8 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
     const int64_t nr = a.t - i0 < b ? a.t - i0 : b;
     __syncthreads();
     for (int64_t x = tid; x < nr * d; x += b) {
-      qs[x] = Q[i0 * d + x];
-      gs[x] = G[i0 * d + x];
+      qs[x] = Q[tile_at(i0, x, d, rs)];
+      gs[x] = G[tile_at(i0, x, d, rg)];
     }
     for (int64_t x = tid; x < nr; x += b) {
       ls[x] = a.lse[bh * a.t + i0 + x];
@@ -204,9 +216,10 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
     }
   }
   if (!live) return;
+  const int64_t out_j = a.in.at(bh, a.s, d, j);
   for (int64_t c = 0; c < d; ++c) {
-    a.dk[(bh * a.s + j) * d + c] = dks[c * b + tid];
-    a.dv[(bh * a.s + j) * d + c] = dvs[c * b + tid];
+    a.dk[out_j + c] = dks[c * b + tid];
+    a.dv[out_j + c] = dvs[c * b + tid];
   }
 }
 
@@ -226,13 +239,14 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
   const int64_t bh = int64_t(blockIdx.x) / a.tiles, i0 = (int64_t(blockIdx.x) % a.tiles) * b;
   const int64_t i = i0 + tid;
   const bool live = i < a.t;
-  const T* Q = a.q + bh * a.t * d;
-  const T* G = a.dout + bh * a.t * d;
-  const T* K = a.k + bh * a.s * d;
-  const T* V = a.v + bh * a.s * d;
+  const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
+  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const T* G = a.dout + a.rows.at(bh, a.t, d, 0);
+  const T* K = a.k + a.in.at(bh, a.s, d, 0);
+  const T* V = a.v + a.in.at(bh, a.s, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    qs[c * b + tid] = live ? Q[i * d + c] : T(0);
-    gs[c * b + tid] = live ? G[i * d + c] : T(0);
+    qs[c * b + tid] = live ? Q[i * rs + c] : T(0);
+    gs[c * b + tid] = live ? G[i * rg + c] : T(0);
     dqs[c * b + tid] = T(0);
   }
   const T lse_i = live ? a.lse[bh * a.t + i] : T(0), delta_i = live ? a.delta[bh * a.t + i] : T(0);
@@ -241,8 +255,8 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
     const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
     __syncthreads();
     for (int64_t x = tid; x < nc * d; x += b) {
-      ks[x] = K[j0 * d + x];
-      vs[x] = V[j0 * d + x];
+      ks[x] = K[tile_at(j0, x, d, rs)];
+      vs[x] = V[tile_at(j0, x, d, rs)];
     }
     __syncthreads();
     if (!live) continue;
@@ -258,7 +272,8 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
     }
   }
   if (!live) return;
-  for (int64_t c = 0; c < d; ++c) a.dq[(bh * a.t + i) * d + c] = dqs[c * b + tid];
+  const int64_t out_i = a.in.at(bh, a.t, d, i);
+  for (int64_t c = 0; c < d; ++c) a.dq[out_i + c] = dqs[c * b + tid];
 }
 
 template <class T>
@@ -267,8 +282,8 @@ void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra&) 
   const int64_t d = a.d;
   const int b = tile_for(sizeof(T), [d](int64_t b) { return 4 * b * d + b * b; });
   const int64_t n = tiles(a.t, b);
-  Fwd<T> k{a.q.get(), a.k.get(), a.v.get(), a.out.get(), a.lse.get(), a.t,
-           a.s,       d,         n,         a.causal,    T(a.scale)};
+  Fwd<T> k{a.q.get(), a.k.get(), a.v.get(), a.out.get(), a.lse.get(), a.t,   a.s,
+           d,         n,         a.causal,  T(a.scale),  a.in,        a.rows};
   const size_t bytes = size_t(4 * b * d + b * b) * sizeof(T);
   attention_fwd<T><<<unsigned(a.bh * n), unsigned(b), bytes, stream_of(ctx)>>>(k, b);
 }
@@ -276,7 +291,7 @@ void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra&) 
 template <class T>
 void attention_grad_prep(const KernelContext& ctx, const AttentionGradPrep<T>& a, const NoExtra&) {
   if (a.rows == 0) return;
-  Prep<T> k{a.dout.get(), a.out.get(), a.lse.get(), a.stats.get(), a.rows, a.d};
+  Prep<T> k{a.dout.get(), a.out.get(), a.lse.get(), a.stats.get(), a.rows, a.d, a.t, a.layout};
   attention_grad_prep_rows<T><<<blocks_for(a.rows), kThreads, 0, stream_of(ctx)>>>(k);
 }
 
@@ -298,7 +313,9 @@ void attention_grad(const KernelContext& ctx, const AttentionGrad<T>& a, const N
            d,
            0,
            a.causal,
-           T(a.scale)};
+           T(a.scale),
+           a.in,
+           a.rows};
   cudaStream_t st = stream_of(ctx);
   const int bkv = tile_for(sizeof(T), [d](int64_t b) { return 6 * b * d + 2 * b; });
   k.tiles = tiles(a.s, bkv);

@@ -254,6 +254,55 @@ TEST(Attention, PackedEqualsSeparateBitwise) {
                     "[scaled_dot_product_attention]", "packed qkv");
 }
 
+// The rows of a fused projection, (B, T, 3, H, D), give the bits of the packed op on the
+// heads moved out of them, out and gradient, on the CPU and the case devices; with B*H
+// heads past and below twice the thread count (the gradient's one- and two-pass forms), D
+// compiled for (32) and not (8, 5), T off the tiles; 16-bit on the CPU.
+TEST(Attention, QkvRowsEqualTheMovedHeadsBitwise) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  struct Case {
+    int64_t b, t, h, d;
+  };
+  for (Device dev : devices)
+    for (DType dt : {DType::float32, DType::float64, DType::bfloat16})
+      for (Case c : {Case{2, 33, 3, 8}, Case{1, 70, 1, 32}, Case{3, 5, 2, 5}})
+        for (bool causal : {false, true}) {
+          if (is_half(dt) && !dev.is_cpu()) continue;
+          SCOPED_TRACE(dev.str() + " " + std::string(name(dt)) + (causal ? " causal" : " full") +
+                       " B" + std::to_string(c.b) + " T" + std::to_string(c.t) + " H" +
+                       std::to_string(c.h) + " D" + std::to_string(c.d));
+          Generator gen(11);
+          const Tensor x0 = cast(randn({c.b, c.t, 3, c.h, c.d}, DType::float32, gen), dt).to(dev);
+          const Tensor w = cast(randn({c.b, c.t, c.h, c.d}, DType::float32, gen), dt).to(dev);
+          auto run = [&](bool rows) {
+            Tensor x = clone(x0).requires_grad_();
+            Tensor out;
+            if (rows) {
+              out = scaled_dot_product_attention_qkv(x, causal);
+            } else {  // (B, T, 3, H, D) -> (3, B, H, T, D), and the output back
+              Tensor heads = swap_axes(swap_axes(swap_axes(x, 0, 2), 1, 2), 2, 3);
+              out = swap_axes(scaled_dot_product_attention_packed(heads, causal), 1, 2);
+            }
+            EXPECT_EQ(out.shape(), Shape({c.b, c.t, c.h, c.d}));
+            sum(mul(out, w)).backward();
+            return std::pair{cast(out, DType::float64).to_vector<double>(),
+                             cast(x.grad(), DType::float64).to_vector<double>()};
+          };
+          const auto r = run(true), moved = run(false);
+          EXPECT_EQ(r.first, moved.first) << "out";
+          EXPECT_EQ(r.second, moved.second) << "d qkv";
+        }
+  const char* op = "[scaled_dot_product_attention]";
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_qkv(zeros({2, 4, 3, 8})), op, "(B, T, 3, H, D)",
+                    "(2, 4, 3, 8)");
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_qkv(zeros({2, 4, 2, 3, 8})), op, "(B, T, 3, H, D)",
+                    "(2, 4, 2, 3, 8)");
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_qkv(zeros({2, 4, 3, 2, 0})), op, "D >= 1");
+  EXPECT_TIDE_ERROR(scaled_dot_product_attention_qkv(zeros({2, 4, 3, 2, 8}), false, std::nan("")),
+                    op, "finite");
+}
+
 TEST(AttentionErrors, Arguments) {
   const char* op = "[scaled_dot_product_attention]";
   Tensor q = zeros({2, 3, 5, 4}), k = zeros({2, 3, 6, 4});
