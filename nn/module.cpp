@@ -153,18 +153,19 @@ Linear::Linear(const LinearOptions& opt, Generator& gen) : opt_(opt) {
     bias_ = register_parameter("bias", zeros_init({opt.out_features}, opt.param_dtype));
 }
 
-Tensor Linear::forward_fused(const Tensor& x, bool relu_after) {
+Tensor Linear::forward_fused(const Tensor& x, Activation act) {
   TIDE_CHECK(x.ndim() == 2 && x.size(1) == opt_.in_features, "Linear", "expected input (N, ",
              opt_.in_features, "), got ", x.shape());
   TIDE_CHECK(x.dtype() == opt_.param_dtype || autocast::active(), "Linear", "input dtype ",
              x.dtype(), " differs from the parameters' ", opt_.param_dtype);
-  // The bias (and a following ReLU) ride on the GEMM: cuBLASLt's epilogues on a GPU, one
-  // pass over the output right after OpenBLAS's GEMM on the CPU. Either saves a kernel, a
-  // pass over the output and an intermediate tensor.
-  if (bias_.defined()) return linear(x, weight_, bias_, relu_after);
+  // The bias (and a following activation) ride on the GEMM: cuBLASLt's epilogues on a GPU,
+  // each part of the GEMM's rows right after it on the CPU. That saves kernels and passes
+  // over the output.
+  if (bias_.defined()) return linear(x, weight_, bias_, act);
   Tensor y = matmul(x, weight_);
-  if (bias_.defined()) y = add(y, bias_);
-  return relu_after ? relu(y) : y;
+  if (act == Activation::relu) return relu(y);
+  if (act == Activation::gelu_tanh) return gelu(y, GeluApprox::tanh);
+  return y;
 }
 
 Tensor Linear::forward(const Tensor& x) { return forward_fused(x, false); }

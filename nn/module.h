@@ -24,6 +24,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/init.h"
+#include "ops/linalg.h"
 
 namespace tide::nn {
 
@@ -130,10 +131,15 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out) : Linear(LinearOptions(in, out)) {}
   // Throws "[Linear]" naming the shapes unless x is (N, in) with the weight's dtype.
   Tensor forward(const Tensor& x) override;
-  // forward, then ReLU when relu_after: with a bias, one `linear` op (the GEMM with its
-  // bias / bias+ReLU epilogue, on every device); without, matmul then relu. Sequential
-  // calls it for a Linear followed by a ReLU.
-  Tensor forward_fused(const Tensor& x, bool relu_after);
+  // forward, then `act` (ReLU or GELU's tanh form): with a bias, one `linear` op (the GEMM
+  // with its bias and activation epilogue, on every device); without, matmul then the
+  // activation. Sequential calls it for a Linear followed by a ReLU, the GPT's MLP for its
+  // GELU.
+  Tensor forward_fused(const Tensor& x, Activation act);
+  // The same, ReLU when relu_after.
+  Tensor forward_fused(const Tensor& x, bool relu_after) {
+    return forward_fused(x, relu_after ? Activation::relu : Activation::none);
+  }
   std::string name() const override { return "Linear"; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias

@@ -99,6 +99,9 @@ MLP::MLP(const BlockOptions& opt, Generator& gen) : opt_(opt) {
 Tensor MLP::forward(const Tensor& x) {
   TIDE_CHECK(x.ndim() >= 2 && x.size(x.ndim() - 1) == opt_.n_embd, "MLP", "expected input (..., ",
              opt_.n_embd, "), got ", x.shape());
+  // GELU as its own op, not in c_fc's kernel (linear's Activation::gelu_tanh): on the CPU
+  // that measured no faster (bench/RESULTS.md, "GELU after the bias in the GEMM's row
+  // parts"), and a separate GELU is what a traced step's memory budget recomputes.
   Tensor hidden = gelu(linear_rows(*c_fc_, x), GeluApprox::tanh);
   return drop_->forward(linear_rows(*c_proj_, hidden));
 }

@@ -57,13 +57,21 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
 
 // A GEMM's output: the one a checkpoint's recompute kept for it (ops/checkpoint_keep.h;
 // `reused` set: queue nothing), or a fresh one of `like`'s dtype and device.
-Tensor gemm_output(OpId id, int64_t k, const Shape& shape, const Tensor& like, bool& reused) {
+// The output of a GEMM (and, given `second`, a second one of its shape and dtype there), or
+// those a checkpoint's recompute kept: then reused is set and nothing needs to run.
+Tensor gemm_output(OpId id, int64_t k, const Shape& shape, const Tensor& like, bool& reused,
+                   Tensor* second = nullptr) {
+  const size_t outs = second ? 2 : 1;
   if (KeepTape::active())
-    if (std::vector<Tensor> kept = KeepTape::reuse(id, k, {shape}, {like.dtype()}); !kept.empty()) {
+    if (std::vector<Tensor> kept = KeepTape::reuse(id, k, std::vector<Shape>(outs, shape),
+                                                   std::vector<DType>(outs, like.dtype()));
+        !kept.empty()) {
       reused = true;
+      if (second) *second = kept[1];
       return kept[0];
     }
   reused = false;
+  if (second) *second = Tensor::empty(shape, like.dtype(), like.device(), op_name(id));
   return Tensor::empty(shape, like.dtype(), like.device(), op_name(id));
 }
 
@@ -244,8 +252,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, Site site) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site site) {
+  return linear(x, w, b, relu ? Activation::relu : Activation::none, site);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Site site) {
   if (Tensor lx = x, lw = w, lb = b; autocast::lower({&lx, &lw, &lb}, site))
-    return linear(lx, lw, lb, relu, site);
+    return linear(lx, lw, lb, act, site);
   const OpId id = OpId::linear;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -259,8 +271,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
   if (m > 0 && n > 0)
     check_blas_sizes(op, {{"N", m}, {"K", k}, {"M", n}},
                      [&] { return describe(x) + " @ " + describe(w) + " + " + describe(b); });
+  const bool gelu = act == Activation::gelu_tanh;
+  // With GELU, two outputs: y and pre = x @ w + b, which the gradient reads.
   bool reused;
-  Tensor y = gemm_output(id, k, Shape{m, n}, x, reused);
+  Tensor pre;
+  Tensor y = gemm_output(id, k, Shape{m, n}, x, reused, gelu ? &pre : nullptr);
   if (m * n > 0 && !reused)
     dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
@@ -276,21 +291,34 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Site
                          false,
                          false,
                          tf32_now<T>(x.device())};
-      kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()}, {y.storage()},
-                     &kernels::cpu::gemm_bias<T>, kernels::GemmBias<T>{g, b.ref<T>(), relu},
-                     kernels::NoExtra{}, site);
+      const kernels::LinearAct ka = act == Activation::relu        ? kernels::LinearAct::relu
+                                    : act == Activation::gelu_tanh ? kernels::LinearAct::gelu_tanh
+                                                                   : kernels::LinearAct::none;
+      const kernels::GemmBias<T> gb{g, b.ref<T>(), ka, gelu ? pre.ref<T>() : DataRef<T>{}};
+      if (gelu)
+        kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()},
+                       {y.storage(), pre.storage()}, &kernels::cpu::gemm_bias<T>, gb,
+                       kernels::NoExtra{}, site);
+      else
+        kernels::queue(id, x.device(), {x.storage(), w.storage(), b.storage()}, {y.storage()},
+                       &kernels::cpu::gemm_bias<T>, gb, kernels::NoExtra{}, site);
     });
-  if (KeepTape::active()) KeepTape::produced(id, k, {y});
+  if (KeepTape::active())
+    KeepTape::produced(id, k, gelu ? std::vector<Tensor>{y, pre} : std::vector<Tensor>{y});
   bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
-  autograd::record(
-      op, y, {&x, &w, &b},
-      [x = x.detach(), w = w.detach(), y = y.detach(), relu, need_x, need_w](const Tensor& g) {
-        Tensor gy = relu ? relu_grad(g, y) : g;  // y > 0 exactly where x@w+b > 0
-        Tensor gx, gw;
-        if (need_x) gx = matmul(gy, w, {false, true});
-        if (need_w) gw = matmul(x, gy, {true, false});
-        return Grads{gx, gw, sum(gy, 0)};
-      });
+  // ReLU's gradient reads y (> 0 exactly where x@w+b > 0), GELU's x@w+b.
+  const Tensor kept = gelu ? pre.detach() : act == Activation::relu ? y.detach() : Tensor{};
+  autograd::record(op, y, {&x, &w, &b},
+                   [x = x.detach(), w = w.detach(), kept, act, need_x, need_w](const Tensor& g) {
+                     Tensor gy = act == Activation::relu ? relu_grad(g, kept)
+                                 : act == Activation::gelu_tanh
+                                     ? gelu_grad(g, kept, GeluApprox::tanh)
+                                     : g;
+                     Tensor gx, gw;
+                     if (need_x) gx = matmul(gy, w, {false, true});
+                     if (need_w) gw = matmul(x, gy, {true, false});
+                     return Grads{gx, gw, sum(gy, 0)};
+                   });
   return y;
 }
 

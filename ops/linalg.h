@@ -27,11 +27,18 @@ struct MatmulOptions {
 // of BLAS"; the same on every device). Queued; does not wait.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
               Site site = Site::current());
-// x @ w + b (b: one value per column, broadcast over rows), then ReLU when `relu`: the
-// Linear layer as one kernel (on CUDA, cuBLASLt's bias / bias+ReLU epilogues; on the CPU a
-// GEMM and one pass over the rows). x (N, K), w (K, M), b (M,), all of one floating dtype
-// (16-bit as matmul) on one device. Differentiable in x, w and b. Throws "[linear]" naming the
-// shapes otherwise, and for N, K or M past 2^31 - 1 as matmul does.
+// What linear applies after its bias.
+enum class Activation : uint8_t { none, relu, gelu_tanh };
+// x @ w + b (b: one value per column, broadcast over rows), then `act`: the Linear layer as
+// one kernel (on CUDA, cuBLASLt's bias / bias+ReLU epilogues; on the CPU the bias and the
+// activation run on each part of the GEMM's rows right after it). gelu_tanh gives the bits of
+// gelu(linear(x, w, b), GeluApprox::tanh) on the CPU, and keeps x @ w + b for the gradient (as
+// that pair would). x (N, K), w (K, M), b (M,), all of one floating dtype (16-bit as matmul)
+// on one device. Differentiable in x, w and b. Throws "[linear]" naming the shapes otherwise,
+// and for N, K or M past 2^31 - 1 as matmul does.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+              Site site = Site::current());
+// The same, ReLU when `relu`.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu = false,
               Site site = Site::current());
 // One-hot rows: (N, classes) of `dtype` (float32 or float64), 1 at column labels[i] and 0

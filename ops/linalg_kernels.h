@@ -44,13 +44,18 @@ Gemm<T> outer_batch(const Gemm<T>& g, const GemmBatch& bt, int64_t o) {
   s.c.offset += o * bt.count * g.m * g.ldc;
   return s;
 }
-// c = op(a) @ op(b) + bias (one value per column of c, i.e. per output feature), then
-// ReLU when relu: the Linear layer in one kernel (cuBLASLt's bias epilogues on CUDA).
+// What follows a Linear layer's bias in its kernel.
+enum class LinearAct : uint8_t { none, relu, gelu_tanh };
+// c = op(a) @ op(b) + bias (one value per column of c, i.e. per output feature), then `act`:
+// the Linear layer in one kernel (cuBLASLt's bias epilogues on CUDA). With gelu_tanh, pre
+// (c's shape and ldc) gets the value before it, which the gradient needs, and c GELU's tanh
+// form of pre, with the bits of the gelu op on pre.
 template <class T>
 struct GemmBias {
   Gemm<T> g;
   DataRef<T> bias;
-  bool relu = false;
+  LinearAct act = LinearAct::none;
+  DataRef<T> pre{};
 };
 // y (cols x rows) = a (rows x cols) transposed.
 template <class T>

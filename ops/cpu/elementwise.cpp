@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "ops/cpu/elementwise_loops.h"
+#include "ops/cpu/gelu_rows.h"
 #include "ops/cpu/isa_parallel.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/functors.h"
@@ -68,6 +69,22 @@ void unary_flat(const KernelContext&, const UnaryFlat<T>& a, const F& f) {
     tide::detail::unary_flat(a.a.get(), a.out.get(), a.n, f);
   }
 }
+
+template <class T>
+void gelu_tanh_serial(const T* x, T* y, int64_t n) {
+  const fn::GeluTanh f{};
+  if constexpr (kWideLoop<fn::GeluTanh, T>) {
+    tide::detail::isa_run([&]() __attribute__((always_inline)) {
+      for (int64_t i = 0; i < n; ++i) y[i] = T(f(widen(x[i])));
+    });
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = T(f(widen(x[i])));
+  }
+}
+template void gelu_tanh_serial<float>(const float*, float*, int64_t);
+template void gelu_tanh_serial<double>(const double*, double*, int64_t);
+template void gelu_tanh_serial<bfloat16>(const bfloat16*, bfloat16*, int64_t);
+template void gelu_tanh_serial<float16>(const float16*, float16*, int64_t);
 
 template <class O, class T>
 void convert(const KernelContext&, const Convert<O, T>& a, const NoExtra&) {

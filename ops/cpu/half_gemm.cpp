@@ -17,6 +17,7 @@
 
 #include "core/float16.h"
 #include "ops/cpu/blas_gemm.h"
+#include "ops/cpu/gelu_rows.h"
 
 namespace tide::kernels::cpu {
 
@@ -39,7 +40,7 @@ Scratch& scratch() {
 }
 
 // g's product through the float32 GEMM: op(a) and op(b) widened (exactly), one float32 GEMM,
-// then + bias and ReLU in float32 when asked, and one rounding into c.
+// then + bias and ReLU in float32 when asked, and one rounding into c (GELU: epilogue_gelu).
 template <class H>
 void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
   Scratch& s = scratch();
@@ -56,6 +57,17 @@ void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
       c[r * g.ldc + j] = H(v);
     }
   s.trim();
+}
+
+// With GELU: c's rows, x @ w + b rounded once, move to pre, and c gets GELU of them (the
+// bits of the gelu op on pre).
+template <class H>
+void epilogue_gelu(const Gemm<H>& g, H* pre) {
+  for (int64_t r = 0; r < g.m; ++r) {
+    H* row = g.c.get() + r * g.ldc;
+    std::copy(row, row + g.n, pre + r * g.ldc);
+    gelu_tanh_serial(pre + r * g.ldc, row, g.n);
+  }
 }
 
 #if TIDE_BF16_GEMM_ONEDNN
@@ -132,11 +144,13 @@ bool onednn_gemm(const Gemm<bfloat16>& g, int64_t batch, int64_t stride_a, int64
 #endif  // TIDE_BF16_GEMM_ONEDNN
 
 // One product or a strided batch of them (c contiguous when batch > 1), by oneDNN when it
-// applies, else product by product through float32.
+// applies, else product by product through float32. bias and act: one product only (the
+// Linear layer's; pre as GemmBias's).
 template <class H>
 void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, const H* bias,
-         bool relu) {
+         LinearAct act = LinearAct::none, H* pre = nullptr) {
   if (g.m == 0 || g.n == 0 || batch == 0) return;
+  const bool relu = act == LinearAct::relu, gelu = act == LinearAct::gelu_tanh;
 #if TIDE_BF16_GEMM_ONEDNN
   if constexpr (std::is_same_v<H, bfloat16>) {
     // k = 0 (c = bias or 0) is left to the float32 path, which writes it. One product: its
@@ -149,6 +163,7 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
         part.a.offset += g.ta ? r0 : r0 * g.lda;
         part.c.offset += r0 * g.ldc;
         if (!onednn_gemm(part, 1, 0, 0, bias, relu)) float32_gemm(part, bias, relu);
+        if (gelu) epilogue_gelu(part, pre + r0 * g.ldc);
       });
       return;
     }
@@ -161,6 +176,7 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
     s.b.offset += i * stride_b;
     s.c.offset += i * g.m * g.ldc;
     float32_gemm(s, bias, relu);
+    if (gelu) epilogue_gelu(s, pre);
   }
 }
 
@@ -168,18 +184,19 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
 
 template <class H>
 void half_gemm(const Gemm<H>& g) {
-  run<H>(g, 1, 0, 0, nullptr, false);
+  run<H>(g, 1, 0, 0, nullptr);
 }
 
 template <class H>
 void half_gemm_batched(const Gemm<H>& g, const GemmBatch& bt) {
   for (int64_t o = 0; o < bt.outer; ++o)
-    run<H>(outer_batch(g, bt, o), bt.count, bt.stride_a, bt.stride_b, nullptr, false);
+    run<H>(outer_batch(g, bt, o), bt.count, bt.stride_a, bt.stride_b, nullptr);
 }
 
 template <class H>
 void half_gemm_bias(const GemmBias<H>& gb) {
-  run<H>(gb.g, 1, 0, 0, gb.bias.get(), gb.relu);
+  run<H>(gb.g, 1, 0, 0, gb.bias.get(), gb.act,
+         gb.act == LinearAct::gelu_tanh ? gb.pre.get() : nullptr);
 }
 
 std::string bf16_gemm_library() {

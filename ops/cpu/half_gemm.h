@@ -1,10 +1,11 @@
 // The CPU's GEMM entries over bfloat16 and float16 (ops/linalg_kernels.h: Gemm, GemmBatch,
 // GemmBias): float32 accumulation, each result rounded once to the 16-bit type (after the bias
-// and ReLU). bfloat16 runs oneDNN's matmul when the build has it (TIDE_BF16_GEMM,
-// cmake/Blas.cmake): AMX or AVX512_BF16 kernels where the CPU has them. Otherwise, and for
-// float16 always, the operands are widened to float32 and the float32 GEMM runs: the same bits
-// as the float32 op between casts. Deterministic either way (a fixed thread count).
-// Called by the entries in ops/cpu/linalg.cpp; errors are thrown as std::runtime_error.
+// and ReLU; GELU then runs on that rounded value, as the gelu op would). bfloat16 runs oneDNN's
+// matmul when the build has it (TIDE_BF16_GEMM, cmake/Blas.cmake): AMX or AVX512_BF16 kernels where
+// the CPU has them. Otherwise, and for float16 always, the operands are widened to float32 and the
+// float32 GEMM runs: the same bits as the float32 op between casts. Deterministic either way (a
+// fixed thread count). Called by the entries in ops/cpu/linalg.cpp; errors are thrown as
+// std::runtime_error.
 #pragma once
 
 #include <string>

@@ -19,12 +19,20 @@ namespace tide::detail {
 // the traced fused chain) compiles with -ffp-contract=off (ops/CMakeLists.txt). The body
 // and its helpers must inline into the target lambdas: mark them always_inline. Not GCC's
 // target_clones, whose ifunc resolvers run before the sanitizers' runtimes are ready.
-template <class F>
-void isa_parallel_for(int64_t n, int64_t grain, F&& body) {
 #if defined(__x86_64__) && defined(__GNUC__)
+// 2: AVX-512F, 1: AVX2, 0: the baseline.
+inline int widest_isa() {
   static const int isa = __builtin_cpu_supports("avx512f") ? 2
                          : __builtin_cpu_supports("avx2")  ? 1
                                                            : 0;
+  return isa;
+}
+#endif
+
+template <class F>
+void isa_parallel_for(int64_t n, int64_t grain, F&& body) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const int isa = widest_isa();
   if (isa == 2)
     parallel_for(
         n, grain, [&](int64_t a, int64_t b) __attribute__((target("avx512f"))) { body(a, b); });
@@ -34,6 +42,25 @@ void isa_parallel_for(int64_t n, int64_t grain, F&& body) {
   else parallel_for(n, grain, body);
 #else
   parallel_for(n, grain, body);
+#endif
+}
+
+// body() on the calling thread, compiled as isa_parallel_for's bodies are.
+template <class F>
+void isa_run(F&& body) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const int isa = widest_isa();
+  if (isa == 2) [&]() __attribute__((target("avx512f"))) {
+      body();
+    }
+  ();
+  else if (isa == 1)[&]() __attribute__((target("avx2"))) {
+    body();
+  }
+  ();
+  else body();
+#else
+  body();
 #endif
 }
 

@@ -22,6 +22,7 @@
 #include "core/float16.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/blas_gemm.h"
+#include "ops/cpu/gelu_rows.h"
 #include "ops/cpu/half_gemm.h"
 #include "ops/op_util.h"
 
@@ -105,27 +106,40 @@ void one_hot_rows(const KernelContext&, const OneHotRows<T, L>& o, const NoExtra
   });
 }
 
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-               const float* b, int64_t ldb, float* c, int64_t ldc) {
-#if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
-  if (k == 0) {        // oneDNN leaves C as it was; beta = 0 means zeros, as cblas gives
-    for (int64_t r = 0; r < m; ++r) std::fill_n(c + r * ldc, n, 0.0f);
-    return;
-  }
-  // C's rows in parts on tide's pool, oneDNN serial in each (for_onednn_row_parts): its
-  // OpenMP team would spin after every call on the cores the pool's next loop needs (the
-  // char GPT's eager step took 34 ms that way, 23 ms this way).
+#if TIDE_SGEMM_ONEDNN
+namespace {
+// C's rows in parts on tide's pool, oneDNN serial in each (for_onednn_row_parts): its OpenMP
+// team would spin after every call on the cores the pool's next loop needs (the char GPT's
+// eager step took 34 ms that way, 23 ms this way). after(r0, r1) runs on each part's rows
+// once they are computed, while they are in that core's cache (the Linear layer's epilogue).
+template <class After>
+void onednn_sgemm_parts(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                        int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                        const After& after) {
   std::atomic<int> failed{int(dnnl_success)};
   for_onednn_row_parts(m, n, k, [&](int64_t r0, int64_t mr) {
-    const dnnl_status_t s1 =
-        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', mr, n, k, 1.0f, ta ? a + r0 : a + r0 * lda, lda,
-                   b, ldb, 0.0f, c + r0 * ldc, ldc);
-    if (s1 != dnnl_success) failed.store(int(s1));
+    if (k == 0) {  // oneDNN leaves C as it was; beta = 0 means zeros, as cblas gives
+      for (int64_t r = r0; r < r0 + mr; ++r) std::fill_n(c + r * ldc, n, 0.0f);
+    } else {
+      const dnnl_status_t s1 =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', mr, n, k, 1.0f, ta ? a + r0 : a + r0 * lda,
+                     lda, b, ldb, 0.0f, c + r0 * ldc, ldc);
+      if (s1 != dnnl_success) return failed.store(int(s1));
+    }
+    after(r0, r0 + mr);
   });
   const auto st = dnnl_status_t(failed.load());
   if (st != dnnl_success)
     throw Error("matmul", detail::concat("oneDNN's sgemm failed (status ", int(st), ") for ", m,
                                          "x", k, " @ ", k, "x", n));
+}
+}  // namespace
+#endif
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float* c, int64_t ldc) {
+#if TIDE_SGEMM_ONEDNN  // -DTIDE_BLAS=onednn (cmake/Blas.cmake): row-major, as cblas here
+  onednn_sgemm_parts(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, [](int64_t, int64_t) {});
 #else
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
@@ -208,23 +222,42 @@ void blas_gemm_batched(const KernelContext& ctx, const Gemm<T>& g, const GemmBat
   for (int64_t i = 0; i < total; ++i) one(i);  // each product uses the BLAS's own threads
 }
 
+// Rows r0 .. r1 of c: + bias, then the activation (GELU: pre = c + bias, c = GELU(pre)).
 template <class T>
-void blas_gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
-  gemm(ctx, gb.g, x);
+void bias_rows(const GemmBias<T>& gb, int64_t r0, int64_t r1) {
   T* c = gb.g.c.get();
   const T* bias = gb.bias.get();
   const int64_t n = gb.g.n, ldc = gb.g.ldc;
-  const bool relu = gb.relu;
-  int64_t grain = grain_for(n);
-  parallel_for(gb.g.m, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      T* row = c + r * ldc;
+  for (int64_t r = r0; r < r1; ++r) {
+    T* row = c + r * ldc;
+    if (gb.act == LinearAct::gelu_tanh) {
+      T* pre = gb.pre.get() + r * ldc;
+      for (int64_t j = 0; j < n; ++j) pre[j] = row[j] + bias[j];
+      gelu_tanh_serial(pre, row, n);
+    } else if (gb.act == LinearAct::relu) {
       for (int64_t j = 0; j < n; ++j) {
-        T v = row[j] + bias[j];
-        row[j] = relu ? (v > T(0) ? v : T(0)) : v;
+        const T v = row[j] + bias[j];
+        row[j] = v > T(0) ? v : T(0);
       }
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     }
-  });
+  }
+}
+
+template <class T>
+void blas_gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra& x) {
+  const Gemm<T>& g = gb.g;
+#if TIDE_SGEMM_ONEDNN
+  // The epilogue on each row part as soon as its GEMM is done (its rows still in cache).
+  if constexpr (std::is_same_v<T, float>)
+    if (!g.tf32)
+      return onednn_sgemm_parts(g.ta, g.tb, g.m, g.n, g.k, g.a.get(), g.lda, g.b.get(), g.ldb,
+                                g.c.get(), g.ldc,
+                                [&](int64_t r0, int64_t r1) { bias_rows(gb, r0, r1); });
+#endif
+  gemm(ctx, g, x);
+  parallel_for(g.m, grain_for(g.n), [&](int64_t r0, int64_t r1) { bias_rows(gb, r0, r1); });
 }
 
 }  // namespace

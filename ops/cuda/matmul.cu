@@ -6,11 +6,11 @@
 // CUBLAS_COMPUTE_32F_FAST_TF32. The algorithm is chosen once per shape, strides, pointer
 // alignments, compute type and epilogue by cuBLASLt's heuristic and cached for the process.
 // The linear entry (GemmBias) uses the bias and bias + ReLU epilogues, so the Linear layer is
-// one kernel. Batched products (GemmBatch) are cuBLASLt's strided batches, one call per outer
-// batch; a broadcast operand has batch stride 0 (the layout attribute's documented default,
-// i.e. every batch reads the same matrix). Does not autotune by timing, does not synchronize.
-// Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the CPU). Also here:
-// the one-hot rows of a classification loss (one small kernel).
+// one kernel (with GELU, two: gemm_bias). Batched products (GemmBatch) are cuBLASLt's strided
+// batches, one call per outer batch; a broadcast operand has batch stride 0 (the layout attribute's
+// documented default, i.e. every batch reads the same matrix). Does not autotune by timing, does
+// not synchronize. Sizes past 2^31 - 1 never reach it (the front-ends refuse them, as on the CPU).
+// Also here: the one-hot rows of a classification loss (one small kernel).
 #include <math_constants.h>
 
 #include <cstdint>
@@ -28,6 +28,7 @@
 #include "core/float16.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
+#include "ops/functors.h"
 #include "ops/linalg_kernels.h"
 
 namespace tide::kernels::cuda {
@@ -320,16 +321,35 @@ __global__ void fill_rows_with_bias(T* c, const T* bias, int64_t m, int64_t n, i
   }
 }
 
+// c = GELU (tanh form) of pre, both m x n at row stride ldc: tide's functor, the gelu op's
+// arithmetic.
+template <class T>
+__global__ void gelu_rows(const T* pre, T* c, int64_t m, int64_t n, int64_t ldc) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t i = global_index(); i < m * n; i += grid_stride()) {
+    const int64_t at = (i / n) * ldc + i % n;
+    c[at] = T(fn::GeluTanh{}(Scale<T>(pre[at])));
+  }
+}
+
+// With GELU, the product and bias go to pre through the bias epilogue and a second kernel
+// writes c. (cuBLASLt's GELU_AUX_BIAS epilogue would do both in one, with its own GELU; not
+// used until a GPU measures it against this.)
 template <class T>
 void gemm_bias(const KernelContext& ctx, const GemmBias<T>& gb, const NoExtra&) {
-  const Gemm<T>& g = gb.g;
+  const bool gelu = gb.act == LinearAct::gelu_tanh, relu = gb.act == LinearAct::relu;
+  Gemm<T> g = gb.g;
+  if (gelu) g.c = gb.pre;
   if (g.k == 0) {
     if (g.m * g.n > 0)
       fill_rows_with_bias<T><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
-          g.c.get(), gb.bias.get(), g.m, g.n, g.ldc, gb.relu);
-    return;
+          g.c.get(), gb.bias.get(), g.m, g.n, g.ldc, relu);
+  } else {
+    gemm_with_epilogue<T>(ctx, g, relu ? Epilogue::bias_relu : Epilogue::bias, gb.bias.get());
   }
-  gemm_with_epilogue<T>(ctx, g, gb.relu ? Epilogue::bias_relu : Epilogue::bias, gb.bias.get());
+  if (gelu && g.m * g.n > 0)
+    gelu_rows<T><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(gb.pre.get(), gb.g.c.get(),
+                                                                         g.m, g.n, g.ldc);
 }
 
 // One-hot rows (OneHotRows): the loss's targets. A kernel cannot throw, so a label outside

@@ -75,39 +75,43 @@ TIDE_OP_CASES(Linalg, Matmul) {
   return v;
 }
 
-// linear(x, w, b, relu) = x @ w + b (then ReLU): the Linear layer's one-kernel form.
+// linear(x, w, b, act) = x @ w + b, then ReLU or GELU's tanh form: the Linear layer's
+// one-kernel form.
 TIDE_OP_CASES(Linalg, Linear) {
   std::vector<OpCase> v;
-  for (bool relu : {false, true})
-    v.push_back(OpCase{.op = OpId::linear,
-                       .build = [=](const V& x) { return linear(x[0], x[1], x[2], relu); },
-                       .ref =
-                           [=](const std::vector<Array>& in) {
-                             Array y = matmul_ref(in[0], in[1], false, false);
-                             int64_t n = in[1].shape[1];
-                             for (size_t i = 0; i < y.v.size(); ++i) {
-                               y.v[i] += in[2].v[i % size_t(std::max<int64_t>(n, 1))];
-                               if (relu && y.v[i] < 0) y.v[i] = 0;
-                             }
-                             return y;
-                           },
-                       .shapes =
-                           [](std::mt19937& rng) {
-                             std::uniform_int_distribution<int64_t> d(1, 9);
-                             std::vector<ShapeSet> out;
-                             for (auto [m, k, n] :
-                                  std::vector<std::array<int64_t, 3>>{{d(rng), d(rng), d(rng)},
-                                                                      {1, d(rng), d(rng)},
-                                                                      {d(rng), d(rng), 1},
-                                                                      {3, 0, 4},
-                                                                      {0, 5, 2},
-                                                                      {37, 64, 29}})
-                               out.push_back({Shape{m, k}, Shape{k, n}, Shape{n}});
-                             return out;
-                           },
-                       .gen = test::gen_uniform(-1, 1),
-                       .tol32 = {1e-5, 1e-5},
-                       .grad = true});
+  for (Activation act : {Activation::none, Activation::relu, Activation::gelu_tanh})
+    v.push_back(OpCase{
+        .op = OpId::linear,
+        .build = [=](const V& x) { return linear(x[0], x[1], x[2], act); },
+        .ref =
+            [=](const std::vector<Array>& in) {
+              Array y = matmul_ref(in[0], in[1], false, false);
+              int64_t n = in[1].shape[1];
+              for (size_t i = 0; i < y.v.size(); ++i) {
+                double& h = y.v[i];
+                h += in[2].v[i % size_t(std::max<int64_t>(n, 1))];
+                if (act == Activation::relu && h < 0) h = 0;
+                if (act == Activation::gelu_tanh)
+                  h = 0.5 * h * (1 + std::tanh(std::sqrt(2 / M_PI) * (h + 0.044715 * h * h * h)));
+              }
+              return y;
+            },
+        .shapes =
+            [](std::mt19937& rng) {
+              std::uniform_int_distribution<int64_t> d(1, 9);
+              std::vector<ShapeSet> out;
+              for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{d(rng), d(rng), d(rng)},
+                                                                        {1, d(rng), d(rng)},
+                                                                        {d(rng), d(rng), 1},
+                                                                        {3, 0, 4},
+                                                                        {0, 5, 2},
+                                                                        {37, 64, 29}})
+                out.push_back({Shape{m, k}, Shape{k, n}, Shape{n}});
+              return out;
+            },
+        .gen = test::gen_uniform(-1, 1),
+        .tol32 = {1e-5, 1e-5},
+        .grad = true});
   return v;
 }
 
@@ -116,6 +120,39 @@ TEST(Linalg, LinearChecksItsShapes) {
   EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}), ones({4})), "[linear]", "(4,)");
   EXPECT_TIDE_ERROR(linear(ones({2, 3}), ones({3, 5}, DType::float64), ones({5})), "[linear]",
                     "dtypes differ");
+}
+
+// GELU after the bias in the kernel gives the bits of gelu(linear(...)), value and gradients,
+// in every floating dtype on the CPU and the case devices: one row part, several (a GEMM
+// past kSmallGemm), and K = 0.
+TEST(Linalg, LinearGeluIsGeluOfLinearBitwise) {
+  std::vector<Device> devices = test::case_devices();
+  devices.insert(devices.begin(), Device::cpu());
+  for (Device d : devices)
+    for (DType t : {DType::float32, DType::float64, DType::bfloat16, DType::float16})
+      for (std::array<int64_t, 3> s :
+           {std::array<int64_t, 3>{5, 7, 9}, {130, 64, 200}, {3, 0, 4}}) {
+        const int64_t m = s[0], k = s[1], n = s[2];
+        SCOPED_TRACE(d.str() + " " + std::string(name(t)) + " " + std::to_string(m) + "x" +
+                     std::to_string(k) + "x" + std::to_string(n));
+        Generator gen(5);
+        auto input = [&](Shape sh) { return cast(randn(sh, DType::float32, gen), t).to(d); };
+        const Tensor x0 = input({m, k}), w0 = input({k, n}), b0 = input({n}), wy = input({m, n});
+        auto run = [&](bool fused) {
+          Tensor x = clone(x0).requires_grad_(), w = clone(w0).requires_grad_(),
+                 b = clone(b0).requires_grad_();
+          Tensor y = fused ? linear(x, w, b, Activation::gelu_tanh)
+                           : gelu(linear(x, w, b), GeluApprox::tanh);
+          sum(mul(y, wy)).backward();
+          std::vector<std::vector<double>> out;
+          for (const Tensor& r : {y, x.grad(), w.grad(), b.grad()})
+            out.push_back(cast(r, DType::float64).to_vector<double>());
+          return out;
+        };
+        const auto fused = run(true), apart = run(false);
+        const char* names[] = {"y", "dx", "dw", "db"};
+        for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], apart[i]) << names[i];
+      }
 }
 
 TEST(Linalg, MatmulWithEmptyInnerDimIsZero) {
