@@ -106,12 +106,21 @@ kernels::PoolGeom pool_geom(const char* op, const Shape& xs, const Pool2dOptions
 
 // ---- convolution ---------------------------------------------------------------------------
 
+namespace {
+// Whether 16-bit operands go through the float32 path between casts: everywhere but the CPU,
+// whose kernels take them.
+bool half_through_float32(DType h, const Tensor& t) {
+  return h != DType::float32 && !t.device().is_cpu();
+}
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt,
               Site site) {
   if (Tensor lx = x, lw = w, lb = bias; autocast::lower({&lx, &lw, &lb}, site))
     return conv2d(lx, lw, lb, opt, site);
-  // 16-bit operands: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&x, &w, &bias}); h != DType::float32)
+  // 16-bit operands: the CPU's kernels compute in float32 and round once (ops/cpu/conv_half.h);
+  // elsewhere the float32 path between casts (ops/half_compute.h).
+  if (DType h = detail::shared_half({&x, &w, &bias}); half_through_float32(h, x))
     return detail::in_float32(
         h, [&] { return conv2d(detail::up(x), detail::up(w), detail::up(bias), opt, site); });
   const OpId id = OpId::conv2d;
@@ -127,7 +136,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   }
   Tensor y = Tensor::empty(conv_out_shape(g), x.dtype(), x.device(), op);
   if (y.numel() > 0)
-    dispatch_floating(x.dtype(), [&](auto z) {
+    dispatch_floating_with_half(x.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::Conv2dForward<T> a{x.ref<T>(), w.ref<T>(), {}, y.ref<T>(), g, has_bias};
       if (has_bias) {
@@ -141,22 +150,27 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
     });
   const bool need_x = autograd::needs_grad({&x}), need_w = autograd::needs_grad({&w});
   const bool need_b = has_bias && autograd::needs_grad({&bias});
-  autograd::record(op, y, {&x, &w, &bias},
-                   [x = x.detach(), w = w.detach(), opt, need_x, need_w, need_b](const Tensor& gy) {
-                     Tensor gx, gw, gb;
-                     if (need_x) gx = conv2d_input_grad(gy, w, x.shape(), opt);
-                     if (need_w) gw = conv2d_weight_grad(gy, x, w.shape(), opt);
-                     if (need_b) {
-                       const int64_t n = gy.size(0), o = gy.size(1);
-                       gb = sum(sum(gy.reshape({n, o, -1}), 2), 0);
-                     }
-                     return Grads{gx, gw, gb};
-                   });
+  autograd::record(
+      op, y, {&x, &w, &bias},
+      [x = x.detach(), w = w.detach(), opt, need_x, need_w, need_b](const Tensor& gy) {
+        Tensor gx, gw, gb;
+        if (need_x) gx = conv2d_input_grad(gy, w, x.shape(), opt);
+        if (need_w) gw = conv2d_weight_grad(gy, x, w.shape(), opt);
+        if (need_b) {  // 16-bit: summed in float32, rounded once
+          const int64_t n = gy.size(0), o = gy.size(1);
+          gb = detail::down(sum(sum(detail::up(gy).reshape({n, o, -1}), 2), 0), gy.dtype());
+        }
+        return Grads{gx, gw, gb};
+      });
   return y;
 }
 
 Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Shape& input_shape,
                          const Conv2dOptions& opt, Site site) {
+  if (DType h = detail::shared_half({&dy, &w}); half_through_float32(h, dy))
+    return detail::in_float32(h, [&] {
+      return conv2d_input_grad(detail::up(dy), detail::up(w), input_shape, opt, site);
+    });
   const OpId id = OpId::conv2d_input_grad;
   const char* op = op_name(id);
   check_same(dy, w, id);
@@ -165,7 +179,7 @@ Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Shape& input_s
   check_grad_shape(op, dy, conv_out_shape(g), "conv2d");
   Tensor dx = Tensor::empty(input_shape, dy.dtype(), dy.device(), op);
   if (dx.numel() > 0)
-    dispatch_floating(dy.dtype(), [&](auto z) {
+    dispatch_floating_with_half(dy.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::queue(id, dy.device(), {dy.storage(), w.storage()}, {dx.storage()},
                      &kernels::cpu::conv2d_input_grad<T>,
@@ -177,6 +191,10 @@ Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Shape& input_s
 
 Tensor conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Shape& weight_shape,
                           const Conv2dOptions& opt, Site site) {
+  if (DType h = detail::shared_half({&dy, &x}); half_through_float32(h, dy))
+    return detail::in_float32(h, [&] {
+      return conv2d_weight_grad(detail::up(dy), detail::up(x), weight_shape, opt, site);
+    });
   const OpId id = OpId::conv2d_weight_grad;
   const char* op = op_name(id);
   check_same(dy, x, id);
@@ -184,7 +202,7 @@ Tensor conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Shape& weight
   const kernels::ConvGeom g = conv_geom(op, x.shape(), weight_shape, opt);
   check_grad_shape(op, dy, conv_out_shape(g), "conv2d");
   Tensor dw = Tensor::empty(weight_shape, dy.dtype(), dy.device(), op);
-  dispatch_floating(dy.dtype(), [&](auto z) {
+  dispatch_floating_with_half(dy.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::queue(id, dy.device(), {dy.storage(), x.storage()}, {dw.storage()},
                    &kernels::cpu::conv2d_weight_grad<T>,

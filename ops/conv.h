@@ -64,7 +64,8 @@ struct Pool2dOptions {
 // y[n, o] = bias[o] + sum over the input channels c of o's group and the window of
 // w[o, c, i, j] * x[n, c, oh*s + i*d - p, ow*s + j*d - p] (zero outside x): PyTorch's
 // conv2d. x (N, C, H, W), w (O, C / groups, KH, KW), bias (O) or undefined (no bias); all
-// float32 or float64 on one device. Output (N, O, OH, OW) with
+// of one floating dtype on one device (bfloat16 and float16: on the CPU one kernel computing
+// in float32, rounding once; elsewhere the float32 path between casts). Output (N, O, OH, OW) with
 // OH = (H + 2 * pad - dilation * (KH - 1) - 1) / stride + 1 (the same for W).
 // Differentiable in x, w and bias. Throws "[conv2d]" naming the shapes and the options for
 // ranks other than 4, a channel count that differs from w's times groups, groups that do

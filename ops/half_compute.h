@@ -5,8 +5,8 @@
 // through the casts, and a trace records them. The cost: the casts' passes and float32
 // temporaries. The elementwise ops, the GEMMs, the reductions (sum_to where one sum does),
 // softmax / log_softmax, layer_norm, cross_entropy_rows, transpose, swap_axes and, on the
-// CPU, attention and take_rows do not take it: their kernels read and write the 16-bit types
-// directly (docs/mixed-precision.md).
+// CPU, attention, take_rows and conv2d do not take it: their kernels read and write the 16-bit
+// types directly (docs/mixed-precision.md).
 #pragma once
 
 #include <initializer_list>

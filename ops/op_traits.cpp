@@ -69,8 +69,8 @@ constexpr std::array kTable{
     // batch_norm also updates its running estimates in place in training: a side effect
     // on state, not on its differentiable inputs, so it is not marked in_place.
     OpTraits{OpId::conv2d, "conv2d", K::conv, N, N, E, none, N, N, E},
-    OpTraits{OpId::conv2d_input_grad, "conv2d_input_grad", K::conv, N, N, N},
-    OpTraits{OpId::conv2d_weight_grad, "conv2d_weight_grad", K::conv, N, N, N},
+    OpTraits{OpId::conv2d_input_grad, "conv2d_input_grad", K::conv, N, N, N, none, N, N, E},
+    OpTraits{OpId::conv2d_weight_grad, "conv2d_weight_grad", K::conv, N, N, N, none, N, N, E},
     OpTraits{OpId::max_pool2d, "max_pool2d", K::conv, N, N, E},
     OpTraits{OpId::max_pool2d_grad, "max_pool2d_grad", K::conv, N, N, N},
     OpTraits{OpId::avg_pool2d, "avg_pool2d", K::conv, N, N, E},

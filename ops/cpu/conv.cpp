@@ -19,6 +19,8 @@
 
 #include "core/thread_pool.h"
 #include "ops/conv_kernels.h"
+#include "ops/cpu/conv_half.h"
+#include "ops/cpu/im2col.h"
 #include "ops/cpu/lane_sum.h"
 #include "ops/op_util.h"
 #include "ops/pool_window.h"
@@ -27,189 +29,90 @@ namespace tide::kernels::cpu {
 
 using tide::detail::grain_for;
 
-namespace {
-
-// Row-major c (m x n) = alpha * op(a) @ op(b) + beta * c.
-template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE ctb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb),
-                beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
-                beta, c, int(ldc));
-}
-
-// The outputs [lo, hi) of a row of `out` outputs whose input column o * stride - pad + off
-// lies inside [0, in): the rest read padding.
-inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t off, int64_t& lo,
-                   int64_t& hi) {
-  const int64_t first = pad - off;  // o * stride >= first
-  lo = first <= 0 ? 0 : (first + stride - 1) / stride;
-  const int64_t last = in - 1 + pad - off;  // o * stride <= last
-  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
-  lo = std::min(lo, hi);
-}
-
-// The columns of `samples` consecutive samples' group of cg channels (x points at the first
-// sample's group; samples are x_stride elements apart), one (cg * kh * kw) x (oh * ow)
-// matrix per sample, end to end in col: row (c, i, j) holds the input element each output
-// position sees at window offset (i, j) of channel c, 0 in the padding.
-template <class T>
-void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, T* col) {
-  const int64_t rows = cg * g.kh * g.kw, ohw = g.oh * g.ow;
-  parallel_for(samples * rows, grain_for(ohw), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t s = t / rows, r = t % rows;
-      const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-      const T* plane = x + s * x_stride + c * g.h * g.w;
-      T* out = col + t * ohw;
-      int64_t lo, hi;
-      inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
-      for (int64_t oy = 0; oy < g.oh; ++oy) {
-        const int64_t iy = oy * g.sh - g.ph + i * g.dh;
-        T* orow = out + oy * g.ow;
-        if (iy < 0 || iy >= g.h) {
-          std::fill(orow, orow + g.ow, T(0));
-          continue;
-        }
-        // Input index of output ox: base + ox * sw, inside the row for ox in [lo, hi).
-        const int64_t base = iy * g.w + j * g.dw - g.pw;
-        std::fill(orow, orow + lo, T(0));
-        if (g.sw == 1) std::copy(plane + base + lo, plane + base + hi, orow + lo);
-        else
-          for (int64_t ox = lo; ox < hi; ++ox) orow[ox] = plane[base + ox * g.sw];
-        std::fill(orow + hi, orow + g.ow, T(0));
-      }
-    }
-  });
-}
-
-// The adjoint of im2col: each sample's cg planes of dx (zeroed by the caller) += each
-// column entry at the input element it was copied from. Parallel over (sample, channel):
-// each writes its own plane.
-template <class T>
-void col2im(const T* col, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, T* dx) {
-  const int64_t ohw = g.oh * g.ow;
-  parallel_for(samples * cg, grain_for(g.kh * g.kw * ohw), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t s = t / cg, c = t % cg;
-      T* plane = dx + s * x_stride + c * g.h * g.w;
-      for (int64_t i = 0; i < g.kh; ++i)
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const T* in = col + ((t * g.kh + i) * g.kw + j) * ohw;
-          int64_t lo, hi;
-          inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
-          for (int64_t oy = 0; oy < g.oh; ++oy) {
-            const int64_t iy = oy * g.sh - g.ph + i * g.dh;
-            if (iy < 0 || iy >= g.h) continue;
-            const int64_t base = iy * g.w + j * g.dw - g.pw;  // as in im2col
-            const T* crow = in + oy * g.ow;
-            for (int64_t ox = lo; ox < hi; ++ox) plane[base + ox * g.sw] += crow[ox];
-          }
-        }
-    }
-  });
-}
-
-// The sizes of one conv's per-sample GEMMs and how many samples share one parallel region
-// of im2col / col2im: the columns of a chunk (at most ~4 MB of float, so they stay in the
-// last-level cache until their GEMMs read them) are made in one region, then multiplied
-// one GEMM per sample. The pool's helpers and the BLAS's threads then hand the cores over
-// once per chunk, not once per sample.
-struct ConvShapes {
-  int64_t cg, og, k, ohw, chunk;
-  explicit ConvShapes(const ConvGeom& g)
-      : cg(g.c / g.groups), og(g.o / g.groups), k(cg * g.kh * g.kw), ohw(g.oh * g.ow) {
-    constexpr int64_t kChunkElements = int64_t(1) << 20;
-    chunk = std::clamp<int64_t>(kChunkElements / std::max<int64_t>(1, k * ohw), 1,
-                                std::max<int64_t>(1, g.n));
-  }
-};
-
-// A column buffer reused by the calls on one worker thread.
-template <class T>
-T* column_buffer(int64_t n) {
-  thread_local std::vector<T> buf;
-  if (buf.size() < size_t(n)) buf.resize(size_t(n));
-  return buf.data();
-}
-
-}  // namespace
-
 template <class T>
 void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
-  const ConvShapes c(g);
-  const T* x = a.x.get();
-  const T* w = a.weight.get();
-  T* y = a.y.get();
-  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-    const int64_t ns = std::min(c.chunk, g.n - n0);
-    for (int64_t gi = 0; gi < g.groups; ++gi) {
-      im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
-      for (int64_t s = 0; s < ns; ++s)
-        gemm<T>(false, false, c.og, c.ohw, c.k, w + gi * c.og * c.k, c.k, col + s * c.k * c.ohw,
-                c.ohw, T(0), y + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw);
+  if constexpr (is_half_v<T>) {
+    half_conv2d(a);
+  } else {
+    const ConvGeom& g = a.g;
+    const ConvShapes c(g);
+    const T* x = a.x.get();
+    const T* w = a.weight.get();
+    T* y = a.y.get();
+    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+      const int64_t ns = std::min(c.chunk, g.n - n0);
+      for (int64_t gi = 0; gi < g.groups; ++gi) {
+        im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
+        for (int64_t s = 0; s < ns; ++s)
+          conv_gemm<T>(false, false, c.og, c.ohw, c.k, w + gi * c.og * c.k, c.k,
+                       col + s * c.k * c.ohw, c.ohw, T(0), y + ((n0 + s) * g.o + gi * c.og) * c.ohw,
+                       c.ohw);
+      }
     }
+    if (!a.has_bias) return;
+    const T* b = a.bias.get();
+    parallel_for(g.n * g.o, grain_for(c.ohw), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const T v = b[p % g.o];
+        T* plane = y + p * c.ohw;
+        for (int64_t i = 0; i < c.ohw; ++i) plane[i] += v;
+      }
+    });
   }
-  if (!a.has_bias) return;
-  const T* b = a.bias.get();
-  parallel_for(g.n * g.o, grain_for(c.ohw), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const T v = b[p % g.o];
-      T* plane = y + p * c.ohw;
-      for (int64_t i = 0; i < c.ohw; ++i) plane[i] += v;
-    }
-  });
 }
 
 template <class T>
 void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
-  const ConvShapes c(g);
-  const T* dy = a.dy.get();
-  const T* w = a.weight.get();
-  T* dx = a.dx.get();
-  std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
-  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-    const int64_t ns = std::min(c.chunk, g.n - n0);
-    for (int64_t gi = 0; gi < g.groups; ++gi) {
-      // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
-      for (int64_t s = 0; s < ns; ++s)
-        gemm<T>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k,
-                dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw, T(0), col + s * c.k * c.ohw,
-                c.ohw);
-      col2im(col, ns, g.c * g.h * g.w, c.cg, g, dx + (n0 * g.c + gi * c.cg) * g.h * g.w);
+  if constexpr (is_half_v<T>) {
+    half_conv2d_input_grad(a);
+  } else {
+    const ConvGeom& g = a.g;
+    const ConvShapes c(g);
+    const T* dy = a.dy.get();
+    const T* w = a.weight.get();
+    T* dx = a.dx.get();
+    std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
+    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+      const int64_t ns = std::min(c.chunk, g.n - n0);
+      for (int64_t gi = 0; gi < g.groups; ++gi) {
+        // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
+        for (int64_t s = 0; s < ns; ++s)
+          conv_gemm<T>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k,
+                       dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw, T(0),
+                       col + s * c.k * c.ohw, c.ohw);
+        col2im(col, ns, g.c * g.h * g.w, c.cg, g, dx + (n0 * g.c + gi * c.cg) * g.h * g.w);
+      }
     }
   }
 }
 
 template <class T>
 void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, const NoExtra&) {
-  const ConvGeom& g = a.g;
-  const ConvShapes c(g);
-  const T* dy = a.dy.get();
-  const T* x = a.x.get();
-  T* dw = a.dweight.get();
-  if (g.n == 0 || c.ohw == 0) {
-    std::fill(dw, dw + g.o * c.k, T(0));
-    return;
-  }
-  T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-  for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-    const int64_t ns = std::min(c.chunk, g.n - n0);
-    for (int64_t gi = 0; gi < g.groups; ++gi) {
-      im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
-      // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
-      for (int64_t s = 0; s < ns; ++s)
-        gemm<T>(false, true, c.og, c.k, c.ohw, dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw,
-                col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1), dw + gi * c.og * c.k, c.k);
+  if constexpr (is_half_v<T>) {
+    half_conv2d_weight_grad(a);
+  } else {
+    const ConvGeom& g = a.g;
+    const ConvShapes c(g);
+    const T* dy = a.dy.get();
+    const T* x = a.x.get();
+    T* dw = a.dweight.get();
+    if (g.n == 0 || c.ohw == 0) {
+      std::fill(dw, dw + g.o * c.k, T(0));
+      return;
+    }
+    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
+    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
+      const int64_t ns = std::min(c.chunk, g.n - n0);
+      for (int64_t gi = 0; gi < g.groups; ++gi) {
+        im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
+        // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
+        for (int64_t s = 0; s < ns; ++s)
+          conv_gemm<T>(false, true, c.og, c.k, c.ohw, dy + ((n0 + s) * g.o + gi * c.og) * c.ohw,
+                       c.ohw, col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1),
+                       dw + gi * c.og * c.k, c.k);
+      }
     }
   }
 }
@@ -443,5 +346,14 @@ void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoEx
 TIDE_CONV(float)
 TIDE_CONV(double)
 #undef TIDE_CONV
+#define TIDE_HALF_CONV(T)                                                                 \
+  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&); \
+  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,     \
+                                     const NoExtra&);                                     \
+  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,   \
+                                      const NoExtra&);
+TIDE_HALF_CONV(bfloat16)
+TIDE_HALF_CONV(float16)
+#undef TIDE_HALF_CONV
 
 }  // namespace tide::kernels::cpu

@@ -291,6 +291,8 @@ TEST(Half, TheTableNamesTheOpsThatAcceptThem) {
                                  OpId::cross_entropy,
                                  OpId::take_rows,
                                  OpId::conv2d,
+                                 OpId::conv2d_input_grad,
+                                 OpId::conv2d_weight_grad,
                                  OpId::layer_norm,
                                  OpId::layer_norm_grad,
                                  OpId::scaled_dot_product_attention,
@@ -489,6 +491,54 @@ TEST(Half, AttentionOnTheCpuIsOneKernelWithTheFloat32Bits) {
     EXPECT_TIDE_ERROR(scaled_dot_product_attention_forward(qg, kg, vg16, true),
                       "[scaled_dot_product_attention]", "16-bit kernels are the CPU's");
   }
+}
+
+// conv2d on 16-bit x, w and bias is one CPU kernel computing in float32 (its columns widened
+// as they are made) and rounding once: the bits of the float32 op between casts, for the
+// output and the gradients of x, w and the bias; geometries with stride, padding, dilation,
+// groups and a batch in several column chunks. On the fake GPU the float32 path, same bits.
+TEST(Half, Conv2dOnTheCpuIsOneKernelWithTheFloat32Bits) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions opt;
+  };
+  const Case cases[] = {
+      {{3, 4, 9, 11}, {6, 4, 3, 3}, Conv2dOptions().padding(1)},
+      {{2, 4, 10, 9},
+       {6, 2, 3, 2},
+       Conv2dOptions().stride(2, 1).padding(1, 0).dilation(1, 2).groups(2)},
+      {{2, 8, 64, 64}, {4, 8, 5, 5}, Conv2dOptions()},  // k * oh * ow past a chunk: one sample each
+  };
+  for (DType t : {DType::bfloat16, DType::float16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(name(t)) + " x " + c.x.str() + " w " + c.w.str());
+      Generator gen(3);
+      auto input = [&](const Shape& s) { return cast(randn(s, DType::float32, gen), t); };
+      const Tensor x0 = input(c.x), w0 = input(c.w), b0 = input(Shape{c.w[0]});
+      Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(),
+             b = b0.detach().requires_grad_();
+      wait_all();
+      const uint64_t before = Engine::get().stats().queued;
+      Tensor y = conv2d(x, w, b, c.opt);
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(y.dtype(), t);
+      const Tensor g = input(y.shape());
+      sum(mul(y, g)).backward();
+      // The float32 op between casts.
+      Tensor xf = cast(x0, DType::float32).requires_grad_(),
+             wf = cast(w0, DType::float32).requires_grad_(),
+             bf = cast(b0, DType::float32).requires_grad_();
+      Tensor yf = conv2d(xf, wf, bf, c.opt);
+      sum(mul(yf, cast(g, DType::float32))).backward();
+      EXPECT_EQ(bytes_of(y), bytes_of(cast(yf, t)));
+      EXPECT_EQ(bytes_of(x.grad()), bytes_of(cast(xf.grad(), t))) << "dx";
+      EXPECT_EQ(bytes_of(w.grad()), bytes_of(cast(wf.grad(), t))) << "dw";
+      EXPECT_EQ(bytes_of(b.grad()), bytes_of(cast(bf.grad(), t))) << "db";
+      const Device gpu = test::case_devices().front();
+      if (gpu.is_cpu()) continue;
+      EXPECT_EQ(bytes_of(conv2d(x0.to(gpu), w0.to(gpu), b0.to(gpu), c.opt).to(Device::cpu())),
+                bytes_of(y));
+    }
 }
 
 // take_rows on 16-bit rows is one CPU kernel that moves them as they are (the float32
