@@ -1,9 +1,9 @@
 // The attention family's front-end (ops/attention.h): argument checks, the shape rule and
 // the gradient over the kernel entries of ops/attention_kernels.h (CPU:
-// ops/cpu/attention.cpp). 16-bit operands run the CPU's 16-bit kernels (float32 inside, lse
-// and the gradient's statistics in float32); on other devices the float32 path between
-// casts (ops/half_compute.h). Not here: the kernels, or any composition of matmul and
-// softmax (tests/ops/test_attention.cpp keeps that as the reference).
+// ops/cpu/attention.cpp, CUDA: ops/cuda/attention.cu). 16-bit operands run 16-bit kernels on
+// every device (float32 inside, lse and the gradient's statistics in float32). Not here: the
+// kernels, or any composition of matmul and softmax (tests/ops/test_attention.cpp keeps that as the
+// reference).
 #include "ops/attention.h"
 
 #include <cmath>
@@ -13,7 +13,6 @@
 #include "ops/autograd.h"
 #include "ops/checkpoint_keep.h"
 #include "ops/creation.h"
-#include "ops/half_compute.h"
 #include "ops/kernel_entry.h"
 #include "ops/op_util.h"
 
@@ -73,8 +72,9 @@ void check_d_and_scale(const char* op, Dims& dm, std::optional<double> scale, co
     dm.scale = 1.0 / std::sqrt(double(dm.d));
   }
   if (!q.device().is_cpu()) {
+    // The tiles hold the computing type: float for float32 and the 16-bit types.
     const int64_t max_d =
-        q.dtype() == DType::float32 ? kernels::kAttentionCudaMaxD4 : kernels::kAttentionCudaMaxD8;
+        q.dtype() == DType::float64 ? kernels::kAttentionCudaMaxD8 : kernels::kAttentionCudaMaxD4;
     TIDE_CHECK(dm.d <= max_d, op, "on ", q.device().str(), " D is at most ", max_d, " for ",
                name(q.dtype()), ", got ", shapes());
   }
@@ -87,21 +87,6 @@ Shape lse_shape(const Tensor& q) {
 
 // lse's (and the gradient's statistics') dtype: float32 for 16-bit q, else q's.
 DType lse_dtype(const Tensor& q) { return is_half(q.dtype()) ? DType::float32 : q.dtype(); }
-
-// Whether 16-bit operands go through the float32 path between casts: everywhere but the CPU,
-// whose kernels take them.
-bool half_through_float32(DType h, const Tensor& t) {
-  return h != DType::float32 && !t.device().is_cpu();
-}
-
-// The 16-bit kernels are the CPU's: the entry points that take kernels' outputs directly
-// (forward with lse, gradient) refuse 16-bit operands elsewhere.
-void check_half_on_cpu(OpId id, const Tensor& q) {
-  TIDE_CHECK(!is_half(q.dtype()) || q.device().is_cpu(), op_name(id), "16-bit ", describe(q),
-             " on ", q.device().str(),
-             " runs through scaled_dot_product_attention (the float32 path between casts); "
-             "its 16-bit kernels are the CPU's");
-}
 
 // How the kernels find the rows: q, k and v (and dq, dk, dv) laid out as `in`, k and v (dk,
 // dv) starting k_at and v_at elements into their tensors; out and dout as `rows`. The
@@ -170,7 +155,6 @@ AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Ten
                                                       std::optional<double> scale, Site site) {
   const OpId id = OpId::scaled_dot_product_attention;
   const Dims dm = check_args(id, q, k, v, causal, scale);
-  check_half_on_cpu(id, q);
   return attention_forward(q, k, v, causal, dm, Layout{}, q.shape(), lse_shape(q), site);
 }
 
@@ -178,12 +162,6 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> scale, Site site) {
   if (Tensor lq = q, lk = k, lv = v; autocast::lower({&lq, &lk, &lv}, site))
     return scaled_dot_product_attention(lq, lk, lv, causal, scale, site);
-  // 16-bit operands off the CPU: the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&q, &k, &v}); half_through_float32(h, q))
-    return detail::in_float32(h, [&] {
-      return scaled_dot_product_attention(detail::up(q), detail::up(k), detail::up(v), causal,
-                                          scale, site);
-    });
   AttentionForward f = scaled_dot_product_attention_forward(q, k, v, causal, scale, site);
   autograd::record(OpId::scaled_dot_product_attention, f.out, {&q, &k, &v},
                    [q = q.detach(), k = k.detach(), v = v.detach(), out = f.out.detach(),
@@ -273,7 +251,6 @@ AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tenso
   const OpId id = OpId::scaled_dot_product_attention_grad;
   const char* op = op_name(id);
   const Dims dm = check_args(id, q, k, v, causal, scale);
-  check_half_on_cpu(id, q);
   check_grad_args(id, dout, q, out, lse);
   AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device(), op),
                    Tensor::empty(k.shape(), k.dtype(), k.device(), op),
@@ -292,10 +269,6 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal,
                                            std::optional<double> scale, Site site) {
   if (Tensor l = qkv; autocast::lower({&l}, site))
     return scaled_dot_product_attention_packed(l, causal, scale, site);
-  if (DType h = detail::shared_half({&qkv}); half_through_float32(h, qkv))
-    return detail::in_float32(h, [&] {
-      return scaled_dot_product_attention_packed(detail::up(qkv), causal, scale, site);
-    });
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   check_defined(qkv, op);
@@ -324,9 +297,6 @@ Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, std::opt
                                         Site site) {
   if (Tensor l = qkv; autocast::lower({&l}, site))
     return scaled_dot_product_attention_qkv(l, causal, scale, site);
-  if (DType h = detail::shared_half({&qkv}); half_through_float32(h, qkv))
-    return detail::in_float32(
-        h, [&] { return scaled_dot_product_attention_qkv(detail::up(qkv), causal, scale, site); });
   const OpId id = OpId::scaled_dot_product_attention;
   const char* op = op_name(id);
   check_defined(qkv, op);

@@ -20,13 +20,14 @@ namespace tide {
 // query block against a longer key sequence is ambiguous, so it is refused). `scale`
 // multiplies the scores; std::nullopt means 1 / sqrt(D); a given value must be finite.
 // float32 or float64, all on one device; the result does not depend on the thread count.
-// bfloat16 and float16: one CPU kernel computing in float32 (elsewhere the float32 path
-// between casts; docs/mixed-precision.md).
+// bfloat16 and float16: one kernel computing in float32, each output rounded once
+// (docs/mixed-precision.md).
 // Differentiable in q, k and v (the backward is scaled_dot_product_attention_grad). Throws
 // "[scaled_dot_product_attention]" naming the shapes for ranks other than 3 or 4, ranks or
 // batch/head dimensions that differ, D or S that differ between q, k and v, D == 0 or
 // S == 0, causal with T != S, a non-finite scale, dtypes or devices that differ, and on a
-// GPU for D past the kernel's shared-memory tiles (1024 for float32, 512 for float64).
+// GPU for D past the kernel's shared-memory tiles (1024 for float32 and the 16-bit types,
+// 512 for float64).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = false, std::optional<double> scale = std::nullopt,
                                     Site site = Site::current());
@@ -59,7 +60,7 @@ struct AttentionForward {
   Tensor out, lse;
 };
 // scaled_dot_product_attention without recording a gradient, keeping lse (float32 for
-// 16-bit q). Same checks and throws, and throws for 16-bit operands off the CPU.
+// 16-bit q). Same checks and throws.
 AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
                                                       const Tensor& v, bool causal = false,
                                                       std::optional<double> scale = std::nullopt,
@@ -73,8 +74,7 @@ struct AttentionGrads {
 // causal and scale. Recomputes the scores tile by tile; dk and dv sum over the query
 // tiles in a fixed order (no atomics), so the bits do not depend on the thread count.
 // Not differentiable. Throws "[scaled_dot_product_attention_grad]" for the forward's
-// argument errors (16-bit operands off the CPU among them) and for dout, out or lse of the
-// wrong shape, dtype or device.
+// argument errors and for dout, out or lse of the wrong shape, dtype or device.
 AttentionGrads scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
                                                  const Tensor& k, const Tensor& v,
                                                  const Tensor& out, const Tensor& lse,

@@ -57,12 +57,9 @@ void queue_rows(OpId id, const Tensor& in, const Tensor& rows, const Tensor& y, 
 }  // namespace
 
 Tensor take_rows(const Tensor& src, const Tensor& rows, Site site) {
-  // 16-bit rows: on the CPU moved as they are (a copy), with the gradient's scatter-add on
-  // the float32 path between casts; elsewhere the whole op takes that path
-  // (ops/half_compute.h).
+  // 16-bit rows are moved as they are (a copy, on every device), with the gradient's
+  // scatter-add on the float32 path between casts (ops/half_compute.h).
   const DType h = detail::shared_half({&src});
-  if (h != DType::float32 && !src.device().is_cpu())
-    return detail::in_float32(h, [&] { return take_rows(detail::up(src), rows, site); });
   const char* op = op_name(OpId::take_rows);
   check_defined(src, op);
   check_supported(src, OpId::take_rows);

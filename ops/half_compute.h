@@ -4,8 +4,8 @@
 // the result back. Every device that has the float32 op and the casts runs it, autograd goes
 // through the casts, and a trace records them. The cost: the casts' passes and float32
 // temporaries. The elementwise ops, the GEMMs, the reductions (sum_to where one sum does),
-// softmax / log_softmax, layer_norm, cross_entropy_rows, transpose, swap_axes and, on the
-// CPU, attention, take_rows and conv2d do not take it: their kernels read and write the 16-bit
+// softmax / log_softmax, layer_norm, cross_entropy_rows, transpose, swap_axes, attention,
+// take_rows and, on the CPU, conv2d do not take it: their kernels read and write the 16-bit
 // types directly (docs/mixed-precision.md).
 #pragma once
 

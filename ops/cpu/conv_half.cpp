@@ -106,8 +106,7 @@ void half_conv2d_weight_grad(const Conv2dWeightGrad<H>& a) {
     for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
       const int64_t ns = std::min(c.chunk, g.n - n0);
       for (int64_t gi = 0; gi < g.groups; ++gi) {
-        im2col(a.x.get() + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g,
-               col);
+        im2col(a.x.get() + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
         for (int64_t s = 0; s < ns; ++s) {
           widen_into(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw, dy);
           conv_gemm<float>(false, true, c.og, c.k, c.ohw, dy, c.ohw, col + s * c.k * c.ohw, c.ohw,
@@ -119,9 +118,9 @@ void half_conv2d_weight_grad(const Conv2dWeightGrad<H>& a) {
   round_into(dw, g.o * c.k, a.dweight.get());
 }
 
-#define TIDE_HALF_CONV(H)                                                  \
-  template void half_conv2d<H>(const Conv2dForward<H>&);                   \
-  template void half_conv2d_input_grad<H>(const Conv2dInputGrad<H>&);      \
+#define TIDE_HALF_CONV(H)                                             \
+  template void half_conv2d<H>(const Conv2dForward<H>&);              \
+  template void half_conv2d_input_grad<H>(const Conv2dInputGrad<H>&); \
   template void half_conv2d_weight_grad<H>(const Conv2dWeightGrad<H>&);
 TIDE_HALF_CONV(bfloat16)
 TIDE_HALF_CONV(float16)

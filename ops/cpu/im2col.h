@@ -19,8 +19,8 @@ namespace tide::kernels::cpu {
 
 // Row-major c (m x n) = alpha * op(a) @ op(b) + beta * c.
 template <class T>
-void conv_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
+void conv_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE ctb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
@@ -42,10 +42,10 @@ inline void inside(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t
   lo = std::min(lo, hi);
 }
 
-// The columns (of C: T, or float for a 16-bit T) of `samples` consecutive samples' group of cg channels (x points at the first
-// sample's group; samples are x_stride elements apart), one (cg * kh * kw) x (oh * ow)
-// matrix per sample, end to end in col: row (c, i, j) holds the input element each output
-// position sees at window offset (i, j) of channel c, 0 in the padding.
+// The columns (of C: T, or float for a 16-bit T) of `samples` consecutive samples' group of cg
+// channels (x points at the first sample's group; samples are x_stride elements apart), one (cg *
+// kh * kw) x (oh * ow) matrix per sample, end to end in col: row (c, i, j) holds the input element
+// each output position sees at window offset (i, j) of channel c, 0 in the padding.
 template <class T, class C = T>
 void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, C* col) {
   const int64_t rows = cg * g.kh * g.kw, ohw = g.oh * g.ow;
@@ -90,25 +90,26 @@ void im2col(const T* x, int64_t samples, int64_t x_stride, int64_t cg, const Con
 template <class T>
 void col2im(const T* col, int64_t samples, int64_t x_stride, int64_t cg, const ConvGeom& g, T* dx) {
   const int64_t ohw = g.oh * g.ow;
-  parallel_for(samples * cg, tide::detail::grain_for(g.kh * g.kw * ohw), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t s = t / cg, c = t % cg;
-      T* plane = dx + s * x_stride + c * g.h * g.w;
-      for (int64_t i = 0; i < g.kh; ++i)
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const T* in = col + ((t * g.kh + i) * g.kw + j) * ohw;
-          int64_t lo, hi;
-          inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
-          for (int64_t oy = 0; oy < g.oh; ++oy) {
-            const int64_t iy = oy * g.sh - g.ph + i * g.dh;
-            if (iy < 0 || iy >= g.h) continue;
-            const int64_t base = iy * g.w + j * g.dw - g.pw;  // as in im2col
-            const T* crow = in + oy * g.ow;
-            for (int64_t ox = lo; ox < hi; ++ox) plane[base + ox * g.sw] += crow[ox];
-          }
-        }
-    }
-  });
+  parallel_for(samples * cg, tide::detail::grain_for(g.kh * g.kw * ohw),
+               [&](int64_t t0, int64_t t1) {
+                 for (int64_t t = t0; t < t1; ++t) {
+                   const int64_t s = t / cg, c = t % cg;
+                   T* plane = dx + s * x_stride + c * g.h * g.w;
+                   for (int64_t i = 0; i < g.kh; ++i)
+                     for (int64_t j = 0; j < g.kw; ++j) {
+                       const T* in = col + ((t * g.kh + i) * g.kw + j) * ohw;
+                       int64_t lo, hi;
+                       inside(g.ow, g.w, g.sw, g.pw, j * g.dw, lo, hi);
+                       for (int64_t oy = 0; oy < g.oh; ++oy) {
+                         const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+                         if (iy < 0 || iy >= g.h) continue;
+                         const int64_t base = iy * g.w + j * g.dw - g.pw;  // as in im2col
+                         const T* crow = in + oy * g.ow;
+                         for (int64_t ox = lo; ox < hi; ++ox) plane[base + ox * g.sw] += crow[ox];
+                       }
+                     }
+                 }
+               });
 }
 
 // The sizes of one conv's per-sample GEMMs and how many samples share one parallel region

@@ -12,8 +12,9 @@
 // read by all threads at one address (a broadcast). The tile edge b is the largest power of two up
 // to 64 whose buffers fit 48 KiB, so D is bounded (kAttentionCudaMaxD4/8, checked by the
 // front-end). A straightforward kernel, not a tuned one: no tensor cores, no warp-level matrix
-// products. Compiled in CI; written without a GPU to run it on (tide_cuda_tests runs the
-// attention cases of tests/ops on one).
+// products. bfloat16 and float16 load widened into float tiles and store each output
+// rounded once (lse and the statistics float32). Compiled in CI; written without a GPU to
+// run it on (tide_cuda_tests runs the attention cases of tests/ops on one).
 #include <cstdint>
 
 #include "core/cuda/await_grids.h"
@@ -43,10 +44,13 @@ int tile_for(int64_t elem, F per_b) {
 
 int64_t tiles(int64_t n, int b) { return (n + b - 1) / b; }
 
-template <class T>
+// S: the stored type; T: the computing one (float for the 16-bit types, which load
+// widened and store rounded once).
+template <class S, class T = compute_t<S>>
 struct Fwd {
-  const T *q, *k, *v;
-  T *out, *lse;
+  const S *q, *k, *v;
+  S* out;
+  T* lse;
   int64_t t, s, d, tiles;
   bool causal;
   T scale;
@@ -59,8 +63,8 @@ __device__ __forceinline__ int64_t tile_at(int64_t j0, int64_t x, int64_t d, int
 }
 
 // Shared: k and v tiles [b][d], q and acc per thread [d][b], scores per thread [b][b].
-template <class T>
-__global__ void attention_fwd(Fwd<T> a, int b) {
+template <class S, class T = compute_t<S>>
+__global__ void attention_fwd(Fwd<S> a, int b) {
   tide::cuda::await_prerequisite_grids();
   extern __shared__ double smem[];
   const int64_t d = a.d;
@@ -74,11 +78,11 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
   const int64_t i = i0 + tid;
   const bool live = i < a.t;
   const int64_t rs = a.in.stride(d);
-  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
-  const T* K = a.k + a.in.at(bh, a.s, d, 0);
-  const T* V = a.v + a.in.at(bh, a.s, d, 0);
+  const S* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const S* K = a.k + a.in.at(bh, a.s, d, 0);
+  const S* V = a.v + a.in.at(bh, a.s, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    qs[c * b + tid] = live ? Q[i * rs + c] : T(0);
+    qs[c * b + tid] = live ? T(widen(Q[i * rs + c])) : T(0);
     acc[c * b + tid] = T(0);
   }
   T m = T(-INFINITY), l = T(0);
@@ -88,8 +92,8 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
     const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
     __syncthreads();  // every thread is done with the previous tile
     for (int64_t x = tid; x < nc * d; x += b) {
-      ks[x] = K[tile_at(j0, x, d, rs)];
-      vs[x] = V[tile_at(j0, x, d, rs)];
+      ks[x] = T(widen(K[tile_at(j0, x, d, rs)]));
+      vs[x] = T(widen(V[tile_at(j0, x, d, rs)]));
     }
     __syncthreads();
     if (!live) continue;
@@ -119,38 +123,40 @@ __global__ void attention_fwd(Fwd<T> a, int b) {
   }
   if (!live) return;
   const T inv = T(1) / l;
-  T* y = a.out + a.rows.at(bh, a.t, d, i);
-  for (int64_t c = 0; c < d; ++c) y[c] = acc[c * b + tid] * inv;
+  S* y = a.out + a.rows.at(bh, a.t, d, i);
+  for (int64_t c = 0; c < d; ++c) y[c] = half_convert<S>(acc[c * b + tid] * inv);
   a.lse[bh * a.t + i] = m + dlog(l);
 }
 
-template <class T>
+template <class S, class T = compute_t<S>>
 struct Prep {
-  const T *dout, *out, *lse;
+  const S *dout, *out;
+  const T* lse;
   T* stats;
   int64_t rows, d, t;
   HeadRows layout;
 };
 
 // stats[r] = lse[r], stats[rows + r] = dout[r] . out[r] (in double).
-template <class T>
-__global__ void attention_grad_prep_rows(Prep<T> a) {
+template <class S, class T = compute_t<S>>
+__global__ void attention_grad_prep_rows(Prep<S> a) {
   tide::cuda::await_prerequisite_grids();
   for (int64_t r = global_index(); r < a.rows; r += grid_stride()) {
     const int64_t at = a.layout.at(r / a.t, a.t, a.d, r % a.t);
-    const T* g = a.dout + at;
-    const T* o = a.out + at;
+    const S* g = a.dout + at;
+    const S* o = a.out + at;
     double sum = 0;
-    for (int64_t c = 0; c < a.d; ++c) sum += double(g[c]) * double(o[c]);
+    for (int64_t c = 0; c < a.d; ++c) sum += double(widen(g[c])) * double(widen(o[c]));
     a.stats[r] = a.lse[r];
     a.stats[a.rows + r] = T(sum);
   }
 }
 
-template <class T>
+template <class S, class T = compute_t<S>>
 struct Bwd {
-  const T *dout, *q, *k, *v, *lse, *delta;
-  T *dq, *dk, *dv;
+  const S *dout, *q, *k, *v;
+  const T *lse, *delta;
+  S *dq, *dk, *dv;
   int64_t t, s, d, tiles;
   bool causal;
   T scale;
@@ -159,8 +165,8 @@ struct Bwd {
 
 // dk and dv of key row j = j0 + thread. Shared: k, v, dk, dv per thread [d][b]; q and
 // dout tiles [b][d]; the tile's lse and delta [b] each.
-template <class T>
-__global__ void attention_bwd_kv(Bwd<T> a, int b) {
+template <class S, class T = compute_t<S>>
+__global__ void attention_bwd_kv(Bwd<S> a, int b) {
   tide::cuda::await_prerequisite_grids();
   extern __shared__ double smem[];
   const int64_t d = a.d;
@@ -177,13 +183,13 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
   const int64_t j = j0 + tid;
   const bool live = j < a.s;
   const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
-  const T* K = a.k + a.in.at(bh, a.s, d, 0);
-  const T* V = a.v + a.in.at(bh, a.s, d, 0);
-  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
-  const T* G = a.dout + a.rows.at(bh, a.t, d, 0);
+  const S* K = a.k + a.in.at(bh, a.s, d, 0);
+  const S* V = a.v + a.in.at(bh, a.s, d, 0);
+  const S* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const S* G = a.dout + a.rows.at(bh, a.t, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    ks[c * b + tid] = live ? K[j * rs + c] : T(0);
-    vs[c * b + tid] = live ? V[j * rs + c] : T(0);
+    ks[c * b + tid] = live ? T(widen(K[j * rs + c])) : T(0);
+    vs[c * b + tid] = live ? T(widen(V[j * rs + c])) : T(0);
     dks[c * b + tid] = T(0);
     dvs[c * b + tid] = T(0);
   }
@@ -192,8 +198,8 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
     const int64_t nr = a.t - i0 < b ? a.t - i0 : b;
     __syncthreads();
     for (int64_t x = tid; x < nr * d; x += b) {
-      qs[x] = Q[tile_at(i0, x, d, rs)];
-      gs[x] = G[tile_at(i0, x, d, rg)];
+      qs[x] = T(widen(Q[tile_at(i0, x, d, rs)]));
+      gs[x] = T(widen(G[tile_at(i0, x, d, rg)]));
     }
     for (int64_t x = tid; x < nr; x += b) {
       ls[x] = a.lse[bh * a.t + i0 + x];
@@ -218,15 +224,15 @@ __global__ void attention_bwd_kv(Bwd<T> a, int b) {
   if (!live) return;
   const int64_t out_j = a.in.at(bh, a.s, d, j);
   for (int64_t c = 0; c < d; ++c) {
-    a.dk[out_j + c] = dks[c * b + tid];
-    a.dv[out_j + c] = dvs[c * b + tid];
+    a.dk[out_j + c] = half_convert<S>(dks[c * b + tid]);
+    a.dv[out_j + c] = half_convert<S>(dvs[c * b + tid]);
   }
 }
 
 // dq of query row i = i0 + thread. Shared: q, dout, dq per thread [d][b]; k and v tiles
 // [b][d].
-template <class T>
-__global__ void attention_bwd_q(Bwd<T> a, int b) {
+template <class S, class T = compute_t<S>>
+__global__ void attention_bwd_q(Bwd<S> a, int b) {
   tide::cuda::await_prerequisite_grids();
   extern __shared__ double smem[];
   const int64_t d = a.d;
@@ -240,13 +246,13 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
   const int64_t i = i0 + tid;
   const bool live = i < a.t;
   const int64_t rs = a.in.stride(d), rg = a.rows.stride(d);
-  const T* Q = a.q + a.in.at(bh, a.t, d, 0);
-  const T* G = a.dout + a.rows.at(bh, a.t, d, 0);
-  const T* K = a.k + a.in.at(bh, a.s, d, 0);
-  const T* V = a.v + a.in.at(bh, a.s, d, 0);
+  const S* Q = a.q + a.in.at(bh, a.t, d, 0);
+  const S* G = a.dout + a.rows.at(bh, a.t, d, 0);
+  const S* K = a.k + a.in.at(bh, a.s, d, 0);
+  const S* V = a.v + a.in.at(bh, a.s, d, 0);
   for (int64_t c = 0; c < d; ++c) {
-    qs[c * b + tid] = live ? Q[i * rs + c] : T(0);
-    gs[c * b + tid] = live ? G[i * rg + c] : T(0);
+    qs[c * b + tid] = live ? T(widen(Q[i * rs + c])) : T(0);
+    gs[c * b + tid] = live ? T(widen(G[i * rg + c])) : T(0);
     dqs[c * b + tid] = T(0);
   }
   const T lse_i = live ? a.lse[bh * a.t + i] : T(0), delta_i = live ? a.delta[bh * a.t + i] : T(0);
@@ -255,8 +261,8 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
     const int64_t nc = j_end - j0 < b ? j_end - j0 : b;
     __syncthreads();
     for (int64_t x = tid; x < nc * d; x += b) {
-      ks[x] = K[tile_at(j0, x, d, rs)];
-      vs[x] = V[tile_at(j0, x, d, rs)];
+      ks[x] = T(widen(K[tile_at(j0, x, d, rs)]));
+      vs[x] = T(widen(V[tile_at(j0, x, d, rs)]));
     }
     __syncthreads();
     if (!live) continue;
@@ -273,18 +279,18 @@ __global__ void attention_bwd_q(Bwd<T> a, int b) {
   }
   if (!live) return;
   const int64_t out_i = a.in.at(bh, a.t, d, i);
-  for (int64_t c = 0; c < d; ++c) a.dq[out_i + c] = dqs[c * b + tid];
+  for (int64_t c = 0; c < d; ++c) a.dq[out_i + c] = half_convert<S>(dqs[c * b + tid]);
 }
 
 template <class T>
 void attention(const KernelContext& ctx, const Attention<T>& a, const NoExtra&) {
   if (a.bh == 0 || a.t == 0) return;
   const int64_t d = a.d;
-  const int b = tile_for(sizeof(T), [d](int64_t b) { return 4 * b * d + b * b; });
+  const int b = tile_for(sizeof(compute_t<T>), [d](int64_t b) { return 4 * b * d + b * b; });
   const int64_t n = tiles(a.t, b);
-  Fwd<T> k{a.q.get(), a.k.get(), a.v.get(), a.out.get(), a.lse.get(), a.t,   a.s,
-           d,         n,         a.causal,  T(a.scale),  a.in,        a.rows};
-  const size_t bytes = size_t(4 * b * d + b * b) * sizeof(T);
+  Fwd<T> k{a.q.get(), a.k.get(), a.v.get(), a.out.get(),           a.lse.get(), a.t,   a.s,
+           d,         n,         a.causal,  compute_t<T>(a.scale), a.in,        a.rows};
+  const size_t bytes = size_t(4 * b * d + b * b) * sizeof(compute_t<T>);
   attention_fwd<T><<<unsigned(a.bh * n), unsigned(b), bytes, stream_of(ctx)>>>(k, b);
 }
 
@@ -313,19 +319,19 @@ void attention_grad(const KernelContext& ctx, const AttentionGrad<T>& a, const N
            d,
            0,
            a.causal,
-           T(a.scale),
+           compute_t<T>(a.scale),
            a.in,
            a.rows};
   cudaStream_t st = stream_of(ctx);
-  const int bkv = tile_for(sizeof(T), [d](int64_t b) { return 6 * b * d + 2 * b; });
+  const int bkv = tile_for(sizeof(compute_t<T>), [d](int64_t b) { return 6 * b * d + 2 * b; });
   k.tiles = tiles(a.s, bkv);
-  attention_bwd_kv<T>
-      <<<unsigned(a.bh * k.tiles), unsigned(bkv), size_t(6 * bkv * d + 2 * bkv) * sizeof(T), st>>>(
-          k, bkv);
-  const int bq = tile_for(sizeof(T), [d](int64_t b) { return 5 * b * d; });
+  attention_bwd_kv<T><<<unsigned(a.bh * k.tiles), unsigned(bkv),
+                        size_t(6 * bkv * d + 2 * bkv) * sizeof(compute_t<T>), st>>>(k, bkv);
+  const int bq = tile_for(sizeof(compute_t<T>), [d](int64_t b) { return 5 * b * d; });
   k.tiles = tiles(a.t, bq);
   attention_bwd_q<T>
-      <<<unsigned(a.bh * k.tiles), unsigned(bq), size_t(5 * bq * d) * sizeof(T), st>>>(k, bq);
+      <<<unsigned(a.bh * k.tiles), unsigned(bq), size_t(5 * bq * d) * sizeof(compute_t<T>), st>>>(
+          k, bq);
 }
 
 template <class T>
@@ -340,6 +346,8 @@ void register_for() {
 void register_attention(OpList& ops) {
   register_for<float>();
   register_for<double>();
+  register_for<bfloat16>();
+  register_for<float16>();
   for (OpId id : {OpId::scaled_dot_product_attention, OpId::scaled_dot_product_attention_grad})
     ops[size_t(id)] = true;
 }

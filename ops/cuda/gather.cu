@@ -4,6 +4,7 @@
 //   scatter_add_rows: the positions (thrust::sequence) sorted by row with CUB's stable radix
 //     sort, then one thread per (row, column) sums its row's positions in increasing order:
 //     the CPU's order, so the CPU's bits, and no atomics.
+// take_rows moves bfloat16 and float16 rows too (scatter_add_rows: float32 and wider).
 // A kernel cannot throw: an index outside [0, n) gives a NaN (or lowest-value) output row
 // in take_rows and is skipped by scatter_add_rows (the CPU entries fail the op instead).
 #include <thrust/execution_policy.h>
@@ -15,6 +16,7 @@
 #include <cuda/std/limits>
 
 #include "core/cuda/await_grids.h"
+#include "core/float16.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/registry.h"
 #include "ops/cuda/scratch.h"
@@ -27,7 +29,9 @@ namespace {
 
 template <class T>
 __device__ T invalid_row_value() {
-  if constexpr (std::is_floating_point_v<T>) return ::cuda::std::numeric_limits<T>::quiet_NaN();
+  if constexpr (is_half_v<T>) return T(::cuda::std::numeric_limits<float>::quiet_NaN());
+  else if constexpr (std::is_floating_point_v<T>)
+    return ::cuda::std::numeric_limits<T>::quiet_NaN();
   else return ::cuda::std::numeric_limits<T>::lowest();
 }
 
@@ -119,6 +123,12 @@ void register_for() {
   CudaKernel<ScatterAddRows<T, int64_t>, NoExtra>::fn = &scatter_add_rows<T, int64_t>;
 }
 
+template <class T>
+void for_16_bit_rows() {
+  CudaKernel<TakeRows<T, int32_t>, NoExtra>::fn = &take_rows<T, int32_t>;
+  CudaKernel<TakeRows<T, int64_t>, NoExtra>::fn = &take_rows<T, int64_t>;
+}
+
 }  // namespace
 
 void register_gather(OpList& ops) {
@@ -126,6 +136,10 @@ void register_gather(OpList& ops) {
   register_for<double>();
   register_for<int32_t>();
   register_for<int64_t>();
+  // 16-bit rows are moved as they are; their gradient's scatter-add runs in float32
+  // (ops/gather.cpp).
+  for_16_bit_rows<bfloat16>();
+  for_16_bit_rows<float16>();
   ops[size_t(OpId::take_rows)] = true;
   ops[size_t(OpId::scatter_add_rows)] = true;
 }

@@ -432,12 +432,11 @@ TEST(Half, LayerNormIsOneKernelWithTheFloat32PathsBits) {
     }
 }
 
-// Attention on 16-bit q, k, v is one CPU kernel (float32 inside, lse in float32): its output
-// is the float32 op's bits rounded once, and its gradient two kernels whose dq, dk and dv
-// are the float32 path's within a 16-bit rounding or two (its delta reads the rounded
-// output). Off the CPU (the fake GPU) the float32 path between casts, with the same forward
-// bits; the kernel-level entry points refuse 16-bit there.
-TEST(Half, AttentionOnTheCpuIsOneKernelWithTheFloat32Bits) {
+// Attention on 16-bit q, k, v is one kernel (float32 inside, lse in float32): its output is
+// the float32 op's bits rounded once, and its gradient two kernels whose dq, dk and dv are
+// the float32 path's within a 16-bit rounding or two (its delta reads the rounded output).
+// The fake GPU runs the same entries, with the same bits.
+TEST(Half, AttentionIsOneKernelWithTheFloat32Bits) {
   const Shape shape{2, 2, 70, 32};  // past one tile of queries and of keys, a compiled D
   std::vector<double> vq(size_t(shape.numel())), vk(vq.size()), vv(vq.size()), vg(vq.size());
   for (size_t i = 0; i < vq.size(); ++i) {
@@ -482,14 +481,18 @@ TEST(Half, AttentionOnTheCpuIsOneKernelWithTheFloat32Bits) {
     Tensor ql = q.detach().requires_grad_();
     sum(mul(scaled_dot_product_attention(ql, k, v, true), g)).backward();
     EXPECT_EQ(bytes_of(ql.grad()), bytes_of(d.q));
-    // The fake GPU: the float32 path, the same forward bits; its kernel entries refuse.
+    // The fake GPU: the same 16-bit kernel entries, one kernel, the same bits.
     const Device gpu = test::case_devices().front();
     if (gpu.is_cpu()) continue;
     Tensor qg = q.to(gpu), kg = k.to(gpu), vg16 = v.to(gpu);
-    EXPECT_EQ(bytes_of(scaled_dot_product_attention(qg, kg, vg16, true).to(Device::cpu())),
-              bytes_of(f.out));
-    EXPECT_TIDE_ERROR(scaled_dot_product_attention_forward(qg, kg, vg16, true),
-                      "[scaled_dot_product_attention]", "16-bit kernels are the CPU's");
+    wait_all();
+    before = Engine::get().stats().queued;
+    AttentionForward fg = scaled_dot_product_attention_forward(qg, kg, vg16, true);
+    EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+    EXPECT_EQ(bytes_of(fg.out.to(Device::cpu())), bytes_of(f.out));
+    AttentionGrads dg =
+        scaled_dot_product_attention_grad(g.to(gpu), qg, kg, vg16, fg.out, fg.lse, true);
+    EXPECT_EQ(bytes_of(dg.k.to(Device::cpu())), bytes_of(d.k));
   }
 }
 
@@ -541,10 +544,10 @@ TEST(Half, Conv2dOnTheCpuIsOneKernelWithTheFloat32Bits) {
     }
 }
 
-// take_rows on 16-bit rows is one CPU kernel that moves them as they are (the float32
-// path's bits: a copy), its gradient the float32 scatter-add between casts; on the fake GPU
-// the whole op takes the float32 path, with the same bits.
-TEST(Half, TakeRowsOnTheCpuMovesSixteenBitRows) {
+// take_rows on 16-bit rows is one kernel that moves them as they are (the float32 path's
+// bits: a copy), on the CPU and the fake GPU; its gradient the float32 scatter-add between
+// casts.
+TEST(Half, TakeRowsMovesSixteenBitRows) {
   std::vector<double> v(24), g(15);
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i) * 0.7) * 3.0;
   for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(double(i) * 0.3);
@@ -557,7 +560,7 @@ TEST(Half, TakeRowsOnTheCpuMovesSixteenBitRows) {
       wait_all();
       const uint64_t before = Engine::get().stats().queued;
       Tensor y = take_rows(src, r);
-      if (d.is_cpu()) EXPECT_EQ(Engine::get().stats().queued - before, 1u);
+      EXPECT_EQ(Engine::get().stats().queued - before, 1u);
       EXPECT_EQ(y.dtype(), t);
       sum(mul(y, gy)).backward();
       Tensor sf = cast(src.detach(), DType::float32).requires_grad_();
