@@ -4,6 +4,7 @@
 // the same cases in tide_cuda_tests.
 #include "fake_gpu.h"
 #include "tests/ops/op_harness.h"
+#include "tests/ops/runs_cpu_kernels.h"
 
 namespace tide::test {
 
@@ -11,5 +12,7 @@ std::vector<Device> case_devices() {
   test_util::fake_gpu(8);
   return {Device::cuda(8)};
 }
+
+bool runs_cpu_kernels(Device d) { return d.is_cpu() || d == Device::cuda(8); }
 
 }  // namespace tide::test
