@@ -133,8 +133,7 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;
   // forward, then `act` (ReLU or GELU's tanh form): with a bias, one `linear` op (the GEMM
   // with its bias and activation epilogue, on every device); without, matmul then the
-  // activation. Sequential calls it for a Linear followed by a ReLU, the GPT's MLP for its
-  // GELU.
+  // activation. Sequential calls it for a Linear followed by a ReLU.
   Tensor forward_fused(const Tensor& x, Activation act);
   // The same, ReLU when relu_after.
   Tensor forward_fused(const Tensor& x, bool relu_after) {

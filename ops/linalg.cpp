@@ -55,10 +55,9 @@ void check_blas_sizes(const char* op, std::initializer_list<std::pair<const char
                " (every dimension and row stride must be at most ", kMax, ")");
 }
 
-// A GEMM's output: the one a checkpoint's recompute kept for it (ops/checkpoint_keep.h;
-// `reused` set: queue nothing), or a fresh one of `like`'s dtype and device.
-// The output of a GEMM (and, given `second`, a second one of its shape and dtype there), or
-// those a checkpoint's recompute kept: then reused is set and nothing needs to run.
+// A GEMM's output (and, given `second`, a second one of its shape there): those a
+// checkpoint's recompute kept for it (ops/checkpoint_keep.h; `reused` set: queue nothing), or
+// fresh ones of `like`'s dtype and device.
 Tensor gemm_output(OpId id, int64_t k, const Shape& shape, const Tensor& like, bool& reused,
                    Tensor* second = nullptr) {
   const size_t outs = second ? 2 : 1;
