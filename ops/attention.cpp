@@ -28,9 +28,26 @@ struct Dims {
   double scale = 1.0;
 };
 
+// The checks every form shares, and the scale: D and S at least 1, a finite scale, D within
+// a GPU's tiles.
 template <class Shapes>
 void check_d_and_scale(const char* op, Dims& dm, std::optional<double> scale, const Tensor& q,
-                       const Shapes& shapes);
+                       const Shapes& shapes) {
+  TIDE_CHECK(dm.d > 0 && dm.s > 0, op, "needs D >= 1 and S >= 1, got ", shapes());
+  if (scale) {
+    TIDE_CHECK(std::isfinite(*scale), op, "scale must be finite, got ", *scale);
+    dm.scale = *scale;
+  } else {
+    dm.scale = 1.0 / std::sqrt(double(dm.d));
+  }
+  if (!q.device().is_cpu()) {
+    // The tiles hold the computing type: float for float32 and the 16-bit types.
+    const int64_t max_d =
+        q.dtype() == DType::float64 ? kernels::kAttentionCudaMaxD8 : kernels::kAttentionCudaMaxD4;
+    TIDE_CHECK(dm.d <= max_d, op, "on ", q.device().str(), " D is at most ", max_d, " for ",
+               name(q.dtype()), ", got ", shapes());
+  }
+}
 
 Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                 std::optional<double> scale) {
@@ -57,27 +74,6 @@ Dims check_args(OpId id, const Tensor& q, const Tensor& k, const Tensor& v, bool
              shapes());
   check_d_and_scale(op, dm, scale, q, shapes);
   return dm;
-}
-
-// The checks every form shares, and the scale: D and S at least 1, a finite scale, D within
-// a GPU's tiles.
-template <class Shapes>
-void check_d_and_scale(const char* op, Dims& dm, std::optional<double> scale, const Tensor& q,
-                       const Shapes& shapes) {
-  TIDE_CHECK(dm.d > 0 && dm.s > 0, op, "needs D >= 1 and S >= 1, got ", shapes());
-  if (scale) {
-    TIDE_CHECK(std::isfinite(*scale), op, "scale must be finite, got ", *scale);
-    dm.scale = *scale;
-  } else {
-    dm.scale = 1.0 / std::sqrt(double(dm.d));
-  }
-  if (!q.device().is_cpu()) {
-    // The tiles hold the computing type: float for float32 and the 16-bit types.
-    const int64_t max_d =
-        q.dtype() == DType::float64 ? kernels::kAttentionCudaMaxD8 : kernels::kAttentionCudaMaxD4;
-    TIDE_CHECK(dm.d <= max_d, op, "on ", q.device().str(), " D is at most ", max_d, " for ",
-               name(q.dtype()), ", got ", shapes());
-  }
 }
 
 Shape lse_shape(const Tensor& q) {

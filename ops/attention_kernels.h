@@ -24,7 +24,6 @@ struct HeadRows {
     const int64_t r = stride(d);
     return (bh / heads) * len * r + (bh % heads) * d + i * r;
   }
-  TIDE_HOST_DEVICE bool contiguous(int64_t d) const { return heads == 1 && stride(d) == d; }
 };
 
 // q (bh, t, d), k and v (bh, s, d), out (bh, t, d) laid out as `in` (q, k, v) and `rows`
