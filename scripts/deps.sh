@@ -24,12 +24,14 @@ TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # libdnnl-dev: oneDNN, whose sgemm runs the CPU's float GEMMs (TIDE_BLAS=auto) and whose
 # matmul runs its bfloat16 GEMMs (TIDE_BF16_GEMM=auto; cmake/Blas.cmake). Without it float
 # GEMMs go to OpenBLAS and bfloat16 ones take the float32 GEMM.
+# ocl-icd-opencl-dev: only recommended by libdnnl-dev, but oneDNN's CMake config looks for
+# OpenCL and fails the configure without it.
 # chromium: the train suite loads the memory report in headless Chromium (the test skips
 # without it).
 TIDE_DEB_PACKAGES=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev googletest
                    libbenchmark-dev zlib1g-dev pkg-config dataset-fashion-mnist
                    clang libclang-rt-dev clang-format libopenmpi-dev openmpi-bin
-                   nlohmann-json3-dev chromium libdnnl-dev)
+                   nlohmann-json3-dev chromium libdnnl-dev ocl-icd-opencl-dev)
 : "${TIDE_START:=$(date +%s)}"
 export TIDE_START
 

@@ -5,10 +5,12 @@
 # one report.
 #   bash scripts/gpu_check.sh [STAGE] [REPORT_DIR]
 # STAGE: quick, all (default), gpt, or one of build, test, sanitize, experiments, bench.
-#   gpt: builds the tide command, then GPT-2 124M (batch 8, context 1024, float32) for
-#     TIDE_GPT_STEPS (30) steps each: tide eager and traced, PyTorch eager and torch.compile
-#     (bench/peers/gpt_step.py), each boxed at TIDE_GPT_BOX (120) seconds; the JSON lines are
-#     gpt_*.json in the report folder. Needs .data/text (bash scripts/gpu_prepare.sh here).
+#   gpt: builds the tide command, then GPT-2 124M (batch 8, context 1024) for TIDE_GPT_STEPS
+#     (30) steps each, in each of TIDE_GPT_PRECISIONS ("float32 tf32 bfloat16": float32,
+#     float32 with TF32 GEMMs, bfloat16 autocast / AMP): tide eager and traced, PyTorch eager
+#     and torch.compile (bench/peers/gpt_step.py), each boxed at TIDE_GPT_BOX (120) seconds;
+#     the JSON lines are gpt_<framework>_<mode>_<precision>.json in the report folder. Needs
+#     .data/text (bash scripts/gpu_prepare.sh here).
 #   quick: build, every GPU test, memcheck of the tests no GPU has run yet (QUICK_MEMCHECK
 #     below), the benchmarks with 3 repetitions, the PyTorch anchor and the targets'
 #     verdicts, each stage time-boxed (TIDE_QUICK_BOX_* seconds) so that a slow one cannot
@@ -144,6 +146,11 @@ experiments() {
           --device cuda --epochs 2 --data "$data"
       done
     done
+    # The CNN in bfloat16 autocast: cuDNN's 16-bit convolutions in training.
+    for mode in eager traced; do
+      run "train_cnn_${mode}_bfloat16" "$tide" train fashion-mnist --model cnn --mode $mode \
+        --device cuda --epochs 2 --dtype bfloat16 --data "$data"
+    done
   else
     log "train: no Fashion-MNIST at $data, skipped"
   fi
@@ -273,20 +280,29 @@ gpt() {
     log "gpt: no .data/text (bash scripts/gpu_prepare.sh, then carry .data), skipped"
     return
   fi
-  for mode in eager traced; do
-    boxed "$box" "gpt_tide_$mode" "$tide" gpt train --preset gpt2-124m --device cuda \
-      --mode $mode --steps "$steps" --batch 8 --eval-every 0 --eval-batches 2 \
-      --sample-tokens 0 --data "$data" --json "$report_dir/gpt_tide_$mode.json"
-  done
-  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    for mode in eager compile; do
-      boxed "$box" "gpt_torch_$mode" sh -c "python3 bench/peers/gpt_step.py --preset gpt2-124m \
-        --device cuda --mode $mode --steps $steps --batch 8 --eval-batches 2 \
-        > '$report_dir/gpt_torch_$mode.json'"
+  local precisions=${TIDE_GPT_PRECISIONS:-float32 tf32 bfloat16} prec flags
+  local torch_ok=0
+  python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && torch_ok=1
+  [ $torch_ok = 1 ] || log "PyTorch with CUDA: not available, no GPT anchor"
+  for prec in $precisions; do
+    case $prec in
+      float32) flags="" ;;
+      tf32) flags="--tf32" ;;
+      bfloat16 | float16) flags="--dtype $prec" ;;
+      *) log "gpt: unknown precision $prec (float32, tf32, bfloat16, float16)"; return 1 ;;
+    esac
+    for mode in eager traced; do
+      boxed "$box" "gpt_tide_${mode}_$prec" "$tide" gpt train --preset gpt2-124m --device cuda \
+        --mode $mode --steps "$steps" --batch 8 --eval-every 0 --eval-batches 2 \
+        --sample-tokens 0 --data "$data" $flags --json "$report_dir/gpt_tide_${mode}_$prec.json"
     done
-  else
-    log "PyTorch with CUDA: not available, no GPT anchor"
-  fi
+    [ $torch_ok = 1 ] || continue
+    for mode in eager compile; do
+      boxed "$box" "gpt_torch_${mode}_$prec" sh -c "python3 bench/peers/gpt_step.py \
+        --preset gpt2-124m --device cuda --mode $mode --steps $steps --batch 8 \
+        --eval-batches 2 $flags > '$report_dir/gpt_torch_${mode}_$prec.json'"
+    done
+  done
   log "gpt: $(cat "$report_dir"/gpt_*.json 2>/dev/null | tr '\n' ' ')"
 }
 

@@ -10,6 +10,11 @@ width 128, context 64, batch 12; AdamW lr 1e-3, betas (0.9, 0.99), weight decay 
                    50257 tokens; the batches are then random token windows: the tokenizer does
                    not change the step's time)
   --device cpu (default) or cuda (timed with torch.cuda.synchronize through float(loss))
+  --dtype float32 (default), bfloat16 or float16: the forward under torch.autocast (AMP; float16
+                   with a torch.amp.GradScaler), float32 parameters and AdamW state, as tide's
+                   --dtype
+  --tf32           float32 GEMMs and convolutions may use TF32 (torch.set_float32_matmul_precision
+                   ("high")), as tide's --tf32
 
 Data: --data FILE (UTF-8 text; a character vocabulary, a 90/10 train/validation split, random
 windows from a seeded generator), as tide does; the numbers differ (different generators).
@@ -133,6 +138,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--checkpoint", action="store_true",
                     help="run each block under torch.utils.checkpoint (recomputed in backward)")
     ap.add_argument("--checkpoint-selective", action="store_true",
@@ -142,6 +149,14 @@ def main():
     torch.manual_seed(a.seed)
     torch.set_num_threads(os.cpu_count())
     dev = torch.device(a.device)
+    if a.tf32:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+    low = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(a.dtype)
+    scaler = torch.amp.GradScaler(dev.type) if a.dtype == "float16" else None
+
+    def autocast():
+        return torch.autocast(dev.type, dtype=low, enabled=low is not None)
     if a.preset == "char":
         if not a.data:
             ap.error("--preset char needs --data FILE")
@@ -178,7 +193,7 @@ def main():
 
     def val_loss():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             v = statistics.fmean(float(fwd(*batch(val))) for _ in range(a.eval_batches))
         model.train()
         return v
@@ -190,11 +205,19 @@ def main():
             g["lr"] = lr_at(it, a.lr, a.lr / 10, a.warmup, a.steps)
         x, y = batch(train)
         t0 = time.perf_counter()
-        loss = fwd(x, y)
+        with autocast():
+            loss = fwd(x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         losses.append(float(loss.detach()))
         dt = time.perf_counter() - t0
         times.append(dt)
@@ -205,6 +228,7 @@ def main():
     ms = statistics.median(times[len(times) // 2 :]) * 1e3
     print(json.dumps({"framework": "torch", "version": torch.__version__, "mode": a.mode,
                       "preset": a.preset, "device": a.device, "batch": a.batch, "ctx": a.ctx,
+                      "dtype": a.dtype, "matmul_precision": "high" if a.tf32 else "highest",
                       "peak_mb": (torch.cuda.max_memory_allocated() / 2**20
                                   if dev.type == "cuda" else None),
                       "steps": a.steps, "ms_per_step": ms,
