@@ -95,10 +95,30 @@ dnnl::memory::desc matrices(int64_t batch, int64_t batch_stride, int64_t rows, i
   return memory::desc(dims, memory::data_type::bf16, strides);
 }
 
+// Whether oneDNN has a bfloat16 matmul for this CPU at all: oneDNN 2.6 has none (not even
+// its reference kernel) on a CPU without AVX-512, e.g. an AVX2-only AMD EPYC, and refuses
+// the primitive as unimplemented. Probed once, on a 2 x 2 product.
+bool onednn_bf16_runs() {
+  static const bool runs = [] {
+    using dnnl::memory;
+    const memory::desc m({2, 2}, memory::data_type::bf16, memory::format_tag::ab);
+    try {
+      const OneOpenMpThread one_thread;
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m, m, m), cpu_engine());
+      return true;
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return false;
+      throw std::runtime_error(std::string("oneDNN's bfloat16 matmul failed: ") + e.what() +
+                               " (status " + std::to_string(int(e.status)) + ")");
+    }
+  }();
+  return runs;
+}
+
 // c's `batch` blocks (each m x n at row stride ldc, m * ldc apart) = op(a) @ op(b) (+ bias,
 // ReLU) by oneDNN's matmul, the primitive taken from oneDNN's cache after a shape's first call.
-// False, having written nothing, when oneDNN offers only its reference kernel (a CPU without
-// AVX-512, or strides its fast kernels do not take): the float32 path is faster then.
+// False, having written nothing, when oneDNN offers no kernel or only its reference one
+// (strides its fast kernels do not take): the float32 path is faster then.
 bool onednn_gemm(const Gemm<bfloat16>& g, int64_t batch, int64_t stride_a, int64_t stride_b,
                  const bfloat16* bias, bool relu) {
   using dnnl::memory;
@@ -117,7 +137,13 @@ bool onednn_gemm(const Gemm<bfloat16>& g, int64_t batch, int64_t stride_a, int64
     }
     const dnnl::matmul::desc desc =
         bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c);
-    const dnnl::matmul::primitive_desc pd(desc, attr, eng);
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = dnnl::matmul::primitive_desc(desc, attr, eng);
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return false;  // strides no kernel takes
+      throw;
+    }
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return false;
     const dnnl::matmul prim(pd);
     thread_local dnnl::stream stream(eng);
@@ -156,7 +182,7 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
     // k = 0 (c = bias or 0) is left to the float32 path, which writes it. One product: its
     // rows in parts on tide's pool (for_onednn_row_parts), a part oneDNN cannot take (its
     // reference kernel) through float32.
-    if (g.k > 0 && batch == 1) {
+    if (g.k > 0 && batch == 1 && onednn_bf16_runs()) {
       for_onednn_row_parts(g.m, g.n, g.k, [&](int64_t r0, int64_t mr) {
         Gemm<H> part = g;
         part.m = mr;
@@ -167,7 +193,8 @@ void run(const Gemm<H>& g, int64_t batch, int64_t stride_a, int64_t stride_b, co
       });
       return;
     }
-    if (g.k > 0 && onednn_gemm(g, batch, stride_a, stride_b, bias, relu)) return;
+    if (g.k > 0 && onednn_bf16_runs() && onednn_gemm(g, batch, stride_a, stride_b, bias, relu))
+      return;
   }
 #endif
   for (int64_t i = 0; i < batch; ++i) {
@@ -202,8 +229,10 @@ void half_gemm_bias(const GemmBias<H>& gb) {
 std::string bf16_gemm_library() {
 #if TIDE_BF16_GEMM_ONEDNN
   const dnnl_version_t* v = dnnl_version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " (matmul)";
+  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+                             "." + std::to_string(v->patch);
+  if (!onednn_bf16_runs()) return "the float32 GEMM (" + onednn + " has no bfloat16 matmul here)";
+  return onednn + " (matmul)";
 #else
   return "the float32 GEMM";
 #endif

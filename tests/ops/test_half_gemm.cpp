@@ -162,7 +162,7 @@ TEST(HalfGemm, GradientsAre16BitGemmsOfTheSameBound) {
 
 TEST(HalfGemm, NamesTheLibraryThatRunsIt) {
   const std::string lib = kernels::cpu::bf16_gemm_library();
-  EXPECT_TRUE(lib.rfind("oneDNN ", 0) == 0 || lib == "the float32 GEMM") << lib;
+  EXPECT_TRUE(lib.rfind("oneDNN ", 0) == 0 || lib.rfind("the float32 GEMM", 0) == 0) << lib;
 }
 
 }  // namespace
