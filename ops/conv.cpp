@@ -106,23 +106,12 @@ kernels::PoolGeom pool_geom(const char* op, const Shape& xs, const Pool2dOptions
 
 // ---- convolution ---------------------------------------------------------------------------
 
-namespace {
-// Whether 16-bit operands go through the float32 path between casts: everywhere but the CPU,
-// whose kernels take them.
-bool half_through_float32(DType h, const Tensor& t) {
-  return h != DType::float32 && !t.device().is_cpu();
-}
-}  // namespace
-
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt,
               Site site) {
   if (Tensor lx = x, lw = w, lb = bias; autocast::lower({&lx, &lw, &lb}, site))
     return conv2d(lx, lw, lb, opt, site);
-  // 16-bit operands: the CPU's kernels compute in float32 and round once (ops/cpu/conv_half.h);
-  // elsewhere the float32 path between casts (ops/half_compute.h).
-  if (DType h = detail::shared_half({&x, &w, &bias}); half_through_float32(h, x))
-    return detail::in_float32(
-        h, [&] { return conv2d(detail::up(x), detail::up(w), detail::up(bias), opt, site); });
+  // 16-bit operands are one kernel on every device: the CPU's computes in float32 and rounds
+  // once (ops/cpu/conv.cpp), CUDA's is cuDNN's with float sums (ops/cuda/conv.cu).
   const OpId id = OpId::conv2d;
   const char* op = op_name(id);
   check_same(x, w, id);
@@ -167,10 +156,6 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 
 Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Shape& input_shape,
                          const Conv2dOptions& opt, Site site) {
-  if (DType h = detail::shared_half({&dy, &w}); half_through_float32(h, dy))
-    return detail::in_float32(h, [&] {
-      return conv2d_input_grad(detail::up(dy), detail::up(w), input_shape, opt, site);
-    });
   const OpId id = OpId::conv2d_input_grad;
   const char* op = op_name(id);
   check_same(dy, w, id);
@@ -191,10 +176,6 @@ Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Shape& input_s
 
 Tensor conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Shape& weight_shape,
                           const Conv2dOptions& opt, Site site) {
-  if (DType h = detail::shared_half({&dy, &x}); half_through_float32(h, dy))
-    return detail::in_float32(h, [&] {
-      return conv2d_weight_grad(detail::up(dy), detail::up(x), weight_shape, opt, site);
-    });
   const OpId id = OpId::conv2d_weight_grad;
   const char* op = op_name(id);
   check_same(dy, x, id);

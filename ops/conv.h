@@ -1,6 +1,7 @@
 // The convolutional-network family: 2-D convolution (NCHW), max and average pooling, batch
 // normalisation and flatten, with their gradients (first order: the gradient ops below
-// record no gradient of their own). CPU kernels in ops/cpu/conv.cpp (im2col + CBLAS GEMM);
+// record no gradient of their own). CPU kernels in ops/cpu/conv.cpp (im2col + CBLAS GEMM)
+// and ops/cpu/pool_norm.cpp;
 // on a GPU the convolutions run through cuDNN (ops/cuda/conv.cu), pooling and batch norm
 // through tide's own kernels (ops/cuda/pool_norm.cu). All queued; none waits.
 #pragma once

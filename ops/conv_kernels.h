@@ -1,7 +1,8 @@
 // The convolutional-network family's kernel entries (ops/kernel_entry.h): convolution and
 // its two gradients, max / average pooling and their gradients, batch normalisation and
-// its gradient. CPU implementations in ops/cpu/conv.cpp; CUDA ones in ops/cuda/conv.cu
-// (convolutions, through cuDNN) and ops/cuda/pool_norm.cu (pooling, batch norm).
+// its gradient. CPU implementations in ops/cpu/conv.cpp (convolutions) and
+// ops/cpu/pool_norm.cpp (pooling, batch norm); CUDA ones in ops/cuda/conv.cu (convolutions,
+// through cuDNN) and ops/cuda/pool_norm.cu.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The pooling windows, shared by the CPU loops (ops/cpu/conv.cpp) and the CUDA kernels
+// The pooling windows, shared by the CPU loops (ops/cpu/pool_norm.cpp) and the CUDA kernels
 // (ops/cuda/pool_norm.cu), so both pick the same maximum and sum the same elements.
 #pragma once
 

@@ -132,7 +132,8 @@ void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const 
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
       for (int64_t s = 0; s < ns; ++s) {
-        const C* dy = in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
+        const C* dy =
+            in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
         conv_gemm<C>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k, dy, c.ohw, C(0),
                      col + s * c.k * c.ohw, c.ohw);
       }
@@ -156,7 +157,8 @@ void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, cons
       im2col(a.x.get() + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
       // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
       for (int64_t s = 0; s < ns; ++s) {
-        const C* dy = in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
+        const C* dy =
+            in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
         conv_gemm<C>(false, true, c.og, c.k, c.ohw, dy, c.ohw, col + s * c.k * c.ohw, c.ohw,
                      n0 + s == 0 ? C(0) : C(1), dw + gi * c.og * c.k, c.k);
       }

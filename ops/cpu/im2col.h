@@ -1,4 +1,4 @@
-// The im2col form of the CPU's convolutions (ops/cpu/conv.cpp, conv_half.cpp): the columns
+// The im2col form of the CPU's convolutions (ops/cpu/conv.cpp): the columns
 // a GEMM multiplies, their adjoint, and how many samples' columns are made at a time. The
 // columns may widen their elements (16-bit x into float columns). Not a public header.
 #pragma once

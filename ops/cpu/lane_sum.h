@@ -3,7 +3,7 @@
 // latency at every term and runs at a fraction of the memory's rate; independent lanes
 // let the compiler keep them in vector registers. The order depends only on n, never on
 // the thread count. Used by the reductions (ops/cpu/reduce.cpp) and batch norm
-// (ops/cpu/conv.cpp).
+// (ops/cpu/pool_norm.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,7 @@
-// CPU entries of the convolutional-network family (ops/conv_kernels.h). Convolution is
-// im2col + one CBLAS GEMM per sample and group (the weight gradient accumulates over the
-// batch with beta = 1, the input gradient is a GEMM then col2im), the columns of a chunk of
-// samples made (or scattered back) in one parallel region (ConvShapes). Pooling and batch
-// normalisation are plain loops, parallel over independent planes or channels with sums in
-// double in a fixed order (ops/cpu/lane_sum.h), so results never depend on the thread
-// count. Not here: Winograd or FFT convolution, or a direct path for 1x1 kernels. One GEMM
-// over a whole chunk (its samples' columns side by side) was tried and measured ~10%
-// slower on the CNN's 14 x 14 layer (2-core EPYC VM): the output then needs a scatter, and
-// the larger GEMM's gain did not pay for it.
-#include <cblas.h>
-
+// CPU entries of the convolutional-network family's pooling and batch normalisation
+// (ops/conv_kernels.h; the convolutions are in ops/cpu/conv.cpp): plain loops,
+// parallel over independent planes or channels with sums in double in a fixed order
+// (ops/cpu/lane_sum.h), so results never depend on the thread count.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -19,8 +11,6 @@
 
 #include "core/thread_pool.h"
 #include "ops/conv_kernels.h"
-#include "ops/cpu/conv_half.h"
-#include "ops/cpu/im2col.h"
 #include "ops/cpu/lane_sum.h"
 #include "ops/op_util.h"
 #include "ops/pool_window.h"
@@ -28,94 +18,6 @@
 namespace tide::kernels::cpu {
 
 using tide::detail::grain_for;
-
-template <class T>
-void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
-  if constexpr (is_half_v<T>) {
-    half_conv2d(a);
-  } else {
-    const ConvGeom& g = a.g;
-    const ConvShapes c(g);
-    const T* x = a.x.get();
-    const T* w = a.weight.get();
-    T* y = a.y.get();
-    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-      const int64_t ns = std::min(c.chunk, g.n - n0);
-      for (int64_t gi = 0; gi < g.groups; ++gi) {
-        im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
-        for (int64_t s = 0; s < ns; ++s)
-          conv_gemm<T>(false, false, c.og, c.ohw, c.k, w + gi * c.og * c.k, c.k,
-                       col + s * c.k * c.ohw, c.ohw, T(0), y + ((n0 + s) * g.o + gi * c.og) * c.ohw,
-                       c.ohw);
-      }
-    }
-    if (!a.has_bias) return;
-    const T* b = a.bias.get();
-    parallel_for(g.n * g.o, grain_for(c.ohw), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        const T v = b[p % g.o];
-        T* plane = y + p * c.ohw;
-        for (int64_t i = 0; i < c.ohw; ++i) plane[i] += v;
-      }
-    });
-  }
-}
-
-template <class T>
-void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const NoExtra&) {
-  if constexpr (is_half_v<T>) {
-    half_conv2d_input_grad(a);
-  } else {
-    const ConvGeom& g = a.g;
-    const ConvShapes c(g);
-    const T* dy = a.dy.get();
-    const T* w = a.weight.get();
-    T* dx = a.dx.get();
-    std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
-    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-      const int64_t ns = std::min(c.chunk, g.n - n0);
-      for (int64_t gi = 0; gi < g.groups; ++gi) {
-        // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
-        for (int64_t s = 0; s < ns; ++s)
-          conv_gemm<T>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k,
-                       dy + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.ohw, T(0),
-                       col + s * c.k * c.ohw, c.ohw);
-        col2im(col, ns, g.c * g.h * g.w, c.cg, g, dx + (n0 * g.c + gi * c.cg) * g.h * g.w);
-      }
-    }
-  }
-}
-
-template <class T>
-void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, const NoExtra&) {
-  if constexpr (is_half_v<T>) {
-    half_conv2d_weight_grad(a);
-  } else {
-    const ConvGeom& g = a.g;
-    const ConvShapes c(g);
-    const T* dy = a.dy.get();
-    const T* x = a.x.get();
-    T* dw = a.dweight.get();
-    if (g.n == 0 || c.ohw == 0) {
-      std::fill(dw, dw + g.o * c.k, T(0));
-      return;
-    }
-    T* col = column_buffer<T>(c.chunk * c.k * c.ohw);
-    for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
-      const int64_t ns = std::min(c.chunk, g.n - n0);
-      for (int64_t gi = 0; gi < g.groups; ++gi) {
-        im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
-        // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
-        for (int64_t s = 0; s < ns; ++s)
-          conv_gemm<T>(false, true, c.og, c.k, c.ohw, dy + ((n0 + s) * g.o + gi * c.og) * c.ohw,
-                       c.ohw, col + s * c.k * c.ohw, c.ohw, n0 + s == 0 ? T(0) : T(1),
-                       dw + gi * c.og * c.k, c.k);
-      }
-    }
-  }
-}
 
 namespace {
 
@@ -332,11 +234,6 @@ void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoEx
 }
 
 #define TIDE_CONV(T)                                                                               \
-  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&);          \
-  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,              \
-                                     const NoExtra&);                                              \
-  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,            \
-                                      const NoExtra&);                                             \
   template void max_pool2d<T>(const KernelContext&, const MaxPool2d<T>&, const NoExtra&);          \
   template void max_pool2d_grad<T>(const KernelContext&, const MaxPool2dGrad<T>&, const NoExtra&); \
   template void avg_pool2d<T>(const KernelContext&, const AvgPool2d<T>&, const NoExtra&);          \
@@ -346,14 +243,5 @@ void batch_norm_grad(const KernelContext&, const BatchNormGrad<T>& a, const NoEx
 TIDE_CONV(float)
 TIDE_CONV(double)
 #undef TIDE_CONV
-#define TIDE_HALF_CONV(T)                                                                 \
-  template void conv2d<T>(const KernelContext&, const Conv2dForward<T>&, const NoExtra&); \
-  template void conv2d_input_grad<T>(const KernelContext&, const Conv2dInputGrad<T>&,     \
-                                     const NoExtra&);                                     \
-  template void conv2d_weight_grad<T>(const KernelContext&, const Conv2dWeightGrad<T>&,   \
-                                      const NoExtra&);
-TIDE_HALF_CONV(bfloat16)
-TIDE_HALF_CONV(float16)
-#undef TIDE_HALF_CONV
 
 }  // namespace tide::kernels::cpu

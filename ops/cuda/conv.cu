@@ -14,6 +14,10 @@
 //     that algorithm and math type, both cached with the choice.
 //   - float32 asks for CUDNN_FMA_MATH (no TF32) and takes only entries of that math type
 //     when the heuristics offer one, so results stay within the CPU's float32 tolerances.
+//   - bfloat16 and float16 run in cuDNN's "pseudo half" configuration: 16-bit x, w and y,
+//     sums in float (the convolution descriptor's compute type), tensor-core math allowed.
+//     Their bias is added by add_channel_bias (in float, rounded once) rather than by
+//     cudnnAddTensor, whose 16-bit support tide does not rely on.
 //   - Descriptors are made once per thread and (pass, geometry, dtype), not per call.
 // Built only where the toolkit has cudnn.h (elsewhere register_conv registers nothing).
 // Uses cuDNN's descriptor API, not its graph API: the graph API needs cudnn_frontend, which
@@ -36,8 +40,10 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/cuda/await_grids.h"
 #include "core/cuda/call_name.h"
 #include "core/determinism.h"
+#include "core/float16.h"
 #include "core/shared_library.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/launch.h"
@@ -138,7 +144,17 @@ cudnnHandle_t handle(const KernelContext& ctx) {
 
 template <class T>
 constexpr cudnnDataType_t dtype_of() {
-  return std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  if constexpr (std::is_same_v<T, double>) return CUDNN_DATA_DOUBLE;
+  else if constexpr (std::is_same_v<T, bfloat16>) return CUDNN_DATA_BFLOAT16;
+  else if constexpr (std::is_same_v<T, float16>) return CUDNN_DATA_HALF;
+  else return CUDNN_DATA_FLOAT;
+}
+
+// The math type asked for before the heuristics run: FMA for float32 (no TF32) and float64,
+// tensor cores for the 16-bit types.
+template <class T>
+constexpr cudnnMathType_t first_math() {
+  return is_half_v<T> ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 }
 
 // The descriptors of one convolution (RAII).
@@ -165,11 +181,12 @@ struct ConvDescs {
     check(d.SetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(g.o), int(g.c / g.groups), int(g.kh),
                                   int(g.kw)),
           "cudnnSetFilter4dDescriptor");
-    check(d.SetConvolution2dDescriptor(conv, int(g.ph), int(g.pw), int(g.sh), int(g.sw), int(g.dh),
-                                       int(g.dw), CUDNN_CROSS_CORRELATION, t),
-          "cudnnSetConvolution2dDescriptor");
+    check(
+        d.SetConvolution2dDescriptor(conv, int(g.ph), int(g.pw), int(g.sh), int(g.sw), int(g.dh),
+                                     int(g.dw), CUDNN_CROSS_CORRELATION, dtype_of<compute_t<T>>()),
+        "cudnnSetConvolution2dDescriptor");
     check(d.SetConvolutionGroupCount(conv, int(g.groups)), "cudnnSetConvolutionGroupCount");
-    check(d.SetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    check(d.SetConvolutionMathType(conv, first_math<T>()), "cudnnSetConvolutionMathType");
   }
   ~ConvDescs() {
     const Cudnn& d = dnn();
@@ -186,12 +203,12 @@ struct ConvDescs {
 // What an algorithm choice depends on.
 enum class Pass : int { forward, data, filter };
 using AlgoKey =
-    std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+    std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, size_t, bool>;
-AlgoKey key_of(Pass p, const KernelContext& ctx, bool dbl, const ConvGeom& g) {
+AlgoKey key_of(Pass p, const KernelContext& ctx, cudnnDataType_t t, const ConvGeom& g) {
   return {int(p),
           ctx.device.index,
-          dbl,
+          int(t),
           g.n,
           g.c,
           g.h,
@@ -280,11 +297,11 @@ ConvDescs<T>& descs_for(const AlgoKey& key, const ConvGeom& g) {
 template <class T, class Perf, class Find, class Size, class Run>
 void run_pass(const KernelContext& ctx, const ConvGeom& g, Pass pass, const char* op, Find find,
               Size size, Run run) {
-  const AlgoKey key = key_of(pass, ctx, std::is_same_v<T, double>, g);
+  const AlgoKey key = key_of(pass, ctx, dtype_of<T>(), g);
   ConvDescs<T>& d = descs_for<T>(key, g);
   cudnnHandle_t h = handle(ctx);
   const Choice c = choose(key, [&] {
-    check(dnn().SetConvolutionMathType(d.conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    check(dnn().SetConvolutionMathType(d.conv, first_math<T>()), "cudnnSetConvolutionMathType");
     Perf perf[kMaxAlgos];
     int n = 0;
     find(h, d, perf, n);
@@ -298,6 +315,14 @@ void run_pass(const KernelContext& ctx, const ConvGeom& g, Pass pass, const char
   StorageRef keep;
   void* ws = scratch(ctx, c.workspace, keep, op);
   run(h, d, c.algo, ws, c.workspace);
+}
+
+// y (n, o, hw) += bias[o] for the 16-bit types: the sum in float, rounded once.
+template <class T>
+__global__ void add_channel_bias(T* y, const T* bias, int64_t o, int64_t hw, int64_t total) {
+  tide::cuda::await_prerequisite_grids();
+  for (int64_t i = global_index(); i < total; i += grid_stride())
+    y[i] = T(float(y[i]) + float(bias[(i / hw) % o]));
 }
 
 template <class T>
@@ -315,14 +340,20 @@ void conv2d(const KernelContext& ctx, const Conv2dForward<T>& a, const NoExtra&)
               "cudnnGetConvolutionForwardWorkspaceSize");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
-        const T one = 1, zero = 0;
+        const compute_t<T> one = 1, zero = 0;  // float for 16-bit data, as cuDNN asks
         check(dnn().ConvolutionForward(h, &one, d.x, a.x.get(), d.w, a.weight.get(), d.conv,
                                        cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, d.y,
                                        a.y.get()),
               "cudnnConvolutionForward");
-        if (a.has_bias)
+        if (!a.has_bias) return;
+        if constexpr (is_half_v<T>) {
+          const int64_t total = a.g.n * a.g.o * a.g.oh * a.g.ow;
+          add_channel_bias<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+              a.y.get(), a.bias.get(), a.g.o, a.g.oh * a.g.ow, total);
+        } else {
           check(dnn().AddTensor(h, &one, d.bias, a.bias.get(), &one, d.y, a.y.get()),
                 "cudnnAddTensor");
+        }
       });
 }
 
@@ -341,7 +372,7 @@ void conv2d_input_grad(const KernelContext& ctx, const Conv2dInputGrad<T>& a, co
               "cudnnGetConvolutionBackwardDataWorkspaceSize");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
-        const T one = 1, zero = 0;
+        const compute_t<T> one = 1, zero = 0;  // float for 16-bit data, as cuDNN asks
         check(dnn().ConvolutionBackwardData(h, &one, d.w, a.weight.get(), d.y, a.dy.get(), d.conv,
                                             cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero,
                                             d.x, a.dx.get()),
@@ -364,7 +395,7 @@ void conv2d_weight_grad(const KernelContext& ctx, const Conv2dWeightGrad<T>& a, 
               "cudnnGetConvolutionBackwardFilterWorkspaceSize");
       },
       [&](cudnnHandle_t h, const ConvDescs<T>& d, int algo, void* ws, size_t bytes) {
-        const T one = 1, zero = 0;
+        const compute_t<T> one = 1, zero = 0;  // float for 16-bit data, as cuDNN asks
         check(dnn().ConvolutionBackwardFilter(h, &one, d.x, a.x.get(), d.y, a.dy.get(), d.conv,
                                               cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes,
                                               &zero, d.w, a.dweight.get()),
@@ -384,6 +415,8 @@ void register_for() {
 void register_conv(OpList& ops) {
   register_for<float>();
   register_for<double>();
+  register_for<bfloat16>();
+  register_for<float16>();
   // The thread's cuDNN handle exists before a CUDA graph captures a convolution:
   // cudnnCreate allocates device memory, which the capture would refuse.
   const CapturePreparer make_handle = [](const KernelContext& ctx) { (void)handle(ctx); };

@@ -511,7 +511,7 @@ TEST(Half, AttentionIsOneKernelWithTheFloat32Bits) {
 // conv2d on 16-bit x, w and bias is one CPU kernel computing in float32 (its columns widened
 // as they are made) and rounding once: the bits of the float32 op between casts, for the
 // output and the gradients of x, w and the bias; geometries with stride, padding, dilation,
-// groups and a batch in several column chunks. On the fake GPU the float32 path, same bits.
+// groups and a batch in several column chunks. On the fake GPU the same kernels and bits.
 TEST(Half, Conv2dOnTheCpuIsOneKernelWithTheFloat32Bits) {
   struct Case {
     Shape x, w;
@@ -549,21 +549,31 @@ TEST(Half, Conv2dOnTheCpuIsOneKernelWithTheFloat32Bits) {
       EXPECT_EQ(bytes_of(x.grad()), bytes_of(cast(xf.grad(), t))) << "dx";
       EXPECT_EQ(bytes_of(w.grad()), bytes_of(cast(wf.grad(), t))) << "dw";
       EXPECT_EQ(bytes_of(b.grad()), bytes_of(cast(bf.grad(), t))) << "db";
-      // The case device: on the fake GPU the float32 path's bits again; a real one's cuDNN
-      // float32 convolution rounds to within an ulp of them.
+      // The case device: on the fake GPU the CPU's kernels, the same bits; a real one runs
+      // cuDNN's 16-bit convolutions (float sums): within two ulps of the float32 op's
+      // largest value, output and gradients.
       const Device gpu = test::case_devices().front();
       if (gpu.is_cpu()) continue;
-      const Tensor yg = conv2d(x0.to(gpu), w0.to(gpu), b0.to(gpu), c.opt).to(Device::cpu());
-      if (test::runs_cpu_kernels(gpu)) {
-        EXPECT_EQ(bytes_of(yg), bytes_of(y));
-        continue;
+      Tensor xg = x0.to(gpu).requires_grad_(), wg = w0.to(gpu).requires_grad_(),
+             bg = b0.to(gpu).requires_grad_();
+      Tensor yg = conv2d(xg, wg, bg, c.opt);
+      EXPECT_EQ(yg.dtype(), t);
+      sum(mul(yg, g.to(gpu))).backward();
+      const std::pair<Tensor, Tensor> pairs[] = {
+          {yg, yf}, {xg.grad(), xf.grad()}, {wg.grad(), wf.grad()}, {bg.grad(), bf.grad()}};
+      for (const auto& [on_gpu, want_f] : pairs) {
+        const Tensor back = on_gpu.to(Device::cpu());
+        if (test::runs_cpu_kernels(gpu)) {
+          EXPECT_EQ(bytes_of(back), bytes_of(cast(want_f, t)));
+          continue;
+        }
+        const std::vector<float> got = cast(back, DType::float32).to_vector<float>(),
+                                 want = want_f.to_vector<float>();
+        const double ulp = t == DType::bfloat16 ? 0x1p-7 : 0x1p-10;
+        double scale = 0;
+        for (float w : want) scale = std::max(scale, std::abs(double(w)));
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2 * ulp * scale) << i;
       }
-      const std::vector<float> got = cast(yg, DType::float32).to_vector<float>(),
-                               want = yf.to_vector<float>();
-      const double ulp = t == DType::bfloat16 ? 0x1p-7 : 0x1p-10;
-      double scale = 0;
-      for (float w : want) scale = std::max(scale, std::abs(double(w)));
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2 * ulp * scale) << i;
     }
 }
 
