@@ -5,7 +5,7 @@
 // through the casts, and a trace records them. The cost: the casts' passes and float32
 // temporaries. The elementwise ops, the GEMMs, the reductions (sum_to where one sum does),
 // softmax / log_softmax, layer_norm, cross_entropy_rows, transpose, swap_axes, attention,
-// take_rows and, on the CPU, conv2d do not take it: their kernels read and write the 16-bit
+// take_rows and conv2d do not take it: their kernels read and write the 16-bit
 // types directly (docs/mixed-precision.md).
 #pragma once
 
