@@ -556,7 +556,10 @@ TEST(Half, Conv2dOnTheCpuIsOneKernelWithTheFloat32Bits) {
       if (gpu.is_cpu()) continue;
       Tensor xg = x0.to(gpu).requires_grad_(), wg = w0.to(gpu).requires_grad_(),
              bg = b0.to(gpu).requires_grad_();
+      wait_all();
+      const uint64_t queued = Engine::get().stats().queued;
       Tensor yg = conv2d(xg, wg, bg, c.opt);
+      EXPECT_EQ(Engine::get().stats().queued - queued, 1u) << "one kernel, no casts";
       EXPECT_EQ(yg.dtype(), t);
       sum(mul(yg, g.to(gpu))).backward();
       const std::pair<Tensor, Tensor> pairs[] = {
