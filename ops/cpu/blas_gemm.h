@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "ops/op_util.h"
+
 namespace tide::kernels::cpu {
 
 // Multiply-adds up to which a float or double product runs on the calling thread: OpenBLAS's
@@ -29,10 +32,14 @@ template <class A, class Load>
 void blas_gemm_loaded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
                       const A* b, int64_t ldb, float* c, int64_t ldc, Load load,
                       std::vector<float>& sa, std::vector<float>& sb) {
+  // Rows in parallel on tide's pool (an elementwise pass, so the bits do not depend on it).
   auto pack = [&load](const A* p, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
     out.resize(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) out[size_t(r * cols + j)] = load(p[r * ld + j]);
+    float* o = out.data();
+    parallel_for(rows, tide::detail::grain_for(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < cols; ++j) o[r * cols + j] = load(p[r * ld + j]);
+    });
   };
   const int64_t ac = ta ? m : k, bc = tb ? k : n;
   pack(a, ta ? k : m, ac, lda, sa);

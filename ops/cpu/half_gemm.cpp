@@ -49,13 +49,16 @@ void float32_gemm(const Gemm<H>& g, const H* bias, bool relu) {
       g.ta, g.tb, g.m, g.n, g.k, g.a.get(), g.lda, g.b.get(), g.ldb, s.c.data(),
       std::max<int64_t>(1, g.n), [](H v) { return float(v); }, s.a, s.b);
   H* c = g.c.get();
-  for (int64_t r = 0; r < g.m; ++r)
-    for (int64_t j = 0; j < g.n; ++j) {
-      float v = s.c[size_t(r * g.n + j)];
-      if (bias) v += float(bias[j]);
-      if (relu) v = v > 0.0f ? v : 0.0f;
-      c[r * g.ldc + j] = H(v);
-    }
+  const float* sums = s.c.data();
+  parallel_for(g.m, tide::detail::grain_for(g.n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < g.n; ++j) {
+        float v = sums[r * g.n + j];
+        if (bias) v += float(bias[j]);
+        if (relu) v = v > 0.0f ? v : 0.0f;
+        c[r * g.ldc + j] = H(v);
+      }
+  });
   s.trim();
 }
 
