@@ -18,7 +18,6 @@
 // the larger GEMM's gain did not pay for it.
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "core/float16.h"
 #include "core/thread_pool.h"
@@ -31,19 +30,13 @@ namespace {
 
 using tide::detail::grain_for;
 
-// Compute-type scratch kept per thread and per use, as the column buffer is.
-template <int Use, class C>
-C* scratch(int64_t n) {
-  thread_local std::vector<C> buf;
-  if (buf.size() < size_t(n)) buf.resize(size_t(n));
-  return buf.data();
-}
-
-// p's n elements in the compute type: p itself, or (16-bit T) widened into scratch `Use`.
+// p's n elements in the compute type: p itself, or (16-bit T) widened into thread_buffer Use
+// (1 and up: the columns hold 0).
 template <int Use, class T>
 const compute_t<T>* in_compute(const T* p, int64_t n) {
+  static_assert(Use >= 1, "thread_buffer 0 holds the columns");
   if constexpr (is_half_v<T>) {
-    float* s = scratch<Use, float>(n);
+    float* s = thread_buffer<float, Use>(n);
     parallel_for(n, tide::detail::kParallelGrain, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) s[i] = widen(p[i]);
     });
@@ -53,11 +46,12 @@ const compute_t<T>* in_compute(const T* p, int64_t n) {
   }
 }
 
-// Where n results bound for out are summed: out itself, or (16-bit T) scratch `Use`, which
-// store_rounded then rounds into out.
+// Where n results bound for out are summed: out itself, or (16-bit T) thread_buffer Use (1 and
+// up), which store_rounded then rounds into out.
 template <int Use, class T>
 compute_t<T>* out_compute(T* out, int64_t n) {
-  if constexpr (is_half_v<T>) return scratch<Use, float>(n);
+  static_assert(Use >= 1, "thread_buffer 0 holds the columns");
+  if constexpr (is_half_v<T>) return thread_buffer<float, Use>(n);
   else return out;
 }
 
@@ -77,16 +71,16 @@ void conv2d(const KernelContext&, const Conv2dForward<T>& a, const NoExtra&) {
   const ConvGeom& g = a.g;
   const ConvShapes c(g);
   const T* x = a.x.get();
-  const C* w = in_compute<0>(a.weight.get(), g.o * c.k);
+  const C* w = in_compute<1>(a.weight.get(), g.o * c.k);
   T* y = a.y.get();
-  C* col = column_buffer<C>(c.chunk * c.k * c.ohw);
+  C* col = thread_buffer<C>(c.chunk * c.k * c.ohw);
   for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
     const int64_t ns = std::min(c.chunk, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       im2col(x + (n0 * g.c + gi * c.cg) * g.h * g.w, ns, g.c * g.h * g.w, c.cg, g, col);
       for (int64_t s = 0; s < ns; ++s) {
         T* ys = y + ((n0 + s) * g.o + gi * c.og) * c.ohw;
-        C* out = out_compute<1>(ys, c.og * c.ohw);
+        C* out = out_compute<2>(ys, c.og * c.ohw);
         conv_gemm<C>(false, false, c.og, c.ohw, c.k, w + gi * c.og * c.k, c.k,
                      col + s * c.k * c.ohw, c.ohw, C(0), out, c.ohw);
         if constexpr (is_half_v<T>) {
@@ -122,18 +116,18 @@ void conv2d_input_grad(const KernelContext&, const Conv2dInputGrad<T>& a, const 
   const ConvGeom& g = a.g;
   const ConvShapes c(g);
   const int64_t sample = g.c * g.h * g.w;
-  const C* w = in_compute<0>(a.weight.get(), g.o * c.k);
-  C* col = column_buffer<C>(c.chunk * c.k * c.ohw);
+  const C* w = in_compute<1>(a.weight.get(), g.o * c.k);
+  C* col = thread_buffer<C>(c.chunk * c.k * c.ohw);
   for (int64_t n0 = 0; n0 < g.n; n0 += c.chunk) {
     const int64_t ns = std::min(c.chunk, g.n - n0);
     T* dx = a.dx.get() + n0 * sample;
-    C* sums = out_compute<2>(dx, ns * sample);
+    C* sums = out_compute<3>(dx, ns * sample);
     std::fill(sums, sums + ns * sample, C(0));
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       // col_s (k x ohw) = w_g^T (k x og) @ dy_g (og x ohw), then all of the chunk's col2im
       for (int64_t s = 0; s < ns; ++s) {
         const C* dy =
-            in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
+            in_compute<2>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
         conv_gemm<C>(true, false, c.k, c.ohw, c.og, w + gi * c.og * c.k, c.k, dy, c.ohw, C(0),
                      col + s * c.k * c.ohw, c.ohw);
       }
@@ -148,9 +142,9 @@ void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, cons
   using C = compute_t<T>;
   const ConvGeom& g = a.g;
   const ConvShapes c(g);
-  C* dw = out_compute<0>(a.dweight.get(), g.o * c.k);
+  C* dw = out_compute<1>(a.dweight.get(), g.o * c.k);
   if (g.n == 0 || c.ohw == 0) std::fill(dw, dw + g.o * c.k, C(0));
-  C* col = column_buffer<C>(c.chunk * c.k * c.ohw);
+  C* col = thread_buffer<C>(c.chunk * c.k * c.ohw);
   for (int64_t n0 = 0; n0 < g.n && c.ohw > 0; n0 += c.chunk) {
     const int64_t ns = std::min(c.chunk, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
@@ -158,7 +152,7 @@ void conv2d_weight_grad(const KernelContext&, const Conv2dWeightGrad<T>& a, cons
       // dw_g (og x k) (+)= dy_g (og x ohw) @ col_s^T (ohw x k); the first sample overwrites
       for (int64_t s = 0; s < ns; ++s) {
         const C* dy =
-            in_compute<1>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
+            in_compute<2>(a.dy.get() + ((n0 + s) * g.o + gi * c.og) * c.ohw, c.og * c.ohw);
         conv_gemm<C>(false, true, c.og, c.k, c.ohw, dy, c.ohw, col + s * c.k * c.ohw, c.ohw,
                      n0 + s == 0 ? C(0) : C(1), dw + gi * c.og * c.k, c.k);
       }

@@ -127,9 +127,10 @@ struct ConvShapes {
   }
 };
 
-// A column buffer reused by the calls on one worker thread.
-template <class T>
-T* column_buffer(int64_t n) {
+// A buffer of at least n T kept per worker thread and per `Use`, reused by the calls after
+// it: a kernel holding several at once gives each its own Use (the columns take 0).
+template <class T, int Use = 0>
+T* thread_buffer(int64_t n) {
   thread_local std::vector<T> buf;
   if (buf.size() < size_t(n)) buf.resize(size_t(n));
   return buf.data();
